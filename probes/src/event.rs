@@ -1,0 +1,84 @@
+//! What travels on the channel: small, fixed-size records.
+
+use crate::stage::Stage;
+
+/// Marks a field that was not recorded.
+pub const NONE: u64 = u64::MAX;
+
+/// One closed stage span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanRecord {
+    /// Which stage.
+    pub stage: Stage,
+    /// The probes thread id (see [`Event::Thread`]).
+    pub thread: u32,
+    /// Start, monotonic ns ([`crate::clock::now_ns`]).
+    pub start_ns: u64,
+    /// Wall-clock duration, ns.
+    pub dur_ns: u64,
+    /// On-CPU time of the thread during the span, ns; [`NONE`] when not measured.
+    pub cpu_ns: u64,
+    /// The training step this span belongs to (field `step`), or [`NONE`].
+    pub step: u64,
+    /// The sample index (field `sample`), or [`NONE`].
+    pub sample: u64,
+    /// Bytes handled (field `bytes`), or [`NONE`].
+    pub bytes: u64,
+}
+
+impl SpanRecord {
+    /// End of the span, monotonic ns.
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.dur_ns
+    }
+}
+
+/// One finished training (or validation) step, sent by the training loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepRecord {
+    /// Global step index, from 0.
+    pub step: u64,
+    /// Epoch, from 0.
+    pub epoch: u32,
+    /// Images in the batch.
+    pub images: u32,
+    /// Mean loss over the batch.
+    pub loss: f32,
+    /// Correct predictions in the batch.
+    pub correct: u32,
+    /// End of the step, monotonic ns.
+    pub end_ns: u64,
+    /// Batches waiting in the prefetch queue when the step took its batch.
+    pub queued: u32,
+    /// Whether this was a validation step.
+    pub validation: bool,
+}
+
+/// Everything the collector receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A stage span closed.
+    Span(SpanRecord),
+    /// A thread sent its first span: its probes id and name.
+    Thread {
+        /// Probes thread id.
+        id: u32,
+        /// OS thread name, or `thread-N`.
+        name: Box<str>,
+    },
+    /// A training step finished.
+    Step(StepRecord),
+    /// A file was skipped (unreadable or undecodable).
+    Skipped {
+        /// The path, as given.
+        path: Box<str>,
+        /// Why.
+        reason: Box<str>,
+    },
+    /// A host (CPU, memory, disk) sample.
+    Host(Box<crate::sampler::HostSample>),
+    /// A GPU sample (all devices), or the reason GPU sampling is off.
+    Gpu(Box<crate::sampler::GpuSample>),
+    /// The producer is done: everything it sent before this has arrived.
+    Finish,
+}

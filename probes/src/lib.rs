@@ -1,0 +1,18 @@
+//! pipeprof probes: what a profiled program links.
+//!
+//! Stage spans (`tracing::info_span!("decode", sample = i)`) are timed by [`ProbeLayer`] and
+//! sent as small records through a bounded channel ([`Probe`]) that never blocks the sender:
+//! when it is full, events are dropped and counted.
+
+pub mod clock;
+pub mod event;
+pub mod fsinfo;
+pub mod layer;
+pub mod probe;
+pub mod sampler;
+pub mod stage;
+
+pub use event::{Event, SpanRecord, StepRecord, NONE};
+pub use layer::ProbeLayer;
+pub use probe::{Probe, DEFAULT_CAPACITY};
+pub use stage::Stage;

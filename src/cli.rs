@@ -1,0 +1,112 @@
+//! Command-line interface.
+
+use crate::data::demo::DemoFormat;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pipeprof",
+    version,
+    about = "Why is my GPU idle? Profile a real candle training run stage by stage \
+             (read, decode, resize, wait, transfer, compute) and see what limits it."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a CNN described in cnn.toml on an image folder and report per-stage timings.
+    ///
+    /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
+    Profile(ProfileArgs),
+    /// Write a deterministic demo data set (one folder per class) to DIR.
+    DemoData(DemoArgs),
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct ProfileArgs {
+    /// Model and training description (Keras-like TOML). Default: the built-in examples/cnn.toml.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Image folder with one sub-folder per class. Default: a generated demo set in the cache folder.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Epochs to train (overrides [train] epochs).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Stop after N steps in total, over as many epochs as needed (overrides --epochs).
+    #[arg(long, value_name = "N")]
+    pub steps: Option<u64>,
+    /// Images per batch (overrides [train] batch_size).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Loader worker threads: a number or "auto" (= cores) (overrides [data] workers).
+    #[arg(long)]
+    pub workers: Option<crate::config::Workers>,
+    /// Batches waiting in the prefetch queue (overrides [data] prefetch).
+    #[arg(long)]
+    pub prefetch: Option<usize>,
+    /// Seed for shuffling and weight initialisation (overrides [data] seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Device to train on: cpu, cuda or cuda:N (CUDA needs a build with --features cuda).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Write the run's summary (settings, stages, epochs, skipped files) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
+    #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
+    pub channel_capacity: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Folder to write (created if missing).
+    pub dir: PathBuf,
+    /// Number of classes (1–6: circle, cross, ring, square, stripes, triangle).
+    #[arg(long, default_value_t = 4)]
+    pub classes: usize,
+    /// Images per class.
+    #[arg(long, default_value_t = 96)]
+    pub per_class: usize,
+    /// Image size WxH; default: mixed sizes between 48 and 160 pixels.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<(u32, u32)>,
+    /// File format.
+    #[arg(long, value_enum, default_value_t = DemoFormat::Mixed)]
+    pub format: DemoFormat,
+    /// Seed for the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s.split_once(['x', 'X', '×']).ok_or_else(|| format!("size must be WxH, e.g. 150x150, got {s:?}"))?;
+    let p = |v: &str| v.trim().parse::<u32>().ok().filter(|n| *n > 0 && *n <= 16384);
+    match (p(w), p(h)) {
+        (Some(w), Some(h)) => Ok((w, h)),
+        _ => Err(format!("size must be WxH with 1–16384 pixels each, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("150x100"), Ok((150, 100)));
+        assert!(parse_size("150").is_err());
+        assert!(parse_size("0x5").is_err());
+    }
+}

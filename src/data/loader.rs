@@ -1,0 +1,341 @@
+//! The loader: worker threads read → decode → resize each sample into batches that wait in a
+//! bounded prefetch queue. Every stage is a `tracing` span.
+//!
+//! Worker `w` builds steps `w, w+W, w+2W, …` into its own bounded queue and the training
+//! loop takes step `k` from queue `k mod W`: batch order and contents are deterministic for
+//! a seed whatever the thread timing, and memory is bounded by the prefetch depth.
+
+use super::image::{decode, Resizer};
+use super::scan::Dataset;
+use crossbeam_channel::{Receiver, Sender};
+use probes::{Event, Probe};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use tracing::info_span;
+
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    pub height: u32,
+    pub width: u32,
+    pub channels: usize,
+    pub batch_size: usize,
+    pub workers: usize,
+    /// Batches waiting in the queue, over all workers.
+    pub prefetch: usize,
+    pub shuffle: bool,
+    pub seed: u64,
+    pub epochs: usize,
+    /// Stop after this many steps (over all epochs).
+    pub max_steps: Option<u64>,
+}
+
+/// One batch, ready for the device: f32 NCHW in [0, 1] and u32 labels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub step: u64,
+    pub epoch: u32,
+    pub pixels: Vec<f32>,
+    pub labels: Vec<u32>,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// Which samples (dataset indices) make up each step: deterministic for a seed. Orders are
+/// computed per epoch on demand, so memory does not grow with the number of epochs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub n: usize,
+    pub batch_size: usize,
+    pub shuffle: bool,
+    pub seed: u64,
+    pub total_steps: u64,
+}
+
+/// One epoch's sample order, cached by whoever walks the plan.
+#[derive(Debug, Default)]
+pub struct EpochOrder {
+    epoch: Option<u32>,
+    order: Vec<u32>,
+}
+
+impl Plan {
+    pub fn new(n: usize, cfg: &LoaderConfig) -> Plan {
+        let batch_size = cfg.batch_size.max(1);
+        let per_epoch = n.div_ceil(batch_size) as u64;
+        // --steps wins over epochs: the run goes over the data as often as the budget needs.
+        let total_steps = match cfg.max_steps {
+            Some(s) if per_epoch > 0 => s,
+            _ => per_epoch * cfg.epochs as u64,
+        };
+        Plan { n, batch_size, shuffle: cfg.shuffle, seed: cfg.seed, total_steps }
+    }
+
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.n.div_ceil(self.batch_size) as u64
+    }
+
+    /// The epoch of `step` and its sample indices (the last batch of an epoch may be short).
+    pub fn step<'a>(&self, step: u64, cache: &'a mut EpochOrder) -> (u32, &'a [u32]) {
+        let spe = self.steps_per_epoch().max(1);
+        let epoch = (step / spe) as u32;
+        if cache.epoch != Some(epoch) {
+            cache.order.clear();
+            cache.order.extend(0..self.n as u32);
+            if self.shuffle {
+                shuffle(&mut cache.order, self.seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            }
+            cache.epoch = Some(epoch);
+        }
+        let start = ((step % spe) as usize) * self.batch_size;
+        let end = (start + self.batch_size).min(self.n);
+        (epoch, &cache.order[start..end])
+    }
+
+    /// Every step's (epoch, samples): for tests and small plans.
+    pub fn all(&self) -> Vec<(u32, Vec<u32>)> {
+        let mut cache = EpochOrder::default();
+        (0..self.total_steps)
+            .map(|k| {
+                let (e, s) = self.step(k, &mut cache);
+                (e, s.to_vec())
+            })
+            .collect()
+    }
+}
+
+/// SplitMix64: tiny, deterministic across platforms and crate versions.
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, n).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Fisher–Yates with SplitMix64.
+pub fn shuffle<T>(xs: &mut [T], seed: u64) {
+    let mut rng = SplitMix::new(seed);
+    for i in (1..xs.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        xs.swap(i, j);
+    }
+}
+
+/// Files that failed, reported once each however many epochs touch them.
+#[derive(Default)]
+struct SkipLog {
+    seen: Mutex<HashSet<u32>>,
+}
+
+pub struct Loader {
+    queues: Vec<Receiver<Batch>>,
+    handles: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    next: u64,
+    total: u64,
+}
+
+impl Loader {
+    /// Starts `cfg.workers` named threads (`loader-0`, …) over `ds`.
+    pub fn start(ds: Arc<Dataset>, cfg: LoaderConfig, probe: Probe) -> std::io::Result<Loader> {
+        let plan = Arc::new(Plan::new(ds.samples.len(), &cfg));
+        let workers = cfg.workers.max(1);
+        let per_worker = cfg.prefetch.div_ceil(workers).max(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let skips = Arc::new(SkipLog::default());
+        let cfg = Arc::new(cfg);
+        let mut queues = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (tx, rx) = crossbeam_channel::bounded(per_worker);
+            queues.push(rx);
+            let (ds, plan, cfg, stop, skips, probe) =
+                (ds.clone(), plan.clone(), cfg.clone(), stop.clone(), skips.clone(), probe.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("loader-{w}"))
+                .spawn(move || worker(w, workers, &ds, &plan, &cfg, &stop, &skips, &probe, tx))?;
+            handles.push(h);
+        }
+        Ok(Loader { queues, handles, stop, next: 0, total: plan.total_steps })
+    }
+
+    /// Steps this loader will produce.
+    pub fn total_steps(&self) -> u64 {
+        self.total
+    }
+
+    /// Batches ready in the queues now.
+    pub fn queued(&self) -> usize {
+        self.queues.iter().map(|q| q.len()).sum()
+    }
+
+    /// The next batch in step order, blocking; `None` when the plan is done.
+    pub fn next_batch(&mut self) -> Option<Batch> {
+        if self.next >= self.total {
+            return None;
+        }
+        let q = &self.queues[(self.next % self.queues.len() as u64) as usize];
+        let b = q.recv().ok()?;
+        self.next += 1;
+        Some(b)
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.queues.clear();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker(
+    w: usize,
+    workers: usize,
+    ds: &Dataset,
+    plan: &Plan,
+    cfg: &LoaderConfig,
+    stop: &AtomicBool,
+    skips: &SkipLog,
+    probe: &Probe,
+    tx: Sender<Batch>,
+) {
+    let mut resizer = Resizer::new();
+    let plane = cfg.height as usize * cfg.width as usize;
+    let per_image = plane * cfg.channels;
+    let mut order = EpochOrder::default();
+    for step in (w as u64..plan.total_steps).step_by(workers) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let (epoch, indices) = plan.step(step, &mut order);
+        let mut pixels = vec![0f32; indices.len() * per_image];
+        let mut labels = Vec::with_capacity(indices.len());
+        for &i in indices.iter() {
+            let sample = &ds.samples[i as usize];
+            let slot = labels.len();
+            let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
+            match load_one(&sample.path, step, i, cfg, &mut resizer, out) {
+                Ok(()) => labels.push(sample.label),
+                Err(reason) => {
+                    let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
+                    if first {
+                        probe.send_blocking(Event::Skipped {
+                            path: sample.path.display().to_string().into_boxed_str(),
+                            reason: reason.into_boxed_str(),
+                        });
+                    }
+                }
+            }
+        }
+        pixels.truncate(labels.len() * per_image);
+        let batch = Batch { step, epoch, pixels, labels };
+        if tx.send(batch).is_err() {
+            return;
+        }
+    }
+}
+
+fn load_one(
+    path: &std::path::Path,
+    step: u64,
+    sample: u32,
+    cfg: &LoaderConfig,
+    resizer: &mut Resizer,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let bytes = {
+        let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
+        let _g = span.enter();
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+        span.record("bytes", bytes.len() as u64);
+        bytes
+    };
+    let px = {
+        let _g = info_span!("decode", step, sample).entered();
+        decode(&bytes, cfg.channels).map_err(|e| e.to_string())?
+    };
+    let _g = info_span!("resize", step, sample).entered();
+    resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(batch: usize, epochs: usize, steps: Option<u64>, shuffle: bool) -> LoaderConfig {
+        LoaderConfig {
+            height: 8,
+            width: 8,
+            channels: 3,
+            batch_size: batch,
+            workers: 2,
+            prefetch: 2,
+            shuffle,
+            seed: 7,
+            epochs,
+            max_steps: steps,
+        }
+    }
+
+    #[test]
+    fn plan_covers_every_sample_once_per_epoch_keeping_the_last_partial_batch() {
+        let p = Plan::new(10, &cfg(4, 2, None, true)).all();
+        assert_eq!(p.len(), 6);
+        assert_eq!(p[2].1.len(), 2);
+        for e in 0..2 {
+            let mut all: Vec<u32> = p.iter().filter(|s| s.0 == e).flat_map(|s| s.1.clone()).collect();
+            all.sort();
+            assert_eq!(all, (0..10).collect::<Vec<_>>());
+        }
+        assert_ne!(p[0].1, p[3].1, "each epoch has its own order");
+    }
+
+    #[test]
+    fn plan_is_deterministic_per_seed_and_steps_override_epochs() {
+        let a = Plan::new(50, &cfg(8, 1, None, true)).all();
+        assert_eq!(a, Plan::new(50, &cfg(8, 1, None, true)).all());
+        let mut other = cfg(8, 1, None, true);
+        other.seed = 8;
+        assert_ne!(a, Plan::new(50, &other).all());
+        let s = Plan::new(10, &cfg(4, 1, Some(7), false)).all();
+        assert_eq!(s.len(), 7);
+        assert_eq!(s[3], (1, vec![0, 1, 2, 3]));
+    }
+
+    #[test]
+    fn shuffle_is_a_permutation() {
+        let mut v: Vec<u32> = (0..100).collect();
+        shuffle(&mut v, 1);
+        assert_ne!(v, (0..100).collect::<Vec<_>>());
+        v.sort();
+        assert_eq!(v, (0..100).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,9 @@
+//! The input pipeline: ImageFolder scan, decode, resize, batches.
+
+pub mod demo;
+pub mod image;
+pub mod loader;
+pub mod scan;
+
+pub use loader::{Batch, Loader, LoaderConfig};
+pub use scan::{scan, Dataset};

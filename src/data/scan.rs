@@ -1,0 +1,150 @@
+//! ImageFolder scan: one sub-folder per class, labels in sorted name order.
+
+use std::collections::HashSet;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// File extensions the loader decodes (compared case-insensitively).
+pub const EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("data folder {0} does not exist: pass --data DIR with one sub-folder per class (or run `pipeprof demo-data DIR`)")]
+    Missing(PathBuf),
+    #[error("data folder {0} is not a directory: expected DIR/<class>/<image>.jpg")]
+    NotADir(PathBuf),
+    #[error("cannot list {path}: {source}")]
+    List { path: PathBuf, source: std::io::Error },
+    #[error("no class folders in {0}: expected DIR/<class>/<image>.jpg (one sub-folder per class)")]
+    NoClasses(PathBuf),
+    #[error("no .jpg/.jpeg/.png images under {0} ({1} other files ignored)")]
+    NoImages(PathBuf, usize),
+}
+
+/// One image file and its class label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub path: PathBuf,
+    pub label: u32,
+}
+
+/// An entry the scan could not use, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanProblem {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// The result of scanning an ImageFolder tree.
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    pub root: PathBuf,
+    pub classes: Vec<String>,
+    pub samples: Vec<Sample>,
+    /// Files with other extensions, ignored.
+    pub ignored: usize,
+    /// Unreadable folders, symlink loops.
+    pub problems: Vec<ScanProblem>,
+}
+
+impl Dataset {
+    /// Images per class, in label order.
+    pub fn class_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.classes.len()];
+        for s in &self.samples {
+            counts[s.label as usize] += 1;
+        }
+        counts
+    }
+}
+
+fn hidden(name: &std::ffi::OsStr) -> bool {
+    name.to_string_lossy().starts_with('.')
+}
+
+fn has_image_extension(path: &Path) -> bool {
+    path.extension()
+        .map(|e| {
+            let e = e.to_string_lossy().to_ascii_lowercase();
+            EXTENSIONS.contains(&e.as_str())
+        })
+        .unwrap_or(false)
+}
+
+/// Scans `root`: each non-hidden sub-folder is a class; images are found recursively inside
+/// it, following symlinks but never entering a folder twice (no infinite walk through loops).
+pub fn scan(root: &Path) -> Result<Dataset, ScanError> {
+    let meta = fs::metadata(root).map_err(|_| ScanError::Missing(root.to_path_buf()))?;
+    if !meta.is_dir() {
+        return Err(ScanError::NotADir(root.to_path_buf()));
+    }
+    let mut ds = Dataset { root: root.to_path_buf(), ..Dataset::default() };
+    let mut class_dirs: Vec<(String, PathBuf)> = Vec::new();
+    let entries = fs::read_dir(root).map_err(|source| ScanError::List { path: root.to_path_buf(), source })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if hidden(&name) {
+            continue;
+        }
+        let path = entry.path();
+        match fs::metadata(&path) {
+            Ok(m) if m.is_dir() => class_dirs.push((name.to_string_lossy().into_owned(), path)),
+            Ok(_) => ds.ignored += 1,
+            Err(e) => ds.problems.push(ScanProblem { path, reason: e.to_string() }),
+        }
+    }
+    class_dirs.sort();
+    if class_dirs.is_empty() {
+        return Err(ScanError::NoClasses(root.to_path_buf()));
+    }
+    let mut visited = HashSet::new();
+    visited.insert((meta.dev(), meta.ino()));
+    for (label, (name, dir)) in class_dirs.iter().enumerate() {
+        ds.classes.push(name.clone());
+        let mut files = Vec::new();
+        walk(dir, &mut visited, &mut files, &mut ds);
+        files.sort();
+        ds.samples.extend(files.into_iter().map(|path| Sample { path, label: label as u32 }));
+    }
+    if ds.samples.is_empty() {
+        return Err(ScanError::NoImages(root.to_path_buf(), ds.ignored));
+    }
+    Ok(ds)
+}
+
+fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>, ds: &mut Dataset) {
+    let meta = match fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            ds.problems.push(ScanProblem { path: dir.to_path_buf(), reason: e.to_string() });
+            return;
+        }
+    };
+    if !visited.insert((meta.dev(), meta.ino())) {
+        ds.problems.push(ScanProblem {
+            path: dir.to_path_buf(),
+            reason: "folder already visited (symlink loop or duplicate link): not entered again".into(),
+        });
+        return;
+    }
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            ds.problems.push(ScanProblem { path: dir.to_path_buf(), reason: e.to_string() });
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        if hidden(&entry.file_name()) {
+            continue;
+        }
+        let path = entry.path();
+        match fs::metadata(&path) {
+            Ok(m) if m.is_dir() => walk(&path, visited, files, ds),
+            Ok(_) if has_image_extension(&path) => files.push(path),
+            Ok(_) => ds.ignored += 1,
+            Err(e) => ds.problems.push(ScanProblem { path, reason: format!("broken link or unreadable: {e}") }),
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! pipeprof: a data-pipeline profiler and bottleneck diagnoser for candle image training.
+//!
+//! Data flows one way: probes (spans, samplers) → channel → [`aggregate`] → report/views.
+
+pub mod aggregate;
+pub mod cli;
+pub mod config;
+pub mod data;
+pub mod profile;
+pub mod report;
+pub mod signal;
+pub mod train;

@@ -1,0 +1,238 @@
+//! `pipeprof profile`: wire probes → channel → collector → aggregate → report around a real
+//! loader and training loop.
+
+use crate::aggregate::{Aggregator, RunSettings, Summary};
+use crate::cli::ProfileArgs;
+use crate::config::{self, ModelConfig};
+use crate::data::demo::DemoSpec;
+use crate::data::{self, Loader, LoaderConfig};
+use crate::{report, signal, train};
+use anyhow::{bail, Context};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use probes::{Event, Probe, ProbeLayer};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing_subscriber::layer::SubscriberExt;
+
+/// The shared latest view, written by the collector, read by the progress display.
+type Latest = Arc<Mutex<Summary>>;
+
+fn load_model(args: &ProfileArgs) -> anyhow::Result<(ModelConfig, String)> {
+    match &args.model {
+        Some(p) => Ok((ModelConfig::load(p)?, p.display().to_string())),
+        None => Ok((ModelConfig::parse(config::DEFAULT_MODEL, "built-in examples/cnn.toml")?, "built-in examples/cnn.toml".into())),
+    }
+}
+
+fn data_dir(args: &ProfileArgs) -> anyhow::Result<PathBuf> {
+    if let Some(d) = &args.data {
+        return Ok(d.clone());
+    }
+    let spec = DemoSpec::default();
+    let dir = DemoSpec::default_dir();
+    if !spec.is_present(&dir) {
+        eprintln!("pipeprof: no --data given: writing the demo data set to {} (first run only)…", dir.display());
+        spec.write(&dir).with_context(|| format!("cannot write the demo data set to {}", dir.display()))?;
+    } else {
+        eprintln!("pipeprof: no --data given: using the demo data set in {}", dir.display());
+    }
+    Ok(dir)
+}
+
+/// Runs `pipeprof profile`; returns the final summary.
+pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
+    let (mut cfg, model_name) = load_model(args)?;
+    if let Some(e) = args.epochs {
+        cfg.train.epochs = e.max(1);
+    }
+    if let Some(b) = args.batch_size {
+        if b == 0 {
+            bail!("--batch-size must be at least 1");
+        }
+        cfg.train.batch_size = b;
+    }
+    if let Some(w) = args.workers {
+        cfg.data.workers = w;
+    }
+    if let Some(p) = args.prefetch {
+        if p == 0 {
+            bail!("--prefetch must be at least 1");
+        }
+        cfg.data.prefetch = p;
+    }
+    if let Some(s) = args.seed {
+        cfg.data.seed = s;
+    }
+    if args.steps == Some(0) {
+        bail!("--steps must be at least 1");
+    }
+    let dev = train::parse_device(&args.device)?;
+    let dir = data_dir(args)?;
+    let ds = data::scan(&dir)?;
+    for p in &ds.problems {
+        eprintln!("warning: {}: {}", p.path.display(), p.reason);
+    }
+    let shapes = cfg.infer_shapes(ds.classes.len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
+    let params: usize = shapes.iter().map(|l| l.params).sum();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let workers = cfg.data.workers.resolve(cores);
+    println!("Model: {model_name}  ·  {} classes: {}", ds.classes.len(), ds.classes.join(", "));
+    print!("{}", config::summary_table(&shapes, &cfg.input));
+    println!();
+
+    let settings = RunSettings {
+        model: model_name,
+        data: dir.display().to_string(),
+        images: ds.samples.len(),
+        classes: ds.classes.clone(),
+        device: args.device.clone(),
+        workers,
+        cores,
+        batch_size: cfg.train.batch_size,
+        prefetch: cfg.data.prefetch,
+        epochs: cfg.train.epochs,
+        max_steps: args.steps,
+        seed: cfg.data.seed,
+        input: [cfg.input.channels, cfg.input.height, cfg.input.width],
+        params,
+    };
+
+    let (probe, rx) = Probe::new(args.channel_capacity.max(1));
+    let subscriber = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    if tracing::subscriber::set_global_default(subscriber).is_err() {
+        eprintln!("warning: a tracing subscriber is already installed: stage spans will not be measured");
+    }
+    signal::install();
+
+    let latest: Latest = Arc::new(Mutex::new(Summary { settings: settings.clone(), ..Default::default() }));
+    let collector = {
+        let latest = latest.clone();
+        let probe = probe.clone();
+        std::thread::Builder::new()
+            .name("pp-collector".into())
+            .spawn(move || collect(rx, Aggregator::new(settings), &latest, &probe))?
+    };
+
+    let loader_cfg = LoaderConfig {
+        height: cfg.input.height as u32,
+        width: cfg.input.width as u32,
+        channels: cfg.input.channels,
+        batch_size: cfg.train.batch_size,
+        workers,
+        prefetch: cfg.data.prefetch,
+        shuffle: cfg.data.shuffle,
+        seed: cfg.data.seed,
+        epochs: cfg.train.epochs,
+        max_steps: args.steps,
+    };
+    let classes = ds.classes.len();
+    let ds = Arc::new(ds);
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let trainer = {
+        let probe = probe.clone();
+        let cfg = cfg.clone();
+        std::thread::Builder::new().name("train".into()).spawn(move || {
+            let result = (|| {
+                let mut loader = Loader::start(ds, loader_cfg, probe.clone())?;
+                let total = loader.total_steps();
+                let out = train::train(&cfg, classes, &dev, &mut loader, &probe, signal::flag());
+                drop(loader);
+                out.map(|o| (o, total))
+            })();
+            let _ = done_tx.send(());
+            result
+        })?
+    };
+
+    show_progress(&done_rx, &latest);
+    let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"))?;
+    probe.send_blocking(Event::Finish);
+    let mut agg = collector.join().map_err(|_| anyhow::anyhow!("the collector thread panicked"))?;
+    agg.set_dropped(probe.dropped());
+    let summary = agg.summary();
+    clear_progress();
+
+    print!("{}", report::render(&summary));
+    if let Some(path) = &args.summary {
+        let json = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
+        eprintln!("pipeprof: summary written to {}", path.display());
+    }
+    let (outcome, _total) = outcome?;
+    if outcome.interrupted {
+        eprintln!("pipeprof: stopped early (interrupted): the report covers the steps done so far");
+    }
+    if summary.images == 0 {
+        bail!(
+            "no usable images in {}: {} files were skipped (see the list above)",
+            summary.settings.data,
+            summary.skipped_count
+        );
+    }
+    Ok(summary)
+}
+
+fn collect(rx: Receiver<Event>, mut agg: Aggregator, latest: &Latest, probe: &Probe) -> Aggregator {
+    let mut since_publish = 0u32;
+    while let Ok(ev) = rx.recv() {
+        if ev == Event::Finish {
+            break;
+        }
+        let publish = matches!(ev, Event::Step(_) | Event::Skipped { .. });
+        agg.push(&ev);
+        since_publish += 1;
+        // Publishing costs a summary (µs): do it on steps and skips, and every so many events.
+        if publish || since_publish >= 4096 {
+            since_publish = 0;
+            agg.set_dropped(probe.dropped());
+            if let Ok(mut l) = latest.lock() {
+                *l = agg.summary();
+            }
+        }
+    }
+    agg
+}
+
+fn show_progress(done: &Receiver<()>, latest: &Latest) {
+    let tty = std::io::stderr().is_terminal();
+    let mut warned = 0usize;
+    let mut last_line = std::time::Instant::now();
+    loop {
+        let finished = match done.recv_timeout(Duration::from_millis(200)) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
+            Err(RecvTimeoutError::Timeout) => false,
+        };
+        let Ok(s) = latest.lock().map(|l| l.clone()) else { return };
+        let mut err = std::io::stderr().lock();
+        for k in s.skipped.iter().skip(warned) {
+            let _ = writeln!(err, "\r\x1b[Kwarning: skipped {}: {}", k.path, k.reason);
+        }
+        warned = warned.max(s.skipped.len());
+        let line = format!(
+            "step {} · epoch {} · {:.1} images/s · loss {} · {:.1} s",
+            s.steps,
+            s.epochs.last().map(|e| e.epoch).unwrap_or(1),
+            s.images_per_s,
+            s.last_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into()),
+            s.elapsed_s
+        );
+        if tty {
+            let _ = write!(err, "\r\x1b[K{line}");
+            let _ = err.flush();
+        } else if last_line.elapsed() >= Duration::from_secs(10) {
+            let _ = writeln!(err, "{line}");
+            last_line = std::time::Instant::now();
+        }
+        if finished {
+            return;
+        }
+    }
+}
+
+fn clear_progress() {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[K");
+    }
+}

@@ -1,0 +1,157 @@
+//! The plain end-of-run report (for terminals, pipes and CI logs).
+
+use crate::aggregate::Summary;
+use std::fmt::Write;
+
+fn ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.1}ms")
+    } else if v >= 0.01 {
+        format!("{v:.2}ms")
+    } else {
+        format!("{:.1}µs", v * 1000.0)
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+/// The report as text.
+pub fn render(s: &Summary) -> String {
+    let mut o = String::new();
+    let st = &s.settings;
+    let _ = writeln!(o, "── pipeprof report ──────────────────────────────────────────────");
+    let _ = writeln!(
+        o,
+        "model {} ({} params, input {}×{}×{}) · data {} ({} images, {} classes)",
+        st.model, st.params, st.input[0], st.input[1], st.input[2], st.data, st.images, st.classes.len()
+    );
+    let _ = writeln!(
+        o,
+        "device {} · {} loader workers on {} cores · batch {} · prefetch {}",
+        st.device, st.workers, st.cores, st.batch_size, st.prefetch
+    );
+    let _ = writeln!(
+        o,
+        "trained {} steps, {} images in {:.1} s: {:.1} images/s",
+        s.steps, s.images, s.elapsed_s, s.images_per_s
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU"
+    );
+    for x in &s.stages {
+        let indent = if matches!(x.stage.as_str(), "forward" | "backward" | "optimizer") { "  " } else { "" };
+        let _ = writeln!(
+            o,
+            "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+            format!("{indent}{}", x.stage),
+            x.count,
+            ms(x.mean_ms),
+            ms(x.p50_ms),
+            ms(x.p95_ms),
+            ms(x.max_ms),
+            ms(x.total_ms),
+            x.on_cpu.map(pct).unwrap_or_else(|| "-".into())
+        );
+    }
+    let sp = &s.split;
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "step time {} on average: wait for data {} ({}) · transfer {} ({}) · compute {} ({})",
+        ms(sp.mean_step_ms),
+        ms(sp.wait_ms),
+        pct(sp.wait_share),
+        ms(sp.transfer_ms),
+        pct(sp.transfer_share),
+        ms(sp.compute_ms),
+        pct(sp.compute_share)
+    );
+    let _ = writeln!(
+        o,
+        "loader: {} workers busy {} of the run · {:.1} batches ready on average when a step asked",
+        st.workers,
+        pct(s.loader_busy),
+        s.mean_queued
+    );
+    if !s.epochs.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");
+        for e in &s.epochs {
+            let _ = writeln!(
+                o,
+                "{:<6} {:>6} {:>8} {:>9.4} {:>9} {:>7.1}s",
+                e.epoch,
+                e.steps,
+                e.images,
+                e.loss,
+                format!("{:.1}%", e.accuracy * 100.0),
+                e.seconds
+            );
+        }
+    }
+    let _ = writeln!(o);
+    if s.skipped_count > 0 {
+        let _ = writeln!(o, "skipped files: {} (unreadable or undecodable; the run went on without them)", s.skipped_count);
+        for k in &s.skipped {
+            let _ = writeln!(o, "  {}: {}", k.path, k.reason);
+        }
+        if s.skipped_count as usize > s.skipped.len() {
+            let _ = writeln!(o, "  … and {} more", s.skipped_count as usize - s.skipped.len());
+        }
+    } else {
+        let _ = writeln!(o, "skipped files: 0");
+    }
+    let _ = writeln!(
+        o,
+        "events: {} received, {} dropped{}",
+        s.events_received,
+        s.events_dropped,
+        if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{EpochSummary, Skipped, StageSummary};
+
+    #[test]
+    fn report_shows_stages_epochs_skips_and_drops() {
+        let mut s = Summary { steps: 3, images: 12, events_dropped: 7, skipped_count: 1, ..Default::default() };
+        s.stages.push(StageSummary {
+            stage: "decode".into(),
+            count: 12,
+            total_ms: 24.0,
+            mean_ms: 2.0,
+            p50_ms: 2.0,
+            p95_ms: 3.0,
+            max_ms: 4.0,
+            on_cpu: Some(0.97),
+            bytes: 0,
+            per_second: 1.0,
+        });
+        s.epochs.push(EpochSummary { epoch: 1, steps: 3, images: 12, loss: 1.25, accuracy: 0.5, seconds: 1.0 });
+        s.skipped.push(Skipped { path: "a/b.png".into(), reason: "truncated".into() });
+        let r = render(&s);
+        assert!(r.contains("decode") && r.contains("2.00ms") && r.contains("97%"), "{r}");
+        assert!(r.contains("1.2500") && r.contains("50.0%"), "{r}");
+        assert!(r.contains("a/b.png: truncated"), "{r}");
+        assert!(r.contains("7 dropped"), "{r}");
+    }
+
+    #[test]
+    fn durations_pick_readable_units() {
+        assert_eq!(ms(0.005), "5.0µs");
+        assert_eq!(ms(2.5), "2.50ms");
+        assert_eq!(ms(25.0), "25.0ms");
+        assert_eq!(ms(2500.0), "2.50s");
+    }
+}

@@ -1,0 +1,163 @@
+//! The training loop: wait for a batch, transfer it, compute. Each phase is a span.
+
+pub mod model;
+
+use crate::config::{ModelConfig, OptimizerKind};
+use crate::data::Loader;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
+use model::Cnn;
+use probes::{clock, Event, Probe, StepRecord};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tracing::info_span;
+
+/// `--device cpu | cuda | cuda:N`.
+pub fn parse_device(s: &str) -> anyhow::Result<Device> {
+    let s = s.trim();
+    if s == "cpu" {
+        return Ok(Device::Cpu);
+    }
+    let ordinal = match s.strip_prefix("cuda") {
+        Some("") => 0,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| anyhow::anyhow!("bad --device {s:?}: use cpu, cuda or cuda:N"))?,
+        None => anyhow::bail!("bad --device {s:?}: use cpu, cuda or cuda:N"),
+    };
+    cuda_device(ordinal)
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device(ordinal: usize) -> anyhow::Result<Device> {
+    Device::new_cuda(ordinal).map_err(|e| anyhow::anyhow!("cannot open cuda:{ordinal}: {e}"))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device(ordinal: usize) -> anyhow::Result<Device> {
+    anyhow::bail!(
+        "--device cuda:{ordinal}: this pipeprof was built without CUDA support; \
+         rebuild with `cargo build --release --features cuda` on a machine with the CUDA toolkit"
+    )
+}
+
+enum Opt {
+    AdamW(AdamW),
+    Sgd(SGD),
+}
+
+impl Opt {
+    fn new(kind: OptimizerKind, lr: f64, vm: &VarMap) -> candle_core::Result<Opt> {
+        let vars = vm.all_vars();
+        Ok(match kind {
+            OptimizerKind::Adam => Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() })?),
+            OptimizerKind::Adamw => Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, ..Default::default() })?),
+            OptimizerKind::Sgd => Opt::Sgd(SGD::new(vars, lr)?),
+        })
+    }
+    fn step(&mut self, grads: &candle_core::backprop::GradStore) -> candle_core::Result<()> {
+        match self {
+            Opt::AdamW(o) => o.step(grads),
+            Opt::Sgd(o) => o.step(grads),
+        }
+    }
+}
+
+/// What the loop did.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOutcome {
+    pub steps: u64,
+    pub images: u64,
+    pub interrupted: bool,
+}
+
+/// Trains until the loader's plan is done or `stop` is set. Steps are reported on `probe`.
+pub fn train(
+    cfg: &ModelConfig,
+    classes: usize,
+    dev: &Device,
+    loader: &mut Loader,
+    probe: &Probe,
+    stop: &AtomicBool,
+) -> anyhow::Result<TrainOutcome> {
+    let vm = VarMap::new();
+    let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
+    let model = Cnn::new(cfg, classes, vb)?;
+    let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, &vm)?;
+    let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
+    let mut out = TrainOutcome::default();
+    let mut k = 0u64;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            out.interrupted = true;
+            break;
+        }
+        let queued = loader.queued() as u32;
+        let batch = {
+            let _g = info_span!("wait", step = k).entered();
+            loader.next_batch()
+        };
+        let Some(batch) = batch else { break };
+        k = batch.step + 1;
+        if batch.is_empty() {
+            continue;
+        }
+        let n = batch.len();
+        let (xs, ys) = {
+            let _g = info_span!("transfer", step = batch.step, bytes = (batch.pixels.len() * 4) as u64).entered();
+            let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
+            let ys = Tensor::from_vec(batch.labels, n, dev)?;
+            dev.synchronize()?;
+            (xs, ys)
+        };
+        let (loss, correct) = {
+            let _g = info_span!("compute", step = batch.step).entered();
+            let (logits, loss) = {
+                let _g = info_span!("forward", step = batch.step).entered();
+                let logits = model.forward(&xs, true)?;
+                let loss = candle_nn::loss::cross_entropy(&logits, &ys)?;
+                (logits, loss)
+            };
+            let grads = {
+                let _g = info_span!("backward", step = batch.step).entered();
+                loss.backward()?
+            };
+            {
+                let _g = info_span!("optimizer", step = batch.step).entered();
+                opt.step(&grads)?;
+            }
+            // Reading the values back waits for the device: the span covers the real work.
+            let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+            (loss.to_scalar::<f32>()?, correct)
+        };
+        out.steps += 1;
+        out.images += n as u64;
+        probe.send(Event::Step(StepRecord {
+            step: batch.step,
+            epoch: batch.epoch,
+            images: n as u32,
+            loss,
+            correct: correct as u32,
+            end_ns: clock::now_ns(),
+            queued,
+            validation: false,
+        }));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_parse_and_cuda_needs_the_feature() {
+        assert!(matches!(parse_device("cpu"), Ok(Device::Cpu)));
+        assert!(parse_device("gpu").unwrap_err().to_string().contains("cpu, cuda or cuda:N"));
+        assert!(parse_device("cuda:x").is_err());
+        if !cfg!(feature = "cuda") {
+            let e = parse_device("cuda:1").unwrap_err().to_string();
+            assert!(e.contains("without CUDA") && e.contains("--features cuda"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! A candle CNN built from `cnn.toml`, layer by layer, with candle's usual idioms.
+
+use crate::config::{same_padding, Activation, LayerSpec, ModelConfig, Padding, Units};
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{Conv2d, Conv2dConfig, Dropout, Linear, VarBuilder};
+
+enum Layer {
+    Conv { conv: Conv2d, pad: Option<(usize, usize, usize, usize)>, act: Activation },
+    MaxPool { k: usize, s: usize },
+    AvgPool { k: usize, s: usize },
+    Flatten,
+    Dense { fc: Linear, act: Activation },
+    Dropout(Dropout),
+}
+
+/// The model: `Cnn::new(cfg, classes, vb)`, then `forward(&xs, train)` returns logits.
+pub struct Cnn {
+    layers: Vec<Layer>,
+}
+
+fn activate(xs: Tensor, act: Activation) -> Result<Tensor> {
+    match act {
+        Activation::Relu => xs.relu(),
+        Activation::Sigmoid => candle_nn::ops::sigmoid(&xs),
+        Activation::Tanh => xs.tanh(),
+        Activation::Gelu => xs.gelu(),
+        Activation::Softmax => candle_nn::ops::softmax_last_dim(&xs),
+        Activation::Linear => Ok(xs),
+    }
+}
+
+impl Cnn {
+    /// Builds the layers with parameters named `conv2d_1`, `dense_1`, … under `vb`.
+    pub fn new(cfg: &ModelConfig, classes: usize, vb: VarBuilder) -> Result<Cnn> {
+        let shapes = cfg.infer_shapes(classes).map_err(candle_core::Error::msg)?;
+        let mut layers = Vec::with_capacity(shapes.len());
+        let mut in_shape = vec![cfg.input.channels, cfg.input.height, cfg.input.width];
+        let last = shapes.len() - 1;
+        for (i, l) in shapes.iter().enumerate() {
+            let layer = match &l.spec {
+                LayerSpec::Conv2d { filters, kernel_size, strides, padding, activation } => {
+                    let pad = match padding {
+                        Padding::Valid => None,
+                        Padding::Same => {
+                            let (t, b) = same_padding(in_shape[1], *kernel_size, *strides);
+                            let (lft, r) = same_padding(in_shape[2], *kernel_size, *strides);
+                            Some((t, b, lft, r))
+                        }
+                    };
+                    let c = Conv2dConfig { stride: *strides, ..Default::default() };
+                    let conv = candle_nn::conv2d(in_shape[0], *filters, *kernel_size, c, vb.pp(&l.name))?;
+                    Layer::Conv { conv, pad, act: *activation }
+                }
+                LayerSpec::MaxPooling2d { pool_size, strides } => {
+                    Layer::MaxPool { k: *pool_size, s: strides.unwrap_or(*pool_size) }
+                }
+                LayerSpec::AveragePooling2d { pool_size, strides } => {
+                    Layer::AvgPool { k: *pool_size, s: strides.unwrap_or(*pool_size) }
+                }
+                LayerSpec::Flatten {} => Layer::Flatten,
+                LayerSpec::Dense { units, activation } => {
+                    let out = match units {
+                        Units::Fixed(u) => *u,
+                        Units::Classes => classes,
+                    };
+                    let fc = candle_nn::linear(in_shape[0], out, vb.pp(&l.name))?;
+                    // A final softmax is folded into the cross-entropy loss on the logits.
+                    let act = if i == last && *activation == Activation::Softmax { Activation::Linear } else { *activation };
+                    Layer::Dense { fc, act }
+                }
+                LayerSpec::Dropout { rate } => Layer::Dropout(Dropout::new(*rate as f32)),
+            };
+            layers.push(layer);
+            in_shape = l.output.clone();
+        }
+        Ok(Cnn { layers })
+    }
+
+    /// Logits `(batch, classes)` for `xs` of shape `(batch, channels, height, width)`.
+    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor> {
+        let mut xs = xs.clone();
+        for layer in &self.layers {
+            xs = match layer {
+                Layer::Conv { conv, pad, act } => {
+                    let padded = match pad {
+                        Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
+                        None => xs,
+                    };
+                    activate(conv.forward(&padded)?, *act)?
+                }
+                Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s)?,
+                Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s)?,
+                Layer::Flatten => xs.flatten_from(1)?,
+                Layer::Dense { fc, act } => activate(fc.forward(&xs)?, *act)?,
+                Layer::Dropout(d) => d.forward(&xs, train)?,
+            };
+        }
+        Ok(xs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+    use candle_nn::VarMap;
+
+    #[test]
+    fn forward_shape_matches_inferred_shapes_with_same_padding_and_strides() {
+        let t = "[input]\nheight=9\nwidth=7\nchannels=1\n\
+                 [[layers]]\ntype=\"conv2d\"\nfilters=3\nkernel_size=4\nstrides=2\npadding=\"same\"\nactivation=\"gelu\"\n\
+                 [[layers]]\ntype=\"average_pooling2d\"\npool_size=2\nstrides=1\n\
+                 [[layers]]\ntype=\"flatten\"\n[[layers]]\ntype=\"dropout\"\nrate=0.5\n\
+                 [[layers]]\ntype=\"dense\"\nunits=5\nactivation=\"tanh\"\n\
+                 [[layers]]\ntype=\"dense\"\nunits=\"classes\"\nactivation=\"softmax\"\n";
+        let cfg = ModelConfig::parse(t, "m.toml").unwrap();
+        let shapes = cfg.infer_shapes(2).unwrap();
+        assert_eq!(shapes[0].output, vec![3, 5, 4]);
+        let dev = Device::Cpu;
+        let vm = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vm, DType::F32, &dev);
+        let model = Cnn::new(&cfg, 2, vb).unwrap();
+        let xs = Tensor::zeros((4, 1, 9, 7), DType::F32, &dev).unwrap();
+        let ys = model.forward(&xs, true).unwrap();
+        assert_eq!(ys.dims(), &[4, 2]);
+        let params: usize = vm.all_vars().iter().map(|v| v.elem_count()).sum();
+        assert_eq!(params, shapes.iter().map(|l| l.params).sum::<usize>());
+    }
+}
