@@ -58,6 +58,9 @@ pub struct ProfileArgs {
     /// Write the run's summary (settings, stages, epochs, skipped files) as JSON.
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace (JSON) of every span, streamed as the run goes.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,

@@ -85,9 +85,7 @@ impl<'de> Deserialize<'de> for Units {
             Raw::N(n) if n > 0 => Ok(Units::Fixed(n as usize)),
             Raw::N(n) => Err(serde::de::Error::custom(format!("units must be at least 1, got {n}"))),
             Raw::S(s) if s == "classes" => Ok(Units::Classes),
-            Raw::S(s) => Err(serde::de::Error::custom(format!(
-                "units must be a number or \"classes\", got \"{s}\""
-            ))),
+            Raw::S(s) => Err(serde::de::Error::custom(format!("units must be a number or \"classes\", got \"{s}\""))),
         }
     }
 }
@@ -265,8 +263,8 @@ impl ModelConfig {
 
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<ModelConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -430,13 +428,7 @@ pub fn summary_table(layers: &[ShapedLayer], input: &Input) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{:<22} {:<18} {:>10}", "Layer (type)", "Output shape", "Params");
     let _ = writeln!(s, "{}", "─".repeat(52));
-    let _ = writeln!(
-        s,
-        "{:<22} {:<18} {:>10}",
-        "input",
-        fmt_shape(&[input.channels, input.height, input.width]),
-        0
-    );
+    let _ = writeln!(s, "{:<22} {:<18} {:>10}", "input", fmt_shape(&[input.channels, input.height, input.width]), 0);
     for l in layers {
         let _ = writeln!(s, "{:<22} {:<18} {:>10}", l.name, fmt_shape(&l.output), l.params);
     }

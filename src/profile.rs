@@ -6,6 +6,7 @@ use crate::cli::ProfileArgs;
 use crate::config::{self, ModelConfig};
 use crate::data::demo::DemoSpec;
 use crate::data::{self, Loader, LoaderConfig};
+use crate::export::{chrome::ChromeTrace, Exporter};
 use crate::{report, signal, train};
 use anyhow::{bail, Context};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -22,7 +23,10 @@ type Latest = Arc<Mutex<Summary>>;
 fn load_model(args: &ProfileArgs) -> anyhow::Result<(ModelConfig, String)> {
     match &args.model {
         Some(p) => Ok((ModelConfig::load(p)?, p.display().to_string())),
-        None => Ok((ModelConfig::parse(config::DEFAULT_MODEL, "built-in examples/cnn.toml")?, "built-in examples/cnn.toml".into())),
+        None => Ok((
+            ModelConfig::parse(config::DEFAULT_MODEL, "built-in examples/cnn.toml")?,
+            "built-in examples/cnn.toml".into(),
+        )),
     }
 }
 
@@ -106,13 +110,19 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     }
     signal::install();
 
+    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
+    if let Some(path) = &args.trace {
+        let t = ChromeTrace::create(path, &format!("pipeprof: {}", settings.model))
+            .with_context(|| format!("cannot create the trace file {}", path.display()))?;
+        exporters.push(Box::new(t));
+    }
     let latest: Latest = Arc::new(Mutex::new(Summary { settings: settings.clone(), ..Default::default() }));
     let collector = {
         let latest = latest.clone();
         let probe = probe.clone();
         std::thread::Builder::new()
             .name("pp-collector".into())
-            .spawn(move || collect(rx, Aggregator::new(settings), &latest, &probe))?
+            .spawn(move || collect(rx, Aggregator::new(settings), exporters, &latest, &probe))?
     };
 
     let loader_cfg = LoaderConfig {
@@ -164,7 +174,8 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     if outcome.interrupted {
         eprintln!("pipeprof: stopped early (interrupted): the report covers the steps done so far");
     }
-    if summary.images == 0 {
+    // The loop's own count, not the events': those may have been dropped.
+    if outcome.images == 0 && !outcome.interrupted {
         bail!(
             "no usable images in {}: {} files were skipped (see the list above)",
             summary.settings.data,
@@ -174,13 +185,29 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-fn collect(rx: Receiver<Event>, mut agg: Aggregator, latest: &Latest, probe: &Probe) -> Aggregator {
+fn collect(
+    rx: Receiver<Event>,
+    mut agg: Aggregator,
+    mut exporters: Vec<Box<dyn Exporter>>,
+    latest: &Latest,
+    probe: &Probe,
+) -> Aggregator {
     let mut since_publish = 0u32;
+    let export = |ev: &Event, exporters: &mut Vec<Box<dyn Exporter>>| {
+        exporters.retain_mut(|x| match x.event(ev) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("\nwarning: cannot write an export ({e}): that output stops here");
+                false
+            }
+        });
+    };
     while let Ok(ev) = rx.recv() {
         if ev == Event::Finish {
             break;
         }
         let publish = matches!(ev, Event::Step(_) | Event::Skipped { .. });
+        export(&ev, &mut exporters);
         agg.push(&ev);
         since_publish += 1;
         // Publishing costs a summary (µs): do it on steps and skips, and every so many events.
@@ -190,6 +217,19 @@ fn collect(rx: Receiver<Event>, mut agg: Aggregator, latest: &Latest, probe: &Pr
             if let Ok(mut l) = latest.lock() {
                 *l = agg.summary();
             }
+        }
+    }
+    // Thread names whose events were dropped on a full channel are still in the registry.
+    for (id, name) in probes::thread_names() {
+        if !agg.has_thread(id) {
+            let ev = Event::Thread { id, name: name.into_boxed_str() };
+            export(&ev, &mut exporters);
+            agg.push(&ev);
+        }
+    }
+    for x in &mut exporters {
+        if let Err(e) = x.finish() {
+            eprintln!("warning: cannot close an export: {e}");
         }
     }
     agg

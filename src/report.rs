@@ -27,7 +27,14 @@ pub fn render(s: &Summary) -> String {
     let _ = writeln!(
         o,
         "model {} ({} params, input {}×{}×{}) · data {} ({} images, {} classes)",
-        st.model, st.params, st.input[0], st.input[1], st.input[2], st.data, st.images, st.classes.len()
+        st.model,
+        st.params,
+        st.input[0],
+        st.input[1],
+        st.input[2],
+        st.data,
+        st.images,
+        st.classes.len()
     );
     let _ = writeln!(
         o,
@@ -82,7 +89,8 @@ pub fn render(s: &Summary) -> String {
     );
     if !s.epochs.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");
+        let _ =
+            writeln!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");
         for e in &s.epochs {
             let _ = writeln!(
                 o,
@@ -98,7 +106,8 @@ pub fn render(s: &Summary) -> String {
     }
     let _ = writeln!(o);
     if s.skipped_count > 0 {
-        let _ = writeln!(o, "skipped files: {} (unreadable or undecodable; the run went on without them)", s.skipped_count);
+        let _ =
+            writeln!(o, "skipped files: {} (unreadable or undecodable; the run went on without them)", s.skipped_count);
         for k in &s.skipped {
             let _ = writeln!(o, "  {}: {}", k.path, k.reason);
         }

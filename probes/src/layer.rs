@@ -10,6 +10,7 @@ use crate::probe::Probe;
 use crate::stage::Stage;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::Subscriber;
@@ -19,6 +20,14 @@ use tracing_subscriber::layer::{Context, Layer};
 const SLOTS: usize = 16;
 
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(1);
+static THREAD_NAMES: Mutex<Vec<(u32, String)>> = Mutex::new(Vec::new());
+
+/// Every thread that has sent a span so far: (probes thread id, name). The same names also
+/// travel as [`Event::Thread`]; this registry is for readers that missed one (a full channel,
+/// a client that attached late).
+pub fn thread_names() -> Vec<(u32, String)> {
+    THREAD_NAMES.lock().map(|v| v.clone()).unwrap_or_default()
+}
 
 #[derive(Clone, Copy)]
 struct Open {
@@ -61,12 +70,14 @@ impl ProbeLayer {
             let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
             t.set(id);
             let name = match std::thread::current().name() {
-                Some(n) => n.into(),
-                None => format!("thread-{id}").into_boxed_str(),
+                Some(n) => n.to_string(),
+                None => format!("thread-{id}"),
             };
-            // Blocking on purpose: once per thread, and a span without its thread name
-            // would be unreadable in the trace.
-            self.probe.send_blocking(Event::Thread { id, name });
+            if let Ok(mut names) = THREAD_NAMES.lock() {
+                names.push((id, name.clone()));
+            }
+            // Never blocks, like every send from here: a lost name is still in the registry.
+            self.probe.send(Event::Thread { id, name: name.into_boxed_str() });
             id
         })
     }
@@ -104,15 +115,8 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
         let Some(stage) = Stage::from_name(attrs.metadata().name()) else {
             return;
         };
-        let mut open = Open {
-            id: id.into_u64(),
-            stage,
-            start_ns: 0,
-            cpu_start: NONE,
-            step: NONE,
-            sample: NONE,
-            bytes: NONE,
-        };
+        let mut open =
+            Open { id: id.into_u64(), stage, start_ns: 0, cpu_start: NONE, step: NONE, sample: NONE, bytes: NONE };
         attrs.record(&mut Fields(&mut open));
         LOCAL.with(|l| {
             let mut l = l.borrow_mut();
@@ -147,11 +151,7 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
         let Some(open) = with_open(id, |o| *o) else {
             return;
         };
-        let cpu_ns = if open.cpu_start == NONE {
-            NONE
-        } else {
-            clock::thread_cpu_ns().saturating_sub(open.cpu_start)
-        };
+        let cpu_ns = if open.cpu_start == NONE { NONE } else { clock::thread_cpu_ns().saturating_sub(open.cpu_start) };
         let thread = self.thread_id();
         self.probe.send(Event::Span(SpanRecord {
             stage: open.stage,

@@ -6,13 +6,12 @@
 
 pub mod clock;
 pub mod event;
-pub mod fsinfo;
 pub mod layer;
 pub mod probe;
 pub mod sampler;
 pub mod stage;
 
 pub use event::{Event, SpanRecord, StepRecord, NONE};
-pub use layer::ProbeLayer;
+pub use layer::{thread_names, ProbeLayer};
 pub use probe::{Probe, DEFAULT_CAPACITY};
 pub use stage::Stage;

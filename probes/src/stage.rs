@@ -99,10 +99,7 @@ impl Stage {
     /// by construction; `compute` runs on the tensor library's own thread pool, so the
     /// calling thread's CPU clock would not describe it.
     pub const fn takes_cpu_time(self) -> bool {
-        matches!(
-            self,
-            Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Transfer
-        )
+        matches!(self, Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Transfer)
     }
 
     /// Sub-stages are nested inside another stage and are not added to step totals.

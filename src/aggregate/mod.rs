@@ -241,6 +241,10 @@ impl Aggregator {
         }
     }
 
+    pub fn has_thread(&self, id: u32) -> bool {
+        self.threads.contains_key(&id)
+    }
+
     /// Skipped files listed so far (for printing warnings as they arrive).
     pub fn skipped(&self) -> &[Skipped] {
         &self.skipped
@@ -285,7 +289,8 @@ impl Aggregator {
         };
         let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
         let workers = self.settings.workers.max(1) as f64;
-        let loader_busy = if elapsed_ns > 0 { (loader_ns as f64 / (workers * elapsed_ns as f64)).min(1.0) } else { 0.0 };
+        let loader_busy =
+            if elapsed_ns > 0 { (loader_ns as f64 / (workers * elapsed_ns as f64)).min(1.0) } else { 0.0 };
         let epochs = self
             .epochs
             .iter()
@@ -324,7 +329,16 @@ mod tests {
     use super::*;
 
     fn span(stage: Stage, start: u64, dur: u64, cpu: u64) -> Event {
-        Event::Span(SpanRecord { stage, thread: 1, start_ns: start, dur_ns: dur, cpu_ns: cpu, step: 0, sample: NONE, bytes: NONE })
+        Event::Span(SpanRecord {
+            stage,
+            thread: 1,
+            start_ns: start,
+            dur_ns: dur,
+            cpu_ns: cpu,
+            step: 0,
+            sample: NONE,
+            bytes: NONE,
+        })
     }
 
     fn step(step: u64, epoch: u32, loss: f32, correct: u32, end: u64) -> Event {

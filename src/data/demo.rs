@@ -44,7 +44,7 @@ impl DemoSpec {
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .unwrap_or_else(std::env::temp_dir);
-        base.join("pipeprof").join("demo-v1")
+        base.join("pipeprof").join("demo-v2")
     }
 
     /// Whether `dir` already holds exactly this data set (complete: the marker is written last).
@@ -88,11 +88,12 @@ impl DemoSpec {
 
 /// A shape on a noisy gradient background; colours random, so only the shape tells the class.
 fn draw(shape: &str, w: u32, h: u32, rng: &mut SplitMix) -> RgbImage {
-    let bg0 = [rng.below(200) as f32, rng.below(200) as f32, rng.below(200) as f32];
-    let bg1 = [rng.below(200) as f32, rng.below(200) as f32, rng.below(200) as f32];
-    let fg = [55 + rng.below(200) as u8, 55 + rng.below(200) as u8, 55 + rng.below(200) as u8];
+    // Dark backgrounds, bright shapes: colours vary, the contrast does not.
+    let bg0 = [rng.below(90) as f32, rng.below(90) as f32, rng.below(90) as f32];
+    let bg1 = [rng.below(90) as f32, rng.below(90) as f32, rng.below(90) as f32];
+    let fg = [160 + rng.below(96) as u8, 160 + rng.below(96) as u8, 160 + rng.below(96) as u8];
     let m = w.min(h) as f64;
-    let r = m * (0.25 + 0.15 * rng.unit());
+    let r = m * (0.28 + 0.12 * rng.unit());
     let cx = w as f64 * (0.4 + 0.2 * rng.unit());
     let cy = h as f64 * (0.4 + 0.2 * rng.unit());
     let thick = (m * 0.08).max(2.0);
@@ -100,7 +101,7 @@ fn draw(shape: &str, w: u32, h: u32, rng: &mut SplitMix) -> RgbImage {
     for y in 0..h {
         for x in 0..w {
             let t = (x + y) as f32 / (w + h) as f32;
-            let noise = rng.below(24) as f32;
+            let noise = rng.below(16) as f32;
             let mut px = [0u8; 3];
             for c in 0..3 {
                 px[c] = (bg0[c] * (1.0 - t) + bg1[c] * t + noise).min(255.0) as u8;

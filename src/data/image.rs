@@ -40,9 +40,8 @@ pub fn decode(bytes: &[u8], channels: usize) -> Result<Pixels, ImageError> {
     if bytes.is_empty() {
         return Err(ImageError::Empty);
     }
-    let reader = ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| ImageError::Decode(e.to_string()))?;
+    let reader =
+        ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| ImageError::Decode(e.to_string()))?;
     let Some(format) = reader.format() else {
         return Err(ImageError::UnknownFormat);
     };
@@ -70,12 +69,7 @@ fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
     }
     let px = width as u64 * height as u64;
     if px > MAX_PIXELS {
-        return Err(ImageError::TooLarge {
-            width,
-            height,
-            mp: px as f64 / 1e6,
-            limit: MAX_PIXELS / (1024 * 1024),
-        });
+        return Err(ImageError::TooLarge { width, height, mp: px as f64 / 1e6, limit: MAX_PIXELS / (1024 * 1024) });
     }
     Ok(())
 }

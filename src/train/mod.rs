@@ -50,7 +50,9 @@ impl Opt {
     fn new(kind: OptimizerKind, lr: f64, vm: &VarMap) -> candle_core::Result<Opt> {
         let vars = vm.all_vars();
         Ok(match kind {
-            OptimizerKind::Adam => Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() })?),
+            OptimizerKind::Adam => {
+                Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() })?)
+            }
             OptimizerKind::Adamw => Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, ..Default::default() })?),
             OptimizerKind::Sgd => Opt::Sgd(SGD::new(vars, lr)?),
         })

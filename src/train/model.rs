@@ -65,7 +65,8 @@ impl Cnn {
                     };
                     let fc = candle_nn::linear(in_shape[0], out, vb.pp(&l.name))?;
                     // A final softmax is folded into the cross-entropy loss on the logits.
-                    let act = if i == last && *activation == Activation::Softmax { Activation::Linear } else { *activation };
+                    let act =
+                        if i == last && *activation == Activation::Softmax { Activation::Linear } else { *activation };
                     Layer::Dense { fc, act }
                 }
                 LayerSpec::Dropout { rate } => Layer::Dropout(Dropout::new(*rate as f32)),

@@ -1,0 +1,76 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Layer times stage spans, carries their fields, ignores other spans, and never blocks.
+
+use probes::{Event, Probe, ProbeLayer, Stage, NONE};
+use tracing::info_span;
+use tracing_subscriber::layer::SubscriberExt;
+
+fn spans(rx: &crossbeam_channel::Receiver<Event>) -> Vec<probes::SpanRecord> {
+    rx.try_iter()
+        .filter_map(|e| match e {
+            Event::Span(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn stage_spans_are_timed_with_fields_and_others_ignored() {
+    let (probe, rx) = Probe::new(1024);
+    let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    tracing::subscriber::with_default(sub, || {
+        let outer = info_span!("compute", step = 3u64);
+        let _o = outer.enter();
+        {
+            let s = info_span!("read", step = 3u64, sample = 17u64, bytes = tracing::field::Empty);
+            let _g = s.enter();
+            s.record("bytes", 4096u64);
+            let mut x = 0u64;
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x ^ i);
+            }
+        }
+        let _unrelated = info_span!("my_own_span").entered();
+    });
+    let got = spans(&rx);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let read = got[0];
+    assert_eq!((read.stage, read.step, read.sample, read.bytes), (Stage::Read, 3, 17, 4096));
+    assert!(read.cpu_ns != NONE && read.cpu_ns <= read.dur_ns + 1_000_000);
+    let compute = got[1];
+    assert_eq!(compute.stage, Stage::Compute);
+    assert_eq!(compute.cpu_ns, NONE, "compute's CPU runs on other threads: not measured");
+    assert!(compute.start_ns <= read.start_ns && read.end_ns() <= compute.end_ns(), "nesting kept");
+    assert_eq!(read.thread, compute.thread);
+    assert!(probes::thread_names().iter().any(|(id, _)| *id == read.thread));
+}
+
+#[test]
+fn a_full_channel_drops_and_counts_instead_of_blocking() {
+    let (probe, rx) = Probe::new(4);
+    let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    tracing::subscriber::with_default(sub, || {
+        for i in 0..100u64 {
+            let _g = info_span!("decode", sample = i).entered();
+        }
+    });
+    let received = rx.try_iter().count() as u64;
+    assert_eq!(received, 4);
+    // 100 spans + 1 thread-name event were offered; 4 fitted.
+    assert_eq!(probe.dropped(), 101 - received);
+}
+
+#[test]
+fn re_entered_span_sends_one_record_per_entry() {
+    let (probe, rx) = Probe::new(64);
+    let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe));
+    tracing::subscriber::with_default(sub, || {
+        let s = info_span!("transfer", step = 1u64);
+        for _ in 0..3 {
+            let _g = s.enter();
+        }
+    });
+    let got = spans(&rx);
+    assert_eq!(got.len(), 3);
+    assert!(got.windows(2).all(|w| w[0].end_ns() <= w[1].start_ns));
+}
