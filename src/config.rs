@@ -527,7 +527,7 @@ mod tests {
     #[test]
     fn shape_collapse_names_the_layer() {
         let t = "[input]\nheight = 8\nwidth = 8\n[[layers]]\ntype=\"conv2d\"\nfilters=2\nkernel_size=5\n\
-                 [[layers]]\ntype=\"max_pooling2d\"\npool_size=4\n[[layers]]\ntype=\"flatten\"\n\
+                 [[layers]]\ntype=\"max_pooling2d\"\npool_size=5\n[[layers]]\ntype=\"flatten\"\n\
                  [[layers]]\ntype=\"dense\"\nunits=\"classes\"\n";
         let cfg = ModelConfig::parse(t, "m.toml").unwrap();
         let e = cfg.infer_shapes(2).unwrap_err();

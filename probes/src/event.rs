@@ -59,6 +59,9 @@ pub struct StepRecord {
 pub enum Event {
     /// A stage span closed.
     Span(SpanRecord),
+    /// Several closed stage spans from one thread, in the order they closed (the Layer
+    /// batches them; readers handle them like that many [`Event::Span`]s).
+    Spans(Vec<SpanRecord>),
     /// A thread sent its first span: its probes id and name.
     Thread {
         /// Probes thread id.

@@ -1,14 +1,17 @@
-//! The tracing Layer: times stage spans and sends one small record per span.
+//! The tracing Layer: times stage spans and sends small records in per-thread batches.
 //!
-//! The lean path: no span extensions (a lock and a map per span), no allocation. Open stage
-//! spans live in a small per-thread table keyed by span id; `enter` stamps the start, `exit`
-//! computes the duration and `try_send`s one [`SpanRecord`].
+//! The lean path: no span extensions (a lock and a map per span) and one thread-local access
+//! per callback. Open stage spans live in a small per-thread table keyed by span id; `enter`
+//! stamps the start, `exit` computes the duration and appends one [`SpanRecord`] to a
+//! per-thread batch. The batch is sent with one `try_send` when it holds [`BATCH`] records,
+//! [`FLUSH_NS`] after the thread's previous send, or when the thread exits: the channel's
+//! cross-core traffic is paid once per batch, not per span.
 
 use crate::clock;
 use crate::event::{Event, SpanRecord, NONE};
 use crate::probe::Probe;
 use crate::stage::Stage;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use tracing_core::field::{Field, Visit};
@@ -18,6 +21,10 @@ use tracing_subscriber::layer::{Context, Layer};
 
 /// Open stage spans a thread can hold at once (nesting depth plus created-not-entered).
 const SLOTS: usize = 16;
+/// Records per batch.
+pub const BATCH: usize = 64;
+/// A thread's records wait at most this long after its previous send (checked at span exit).
+pub const FLUSH_NS: u64 = 5_000_000;
 
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(1);
 static THREAD_NAMES: Mutex<Vec<(u32, String)>> = Mutex::new(Vec::new());
@@ -40,14 +47,84 @@ struct Open {
     bytes: u64,
 }
 
+/// Everything the Layer keeps per thread.
 struct Local {
     open: [Option<Open>; SLOTS],
     next_victim: usize,
+    thread: u32,
+    buf: Vec<SpanRecord>,
+    probe: Option<Probe>,
+    last_send_ns: u64,
+    /// Wall and CPU clock at the last exit of a CPU-timed span.
+    last_exit: (u64, u64),
+}
+
+/// A CPU-timed span entered within this long of the previous one's exit reuses that CPU
+/// clock reading: back-to-back stages (read → decode → resize) then cost one system call
+/// per boundary instead of two.
+const REUSE_CPU_READING_NS: u64 = 2_000;
+
+impl Local {
+    fn find(&mut self, id: u64) -> Option<&mut Open> {
+        self.open.iter_mut().flatten().find(|o| o.id == id)
+    }
+
+    fn flush(&mut self) {
+        if let Some(p) = &self.probe {
+            if !self.buf.is_empty() {
+                p.send_spans(std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH)));
+            }
+        }
+    }
+
+    fn thread_id(&mut self, probe: &Probe) -> u32 {
+        if self.thread != 0 {
+            return self.thread;
+        }
+        let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+        self.thread = id;
+        let name = match std::thread::current().name() {
+            Some(n) => n.to_string(),
+            None => format!("thread-{id}"),
+        };
+        if let Ok(mut names) = THREAD_NAMES.lock() {
+            names.push((id, name.clone()));
+        }
+        // Never blocks, like every send from here: a lost name is still in the registry.
+        probe.send(Event::Thread { id, name: name.into_boxed_str() });
+        id
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local { open: [None; SLOTS], next_victim: 0 }) };
-    static THREAD_ID: Cell<u32> = const { Cell::new(0) };
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local {
+            open: [None; SLOTS],
+            next_victim: 0,
+            thread: 0,
+            buf: Vec::new(),
+            probe: None,
+            last_send_ns: 0,
+            last_exit: (0, 0),
+        })
+    };
+}
+
+fn with_local<R>(f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+    LOCAL.try_with(|l| l.try_borrow_mut().ok().map(|mut l| f(&mut l))).ok().flatten()
+}
+
+/// Sends the calling thread's batched span records now. Threads flush on their own when a
+/// batch fills, a few milliseconds pass, or the thread exits; call this before reading the
+/// channel from the same thread, or before a long idle period.
+pub fn flush_thread() {
+    with_local(Local::flush);
 }
 
 /// Times spans whose names are [`Stage`] names and sends them through a [`Probe`].
@@ -59,27 +136,6 @@ impl ProbeLayer {
     /// A layer that sends through `probe`.
     pub fn new(probe: Probe) -> Self {
         ProbeLayer { probe }
-    }
-
-    fn thread_id(&self) -> u32 {
-        THREAD_ID.with(|t| {
-            let id = t.get();
-            if id != 0 {
-                return id;
-            }
-            let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-            t.set(id);
-            let name = match std::thread::current().name() {
-                Some(n) => n.to_string(),
-                None => format!("thread-{id}"),
-            };
-            if let Ok(mut names) = THREAD_NAMES.lock() {
-                names.push((id, name.clone()));
-            }
-            // Never blocks, like every send from here: a lost name is still in the registry.
-            self.probe.send(Event::Thread { id, name: name.into_boxed_str() });
-            id
-        })
     }
 }
 
@@ -102,14 +158,6 @@ impl Visit for Fields<'_> {
     fn record_debug(&mut self, _field: &Field, _value: &dyn std::fmt::Debug) {}
 }
 
-fn with_open<R>(id: &Id, f: impl FnOnce(&mut Open) -> R) -> Option<R> {
-    let key = id.into_u64();
-    LOCAL.with(|l| {
-        let mut l = l.borrow_mut();
-        l.open.iter_mut().flatten().find(|o| o.id == key).map(f)
-    })
-}
-
 impl<S: Subscriber> Layer<S> for ProbeLayer {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         let Some(stage) = Stage::from_name(attrs.metadata().name()) else {
@@ -118,8 +166,7 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
         let mut open =
             Open { id: id.into_u64(), stage, start_ns: 0, cpu_start: NONE, step: NONE, sample: NONE, bytes: NONE };
         attrs.record(&mut Fields(&mut open));
-        LOCAL.with(|l| {
-            let mut l = l.borrow_mut();
+        with_local(|l| {
             let slot = match l.open.iter().position(Option::is_none) {
                 Some(i) => i,
                 None => {
@@ -134,41 +181,72 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
-        with_open(id, |o| values.record(&mut Fields(o)));
+        with_local(|l| {
+            if let Some(o) = l.find(id.into_u64()) {
+                values.record(&mut Fields(o));
+            }
+        });
     }
 
     fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
-        with_open(id, |o| {
-            if o.stage.takes_cpu_time() {
-                o.cpu_start = clock::thread_cpu_ns();
+        with_local(|l| {
+            let last = l.last_exit;
+            if let Some(o) = l.find(id.into_u64()) {
+                o.start_ns = clock::now_ns();
+                if o.stage.takes_cpu_time() {
+                    o.cpu_start = if o.start_ns.saturating_sub(last.0) < REUSE_CPU_READING_NS {
+                        last.1
+                    } else {
+                        clock::thread_cpu_ns()
+                    };
+                }
             }
-            o.start_ns = clock::now_ns();
         });
     }
 
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
         let end = clock::now_ns();
-        let Some(open) = with_open(id, |o| *o) else {
-            return;
-        };
-        let cpu_ns = if open.cpu_start == NONE { NONE } else { clock::thread_cpu_ns().saturating_sub(open.cpu_start) };
-        let thread = self.thread_id();
-        self.probe.send(Event::Span(SpanRecord {
-            stage: open.stage,
-            thread,
-            start_ns: open.start_ns,
-            dur_ns: end.saturating_sub(open.start_ns),
-            cpu_ns,
-            step: open.step,
-            sample: open.sample,
-            bytes: open.bytes,
-        }));
+        with_local(|l| {
+            let Some(open) = l.find(id.into_u64()).map(|o| *o) else {
+                return;
+            };
+            let cpu_ns = if open.cpu_start == NONE {
+                NONE
+            } else {
+                let now_cpu = clock::thread_cpu_ns();
+                l.last_exit = (clock::now_ns(), now_cpu);
+                now_cpu.saturating_sub(open.cpu_start)
+            };
+            if !l.probe.as_ref().is_some_and(|q| q.same_channel(&self.probe)) {
+                // This thread now reports to another layer: hand the old batch to its owner.
+                l.flush();
+                l.probe = Some(self.probe.clone());
+                l.last_send_ns = end;
+            }
+            let rec = SpanRecord {
+                stage: open.stage,
+                thread: l.thread_id(&self.probe),
+                start_ns: open.start_ns,
+                dur_ns: end.saturating_sub(open.start_ns),
+                cpu_ns,
+                step: open.step,
+                sample: open.sample,
+                bytes: open.bytes,
+            };
+            if l.buf.capacity() == 0 {
+                l.buf.reserve_exact(BATCH);
+            }
+            l.buf.push(rec);
+            if l.buf.len() >= BATCH || end.saturating_sub(l.last_send_ns) >= FLUSH_NS {
+                l.last_send_ns = end;
+                l.flush();
+            }
+        });
     }
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         let key = id.into_u64();
-        LOCAL.with(|l| {
-            let mut l = l.borrow_mut();
+        with_local(|l| {
             if let Some(slot) = l.open.iter_mut().find(|o| matches!(o, Some(o) if o.id == key)) {
                 *slot = None;
             }

@@ -6,12 +6,13 @@
 
 pub mod clock;
 pub mod event;
+pub mod fsinfo;
 pub mod layer;
 pub mod probe;
 pub mod sampler;
 pub mod stage;
 
 pub use event::{Event, SpanRecord, StepRecord, NONE};
-pub use layer::{thread_names, ProbeLayer};
+pub use layer::{flush_thread, thread_names, ProbeLayer};
 pub use probe::{Probe, DEFAULT_CAPACITY};
 pub use stage::Stage;

@@ -33,6 +33,20 @@ impl Probe {
         }
     }
 
+    /// Sends a batch of span records; if it does not fit, all of them count as dropped.
+    #[inline]
+    pub fn send_spans(&self, batch: Vec<crate::event::SpanRecord>) {
+        let n = batch.len() as u64;
+        if self.tx.try_send(Event::Spans(batch)).is_err() {
+            self.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether two probes feed the same channel.
+    pub fn same_channel(&self, other: &Probe) -> bool {
+        Arc::ptr_eq(&self.dropped, &other.dropped)
+    }
+
     /// Sends, waiting for room: only for rare control events such as [`Event::Finish`].
     /// Returns false when the collector is gone.
     pub fn send_blocking(&self, ev: Event) -> bool {

@@ -6,10 +6,12 @@ use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;
 
 fn spans(rx: &crossbeam_channel::Receiver<Event>) -> Vec<probes::SpanRecord> {
+    probes::flush_thread();
     rx.try_iter()
-        .filter_map(|e| match e {
-            Event::Span(s) => Some(s),
-            _ => None,
+        .flat_map(|e| match e {
+            Event::Span(s) => vec![s],
+            Event::Spans(v) => v,
+            _ => vec![],
         })
         .collect()
 }
@@ -47,17 +49,44 @@ fn stage_spans_are_timed_with_fields_and_others_ignored() {
 
 #[test]
 fn a_full_channel_drops_and_counts_instead_of_blocking() {
-    let (probe, rx) = Probe::new(4);
+    let (probe, rx) = Probe::new(1);
+    probe.send(Event::Finish); // the collector is stuck: the channel is full
     let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
     tracing::subscriber::with_default(sub, || {
         for i in 0..100u64 {
             let _g = info_span!("decode", sample = i).entered();
         }
     });
-    let received = rx.try_iter().count() as u64;
-    assert_eq!(received, 4);
-    // 100 spans + 1 thread-name event were offered; 4 fitted.
-    assert_eq!(probe.dropped(), 101 - received);
+    probes::flush_thread();
+    assert_eq!(rx.try_iter().count(), 1);
+    // 100 spans (a full batch, then the rest) + 1 thread-name event: all counted, none waited for.
+    assert_eq!(probe.dropped(), 101);
+}
+
+#[test]
+fn spans_are_batched_and_flushed_when_the_thread_exits() {
+    let (probe, rx) = Probe::new(1024);
+    let layer_probe = probe.clone();
+    std::thread::spawn(move || {
+        let sub = tracing_subscriber::registry().with(ProbeLayer::new(layer_probe));
+        tracing::subscriber::with_default(sub, || {
+            for i in 0..(probes::layer::BATCH as u64 + 3) {
+                let _g = info_span!("resize", sample = i).entered();
+            }
+        });
+    })
+    .join()
+    .unwrap();
+    let batches: Vec<usize> = rx
+        .try_iter()
+        .filter_map(|e| match e {
+            Event::Spans(v) => Some(v.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(batches.iter().sum::<usize>(), probes::layer::BATCH + 3, "{batches:?}");
+    assert!(batches.len() < probes::layer::BATCH, "records travel in batches: {batches:?}");
+    assert_eq!(probe.dropped(), 0);
 }
 
 #[test]

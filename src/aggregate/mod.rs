@@ -198,6 +198,12 @@ impl Aggregator {
     }
 
     pub fn push(&mut self, ev: &Event) {
+        if let Event::Spans(batch) = ev {
+            for s in batch {
+                self.push(&Event::Span(*s));
+            }
+            return;
+        }
         self.received += 1;
         match ev {
             Event::Span(s) => {
@@ -237,7 +243,7 @@ impl Aggregator {
                     self.skipped.push(Skipped { path: path.to_string(), reason: reason.to_string() });
                 }
             }
-            Event::Host(_) | Event::Gpu(_) | Event::Finish => {}
+            Event::Host(_) | Event::Gpu(_) | Event::Finish | Event::Spans(_) => {}
         }
     }
 

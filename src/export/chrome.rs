@@ -56,6 +56,12 @@ impl<W: Write + Send> ChromeTrace<W> {
 
 impl<W: Write + Send> Exporter for ChromeTrace<W> {
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        if let Event::Spans(batch) = ev {
+            for s in batch {
+                self.event(&Event::Span(*s))?;
+            }
+            return Ok(());
+        }
         let pid = self.pid;
         let line = match ev {
             Event::Span(s) => {
@@ -89,7 +95,7 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 "ph": "i", "s": "g", "name": "skipped file", "pid": pid, "tid": 0,
                 "ts": us(probes::clock::now_ns()), "args": {"path": path, "reason": reason}
             }),
-            Event::Step(_) | Event::Host(_) | Event::Gpu(_) | Event::Finish => return Ok(()),
+            Event::Step(_) | Event::Host(_) | Event::Gpu(_) | Event::Finish | Event::Spans(_) => return Ok(()),
         };
         self.raw(&line.to_string())?;
         self.since_flush += 1;

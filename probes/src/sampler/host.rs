@@ -1,0 +1,468 @@
+//! The host sampler: CPU (sysinfo), the process's CPU, memory and storage I/O, iowait and
+//! named threads' CPU (procfs). Everything Linux-specific reads `/proc` and degrades to
+//! `None` elsewhere.
+
+use super::{HostSample, SamplerError, ThreadCpu};
+use crate::clock;
+use crate::fsinfo::{self, FsKind};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, MINIMUM_CPU_UPDATE_INTERVAL};
+
+/// Whether the kernel accounts storage bytes per process here (see [`probe_io_accounting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoAccounting {
+    /// Reads that reach storage show up in `read_bytes` of `/proc/<pid>/io`.
+    pub reads: bool,
+    /// Writes show up in `write_bytes`.
+    pub writes: bool,
+}
+
+impl IoAccounting {
+    /// Not checked: trust the counters when they are readable.
+    pub const ASSUMED: IoAccounting = IoAccounting { reads: true, writes: true };
+}
+
+/// Cumulative counters of `/proc/<pid>/io`, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcIo {
+    /// Returned by read system calls (any source).
+    pub rchar: u64,
+    /// Written by write system calls.
+    pub wchar: u64,
+    /// Fetched from storage.
+    pub read_bytes: u64,
+    /// Sent (or to be sent) to storage.
+    pub write_bytes: u64,
+}
+
+/// Whole-machine CPU time from the first line of `/proc/stat`, clock ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuTimes {
+    /// All states (guest time is already inside user time, so not added again).
+    pub total: u64,
+    /// Idle while waiting for I/O.
+    pub iowait: u64,
+}
+
+/// One thread's name and CPU ticks, from `/proc/<pid>/task/<tid>/stat`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStat {
+    /// `comm`: the thread name.
+    pub comm: String,
+    /// User + system time, clock ticks.
+    pub ticks: u64,
+}
+
+/// CPU % from two readings of a CPU-time counter `dt_ns` apart: 100 = one core busy.
+pub fn cpu_pct(prev_cpu_ns: u64, cur_cpu_ns: u64, dt_ns: u64) -> f32 {
+    if dt_ns == 0 {
+        return 0.0;
+    }
+    (cur_cpu_ns.saturating_sub(prev_cpu_ns) as f64 * 100.0 / dt_ns as f64) as f32
+}
+
+/// Per-second rate of a cumulative counter; `None` when no time passed or the counter went
+/// backwards (a reset: no honest rate exists).
+pub fn rate_per_s(prev: u64, cur: u64, dt_ns: u64) -> Option<f64> {
+    if dt_ns == 0 || cur < prev {
+        return None;
+    }
+    Some((cur - prev) as f64 * 1e9 / dt_ns as f64)
+}
+
+/// % of CPU time spent in iowait between two `/proc/stat` readings.
+pub fn iowait_pct(prev: CpuTimes, cur: CpuTimes) -> Option<f32> {
+    let total = cur.total.checked_sub(prev.total)?;
+    let iowait = cur.iowait.checked_sub(prev.iowait)?;
+    if total == 0 {
+        return None;
+    }
+    Some((iowait as f64 * 100.0 / total as f64) as f32)
+}
+
+/// Parses the aggregate `cpu` line of `/proc/stat`.
+pub fn parse_proc_stat_total(text: &str) -> Option<CpuTimes> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).map_while(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice]
+    if v.len() < 5 {
+        return None;
+    }
+    let total = v.iter().take(8).sum();
+    Some(CpuTimes { total, iowait: v[4] })
+}
+
+/// Parses `/proc/<pid>/io`; `None` unless all four byte counters are present.
+pub fn parse_proc_io(text: &str) -> Option<ProcIo> {
+    let (mut rchar, mut wchar, mut read_bytes, mut write_bytes) = (None, None, None, None);
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim().parse::<u64>().ok();
+        match key {
+            "rchar" => rchar = value,
+            "wchar" => wchar = value,
+            "read_bytes" => read_bytes = value,
+            "write_bytes" => write_bytes = value,
+            _ => {}
+        }
+    }
+    Some(ProcIo { rchar: rchar?, wchar: wchar?, read_bytes: read_bytes?, write_bytes: write_bytes? })
+}
+
+/// Parses `/proc/<pid>/task/<tid>/stat` (or `/proc/<pid>/stat`).
+///
+/// The name sits in parentheses and may itself contain spaces and parentheses, so fields are
+/// counted from the last `)`.
+pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    // After ") ": field 3 (state) onwards; utime and stime are fields 14 and 15.
+    let mut rest = text.get(close + 1..)?.split_whitespace().skip(11);
+    let utime: u64 = rest.next()?.parse().ok()?;
+    let stime: u64 = rest.next()?.parse().ok()?;
+    Some(TaskStat { comm, ticks: utime + stime })
+}
+
+fn read_proc_io(pid: u32) -> Option<ProcIo> {
+    parse_proc_io(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
+}
+
+fn read_proc_stat() -> Option<CpuTimes> {
+    parse_proc_stat_total(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// Checks, with a scratch file in `dir`, whether the kernel counts this process's storage
+/// reads and writes: write and fsync 256 KiB, drop it from the page cache
+/// (`posix_fadvise(DONTNEED)`), read it back, and see whether `/proc/self/io` moved.
+///
+/// `dir` must be on a block-device filesystem: tmpfs, FUSE and network filesystems never
+/// reach a block device, so they would say "no" about a kernel that does count.
+pub fn probe_io_accounting(dir: &Path) -> std::io::Result<IoAccounting> {
+    let path = dir.join(format!(".pipeprof-io-probe-{}-{}", std::process::id(), clock::now_ns()));
+    let result = probe_with_file(&path);
+    // Best effort: the file is ours and small; a failure to remove it changes no verdict.
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+fn probe_with_file(path: &Path) -> std::io::Result<IoAccounting> {
+    let unreadable = || std::io::Error::other("/proc/self/io is not readable");
+    let data = vec![0x5Au8; 256 * 1024];
+    let before_write = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(&data)?;
+    f.sync_all()?;
+    drop_from_page_cache(&f);
+    drop(f);
+    let before_read = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
+    let mut buf = Vec::with_capacity(data.len());
+    std::fs::File::open(path)?.read_to_end(&mut buf)?;
+    let after = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
+    Ok(IoAccounting {
+        reads: after.read_bytes > before_read.read_bytes,
+        writes: before_read.write_bytes > before_write.write_bytes,
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn drop_from_page_cache(f: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open descriptor; the advice only affects cached pages of this file.
+    // A failure (unsupported) leaves the pages cached and the probe answers "no reads seen".
+    unsafe {
+        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn drop_from_page_cache(_f: &std::fs::File) {}
+
+/// Probes I/O accounting in the first local-disk scratch directory (the temp dir, then
+/// `/var/tmp`). Without `/proc/self/io` nothing is measurable; with it but no local scratch
+/// directory (temp on tmpfs, `/var/tmp` missing), the counters are trusted unverified.
+pub fn io_accounting_here() -> IoAccounting {
+    if read_proc_io(std::process::id()).is_none() {
+        return IoAccounting { reads: false, writes: false };
+    }
+    let candidates: [PathBuf; 2] = [std::env::temp_dir(), PathBuf::from("/var/tmp")];
+    for dir in &candidates {
+        if fsinfo::detect(dir).kind != FsKind::Local {
+            continue;
+        }
+        if let Ok(acc) = probe_io_accounting(dir) {
+            return acc;
+        }
+    }
+    IoAccounting::ASSUMED
+}
+
+/// Whether storage reads of this process can be measured here ([`io_accounting_here`]).
+pub fn storage_reads_measurable() -> bool {
+    io_accounting_here().reads
+}
+
+/// Takes host samples of one process. Each [`HostSampler::sample`] reports rates since the
+/// previous one (or since [`HostSampler::new`]).
+pub struct HostSampler {
+    sys: System,
+    pid: u32,
+    // Our own process: its CPU clock is exact (ns), sysinfo's is in 10 ms ticks.
+    own: bool,
+    prefixes: Vec<String>,
+    io: IoAccounting,
+    tick_ns: u64,
+    last_cpu_refresh_ns: u64,
+    cpu_ready: bool,
+    global_cpu_pct: f32,
+    per_core_pct: Vec<f32>,
+    prev_t_ns: u64,
+    prev_proc_cpu_ns: u64,
+    prev_io: Option<ProcIo>,
+    prev_stat: Option<CpuTimes>,
+    prev_threads: HashMap<u32, u64>,
+}
+
+impl std::fmt::Debug for HostSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSampler").field("pid", &self.pid).field("io", &self.io).finish_non_exhaustive()
+    }
+}
+
+impl HostSampler {
+    /// A sampler for process `pid`, with per-thread CPU for threads whose names start with
+    /// one of `thread_prefixes`. Takes the baseline readings.
+    pub fn new(pid: u32, thread_prefixes: Vec<String>, io: IoAccounting) -> Result<Self, SamplerError> {
+        let sys = System::new().map_err(|e| SamplerError::Host(e.to_string()))?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let mut s = HostSampler {
+            sys,
+            pid,
+            own: pid == std::process::id(),
+            prefixes: thread_prefixes,
+            io,
+            // 100 Hz is the Linux default; only a failing sysconf falls back to it.
+            tick_ns: if hz > 0 { 1_000_000_000 / hz as u64 } else { 10_000_000 },
+            last_cpu_refresh_ns: 0,
+            cpu_ready: false,
+            global_cpu_pct: 0.0,
+            per_core_pct: Vec::new(),
+            prev_t_ns: 0,
+            prev_proc_cpu_ns: 0,
+            prev_io: None,
+            prev_stat: None,
+            prev_threads: HashMap::new(),
+        };
+        s.sys.refresh_cpu_usage();
+        s.last_cpu_refresh_ns = clock::now_ns();
+        s.prev_t_ns = s.last_cpu_refresh_ns;
+        s.prev_proc_cpu_ns = s.process_cpu_ns().1;
+        s.prev_io = read_proc_io(pid);
+        s.prev_stat = read_proc_stat();
+        s.threads(0);
+        Ok(s)
+    }
+
+    /// Sets what the kernel accounts (from [`io_accounting_here`]) and restarts the I/O
+    /// baseline, so bytes moved before this call are in no rate.
+    pub fn set_io_accounting(&mut self, io: IoAccounting) {
+        self.io = io;
+        self.prev_io = read_proc_io(self.pid);
+    }
+
+    /// What the I/O rates trust.
+    pub fn io_accounting(&self) -> IoAccounting {
+        self.io
+    }
+
+    /// Takes one sample. The first one after [`HostSampler::new`] waits until sysinfo's
+    /// minimum CPU interval (200 ms) has passed since then; later ones never wait, reusing
+    /// the global and per-core CPU figures when called faster than that.
+    pub fn sample(&mut self) -> HostSample {
+        let since = clock::now_ns().saturating_sub(self.last_cpu_refresh_ns);
+        let min_ns = MINIMUM_CPU_UPDATE_INTERVAL.as_nanos() as u64;
+        if !self.cpu_ready && since < min_ns {
+            // Without a second refresh ≥ 200 ms after the first, sysinfo has no CPU figures.
+            std::thread::sleep(std::time::Duration::from_nanos(min_ns - since));
+        }
+        if !self.cpu_ready || clock::now_ns().saturating_sub(self.last_cpu_refresh_ns) >= min_ns {
+            self.sys.refresh_cpu_usage();
+            self.last_cpu_refresh_ns = clock::now_ns();
+            self.cpu_ready = true;
+            self.global_cpu_pct = self.sys.global_cpu_usage();
+            self.per_core_pct.clear();
+            self.per_core_pct.extend(self.sys.cpus().iter().map(|c| c.usage()));
+        }
+
+        let (rss_bytes, proc_cpu_ns) = self.process_cpu_ns();
+        let t_ns = clock::now_ns();
+        let dt = t_ns.saturating_sub(self.prev_t_ns);
+
+        let io = read_proc_io(self.pid);
+        let rate = |f: fn(&ProcIo) -> u64, ok: bool| match (self.prev_io, io) {
+            (Some(p), Some(c)) if ok => rate_per_s(f(&p), f(&c), dt),
+            _ => None,
+        };
+        let read_bytes_per_s = rate(|i| i.read_bytes, self.io.reads);
+        let write_bytes_per_s = rate(|i| i.write_bytes, self.io.writes);
+        let syscall_read_bytes_per_s = rate(|i| i.rchar, true);
+
+        let stat = read_proc_stat();
+        let iowait = match (self.prev_stat, stat) {
+            (Some(p), Some(c)) => iowait_pct(p, c),
+            _ => None,
+        };
+
+        let threads = self.threads(dt);
+        let sample = HostSample {
+            t_ns,
+            global_cpu_pct: self.global_cpu_pct,
+            per_core_pct: self.per_core_pct.clone(),
+            process_cpu_pct: cpu_pct(self.prev_proc_cpu_ns, proc_cpu_ns, dt),
+            process_cpu_ns: proc_cpu_ns,
+            rss_bytes,
+            read_bytes_per_s,
+            write_bytes_per_s,
+            syscall_read_bytes_per_s,
+            iowait_pct: iowait,
+            threads,
+        };
+        self.prev_t_ns = t_ns;
+        self.prev_proc_cpu_ns = proc_cpu_ns;
+        // A failed read keeps the older baseline: the next rate then spans both intervals.
+        if io.is_some() {
+            self.prev_io = io;
+        }
+        if stat.is_some() {
+            self.prev_stat = stat;
+        }
+        sample
+    }
+
+    /// (RSS bytes, cumulative CPU ns) of the sampled process.
+    fn process_cpu_ns(&mut self) -> (u64, u64) {
+        let pid = Pid::from_u32(self.pid);
+        let mut kind = ProcessRefreshKind::nothing().without_tasks().with_memory();
+        if !self.own {
+            kind = kind.with_cpu();
+        }
+        self.sys.refresh_processes_specifics(ProcessesToUpdate::Some(&[pid]), true, kind);
+        let proc = self.sys.process(pid);
+        let rss = proc.map_or(0, |p| p.memory());
+        let cpu = if self.own {
+            clock::process_cpu_ns()
+        } else {
+            proc.map_or(self.prev_proc_cpu_ns, |p| p.accumulated_cpu_time().saturating_mul(1_000_000))
+        };
+        (rss, cpu)
+    }
+
+    /// CPU of the matching threads over the last `dt_ns`, and the new per-thread baseline.
+    fn threads(&mut self, dt_ns: u64) -> Vec<ThreadCpu> {
+        if self.prefixes.is_empty() {
+            return Vec::new();
+        }
+        let dir = format!("/proc/{}/task", self.pid);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut seen = HashMap::with_capacity(self.prev_threads.len());
+        for entry in entries.flatten() {
+            let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            // A thread may exit between listing and reading: skip it.
+            let Ok(text) = std::fs::read_to_string(format!("{dir}/{tid}/stat")) else {
+                continue;
+            };
+            let Some(st) = parse_task_stat(&text) else {
+                continue;
+            };
+            if !self.prefixes.iter().any(|p| st.comm.starts_with(p.as_str())) {
+                continue;
+            }
+            let cpu_ns = st.ticks.saturating_mul(self.tick_ns);
+            // A thread not seen before was born (or renamed) since the last sample: all its
+            // CPU time is from this interval.
+            let prev = self.prev_threads.get(&tid).copied().unwrap_or(0);
+            out.push(ThreadCpu { tid, name: st.comm, cpu_pct: cpu_pct(prev, cpu_ns, dt_ns), cpu_ns });
+            seen.insert(tid, cpu_ns);
+        }
+        self.prev_threads = seen;
+        out.sort_by_key(|t| t.tid);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_pct_is_share_of_one_core() {
+        assert_eq!(cpu_pct(0, 100, 100), 100.0);
+        assert_eq!(cpu_pct(1_000, 1_500, 1_000), 50.0);
+        assert_eq!(cpu_pct(0, 300, 100), 300.0);
+        assert_eq!(cpu_pct(500, 400, 100), 0.0);
+        assert_eq!(cpu_pct(0, 100, 0), 0.0);
+    }
+
+    #[test]
+    fn rate_is_per_second_and_none_without_time_or_on_reset() {
+        assert_eq!(rate_per_s(0, 1_000, 500_000_000), Some(2_000.0));
+        assert_eq!(rate_per_s(7, 7, 1), Some(0.0));
+        assert_eq!(rate_per_s(0, 1, 0), None);
+        assert_eq!(rate_per_s(10, 5, 1_000), None);
+    }
+
+    #[test]
+    fn proc_stat_total_excludes_guest_time() {
+        let text = "cpu  100 0 50 800 40 5 5 0 30 0\ncpu0 1 2 3 4 5 6 7 8 9 10\nintr 1 2\n";
+        assert_eq!(parse_proc_stat_total(text), Some(CpuTimes { total: 1000, iowait: 40 }));
+        // Old kernels: only 7 fields.
+        assert_eq!(parse_proc_stat_total("cpu 1 2 3 4 5 6 7\n"), Some(CpuTimes { total: 28, iowait: 5 }));
+        assert_eq!(parse_proc_stat_total("cpu0 1 2 3 4 5\n"), None);
+        assert_eq!(parse_proc_stat_total("cpu 1 2\n"), None);
+    }
+
+    #[test]
+    fn iowait_pct_from_two_readings() {
+        let a = CpuTimes { total: 1_000, iowait: 100 };
+        let b = CpuTimes { total: 1_200, iowait: 150 };
+        assert_eq!(iowait_pct(a, b), Some(25.0));
+        assert_eq!(iowait_pct(a, a), None);
+        assert_eq!(iowait_pct(b, a), None);
+    }
+
+    #[test]
+    fn proc_io_needs_all_byte_counters() {
+        let text = "rchar: 6976\nwchar: 10\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_proc_io(text), Some(ProcIo { rchar: 6976, wchar: 10, read_bytes: 4096, write_bytes: 8192 }));
+        assert_eq!(parse_proc_io("rchar: 1\nwchar: 2\n"), None);
+        assert_eq!(parse_proc_io(""), None);
+    }
+
+    #[test]
+    fn task_stat_survives_spaces_and_parens_in_names() {
+        let text = "4242 (loader 1) S 1 1 1 0 -1 4194368 100 0 0 0 123 45 0 0 20 0 9 0 5 0 0";
+        assert_eq!(parse_task_stat(text), Some(TaskStat { comm: "loader 1".into(), ticks: 168 }));
+        let text = "7 (a) b)) R 1 1 1 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 5";
+        assert_eq!(parse_task_stat(text), Some(TaskStat { comm: "a) b)".into(), ticks: 7 }));
+        assert_eq!(parse_task_stat("7 (x) R 1 2"), None);
+        assert_eq!(parse_task_stat("garbage"), None);
+    }
+
+    #[test]
+    fn own_task_stat_parses() {
+        let text = std::fs::read_to_string("/proc/self/stat");
+        if let Ok(text) = text {
+            assert!(parse_task_stat(&text).is_some(), "{text}");
+        }
+    }
+}

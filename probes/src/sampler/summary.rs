@@ -1,0 +1,628 @@
+//! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
+
+use super::{GpuSample, GpuStatus, HostSample};
+use std::collections::{BTreeMap, VecDeque};
+
+/// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
+pub const DEFAULT_WINDOW_NS: u64 = 300 * 1_000_000_000;
+
+/// Hard cap on points per series, whatever the window: memory stays bounded even at silly
+/// sample rates (5 min at 5 Hz is 1,500 points).
+pub const MAX_POINTS: usize = 20_000;
+
+/// Threads tracked in the totals; later ones are ignored (a loader that spawns a thread per
+/// batch must not grow memory without bound).
+pub const MAX_THREADS: usize = 1_024;
+
+/// A GPU at or under this utilisation % counts as idle in [`DeviceSummary::util_idle_share`].
+pub const GPU_IDLE_PCT: f32 = 5.0;
+
+/// Running mean and peak of a series that may have gaps.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct MeanMax {
+    n: u64,
+    sum: f64,
+    max: f64,
+}
+
+impl MeanMax {
+    fn push(&mut self, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        self.max = if self.n == 0 { v } else { self.max.max(v) };
+        self.n += 1;
+        self.sum += v;
+    }
+    fn push_opt(&mut self, v: Option<f64>) {
+        if let Some(v) = v {
+            self.push(v);
+        }
+    }
+    fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+    fn peak(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.max)
+    }
+    fn mean32(&self) -> Option<f32> {
+        self.mean().map(|v| v as f32)
+    }
+    fn peak32(&self) -> Option<f32> {
+        self.peak().map(|v| v as f32)
+    }
+}
+
+/// One host sample, reduced for charts.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostPoint {
+    /// Monotonic ns.
+    pub t_ns: u64,
+    /// Process CPU %, 100 = one core.
+    pub process_cpu_pct: f32,
+    /// Machine CPU %, 0–100.
+    pub global_cpu_pct: f32,
+    /// Resident memory, bytes.
+    pub rss_bytes: u64,
+    /// Storage reads, bytes/s (`None` = not measurable).
+    pub read_bytes_per_s: Option<f64>,
+    /// Storage writes, bytes/s.
+    pub write_bytes_per_s: Option<f64>,
+    /// iowait %.
+    pub iowait_pct: Option<f32>,
+}
+
+/// One GPU sample, reduced for charts: per device, in device order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuPoint {
+    /// Monotonic ns.
+    pub t_ns: u64,
+    /// GPU utilisation % per device.
+    pub util_pct: Vec<Option<f32>>,
+    /// Memory used per device, bytes.
+    pub mem_used_bytes: Vec<Option<u64>>,
+}
+
+/// Run totals of one named thread.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ThreadSummary {
+    /// OS thread id.
+    pub tid: u32,
+    /// Name at its last sample.
+    pub name: String,
+    /// Samples it appeared in.
+    pub samples: u64,
+    /// Mean CPU %, 100 = one core.
+    pub cpu_mean_pct: f32,
+    /// Peak CPU %.
+    pub cpu_peak_pct: f32,
+    /// CPU time at its last sample, ns (since the thread started).
+    pub cpu_ns: u64,
+}
+
+/// Run totals of one GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceSummary {
+    /// NVML index.
+    pub index: u32,
+    /// Name at its last sample.
+    pub name: String,
+    /// Samples it appeared in.
+    pub samples: u64,
+    /// Mean GPU utilisation %.
+    pub util_mean_pct: Option<f32>,
+    /// Peak GPU utilisation %.
+    pub util_peak_pct: Option<f32>,
+    /// Share (0–1) of samples at or under [`GPU_IDLE_PCT`]: a mean of 50% may be half idle,
+    /// half flat out.
+    pub util_idle_share: Option<f32>,
+    /// Mean memory utilisation %.
+    pub mem_util_mean_pct: Option<f32>,
+    /// Peak memory used, bytes.
+    pub mem_used_peak_bytes: Option<u64>,
+    /// Device memory, bytes.
+    pub mem_total_bytes: Option<u64>,
+    /// Mean PCIe host-to-device bytes/s.
+    pub pcie_rx_mean_bytes_per_s: Option<f64>,
+    /// Mean PCIe device-to-host bytes/s.
+    pub pcie_tx_mean_bytes_per_s: Option<f64>,
+    /// Mean power, watts.
+    pub power_mean_w: Option<f32>,
+    /// Mean SM clock, MHz.
+    pub sm_clock_mean_mhz: Option<f32>,
+    /// `Some(true)` if any sample saw this process on the device, `Some(false)` if samples
+    /// could tell and never did, `None` if none could tell.
+    pub this_process_on_gpu: Option<bool>,
+}
+
+/// The machine section of a report: what the samplers saw over the run.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MachineSummary {
+    /// Host samples seen.
+    pub host_samples: u64,
+    /// GPU samples seen (an "off" notice counts).
+    pub gpu_samples: u64,
+    /// Cores in the last host sample.
+    pub cores: usize,
+    /// Mean process CPU %, 100 = one core.
+    pub process_cpu_mean_pct: Option<f32>,
+    /// Peak process CPU %.
+    pub process_cpu_peak_pct: Option<f32>,
+    /// Process CPU time over the sampled span (last minus first sample), ns.
+    pub process_cpu_ns: u64,
+    /// Mean machine CPU %, 0–100.
+    pub global_cpu_mean_pct: Option<f32>,
+    /// Peak machine CPU %.
+    pub global_cpu_peak_pct: Option<f32>,
+    /// Mean over samples of the busiest core's %: near 100 with a low global mean means one
+    /// thread is the limit.
+    pub busiest_core_mean_pct: Option<f32>,
+    /// Mean over samples of the idlest core's %.
+    pub idlest_core_mean_pct: Option<f32>,
+    /// Peak resident memory, bytes.
+    pub rss_peak_bytes: Option<u64>,
+    /// Mean storage read bytes/s; `None` = not measurable here.
+    pub read_bytes_per_s_mean: Option<f64>,
+    /// Peak storage read bytes/s.
+    pub read_bytes_per_s_peak: Option<f64>,
+    /// Mean storage write bytes/s; `None` = not measurable here.
+    pub write_bytes_per_s_mean: Option<f64>,
+    /// Mean bytes/s returned by read system calls (any source).
+    pub syscall_read_bytes_per_s_mean: Option<f64>,
+    /// Mean machine iowait %.
+    pub iowait_mean_pct: Option<f32>,
+    /// Peak machine iowait %.
+    pub iowait_peak_pct: Option<f32>,
+    /// Named threads, by tid.
+    pub threads: Vec<ThreadSummary>,
+    /// The last GPU status; `None` = GPU sampling was not run.
+    pub gpu_status: Option<GpuStatus>,
+    /// GPUs, by index.
+    pub devices: Vec<DeviceSummary>,
+    /// Whether this process was seen on any GPU (same rules as per device).
+    pub this_process_on_gpu: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ThreadAcc {
+    name: String,
+    cpu: MeanMax,
+    cpu_ns: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct DeviceAcc {
+    name: String,
+    samples: u64,
+    util: MeanMax,
+    idle: u64,
+    mem_util: MeanMax,
+    mem_used: MeanMax,
+    mem_total: Option<u64>,
+    rx: MeanMax,
+    tx: MeanMax,
+    power: MeanMax,
+    clock: MeanMax,
+    on_gpu: Option<bool>,
+}
+
+/// Folds host and GPU samples into run totals ([`MachineAgg::summary`]) and keeps the recent
+/// ones ([`MachineAgg::host_series`], [`MachineAgg::gpu_series`]) for live charts.
+#[derive(Debug, Clone)]
+pub struct MachineAgg {
+    window_ns: u64,
+    host_n: u64,
+    gpu_n: u64,
+    cores: usize,
+    proc_cpu: MeanMax,
+    first_proc_cpu_ns: Option<u64>,
+    last_proc_cpu_ns: u64,
+    global_cpu: MeanMax,
+    busiest: MeanMax,
+    idlest: MeanMax,
+    rss_peak: Option<u64>,
+    read: MeanMax,
+    write: MeanMax,
+    syscall_read: MeanMax,
+    iowait: MeanMax,
+    threads: BTreeMap<u32, ThreadAcc>,
+    gpu_status: Option<GpuStatus>,
+    devices: BTreeMap<u32, DeviceAcc>,
+    host_series: VecDeque<HostPoint>,
+    gpu_series: VecDeque<GpuPoint>,
+}
+
+impl Default for MachineAgg {
+    fn default() -> Self {
+        MachineAgg::new(DEFAULT_WINDOW_NS)
+    }
+}
+
+impl MachineAgg {
+    /// An empty aggregator keeping the last `window_ns` of samples in its series.
+    pub fn new(window_ns: u64) -> Self {
+        MachineAgg {
+            window_ns,
+            host_n: 0,
+            gpu_n: 0,
+            cores: 0,
+            proc_cpu: MeanMax::default(),
+            first_proc_cpu_ns: None,
+            last_proc_cpu_ns: 0,
+            global_cpu: MeanMax::default(),
+            busiest: MeanMax::default(),
+            idlest: MeanMax::default(),
+            rss_peak: None,
+            read: MeanMax::default(),
+            write: MeanMax::default(),
+            syscall_read: MeanMax::default(),
+            iowait: MeanMax::default(),
+            threads: BTreeMap::new(),
+            gpu_status: None,
+            devices: BTreeMap::new(),
+            host_series: VecDeque::new(),
+            gpu_series: VecDeque::new(),
+        }
+    }
+
+    /// Adds one host sample.
+    pub fn push_host(&mut self, s: &HostSample) {
+        self.host_n += 1;
+        self.cores = s.per_core_pct.len();
+        self.proc_cpu.push(s.process_cpu_pct as f64);
+        self.first_proc_cpu_ns.get_or_insert(s.process_cpu_ns);
+        self.last_proc_cpu_ns = s.process_cpu_ns;
+        self.global_cpu.push(s.global_cpu_pct as f64);
+        let cores = s.per_core_pct.iter().copied().filter(|v| v.is_finite());
+        if let Some(max) = cores.clone().reduce(f32::max) {
+            self.busiest.push(max as f64);
+        }
+        if let Some(min) = cores.reduce(f32::min) {
+            self.idlest.push(min as f64);
+        }
+        self.rss_peak = Some(self.rss_peak.map_or(s.rss_bytes, |p| p.max(s.rss_bytes)));
+        self.read.push_opt(s.read_bytes_per_s);
+        self.write.push_opt(s.write_bytes_per_s);
+        self.syscall_read.push_opt(s.syscall_read_bytes_per_s);
+        self.iowait.push_opt(s.iowait_pct.map(f64::from));
+        for t in &s.threads {
+            if !self.threads.contains_key(&t.tid) && self.threads.len() >= MAX_THREADS {
+                continue;
+            }
+            let acc = self.threads.entry(t.tid).or_default();
+            if acc.name != t.name {
+                acc.name.clone_from(&t.name);
+            }
+            acc.cpu.push(t.cpu_pct as f64);
+            acc.cpu_ns = t.cpu_ns;
+        }
+        push_bounded(
+            &mut self.host_series,
+            self.window_ns,
+            HostPoint {
+                t_ns: s.t_ns,
+                process_cpu_pct: s.process_cpu_pct,
+                global_cpu_pct: s.global_cpu_pct,
+                rss_bytes: s.rss_bytes,
+                read_bytes_per_s: s.read_bytes_per_s,
+                write_bytes_per_s: s.write_bytes_per_s,
+                iowait_pct: s.iowait_pct,
+            },
+            |p| p.t_ns,
+        );
+    }
+
+    /// Adds one GPU sample (or "off" notice).
+    pub fn push_gpu(&mut self, s: &GpuSample) {
+        self.gpu_n += 1;
+        self.gpu_status = Some(s.status.clone());
+        for d in &s.devices {
+            let acc = self.devices.entry(d.index).or_default();
+            if acc.name != d.name {
+                acc.name.clone_from(&d.name);
+            }
+            acc.samples += 1;
+            if let Some(u) = d.util_pct {
+                acc.util.push(u as f64);
+                if u <= GPU_IDLE_PCT {
+                    acc.idle += 1;
+                }
+            }
+            acc.mem_util.push_opt(d.mem_util_pct.map(f64::from));
+            acc.mem_used.push_opt(d.mem_used_bytes.map(|b| b as f64));
+            if d.mem_total_bytes.is_some() {
+                acc.mem_total = d.mem_total_bytes;
+            }
+            acc.rx.push_opt(d.pcie_rx_bytes_per_s);
+            acc.tx.push_opt(d.pcie_tx_bytes_per_s);
+            acc.power.push_opt(d.power_w.map(f64::from));
+            acc.clock.push_opt(d.sm_clock_mhz.map(f64::from));
+            acc.on_gpu = merge_seen(acc.on_gpu, d.this_process_on_gpu);
+        }
+        if s.status == GpuStatus::Ok {
+            push_bounded(
+                &mut self.gpu_series,
+                self.window_ns,
+                GpuPoint {
+                    t_ns: s.t_ns,
+                    util_pct: s.devices.iter().map(|d| d.util_pct).collect(),
+                    mem_used_bytes: s.devices.iter().map(|d| d.mem_used_bytes).collect(),
+                },
+                |p| p.t_ns,
+            );
+        }
+    }
+
+    /// Recent host points, oldest first (at most the window, at most [`MAX_POINTS`]).
+    pub fn host_series(&self) -> &VecDeque<HostPoint> {
+        &self.host_series
+    }
+
+    /// Recent GPU points, oldest first.
+    pub fn gpu_series(&self) -> &VecDeque<GpuPoint> {
+        &self.gpu_series
+    }
+
+    /// Run totals so far.
+    pub fn summary(&self) -> MachineSummary {
+        let devices: Vec<DeviceSummary> = self
+            .devices
+            .iter()
+            .map(|(&index, a)| DeviceSummary {
+                index,
+                name: a.name.clone(),
+                samples: a.samples,
+                util_mean_pct: a.util.mean32(),
+                util_peak_pct: a.util.peak32(),
+                util_idle_share: (a.util.n > 0).then(|| a.idle as f32 / a.util.n as f32),
+                mem_util_mean_pct: a.mem_util.mean32(),
+                mem_used_peak_bytes: a.mem_used.peak().map(|b| b as u64),
+                mem_total_bytes: a.mem_total,
+                pcie_rx_mean_bytes_per_s: a.rx.mean(),
+                pcie_tx_mean_bytes_per_s: a.tx.mean(),
+                power_mean_w: a.power.mean32(),
+                sm_clock_mean_mhz: a.clock.mean32(),
+                this_process_on_gpu: a.on_gpu,
+            })
+            .collect();
+        let this_process_on_gpu = devices.iter().fold(None, |acc, d| merge_seen(acc, d.this_process_on_gpu));
+        MachineSummary {
+            host_samples: self.host_n,
+            gpu_samples: self.gpu_n,
+            cores: self.cores,
+            process_cpu_mean_pct: self.proc_cpu.mean32(),
+            process_cpu_peak_pct: self.proc_cpu.peak32(),
+            process_cpu_ns: self.first_proc_cpu_ns.map_or(0, |f| self.last_proc_cpu_ns.saturating_sub(f)),
+            global_cpu_mean_pct: self.global_cpu.mean32(),
+            global_cpu_peak_pct: self.global_cpu.peak32(),
+            busiest_core_mean_pct: self.busiest.mean32(),
+            idlest_core_mean_pct: self.idlest.mean32(),
+            rss_peak_bytes: self.rss_peak,
+            read_bytes_per_s_mean: self.read.mean(),
+            read_bytes_per_s_peak: self.read.peak(),
+            write_bytes_per_s_mean: self.write.mean(),
+            syscall_read_bytes_per_s_mean: self.syscall_read.mean(),
+            iowait_mean_pct: self.iowait.mean32(),
+            iowait_peak_pct: self.iowait.peak32(),
+            threads: self
+                .threads
+                .iter()
+                .map(|(&tid, a)| ThreadSummary {
+                    tid,
+                    name: a.name.clone(),
+                    samples: a.cpu.n,
+                    cpu_mean_pct: a.cpu.mean32().unwrap_or(0.0),
+                    cpu_peak_pct: a.cpu.peak32().unwrap_or(0.0),
+                    cpu_ns: a.cpu_ns,
+                })
+                .collect(),
+            gpu_status: self.gpu_status.clone(),
+            devices,
+            this_process_on_gpu,
+        }
+    }
+}
+
+/// "Seen at least once" over samples that may not know: true wins, then false, then unknown.
+fn merge_seen(acc: Option<bool>, v: Option<bool>) -> Option<bool> {
+    match (acc, v) {
+        (Some(true), _) | (_, Some(true)) => Some(true),
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (None, None) => None,
+    }
+}
+
+fn push_bounded<T>(q: &mut VecDeque<T>, window_ns: u64, p: T, t: impl Fn(&T) -> u64) {
+    let now = t(&p);
+    q.push_back(p);
+    while let Some(front) = q.front() {
+        if q.len() > MAX_POINTS || t(front).saturating_add(window_ns) < now {
+            q.pop_front();
+        } else {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::{GpuDevice, ThreadCpu};
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn host(t_s: u64, proc_pct: f32, cores: &[f32], rss: u64, read: Option<f64>) -> HostSample {
+        HostSample {
+            t_ns: t_s * SEC,
+            global_cpu_pct: cores.iter().sum::<f32>() / cores.len().max(1) as f32,
+            per_core_pct: cores.to_vec(),
+            process_cpu_pct: proc_pct,
+            process_cpu_ns: t_s * SEC / 2,
+            rss_bytes: rss,
+            read_bytes_per_s: read,
+            write_bytes_per_s: read.map(|r| r / 2.0),
+            syscall_read_bytes_per_s: Some(1e6),
+            iowait_pct: Some(10.0),
+            threads: vec![ThreadCpu { tid: 7, name: "loader-0".into(), cpu_pct: proc_pct / 2.0, cpu_ns: t_s }],
+        }
+    }
+
+    fn dev(index: u32, util: Option<f32>, used: u64, on: Option<bool>) -> GpuDevice {
+        GpuDevice {
+            index,
+            name: format!("Fake GPU {index}"),
+            util_pct: util,
+            mem_util_pct: util.map(|u| u / 2.0),
+            mem_used_bytes: Some(used),
+            mem_total_bytes: Some(16 << 30),
+            pcie_rx_bytes_per_s: Some(1024.0),
+            pcie_tx_bytes_per_s: None,
+            power_w: Some(70.0),
+            sm_clock_mhz: Some(1410),
+            this_process_on_gpu: on,
+        }
+    }
+
+    #[test]
+    fn empty_aggregate_knows_nothing() {
+        let s = MachineAgg::default().summary();
+        assert_eq!(s.host_samples, 0);
+        assert_eq!(s.process_cpu_mean_pct, None);
+        assert_eq!(s.rss_peak_bytes, None);
+        assert_eq!(s.gpu_status, None);
+        assert_eq!(s.this_process_on_gpu, None);
+    }
+
+    #[test]
+    fn host_means_peaks_and_core_spread() {
+        let mut a = MachineAgg::default();
+        a.push_host(&host(1, 100.0, &[100.0, 0.0], 10, Some(1e6)));
+        a.push_host(&host(2, 50.0, &[80.0, 20.0], 30, Some(3e6)));
+        a.push_host(&host(3, 150.0, &[90.0, 10.0], 20, Some(2e6)));
+        let s = a.summary();
+        assert_eq!(s.host_samples, 3);
+        assert_eq!(s.cores, 2);
+        assert_eq!(s.process_cpu_mean_pct, Some(100.0));
+        assert_eq!(s.process_cpu_peak_pct, Some(150.0));
+        assert_eq!(s.process_cpu_ns, SEC);
+        assert_eq!(s.global_cpu_mean_pct, Some(50.0));
+        assert_eq!(s.busiest_core_mean_pct, Some(90.0));
+        assert_eq!(s.idlest_core_mean_pct, Some(10.0));
+        assert_eq!(s.rss_peak_bytes, Some(30));
+        assert_eq!(s.read_bytes_per_s_mean, Some(2e6));
+        assert_eq!(s.read_bytes_per_s_peak, Some(3e6));
+        assert_eq!(s.write_bytes_per_s_mean, Some(1e6));
+        assert_eq!(s.iowait_mean_pct, Some(10.0));
+        assert_eq!(s.threads.len(), 1);
+        assert_eq!(s.threads[0].name, "loader-0");
+        assert_eq!(s.threads[0].cpu_mean_pct, 50.0);
+        assert_eq!(s.threads[0].cpu_peak_pct, 75.0);
+        assert_eq!(s.threads[0].cpu_ns, 3);
+        assert_eq!(s.gpu_status, None);
+    }
+
+    #[test]
+    fn unmeasurable_storage_stays_none_not_zero() {
+        let mut a = MachineAgg::default();
+        a.push_host(&host(1, 10.0, &[10.0], 1, None));
+        a.push_host(&host(2, 10.0, &[10.0], 1, None));
+        let s = a.summary();
+        assert_eq!(s.read_bytes_per_s_mean, None);
+        assert_eq!(s.write_bytes_per_s_mean, None);
+    }
+
+    #[test]
+    fn gpu_off_reports_reason_and_no_devices() {
+        let mut a = MachineAgg::default();
+        a.push_gpu(&GpuSample::off(1, "no NVIDIA driver"));
+        let s = a.summary();
+        assert_eq!(s.gpu_samples, 1);
+        assert_eq!(s.gpu_status, Some(GpuStatus::Off("no NVIDIA driver".into())));
+        assert!(s.devices.is_empty());
+        assert_eq!(s.this_process_on_gpu, None);
+        assert!(a.gpu_series().is_empty());
+    }
+
+    #[test]
+    fn gpu_per_device_means_peaks_idle_share_and_presence() {
+        let mut a = MachineAgg::default();
+        let utils = [0.0, 15.0, 95.0, 100.0, 40.0];
+        for (i, u) in utils.iter().enumerate() {
+            let on0 = Some(i == 2); // seen once on device 0
+            let sample = GpuSample {
+                t_ns: i as u64 * SEC,
+                status: GpuStatus::Ok,
+                devices: vec![dev(0, Some(*u), 100 * (i as u64 + 1), on0), dev(1, None, 5, None)],
+            };
+            a.push_gpu(&sample);
+        }
+        let s = a.summary();
+        assert_eq!(s.gpu_status, Some(GpuStatus::Ok));
+        assert_eq!(s.devices.len(), 2);
+        let d0 = &s.devices[0];
+        assert_eq!(d0.samples, 5);
+        assert_eq!(d0.util_mean_pct, Some(50.0));
+        assert_eq!(d0.util_peak_pct, Some(100.0));
+        assert_eq!(d0.util_idle_share, Some(0.2));
+        assert_eq!(d0.mem_util_mean_pct, Some(25.0));
+        assert_eq!(d0.mem_used_peak_bytes, Some(500));
+        assert_eq!(d0.mem_total_bytes, Some(16 << 30));
+        assert_eq!(d0.pcie_rx_mean_bytes_per_s, Some(1024.0));
+        assert_eq!(d0.pcie_tx_mean_bytes_per_s, None);
+        assert_eq!(d0.power_mean_w, Some(70.0));
+        assert_eq!(d0.sm_clock_mean_mhz, Some(1410.0));
+        assert_eq!(d0.this_process_on_gpu, Some(true));
+        let d1 = &s.devices[1];
+        assert_eq!(d1.name, "Fake GPU 1");
+        assert_eq!(d1.util_mean_pct, None);
+        assert_eq!(d1.util_idle_share, None);
+        assert_eq!(d1.this_process_on_gpu, None);
+        assert_eq!(s.this_process_on_gpu, Some(true));
+        assert_eq!(a.gpu_series().len(), 5);
+        assert_eq!(a.gpu_series()[2].util_pct, vec![Some(95.0), None]);
+    }
+
+    #[test]
+    fn presence_merges_true_over_false_over_unknown() {
+        assert_eq!(merge_seen(None, None), None);
+        assert_eq!(merge_seen(None, Some(false)), Some(false));
+        assert_eq!(merge_seen(Some(false), None), Some(false));
+        assert_eq!(merge_seen(Some(false), Some(true)), Some(true));
+        assert_eq!(merge_seen(Some(true), Some(false)), Some(true));
+    }
+
+    #[test]
+    fn series_keeps_only_the_window() {
+        let mut a = MachineAgg::new(10 * SEC);
+        for t in 0..100 {
+            a.push_host(&host(t, 1.0, &[1.0], 1, None));
+        }
+        let series = a.host_series();
+        assert_eq!(series.front().map(|p| p.t_ns), Some(89 * SEC));
+        assert_eq!(series.back().map(|p| p.t_ns), Some(99 * SEC));
+        assert_eq!(series.len(), 11);
+        assert_eq!(a.summary().host_samples, 100);
+    }
+
+    #[test]
+    fn series_is_capped_even_with_a_huge_window() {
+        let mut a = MachineAgg::new(u64::MAX);
+        for t in 0..(MAX_POINTS as u64 + 10) {
+            a.push_host(&HostSample { t_ns: t, ..HostSample::default() });
+        }
+        assert_eq!(a.host_series().len(), MAX_POINTS);
+        assert_eq!(a.host_series().front().map(|p| p.t_ns), Some(10));
+    }
+
+    #[test]
+    fn thread_table_is_bounded() {
+        let mut a = MachineAgg::default();
+        for tid in 0..(MAX_THREADS as u32 + 5) {
+            a.push_host(&HostSample {
+                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1 }],
+                ..HostSample::default()
+            });
+        }
+        assert_eq!(a.summary().threads.len(), MAX_THREADS);
+    }
+}

@@ -1,0 +1,261 @@
+/*
+ * A fake NVIDIA Management Library (libnvidia-ml) for testing pipeprof without a GPU.
+ *
+ * Load it through nvml-wrapper with `Nvml::builder().lib_path(..)`, or point pipeprof at it
+ * with `PIPEPROF_NVML_LIB=/path/libfake_nvml.so`. Only the functions pipeprof's GPU sampler
+ * calls are here: nvml-wrapper resolves every other symbol lazily and reports a missing one
+ * as an error of that call only.
+ *
+ * Values are scripted through environment variables, read again on every nvmlInit_v2:
+ *   FAKE_NVML_INIT_FAIL=N     nvmlInit_v2 returns NVML code N (9 = driver not loaded,
+ *                             999 = unknown); unset or 0 = success
+ *   FAKE_NVML_DEVICES=N       number of GPUs (default 1, at most 16)
+ *   FAKE_NVML_UTIL=a,b,c,...  GPU utilisation %, one value per call of
+ *                             nvmlDeviceGetUtilizationRates per device; the last repeats
+ *                             (default 50)
+ *   FAKE_NVML_MEM_UTIL=...    memory utilisation %, same rules (default 20)
+ *   FAKE_NVML_MEM_TOTAL_MIB=N memory per device (default 16384); used = 1024 MiB * (index + 1)
+ *   FAKE_NVML_PID=P           process P has a compute context on device 0 (and only there)
+ *   FAKE_NVML_NO_POWER=1      nvmlDeviceGetPowerUsage returns NVML_ERROR_NOT_SUPPORTED
+ *   FAKE_NVML_PCIE_RX_KBS=N   PCIe receive throughput in KB/s (default 1000)
+ *   FAKE_NVML_PCIE_TX_KBS=N   PCIe transmit throughput in KB/s (default 500)
+ *
+ * Devices are named "Fake GPU 0", "Fake GPU 1", ...
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_UNKNOWN 999
+
+#define MAX_DEVICES 16
+#define MAX_SEQ 64
+
+/* Layouts as in nvml.h (and nvml-wrapper-sys's bindings). */
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+/* nvmlProcessInfo_t as used by nvmlDeviceGetComputeRunningProcesses_v3. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+struct fake_device {
+    int index;
+    int util_pos;
+    int mem_util_pos;
+};
+typedef struct fake_device *nvmlDevice_t;
+
+static struct fake_device devices[MAX_DEVICES];
+static int initialized;
+static unsigned int device_count = 1;
+static unsigned int util_seq[MAX_SEQ], util_len;
+static unsigned int mem_util_seq[MAX_SEQ], mem_util_len;
+static unsigned long long mem_total_mib = 16384;
+static unsigned int fake_pid;
+static int no_power;
+static unsigned int pcie_rx_kbs = 1000, pcie_tx_kbs = 500;
+
+static unsigned long long env_u64(const char *name, unsigned long long dflt) {
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return dflt;
+    return strtoull(v, NULL, 10);
+}
+
+static unsigned int parse_seq(const char *name, unsigned int *seq, unsigned int dflt) {
+    const char *v = getenv(name);
+    unsigned int n = 0;
+    if (v != NULL) {
+        const char *p = v;
+        while (*p != '\0' && n < MAX_SEQ) {
+            char *end;
+            unsigned long x = strtoul(p, &end, 10);
+            if (end == p) break;
+            seq[n++] = (unsigned int)x;
+            p = end;
+            while (*p == ',' || *p == ' ') p++;
+        }
+    }
+    if (n == 0) seq[n++] = dflt;
+    return n;
+}
+
+static unsigned int next_in(const unsigned int *seq, unsigned int len, int *pos) {
+    unsigned int i = (unsigned int)*pos < len ? (unsigned int)*pos : len - 1;
+    if ((unsigned int)*pos < len) (*pos)++;
+    return seq[i];
+}
+
+static int valid(nvmlDevice_t d) {
+    return initialized && d != NULL && d >= devices && d < devices + device_count;
+}
+
+nvmlReturn_t nvmlInit_v2(void) {
+    unsigned long long fail = env_u64("FAKE_NVML_INIT_FAIL", 0);
+    if (fail != 0) return (nvmlReturn_t)fail;
+    device_count = (unsigned int)env_u64("FAKE_NVML_DEVICES", 1);
+    if (device_count > MAX_DEVICES) device_count = MAX_DEVICES;
+    util_len = parse_seq("FAKE_NVML_UTIL", util_seq, 50);
+    mem_util_len = parse_seq("FAKE_NVML_MEM_UTIL", mem_util_seq, 20);
+    mem_total_mib = env_u64("FAKE_NVML_MEM_TOTAL_MIB", 16384);
+    fake_pid = (unsigned int)env_u64("FAKE_NVML_PID", 0);
+    no_power = env_u64("FAKE_NVML_NO_POWER", 0) != 0;
+    pcie_rx_kbs = (unsigned int)env_u64("FAKE_NVML_PCIE_RX_KBS", 1000);
+    pcie_tx_kbs = (unsigned int)env_u64("FAKE_NVML_PCIE_TX_KBS", 500);
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        devices[i].index = i;
+        devices[i].util_pos = 0;
+        devices[i].mem_util_pos = 0;
+    }
+    initialized = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlShutdown(void) {
+    initialized = 0;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (version == NULL || length < 16) return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(version, length, "555.55.fake");
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = device_count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (device == NULL || index >= device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    if (!valid(device) || name == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (length < 16) return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(name, length, "Fake GPU %d", device->index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *util) {
+    if (!valid(device) || util == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    util->gpu = next_in(util_seq, util_len, &device->util_pos);
+    util->memory = next_in(mem_util_seq, mem_util_len, &device->mem_util_pos);
+    return NVML_SUCCESS;
+}
+
+static void fill_memory(nvmlDevice_t device, unsigned long long *total, unsigned long long *used,
+                        unsigned long long *free_) {
+    unsigned long long mib = 1024ULL * 1024ULL;
+    *total = mem_total_mib * mib;
+    *used = 1024ULL * mib * (unsigned long long)(device->index + 1);
+    if (*used > *total) *used = *total;
+    *free_ = *total - *used;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    if (!valid(device) || memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    memory->reserved = 0;
+    fill_memory(device, &memory->total, &memory->used, &memory->free);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    if (!valid(device) || memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    fill_memory(device, &memory->total, &memory->used, &memory->free);
+    return NVML_SUCCESS;
+}
+
+/* counter: 0 = TX bytes, 1 = RX bytes; value in KB/s. */
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigned int *value) {
+    if (!valid(device) || value == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (counter == 0) *value = pcie_tx_kbs;
+    else if (counter == 1) *value = pcie_rx_kbs;
+    else return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+/* Milliwatts. */
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    if (!valid(device) || power == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (no_power) return NVML_ERROR_NOT_SUPPORTED;
+    *power = 75000u + 1000u * (unsigned int)device->index;
+    return NVML_SUCCESS;
+}
+
+/* type: 0 = graphics, 1 = SM, 2 = memory, 3 = video; MHz. */
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+    if (!valid(device) || clock == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    switch (type) {
+    case 0:
+    case 1: *clock = 1410; break;
+    case 2: *clock = 1215; break;
+    default: return NVML_ERROR_NOT_SUPPORTED;
+    }
+    return NVML_SUCCESS;
+}
+
+/* Called first with *count = 0 (and maybe NULL infos) to learn the size, as NVML does. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    if (!valid(device) || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = (fake_pid != 0 && device->index == 0) ? 1 : 0;
+    if (*count < n || (n > 0 && infos == NULL)) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    if (n == 1) {
+        infos[0].pid = fake_pid;
+        infos[0].usedGpuMemory = 512ULL * 1024ULL * 1024ULL;
+        infos[0].gpuInstanceId = 0xFFFFFFFFu;
+        infos[0].computeInstanceId = 0xFFFFFFFFu;
+    }
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,139 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The host sampler on this machine: CPU from a busy thread, storage reads from a file read
+//! after dropping it from the page cache, and the sampler thread.
+
+use probes::clock;
+use probes::fsinfo::{self, FsKind};
+use probes::sampler::{
+    self, cpu_pct, io_accounting_here, storage_reads_measurable, HostSampler, IoAccounting, SamplerConfig,
+};
+use probes::{Event, Probe};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+const BUSY_NS: u64 = 100_000_000;
+
+#[test]
+fn busy_thread_raises_process_cpu_and_shows_in_its_thread_row() {
+    let mut host = HostSampler::new(std::process::id(), vec!["busy-".into()], IoAccounting::ASSUMED).expect("sampler");
+    let before = host.sample();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let busy = std::thread::Builder::new()
+        .name("busy-0".into())
+        .spawn(move || {
+            // A fixed amount of CPU work, measured on the thread's own CPU clock.
+            let start = clock::thread_cpu_ns();
+            let mut x = 0u64;
+            while clock::thread_cpu_ns() - start < BUSY_NS {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            done_tx.send(()).ok();
+            // Stay alive until the sample is taken, so the thread is listed.
+            release_rx.recv().ok();
+            x
+        })
+        .expect("spawn");
+    done_rx.recv().expect("busy thread finished its work");
+    let after = host.sample();
+    release_tx.send(()).ok();
+    busy.join().ok();
+
+    assert!(after.process_cpu_ns - before.process_cpu_ns >= BUSY_NS);
+    let dt = after.t_ns - before.t_ns;
+    assert_eq!(after.process_cpu_pct, cpu_pct(before.process_cpu_ns, after.process_cpu_ns, dt));
+    assert!(after.process_cpu_pct > 0.0);
+    let row = after.threads.iter().find(|t| t.name == "busy-0").expect("busy thread listed");
+    // /proc counts in clock ticks (10 ms): allow one tick of rounding.
+    assert!(row.cpu_ns + 10_000_000 >= BUSY_NS, "{row:?}");
+    assert!(row.cpu_pct > 0.0);
+    assert!(after.threads.iter().all(|t| t.name.starts_with("busy-")));
+}
+
+#[test]
+fn sample_has_cores_memory_and_iowait() {
+    let mut host = HostSampler::new(std::process::id(), Vec::new(), IoAccounting::ASSUMED).expect("sampler");
+    let s = host.sample();
+    assert!(!s.per_core_pct.is_empty());
+    assert!(s.per_core_pct.iter().all(|c| (0.0..=100.0).contains(c)), "{:?}", s.per_core_pct);
+    assert!((0.0..=100.0).contains(&s.global_cpu_pct));
+    assert!(s.rss_bytes > 0);
+    assert!(s.threads.is_empty(), "no prefixes, no thread rows");
+    if Path::new("/proc/stat").exists() {
+        assert!(s.iowait_pct.is_some());
+    }
+    assert!(s.t_ns <= clock::now_ns());
+}
+
+/// A directory on a block device, where a read after `DONTNEED` must go to storage.
+fn local_scratch_dir() -> Option<tempfile::TempDir> {
+    [PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from(env!("CARGO_MANIFEST_DIR"))]
+        .into_iter()
+        .find(|d| fsinfo::detect(d).kind == FsKind::Local)
+        .and_then(|d| tempfile::tempdir_in(d).ok())
+}
+
+#[test]
+fn uncached_file_read_is_seen_as_storage_bytes_or_reported_unmeasurable() {
+    let acc = io_accounting_here();
+    assert_eq!(storage_reads_measurable(), acc.reads);
+    let Some(dir) = local_scratch_dir() else {
+        eprintln!("no local-disk scratch directory: nothing to read from storage");
+        return;
+    };
+    let path = dir.path().join("data.bin");
+    let mut f = std::fs::File::create(&path).expect("create");
+    f.write_all(&vec![7u8; 4 << 20]).expect("write");
+    f.sync_all().expect("fsync");
+    // SAFETY: a valid descriptor; the advice drops this file's clean pages from the cache.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    drop(f);
+
+    let mut host = HostSampler::new(std::process::id(), Vec::new(), acc).expect("sampler");
+    let before = host.sample();
+    let mut buf = Vec::new();
+    std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut buf)).expect("read");
+    let after = host.sample();
+    assert_eq!(buf.len(), 4 << 20);
+    eprintln!("io accounting here: {acc:?}; storage reads: {:?} B/s", after.read_bytes_per_s);
+    if acc.reads {
+        let rate = after.read_bytes_per_s.expect("measurable, so reported");
+        let bytes = rate * (after.t_ns - before.t_ns) as f64 / 1e9;
+        assert!(bytes > 0.0, "read {bytes} bytes from storage");
+    } else {
+        assert_eq!(after.read_bytes_per_s, None, "not measurable here: None, never 0");
+    }
+    // Read system calls see the bytes wherever they came from.
+    if let Some(rchar) = after.syscall_read_bytes_per_s {
+        assert!(rchar > 0.0);
+    }
+}
+
+#[test]
+fn hidden_io_accounting_reports_none_not_zero() {
+    let none = IoAccounting { reads: false, writes: false };
+    let mut host = HostSampler::new(std::process::id(), Vec::new(), none).expect("sampler");
+    let s = host.sample();
+    assert_eq!(s.read_bytes_per_s, None);
+    assert_eq!(s.write_bytes_per_s, None);
+}
+
+#[test]
+fn sampler_thread_sends_host_samples_and_a_final_one() {
+    let (probe, rx) = Probe::new(1024);
+    let cfg = SamplerConfig { gpu: false, hz: 100.0, ..SamplerConfig::default() };
+    let stats = sampler::start(probe, cfg).expect("start").stop();
+    let hosts: Vec<_> = rx
+        .try_iter()
+        .filter_map(|e| match e {
+            Event::Host(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert!(!hosts.is_empty(), "stop takes a final sample");
+    assert_eq!(hosts.len() as u64, stats.host.samples);
+    assert!(hosts.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+    assert!(stats.host.cpu_ns > 0);
+}
