@@ -61,6 +61,12 @@ pub struct ProfileArgs {
     /// Write a Chrome/Perfetto trace (JSON) of every span, streamed as the run goes.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Host and GPU samples per second (CPU figures refresh at most every 200 ms).
+    #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
+    pub sample_hz: f64,
+    /// Do not sample the GPU (NVML). Set PIPEPROF_NVML_LIB=/path/libnvidia-ml.so to load another library.
+    #[arg(long)]
+    pub no_gpu: bool,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,

@@ -6,6 +6,7 @@ pub mod aggregate;
 pub mod cli;
 pub mod config;
 pub mod data;
+pub mod diagnose;
 pub mod export;
 pub mod profile;
 pub mod report;

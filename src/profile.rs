@@ -73,6 +73,9 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         bail!("--steps must be at least 1");
     }
     let dev = train::parse_device(&args.device)?;
+    // candle computes on rayon's global pool; named threads make its CPU use visible (they
+    // would otherwise inherit the name of the thread that started the pool).
+    let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();
     let dir = data_dir(args)?;
     let ds = data::scan(&dir)?;
     for p in &ds.problems {
@@ -116,13 +119,40 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             .with_context(|| format!("cannot create the trace file {}", path.display()))?;
         exporters.push(Box::new(t));
     }
-    let latest: Latest = Arc::new(Mutex::new(Summary { settings: settings.clone(), ..Default::default() }));
+    let data_fs = probes::fsinfo::detect(&dir);
+    if data_fs.kind.is_remote_or_fuse() {
+        eprintln!(
+            "note: {} is on a {} filesystem ({}): every image read may be a network round trip",
+            dir.display(),
+            data_fs.kind,
+            data_fs.fs_type
+        );
+    }
+    let mut agg = Aggregator::new(settings.clone());
+    agg.set_data_fs(data_fs);
+    let latest: Latest = Arc::new(Mutex::new(Summary { settings, ..Default::default() }));
     let collector = {
         let latest = latest.clone();
         let probe = probe.clone();
         std::thread::Builder::new()
             .name("pp-collector".into())
-            .spawn(move || collect(rx, Aggregator::new(settings), exporters, &latest, &probe))?
+            .spawn(move || collect(rx, agg, exporters, &latest, &probe))?
+    };
+    if !(args.sample_hz.is_finite() && args.sample_hz > 0.0) {
+        bail!("--sample-hz must be a positive number, got {}", args.sample_hz);
+    }
+    let sampler_cfg = probes::sampler::SamplerConfig {
+        hz: args.sample_hz,
+        gpu: !args.no_gpu,
+        thread_prefixes: vec!["loader".into(), "train".into(), "compute".into()],
+        ..probes::sampler::SamplerConfig::default()
+    };
+    let samplers = match probes::sampler::start(probe.clone(), sampler_cfg) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            eprintln!("warning: machine sampling is off: {e}");
+            None
+        }
     };
 
     let loader_cfg = LoaderConfig {
@@ -158,6 +188,9 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
 
     show_progress(&done_rx, &latest);
     let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"))?;
+    if let Some(s) = samplers {
+        s.stop();
+    }
     probe.send_blocking(Event::Finish);
     let mut agg = collector.join().map_err(|_| anyhow::anyhow!("the collector thread panicked"))?;
     agg.set_dropped(probe.dropped());

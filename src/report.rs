@@ -104,6 +104,7 @@ pub fn render(s: &Summary) -> String {
             );
         }
     }
+    render_machine(&mut o, s);
     let _ = writeln!(o);
     if s.skipped_count > 0 {
         let _ =
@@ -125,6 +126,97 @@ pub fn render(s: &Summary) -> String {
         if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
     );
     o
+}
+
+fn mb(bytes: f64) -> String {
+    format!("{:.1} MB", bytes / 1e6)
+}
+
+fn opt_pct(v: Option<f32>) -> String {
+    v.map(|v| format!("{v:.0}%")).unwrap_or_else(|| "-".into())
+}
+
+fn render_machine(o: &mut String, s: &Summary) {
+    let m = &s.machine;
+    let _ = writeln!(o);
+    let _ = writeln!(o, "machine");
+    if m.host_samples == 0 {
+        let _ = writeln!(o, "  host     not sampled (run too short or sampling off)");
+    } else {
+        let _ = writeln!(
+            o,
+            "  CPU      this process {} (peak {}; 100% = one core) · machine {} of {} cores · busiest core {}, idlest {}",
+            opt_pct(m.process_cpu_mean_pct),
+            opt_pct(m.process_cpu_peak_pct),
+            opt_pct(m.global_cpu_mean_pct),
+            m.cores,
+            opt_pct(m.busiest_core_mean_pct),
+            opt_pct(m.idlest_core_mean_pct)
+        );
+        let _ =
+            writeln!(o, "  memory   RSS peak {}", m.rss_peak_bytes.map(|b| mb(b as f64)).unwrap_or_else(|| "-".into()));
+        let reads = match m.read_bytes_per_s_mean {
+            Some(r) => format!("{}/s from storage", mb(r)),
+            None => "storage reads not measurable here".into(),
+        };
+        let calls =
+            m.syscall_read_bytes_per_s_mean.map(|r| format!(" · {}/s through read calls", mb(r))).unwrap_or_default();
+        let iowait = m.iowait_mean_pct.map(|w| format!(" · iowait {w:.1}%")).unwrap_or_default();
+        let _ = writeln!(o, "  storage  {reads}{calls}{iowait}");
+        let threads: Vec<String> =
+            m.threads.iter().filter(|t| t.samples > 0).map(|t| format!("{} {:.0}%", t.name, t.cpu_mean_pct)).collect();
+        if !threads.is_empty() {
+            let _ = writeln!(o, "  threads  {}", threads.join(", "));
+        }
+    }
+    if let Some(fs) = &s.data_fs {
+        let _ = writeln!(
+            o,
+            "  data     {} on {} ({}{})",
+            s.settings.data,
+            fs.fs_type,
+            fs.kind,
+            if fs.kind.is_remote_or_fuse() { ": every read may be a network round trip" } else { "" }
+        );
+    }
+    match &m.gpu_status {
+        None => {
+            let _ = writeln!(o, "  GPU      not sampled (--no-gpu)");
+        }
+        Some(probes::sampler::GpuStatus::Off(reason)) => {
+            let _ = writeln!(o, "  GPU      off: {reason}");
+        }
+        Some(probes::sampler::GpuStatus::Ok) if m.devices.is_empty() => {
+            let _ = writeln!(o, "  GPU      none found");
+        }
+        Some(probes::sampler::GpuStatus::Ok) => {
+            for d in &m.devices {
+                let mem = match (d.mem_used_peak_bytes, d.mem_total_bytes) {
+                    (Some(u), Some(t)) => format!("memory peak {:.1} / {:.1} GB", u as f64 / 1e9, t as f64 / 1e9),
+                    _ => "memory -".into(),
+                };
+                let idle =
+                    d.util_idle_share.map(|i| format!(", idle in {:.0}% of samples", i * 100.0)).unwrap_or_default();
+                let pcie = match (d.pcie_rx_mean_bytes_per_s, d.pcie_tx_mean_bytes_per_s) {
+                    (Some(rx), Some(tx)) => format!(" · PCIe to GPU {}/s, from GPU {}/s", mb(rx), mb(tx)),
+                    _ => String::new(),
+                };
+                let ours = match d.this_process_on_gpu {
+                    Some(true) => "this process uses it",
+                    Some(false) => "this process does NOT use it",
+                    None => "use by this process unknown",
+                };
+                let _ = writeln!(
+                    o,
+                    "  GPU {}    {}: utilisation {} (peak {}{idle}) · {mem}{pcie} · {ours}",
+                    d.index,
+                    d.name,
+                    opt_pct(d.util_mean_pct),
+                    opt_pct(d.util_peak_pct)
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]

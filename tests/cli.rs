@@ -287,3 +287,35 @@ fn demo_data_writes_the_requested_set() {
     let img = image::open(&ds.samples[0].path).unwrap();
     assert_eq!((img.width(), img.height()), (20, 10));
 }
+
+#[test]
+fn fake_nvml_fills_the_gpu_section_and_a_missing_driver_says_why() {
+    let (d, model, data) = setup();
+    let lib = probes::sampler::fake_nvml::build(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap();
+    let summary = d.path().join("s.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
+    c.args(["profile", "--model", &model, "--data", &data, "--steps", "3", "--summary", summary.to_str().unwrap()])
+        .env("PIPEPROF_NVML_LIB", &lib)
+        .env("FAKE_NVML_DEVICES", "2")
+        .env("FAKE_NVML_UTIL", "0,15,95,100,40");
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(report.contains("GPU 0") && report.contains("GPU 1"), "{report}");
+    assert!(report.contains("this process does NOT use it"), "{report}");
+    let s = read_json(&summary);
+    assert_eq!(s["machine"]["devices"].as_array().unwrap().len(), 2);
+    assert_eq!(s["machine"]["gpu_status"], "Ok");
+    assert!(s["machine"]["host_samples"].as_u64().unwrap() >= 1, "the final sample is always taken");
+
+    let missing = d.path().join("no-such-libnvidia-ml.so");
+    let out = pipeprof(
+        &["profile", "--model", &model, "--data", &data, "--steps", "2", "--summary", summary.to_str().unwrap()],
+        &[("PIPEPROF_NVML_LIB", &missing)],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(report.contains("GPU      off:"), "{report}");
+    let s = read_json(&summary);
+    assert!(s["machine"]["gpu_status"]["Off"].as_str().unwrap().contains("no-such-libnvidia-ml.so"), "{s}");
+}

@@ -1,6 +1,8 @@
 //! Events → per-stage statistics. Pure: no clocks, no I/O, no threads; time comes from events.
 
 use hdrhistogram::Histogram;
+use probes::fsinfo::FsInfo;
+use probes::sampler::summary::{MachineAgg, MachineSummary};
 use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -9,6 +11,38 @@ use std::collections::{BTreeMap, VecDeque};
 pub const RECENT_STEPS: usize = 4096;
 /// Skipped files listed by path; more are only counted.
 pub const MAX_SKIPPED_LISTED: usize = 200;
+
+/// Recent per-step timings kept for charts.
+pub const RECENT_POINTS: usize = 1024;
+
+/// One training step's split, from its spans (for charts).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct StepPoint {
+    pub step: u64,
+    /// End of the step's compute, monotonic ns.
+    pub end_ns: u64,
+    pub wait_ns: u64,
+    pub transfer_ns: u64,
+    pub compute_ns: u64,
+}
+
+/// What live views read: the summary plus bounded recent series.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub summary: Summary,
+    /// Recent steps' wait / transfer / compute, oldest first.
+    pub steps: Vec<StepPoint>,
+    /// Recent step records (loss, images, queue occupancy), oldest first.
+    pub records: Vec<StepRecord>,
+    /// Recent host samples, oldest first.
+    pub host: Vec<probes::sampler::HostPoint>,
+    /// Recent GPU samples, oldest first.
+    pub gpu: Vec<probes::sampler::GpuPoint>,
+    /// The verdict over the recent window, once there is one.
+    pub verdict: Option<crate::diagnose::Verdict>,
+    /// Monotonic ns of the newest event seen.
+    pub now_ns: u64,
+}
 
 /// Settings of the run, echoed in the report and summary.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -128,6 +162,10 @@ pub struct Summary {
     pub threads: BTreeMap<u32, String>,
     /// Mean batches waiting in the prefetch queue when a step took its batch.
     pub mean_queued: f64,
+    /// What the host and GPU samplers saw.
+    pub machine: MachineSummary,
+    /// The filesystem holding the data folder.
+    pub data_fs: Option<FsInfo>,
 }
 
 #[derive(Default, Clone)]
@@ -159,6 +197,11 @@ pub struct Aggregator {
     received: u64,
     dropped: u64,
     last_loss: Option<f64>,
+    machine: MachineAgg,
+    data_fs: Option<FsInfo>,
+    points: VecDeque<StepPoint>,
+    /// The train thread's wait and transfer of the step in flight.
+    cur: StepPoint,
 }
 
 impl Aggregator {
@@ -180,7 +223,57 @@ impl Aggregator {
             received: 0,
             dropped: 0,
             last_loss: None,
+            machine: MachineAgg::default(),
+            data_fs: None,
+            points: VecDeque::with_capacity(RECENT_POINTS),
+            cur: StepPoint::default(),
         }
+    }
+
+    /// A snapshot for live views (summary + recent series).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            summary: self.summary(),
+            steps: self.points.iter().copied().collect(),
+            records: self.recent.iter().rev().take(RECENT_POINTS).rev().copied().collect(),
+            host: self.machine.host_series().iter().copied().collect(),
+            gpu: self.machine.gpu_series().iter().cloned().collect(),
+            verdict: None,
+            now_ns: self.last_ns,
+        }
+    }
+
+    fn track_step(&mut self, s: &SpanRecord) {
+        match s.stage {
+            Stage::Wait => self.cur = StepPoint { step: s.step, wait_ns: s.dur_ns, ..Default::default() },
+            Stage::Transfer => {
+                if self.cur.step != s.step {
+                    self.cur = StepPoint { step: s.step, ..Default::default() };
+                }
+                self.cur.transfer_ns = s.dur_ns;
+            }
+            Stage::Compute => {
+                let mut p =
+                    if self.cur.step == s.step { self.cur } else { StepPoint { step: s.step, ..Default::default() } };
+                p.compute_ns = s.dur_ns;
+                p.end_ns = s.end_ns();
+                if self.points.len() == RECENT_POINTS {
+                    self.points.pop_front();
+                }
+                self.points.push_back(p);
+            }
+            _ => {}
+        }
+    }
+
+    /// Records the filesystem under the data folder (found once, before the run).
+    pub fn set_data_fs(&mut self, fs: FsInfo) {
+        self.data_fs = Some(fs);
+    }
+
+    /// The machine time series (for live charts).
+    pub fn machine(&self) -> &MachineAgg {
+        &self.machine
     }
 
     /// The dropped-events count as reported by the probe (it lives on the sender side).
@@ -212,6 +305,7 @@ impl Aggregator {
                 if s.stage == Stage::Wait {
                     self.train_start_ns = self.train_start_ns.min(s.start_ns);
                 }
+                self.track_step(s);
             }
             Event::Thread { id, name } => {
                 self.threads.insert(*id, name.to_string());
@@ -243,7 +337,9 @@ impl Aggregator {
                     self.skipped.push(Skipped { path: path.to_string(), reason: reason.to_string() });
                 }
             }
-            Event::Host(_) | Event::Gpu(_) | Event::Finish | Event::Spans(_) => {}
+            Event::Host(h) => self.machine.push_host(h),
+            Event::Gpu(g) => self.machine.push_gpu(g),
+            Event::Finish | Event::Spans(_) => {}
         }
     }
 
@@ -326,6 +422,8 @@ impl Aggregator {
             events_dropped: self.dropped,
             threads: self.threads.clone(),
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
+            machine: self.machine.summary(),
+            data_fs: self.data_fs.clone(),
         }
     }
 }
