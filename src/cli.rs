@@ -22,8 +22,23 @@ pub enum Command {
     ///
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
     Profile(ProfileArgs),
+    /// Re-read a trace or summary JSON and print its report; with two files, compare them.
+    Report(ReportArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.
     DemoData(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A trace (--trace) or summary (--summary) file; two files = before and after.
+    #[arg(required = true, num_args = 1..=2, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Close a trace cut short (run killed with kill -9) in place, then report it.
+    #[arg(long)]
+    pub repair: bool,
+    /// Also write the (recomputed) summary JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone, Default)]
@@ -61,12 +76,19 @@ pub struct ProfileArgs {
     /// Write a Chrome/Perfetto trace (JSON) of every span, streamed as the run goes.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Trace detail: "sample" (default) adds one span per image per loader stage, up to
+    /// 200,000 of them; "stage" keeps only the training loop's stages and counters.
+    #[arg(long, value_enum, default_value_t = crate::export::chrome::TraceLevel::Sample)]
+    pub trace_level: crate::export::chrome::TraceLevel,
     /// Host and GPU samples per second (CPU figures refresh at most every 200 ms).
     #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
     pub sample_hz: f64,
     /// Do not sample the GPU (NVML). Set PIPEPROF_NVML_LIB=/path/libnvidia-ml.so to load another library.
     #[arg(long)]
     pub no_gpu: bool,
+    /// Testing hook: panic in the training loop at this step (proves the exit paths).
+    #[arg(long, hide = true)]
+    pub panic_at_step: Option<u64>,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,

@@ -8,6 +8,7 @@ pub mod config;
 pub mod data;
 pub mod diagnose;
 pub mod export;
+pub mod offline;
 pub mod profile;
 pub mod report;
 pub mod signal;

@@ -5,6 +5,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Profile(Default::default())) {
         Command::Profile(args) => pipeprof::profile::run(&args).map(|_| ()),
+        Command::Report(a) => pipeprof::offline::run(&a),
         Command::DemoData(a) => {
             let spec = pipeprof::data::demo::DemoSpec {
                 classes: a.classes,
@@ -24,5 +25,8 @@ fn main() {
     if let Err(e) = run() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+    if let Some(sig) = pipeprof::signal::received() {
+        std::process::exit(128 + sig);
     }
 }

@@ -115,8 +115,9 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
 
     let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
     if let Some(path) = &args.trace {
-        let t = ChromeTrace::create(path, &format!("pipeprof: {}", settings.model))
+        let mut t = ChromeTrace::create(path, &format!("pipeprof: {}", settings.model), args.trace_level)
             .with_context(|| format!("cannot create the trace file {}", path.display()))?;
+        t.settings(&settings).with_context(|| format!("cannot write the trace file {}", path.display()))?;
         exporters.push(Box::new(t));
     }
     let data_fs = probes::fsinfo::detect(&dir);
@@ -170,6 +171,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     let classes = ds.classes.len();
     let ds = Arc::new(ds);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let panic_at = args.panic_at_step;
     let trainer = {
         let probe = probe.clone();
         let cfg = cfg.clone();
@@ -177,7 +179,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             let result = (|| {
                 let mut loader = Loader::start(ds, loader_cfg, probe.clone())?;
                 let total = loader.total_steps();
-                let out = train::train(&cfg, classes, &dev, &mut loader, &probe, signal::flag());
+                let out = train::train(&cfg, classes, &dev, &mut loader, &probe, signal::flag(), panic_at);
                 drop(loader);
                 out.map(|o| (o, total))
             })();
@@ -187,14 +189,14 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     };
 
     show_progress(&done_rx, &latest);
-    let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"))?;
+    // Whatever happened to training, the collector finishes: the trace gets closed and the
+    // report covers what was measured.
+    let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"));
     if let Some(s) = samplers {
         s.stop();
     }
     probe.send_blocking(Event::Finish);
-    let mut agg = collector.join().map_err(|_| anyhow::anyhow!("the collector thread panicked"))?;
-    agg.set_dropped(probe.dropped());
-    let summary = agg.summary();
+    let summary = collector.join().map_err(|_| anyhow::anyhow!("the collector thread panicked"))?;
     clear_progress();
 
     print!("{}", report::render(&summary));
@@ -203,9 +205,9 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
         eprintln!("pipeprof: summary written to {}", path.display());
     }
-    let (outcome, _total) = outcome?;
+    let (outcome, _total) = outcome??;
     if outcome.interrupted {
-        eprintln!("pipeprof: stopped early (interrupted): the report covers the steps done so far");
+        eprintln!("pipeprof: stopped early: the report covers the steps done so far");
     }
     // The loop's own count, not the events': those may have been dropped.
     if outcome.images == 0 && !outcome.interrupted {
@@ -224,7 +226,7 @@ fn collect(
     mut exporters: Vec<Box<dyn Exporter>>,
     latest: &Latest,
     probe: &Probe,
-) -> Aggregator {
+) -> Summary {
     let mut since_publish = 0u32;
     let export = |ev: &Event, exporters: &mut Vec<Box<dyn Exporter>>| {
         exporters.retain_mut(|x| match x.event(ev) {
@@ -260,12 +262,14 @@ fn collect(
             agg.push(&ev);
         }
     }
+    agg.set_dropped(probe.dropped());
+    let summary = agg.summary();
     for x in &mut exporters {
-        if let Err(e) = x.finish() {
+        if let Err(e) = x.summary(&summary).and_then(|()| x.finish()) {
             eprintln!("warning: cannot close an export: {e}");
         }
     }
-    agg
+    summary
 }
 
 fn show_progress(done: &Receiver<()>, latest: &Latest) {

@@ -154,6 +154,23 @@ fn tiny_model_learns_and_every_stage_arrives_in_causal_order() {
         }
     }
     assert_eq!(per_sample.len(), images as usize);
+    // Per thread, top-level spans never overlap and appear in time order.
+    let mut last_end: HashMap<u64, f64> = HashMap::new();
+    for e in evs.iter().filter(|e| e["ph"] == "X") {
+        if matches!(e["name"].as_str(), Some("forward" | "backward" | "optimizer")) {
+            continue;
+        }
+        let (tid, ts, dur) = (e["tid"].as_u64().unwrap(), e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+        let prev = last_end.insert(tid, ts + dur).unwrap_or(0.0);
+        assert!(
+            ts + 0.001 >= prev,
+            "{} on thread {tid} starts at {ts} before the previous span ended at {prev}",
+            e["name"]
+        );
+    }
+    for counter in ["CPU %", "RSS MB", "step", "images/s"] {
+        assert!(evs.iter().any(|e| e["ph"] == "C" && e["name"] == counter), "counter {counter}");
+    }
     for ((step, sample), st) in &per_sample {
         let (r, de, rs) = (st["read"], st["decode"], st["resize"]);
         assert!(r.1 <= de.0 && de.1 <= rs.0, "sample {sample}: read → decode → resize");

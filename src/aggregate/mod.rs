@@ -4,7 +4,7 @@ use hdrhistogram::Histogram;
 use probes::fsinfo::FsInfo;
 use probes::sampler::summary::{MachineAgg, MachineSummary};
 use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Recent steps kept for windowed statistics (bounded whatever the run length).
@@ -12,11 +12,14 @@ pub const RECENT_STEPS: usize = 4096;
 /// Skipped files listed by path; more are only counted.
 pub const MAX_SKIPPED_LISTED: usize = 200;
 
+/// Version of the summary JSON schema.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
 /// Recent per-step timings kept for charts.
 pub const RECENT_POINTS: usize = 1024;
 
 /// One training step's split, from its spans (for charts).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct StepPoint {
     pub step: u64,
     /// End of the step's compute, monotonic ns.
@@ -45,7 +48,8 @@ pub struct Snapshot {
 }
 
 /// Settings of the run, echoed in the report and summary.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct RunSettings {
     pub model: String,
     pub data: String,
@@ -96,7 +100,7 @@ impl StageAgg {
 }
 
 /// Statistics of one stage.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StageSummary {
     pub stage: String,
     pub count: u64,
@@ -113,7 +117,8 @@ pub struct StageSummary {
 }
 
 /// Where the training loop's time went, per step on average.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StepSplit {
     pub steps: u64,
     pub mean_step_ms: f64,
@@ -125,7 +130,7 @@ pub struct StepSplit {
     pub compute_share: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct EpochSummary {
     pub epoch: u32,
     pub steps: u64,
@@ -135,15 +140,18 @@ pub struct EpochSummary {
     pub seconds: f64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Skipped {
     pub path: String,
     pub reason: String,
 }
 
 /// A point-in-time view of the run: what reports, the summary JSON and views read.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Summary {
+    /// Version of this JSON schema (see README, "Summary JSON").
+    pub schema_version: u32,
     pub settings: RunSettings,
     pub steps: u64,
     pub images: u64,
@@ -406,6 +414,7 @@ impl Aggregator {
             })
             .collect();
         Summary {
+            schema_version: SUMMARY_SCHEMA_VERSION,
             settings: self.settings.clone(),
             steps: self.steps,
             images: self.images,

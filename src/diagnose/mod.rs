@@ -95,3 +95,8 @@ pub fn diagnose(s: &Summary) -> Verdict {
         advice: Vec::new(),
     }
 }
+
+/// The verdict block of the plain report.
+pub fn render(v: &Verdict) -> String {
+    format!("\nverdict: {}\n", v.headline)
+}

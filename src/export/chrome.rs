@@ -1,28 +1,57 @@
-//! Chrome Trace Event Format, streamed: `{"traceEvents":[ … ]}` with one `X` event per span.
+//! Chrome Trace Event Format, streamed: `{"traceEvents":[ … ]}`, one event per line.
 //!
 //! Opens in Perfetto (ui.perfetto.dev), chrome://tracing and DevTools. Events are written as
-//! they arrive and flushed regularly, so memory stays bounded and a killed run leaves a valid
-//! prefix.
+//! they arrive and flushed at every host sample (5 Hz), so memory stays bounded and a run
+//! killed with `kill -9` leaves a prefix that `pipeprof report --repair` closes. Every other
+//! exit path closes the file, through [`Exporter::finish`] or, on unwinding, `Drop`.
+//!
+//! Content: `X` events for spans (`cat` = stage; args: step, sample, bytes, cpu_us), `M`
+//! thread and process names, `C` counters (CPU, RSS, storage, queue, images/s, per GPU), and
+//! instant events for the run's settings, verdict changes and the final summary.
 
 use super::Exporter;
-use probes::{Event, NONE};
+use crate::aggregate::{RunSettings, Summary};
+use crate::diagnose::Verdict;
+use probes::{Event, SpanRecord, Stage, NONE};
+use serde_json::json;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+
+/// How much of the loader goes into the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum TraceLevel {
+    /// Training-loop stages and counters only: small whatever the data set.
+    Stage,
+    /// Also one span per sample per loader stage, up to [`SAMPLE_SPAN_CAP`].
+    #[default]
+    Sample,
+}
+
+/// Per-sample loader spans written at most (≈ 150 bytes each: ≈ 30 MB). Past the cap, loader
+/// spans are left out of the trace (the statistics still count them) and the trace says so.
+pub const SAMPLE_SPAN_CAP: u64 = 200_000;
+
+/// The trace's schema version, in the settings event.
+pub const TRACE_VERSION: u32 = 1;
 
 pub struct ChromeTrace<W: Write + Send> {
     out: W,
     pid: u32,
     first: bool,
     closed: bool,
-    since_flush: u32,
+    level: TraceLevel,
+    loader_spans: u64,
+    capped: bool,
+    last_step_end: Option<u64>,
+    last_ts: u64,
 }
 
 impl ChromeTrace<BufWriter<File>> {
     /// Creates `path` and writes the header.
-    pub fn create(path: &Path, process_name: &str) -> std::io::Result<Self> {
+    pub fn create(path: &Path, process_name: &str, level: TraceLevel) -> std::io::Result<Self> {
         let f = File::create(path)?;
-        ChromeTrace::new(BufWriter::with_capacity(1 << 16, f), process_name)
+        ChromeTrace::new(BufWriter::with_capacity(1 << 16, f), process_name, level)
     }
 }
 
@@ -31,79 +60,171 @@ fn us(ns: u64) -> f64 {
 }
 
 impl<W: Write + Send> ChromeTrace<W> {
-    pub fn new(mut out: W, process_name: &str) -> std::io::Result<Self> {
+    pub fn new(mut out: W, process_name: &str, level: TraceLevel) -> std::io::Result<Self> {
         let pid = std::process::id();
         out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
-        let mut t = ChromeTrace { out, pid, first: true, closed: false, since_flush: 0 };
-        let meta = serde_json::json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":process_name}});
-        t.raw(&meta.to_string())?;
+        let mut t = ChromeTrace {
+            out,
+            pid,
+            first: true,
+            closed: false,
+            level,
+            loader_spans: 0,
+            capped: false,
+            last_step_end: None,
+            last_ts: 0,
+        };
+        t.raw(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":process_name}}))?;
+        t.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":0,"args":{"name":"pipeprof"}}))?;
         Ok(t)
     }
 
-    fn raw(&mut self, json: &str) -> std::io::Result<()> {
+    fn raw(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
         if !self.first {
             self.out.write_all(b",\n")?;
         }
         self.first = false;
-        self.out.write_all(json.as_bytes())
+        serde_json::to_writer(&mut self.out, v).map_err(std::io::Error::other)
     }
 
-    /// The underlying writer (for tests).
-    pub fn into_inner(self) -> W {
-        self.out
+    fn counter(&mut self, name: &str, t_ns: u64, args: serde_json::Value) -> std::io::Result<()> {
+        self.raw(&json!({"ph":"C","name":name,"pid":self.pid,"tid":0,"ts":us(t_ns),"args":args}))
+    }
+
+    fn instant(&mut self, name: &str, t_ns: u64, args: serde_json::Value) -> std::io::Result<()> {
+        self.raw(&json!({"ph":"i","s":"g","name":name,"pid":self.pid,"tid":0,"ts":us(t_ns),"args":args}))
+    }
+
+    fn span(&mut self, s: &SpanRecord) -> std::io::Result<()> {
+        if s.stage.is_loader() {
+            if self.level == TraceLevel::Stage {
+                return Ok(());
+            }
+            if self.loader_spans >= SAMPLE_SPAN_CAP {
+                if !self.capped {
+                    self.capped = true;
+                    let msg = format!(
+                        "per-sample loader spans capped at {SAMPLE_SPAN_CAP}: later ones are left out of the trace \
+                         (the report's statistics still count them); use --trace-level stage for long runs"
+                    );
+                    self.instant("trace capped", s.start_ns, json!({ "message": msg }))?;
+                }
+                return Ok(());
+            }
+            self.loader_spans += 1;
+        }
+        let mut args = serde_json::Map::new();
+        for (k, v) in [("step", s.step), ("sample", s.sample), ("bytes", s.bytes)] {
+            if v != NONE {
+                args.insert(k.into(), v.into());
+            }
+        }
+        if s.cpu_ns != NONE {
+            args.insert("cpu_us".into(), us(s.cpu_ns).into());
+        }
+        self.last_ts = self.last_ts.max(s.end_ns());
+        let name = s.stage.name();
+        self.raw(&json!({
+            "ph": "X", "name": name, "cat": name, "pid": self.pid, "tid": s.thread,
+            "ts": us(s.start_ns), "dur": us(s.dur_ns), "args": args
+        }))
     }
 }
 
 impl<W: Write + Send> Exporter for ChromeTrace<W> {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
-        if let Event::Spans(batch) = ev {
-            for s in batch {
-                self.event(&Event::Span(*s))?;
-            }
-            return Ok(());
+    fn settings(&mut self, s: &RunSettings) -> std::io::Result<()> {
+        let mut args = serde_json::to_value(s).map_err(std::io::Error::other)?;
+        if let Some(o) = args.as_object_mut() {
+            o.insert("trace_version".into(), TRACE_VERSION.into());
         }
-        let pid = self.pid;
-        let line = match ev {
-            Event::Span(s) => {
-                let mut args = serde_json::Map::new();
-                for (k, v) in [("step", s.step), ("sample", s.sample), ("bytes", s.bytes)] {
-                    if v != NONE {
-                        args.insert(k.into(), v.into());
-                    }
+        self.instant("settings", probes::clock::now_ns(), args)
+    }
+
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        match ev {
+            Event::Spans(batch) => {
+                for s in batch {
+                    self.span(s)?;
                 }
-                if s.cpu_ns != NONE {
-                    args.insert("cpu_us".into(), us(s.cpu_ns).into());
-                }
-                serde_json::json!({
-                    "ph": "X", "name": s.stage.name(), "cat": s.stage.name(),
-                    "pid": pid, "tid": s.thread, "ts": us(s.start_ns), "dur": us(s.dur_ns), "args": args
-                })
             }
+            Event::Span(s) => self.span(s)?,
             Event::Thread { id, name } => {
                 let sort = if name.starts_with("train") { 0 } else { *id as i64 };
-                self.raw(
-                    &serde_json::json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":id,"args":{"sort_index":sort}})
-                        .to_string(),
-                )?;
-                serde_json::json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":{"name":name}})
+                let pid = self.pid;
+                self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":id,"args":{"sort_index":sort}}))?;
+                self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":{"name":name}}))?;
             }
-            Event::Step(st) if !st.validation => serde_json::json!({
-                "ph": "C", "name": "training", "pid": pid, "tid": 0, "ts": us(st.end_ns),
-                "args": {"loss": st.loss, "batches_ready": st.queued}
-            }),
-            Event::Skipped { path, reason } => serde_json::json!({
-                "ph": "i", "s": "g", "name": "skipped file", "pid": pid, "tid": 0,
-                "ts": us(probes::clock::now_ns()), "args": {"path": path, "reason": reason}
-            }),
-            Event::Step(_) | Event::Host(_) | Event::Gpu(_) | Event::Finish | Event::Spans(_) => return Ok(()),
-        };
-        self.raw(&line.to_string())?;
-        self.since_flush += 1;
-        if self.since_flush >= 512 {
-            self.since_flush = 0;
-            self.out.flush()?;
+            Event::Step(st) if !st.validation => {
+                let rate = match self.last_step_end {
+                    Some(prev) if st.end_ns > prev => st.images as f64 * 1e9 / (st.end_ns - prev) as f64,
+                    _ => 0.0,
+                };
+                self.last_step_end = Some(st.end_ns);
+                self.last_ts = self.last_ts.max(st.end_ns);
+                self.counter(
+                    "step",
+                    st.end_ns,
+                    json!({"step": st.step, "epoch": st.epoch, "images": st.images, "loss": st.loss,
+                           "correct": st.correct, "batches_ready": st.queued}),
+                )?;
+                self.counter("images/s", st.end_ns, json!({ "images/s": rate }))?;
+            }
+            Event::Step(_) => {}
+            Event::Skipped { path, reason } => {
+                let t = self.last_ts;
+                self.instant("skipped file", t, json!({"path": path, "reason": reason}))?;
+            }
+            Event::Host(h) => {
+                self.last_ts = self.last_ts.max(h.t_ns);
+                self.counter("CPU %", h.t_ns, json!({"process": h.process_cpu_pct, "machine": h.global_cpu_pct}))?;
+                self.counter("RSS MB", h.t_ns, json!({ "rss": h.rss_bytes as f64 / 1e6 }))?;
+                if let Some(r) = h.read_bytes_per_s {
+                    self.counter(
+                        "storage MB/s",
+                        h.t_ns,
+                        json!({"read": r / 1e6, "write": h.write_bytes_per_s.unwrap_or(0.0) / 1e6}),
+                    )?;
+                }
+                // Host samples come at 5 Hz: a good pace for making the file durable.
+                self.out.flush()?;
+            }
+            Event::Gpu(g) => {
+                for d in &g.devices {
+                    let mut args = serde_json::Map::new();
+                    if let Some(u) = d.util_pct {
+                        args.insert("util %".into(), u.into());
+                    }
+                    if let Some(m) = d.mem_used_bytes {
+                        args.insert("memory GB".into(), (m as f64 / 1e9).into());
+                    }
+                    if let Some(r) = d.pcie_rx_bytes_per_s {
+                        args.insert("PCIe to GPU MB/s".into(), (r / 1e6).into());
+                    }
+                    if let Some(t) = d.pcie_tx_bytes_per_s {
+                        args.insert("PCIe from GPU MB/s".into(), (t / 1e6).into());
+                    }
+                    if !args.is_empty() {
+                        self.counter(&format!("GPU {}", d.index), g.t_ns, serde_json::Value::Object(args))?;
+                    }
+                }
+                if let Some(reason) = g.status.off_reason() {
+                    self.instant("GPU sampling off", g.t_ns, json!({ "reason": reason }))?;
+                }
+            }
+            Event::Finish => {}
         }
         Ok(())
+    }
+
+    fn verdict(&mut self, t_ns: u64, v: &Verdict) -> std::io::Result<()> {
+        let args = serde_json::to_value(v).map_err(std::io::Error::other)?;
+        self.instant(&format!("verdict: {}", v.headline), t_ns, args)
+    }
+
+    fn summary(&mut self, s: &Summary) -> std::io::Result<()> {
+        let args = serde_json::to_value(s).map_err(std::io::Error::other)?;
+        let t = self.last_ts;
+        self.instant("summary", t, args)
     }
 
     fn finish(&mut self) -> std::io::Result<()> {
@@ -116,35 +237,102 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
     }
 }
 
+impl<W: Write + Send> Drop for ChromeTrace<W> {
+    fn drop(&mut self) {
+        // Unwinding (a panic in the collector) still leaves a closed, loadable file.
+        let _ = self.finish();
+    }
+}
+
+/// Whether a stage's spans are per sample (for readers).
+pub fn is_sample_stage(name: &str) -> bool {
+    Stage::from_name(name).is_some_and(Stage::is_loader)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use probes::{SpanRecord, Stage};
 
-    #[test]
-    fn trace_is_valid_json_with_spans_threads_and_counters() {
-        let mut t = ChromeTrace::new(Vec::new(), "pipeprof test").unwrap();
-        t.event(&Event::Thread { id: 2, name: "loader-0".into() }).unwrap();
-        t.event(&Event::Span(SpanRecord {
+    fn decode_span(sample: u64) -> Event {
+        Event::Span(SpanRecord {
             stage: Stage::Decode,
             thread: 2,
             start_ns: 1_500,
             dur_ns: 2_250,
             cpu_ns: 2_000,
             step: 0,
-            sample: 9,
+            sample,
             bytes: NONE,
-        }))
+        })
+    }
+
+    /// A writer the test keeps a handle to after the trace is gone.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn parse(buf: &Shared) -> Vec<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_slice(&buf.0.lock().unwrap()).unwrap();
+        v["traceEvents"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn trace_is_valid_json_with_spans_threads_and_counters() {
+        let buf = Shared::default();
+        let mut t = ChromeTrace::new(buf.clone(), "pipeprof test", TraceLevel::Sample).unwrap();
+        t.settings(&RunSettings { workers: 3, ..Default::default() }).unwrap();
+        t.event(&Event::Thread { id: 2, name: "loader-0".into() }).unwrap();
+        t.event(&decode_span(9)).unwrap();
+        t.event(&Event::Host(Box::new(probes::sampler::HostSample {
+            t_ns: 5_000,
+            process_cpu_pct: 150.0,
+            ..Default::default()
+        })))
         .unwrap();
         t.finish().unwrap();
         t.finish().unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&t.into_inner()).unwrap();
-        let evs = v["traceEvents"].as_array().unwrap();
+        drop(t);
+        let evs = parse(&buf);
         let x = evs.iter().find(|e| e["ph"] == "X").unwrap();
         assert_eq!((x["name"].as_str(), x["tid"].as_u64()), (Some("decode"), Some(2)));
         assert_eq!((x["ts"].as_f64(), x["dur"].as_f64()), (Some(1.5), Some(2.25)));
         assert_eq!(x["args"]["sample"], 9);
         assert!(x["args"].get("bytes").is_none());
         assert!(evs.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "loader-0"));
+        let cpu = evs.iter().find(|e| e["ph"] == "C" && e["name"] == "CPU %").unwrap();
+        assert_eq!(cpu["args"]["process"], 150.0);
+        let settings = evs.iter().find(|e| e["name"] == "settings").unwrap();
+        assert_eq!(
+            (settings["args"]["workers"].as_u64(), settings["args"]["trace_version"].as_u64()),
+            (Some(3), Some(1))
+        );
+    }
+
+    #[test]
+    fn stage_level_leaves_out_per_sample_spans() {
+        let buf = Shared::default();
+        let mut t = ChromeTrace::new(buf.clone(), "t", TraceLevel::Stage).unwrap();
+        t.event(&decode_span(1)).unwrap();
+        t.finish().unwrap();
+        assert!(!parse(&buf).iter().any(|e| e["ph"] == "X"));
+    }
+
+    #[test]
+    fn dropping_an_unfinished_trace_closes_it() {
+        let buf = Shared::default();
+        {
+            let mut t = ChromeTrace::new(buf.clone(), "t", TraceLevel::Sample).unwrap();
+            t.event(&decode_span(1)).unwrap();
+        }
+        assert_eq!(parse(&buf).iter().filter(|e| e["ph"] == "X").count(), 1);
     }
 }

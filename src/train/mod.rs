@@ -81,6 +81,7 @@ pub fn train(
     loader: &mut Loader,
     probe: &Probe,
     stop: &AtomicBool,
+    panic_at_step: Option<u64>,
 ) -> anyhow::Result<TrainOutcome> {
     let vm = VarMap::new();
     let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
@@ -103,6 +104,10 @@ pub fn train(
         k = batch.step + 1;
         if batch.is_empty() {
             continue;
+        }
+        #[allow(clippy::panic)]
+        if panic_at_step == Some(batch.step) {
+            panic!("--panic-at-step {}: injected panic (testing hook)", batch.step);
         }
         let n = batch.len();
         let (xs, ys) = {

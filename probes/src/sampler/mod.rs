@@ -80,7 +80,7 @@ pub struct ThreadCpu {
 }
 
 /// Whether GPU sampling works, and why not when it does not.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum GpuStatus {
     /// NVML answered; the devices are in the sample.
     #[default]

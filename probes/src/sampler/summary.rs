@@ -84,7 +84,7 @@ pub struct GpuPoint {
 }
 
 /// Run totals of one named thread.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ThreadSummary {
     /// OS thread id.
     pub tid: u32,
@@ -101,7 +101,7 @@ pub struct ThreadSummary {
 }
 
 /// Run totals of one GPU.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct DeviceSummary {
     /// NVML index.
     pub index: u32,
@@ -136,7 +136,7 @@ pub struct DeviceSummary {
 }
 
 /// The machine section of a report: what the samplers saw over the run.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct MachineSummary {
     /// Host samples seen.
     pub host_samples: u64,

@@ -1,0 +1,250 @@
+//! Reading runs back: a trace written by pipeprof (complete, or cut short by `kill -9`), or a
+//! summary JSON.
+
+use crate::aggregate::{Aggregator, RunSettings, Summary};
+use probes::sampler::{GpuDevice, GpuSample, GpuStatus, HostSample};
+use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use serde_json::Value;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path} is neither a pipeprof trace nor a summary JSON: {why}")]
+    Format { path: String, why: String },
+}
+
+/// A run read back from disk.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The run's statistics: recomputed from the trace's events, or the summary as written.
+    pub summary: Summary,
+    /// Trace events read (0 for a summary file).
+    pub events: usize,
+    /// False for a trace whose closing `]}` is missing (the run was killed).
+    pub complete: bool,
+    /// Whether the per-sample loader spans were capped in the trace.
+    pub capped: bool,
+}
+
+fn ns(v: &Value) -> u64 {
+    (v.as_f64().unwrap_or(0.0) * 1000.0).round().max(0.0) as u64
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(NONE)
+}
+
+/// Parses trace text; a trace cut short is read up to its last complete event line.
+/// Returns the events and whether the text was complete.
+pub fn parse_trace_text(text: &str) -> (Vec<Value>, bool) {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        let arr = match v {
+            Value::Array(a) => a,
+            Value::Object(mut o) => match o.remove("traceEvents") {
+                Some(Value::Array(a)) => a,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        return (arr, true);
+    }
+    // pipeprof writes one event per line: keep every line that is a whole JSON object.
+    let events = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim().trim_end_matches(',')).ok())
+        .filter(Value::is_object)
+        .collect();
+    (events, false)
+}
+
+/// Closes a trace cut short: keeps its complete event lines and appends the closing `]}`.
+/// Returns the repaired text and the number of events kept.
+pub fn repair_text(text: &str) -> Option<(String, usize)> {
+    let mut lines = text.lines();
+    let header = lines.next()?;
+    if !header.trim_start().starts_with('{') || !header.contains("traceEvents") {
+        return None;
+    }
+    let kept: Vec<&str> = lines
+        .map(|l| l.trim().trim_end_matches(','))
+        .filter(|l| serde_json::from_str::<Value>(l).map(|v| v.is_object()).unwrap_or(false))
+        .collect();
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(header.trim_end());
+    out.push('\n');
+    out.push_str(&kept.join(",\n"));
+    out.push_str("\n]}\n");
+    Some((out, kept.len()))
+}
+
+/// Rebuilds the run's statistics from trace events.
+pub fn summary_from_trace(events: &[Value]) -> (Summary, bool) {
+    let settings: RunSettings = events
+        .iter()
+        .find(|e| e["name"] == "settings" && e["ph"] == "i")
+        .and_then(|e| serde_json::from_value(e["args"].clone()).ok())
+        .unwrap_or_default();
+    let written: Option<Summary> = events
+        .iter()
+        .rev()
+        .find(|e| e["name"] == "summary" && e["ph"] == "i")
+        .and_then(|e| serde_json::from_value(e["args"].clone()).ok());
+    let mut agg = Aggregator::new(settings);
+    let mut host: std::collections::BTreeMap<u64, HostSample> = Default::default();
+    let mut capped = false;
+    for e in events {
+        let ph = e["ph"].as_str().unwrap_or("");
+        let name = e["name"].as_str().unwrap_or("");
+        match (ph, name) {
+            ("X", _) => {
+                let Some(stage) = Stage::from_name(name) else { continue };
+                let a = &e["args"];
+                agg.push(&Event::Span(SpanRecord {
+                    stage,
+                    thread: e["tid"].as_u64().unwrap_or(0) as u32,
+                    start_ns: ns(&e["ts"]),
+                    dur_ns: ns(&e["dur"]),
+                    cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
+                    step: num(a, "step"),
+                    sample: num(a, "sample"),
+                    bytes: num(a, "bytes"),
+                }));
+            }
+            ("M", "thread_name") => {
+                let id = e["tid"].as_u64().unwrap_or(0) as u32;
+                if id != 0 {
+                    let n = e["args"]["name"].as_str().unwrap_or("").into();
+                    agg.push(&Event::Thread { id, name: n });
+                }
+            }
+            ("C", "step") => {
+                let a = &e["args"];
+                agg.push(&Event::Step(StepRecord {
+                    step: num(a, "step"),
+                    epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
+                    images: a["images"].as_u64().unwrap_or(0) as u32,
+                    loss: a["loss"].as_f64().unwrap_or(0.0) as f32,
+                    correct: a["correct"].as_u64().unwrap_or(0) as u32,
+                    end_ns: ns(&e["ts"]),
+                    queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
+                    validation: false,
+                }));
+            }
+            ("C", "CPU %") | ("C", "RSS MB") => {
+                let t = ns(&e["ts"]);
+                let h = host.entry(t).or_insert_with(|| HostSample { t_ns: t, ..Default::default() });
+                let a = &e["args"];
+                if name == "CPU %" {
+                    h.process_cpu_pct = a["process"].as_f64().unwrap_or(0.0) as f32;
+                    h.global_cpu_pct = a["machine"].as_f64().unwrap_or(0.0) as f32;
+                } else {
+                    h.rss_bytes = (a["rss"].as_f64().unwrap_or(0.0) * 1e6) as u64;
+                }
+            }
+            ("C", n) if n.starts_with("GPU ") => {
+                let a = &e["args"];
+                let index = n[4..].parse().unwrap_or(0);
+                agg.push(&Event::Gpu(Box::new(GpuSample {
+                    t_ns: ns(&e["ts"]),
+                    status: GpuStatus::Ok,
+                    devices: vec![GpuDevice {
+                        index,
+                        name: format!("GPU {index}"),
+                        util_pct: a["util %"].as_f64().map(|v| v as f32),
+                        mem_used_bytes: a["memory GB"].as_f64().map(|v| (v * 1e9) as u64),
+                        ..Default::default()
+                    }],
+                })));
+            }
+            ("i", "GPU sampling off") => {
+                let reason = e["args"]["reason"].as_str().unwrap_or("off").to_string();
+                agg.push(&Event::Gpu(Box::new(GpuSample::off(ns(&e["ts"]), reason))));
+            }
+            ("i", "skipped file") => agg.push(&Event::Skipped {
+                path: e["args"]["path"].as_str().unwrap_or("?").into(),
+                reason: e["args"]["reason"].as_str().unwrap_or("?").into(),
+            }),
+            ("i", "trace capped") => capped = true,
+            _ => {}
+        }
+    }
+    for h in host.into_values() {
+        agg.push(&Event::Host(Box::new(h)));
+    }
+    let mut s = agg.summary();
+    if let Some(w) = written {
+        // What a trace cannot carry, the summary written at the end of the run has.
+        s.events_received = w.events_received;
+        s.events_dropped = w.events_dropped;
+        s.machine = w.machine;
+        s.data_fs = w.data_fs;
+        s.skipped_count = w.skipped_count;
+        s.skipped = w.skipped;
+        if capped {
+            s.stages = w.stages;
+            s.loader_busy = w.loader_busy;
+        }
+    } else {
+        s.events_received = 0;
+    }
+    (s, capped)
+}
+
+/// Loads a trace or a summary JSON.
+pub fn load(path: &Path) -> Result<Loaded, ReadError> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io { path: p.clone(), source })?;
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        if v.get("schema_version").is_some() && v.get("stages").is_some() {
+            let summary: Summary =
+                serde_json::from_value(v).map_err(|e| ReadError::Format { path: p.clone(), why: e.to_string() })?;
+            return Ok(Loaded { summary, events: 0, complete: true, capped: false });
+        }
+    }
+    let (events, complete) = parse_trace_text(&text);
+    if events.is_empty() {
+        return Err(ReadError::Format { path: p, why: "no trace events found".into() });
+    }
+    let (summary, capped) = summary_from_trace(&events);
+    Ok(Loaded { summary, events: events.len(), complete, capped })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_cut_mid_line_is_read_and_repaired_up_to_its_last_whole_event() {
+        let text = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"x\"},\n{\"ph\":\"X\",\"name\":\"read\",\"ts\":1,\"dur\":2},\n{\"ph\":\"X\",\"na";
+        let (evs, complete) = parse_trace_text(text);
+        assert_eq!((evs.len(), complete), (2, false));
+        let (fixed, kept) = repair_text(text).unwrap();
+        assert_eq!(kept, 2);
+        let v: Value = serde_json::from_str(&fixed).unwrap();
+        assert_eq!(v["traceEvents"].as_array().unwrap().len(), 2);
+        assert!(repair_text("not a trace").is_none());
+    }
+
+    #[test]
+    fn spans_and_steps_are_recomputed_from_trace_events() {
+        let evs: Vec<Value> = serde_json::from_str(
+            r#"[{"ph":"i","name":"settings","ts":0,"args":{"workers":2,"batch_size":4}},
+                {"ph":"X","name":"decode","tid":2,"ts":10,"dur":1000,"args":{"step":0,"sample":1,"cpu_us":900}},
+                {"ph":"X","name":"wait","tid":1,"ts":0,"dur":300,"args":{"step":0}},
+                {"ph":"X","name":"compute","tid":1,"ts":300,"dur":700,"args":{"step":0}},
+                {"ph":"C","name":"step","ts":1000,"args":{"step":0,"epoch":0,"images":4,"loss":1.5,"correct":2,"batches_ready":1}}]"#,
+        )
+        .unwrap();
+        let (s, capped) = summary_from_trace(&evs);
+        assert!(!capped);
+        assert_eq!(s.settings.workers, 2);
+        assert_eq!((s.steps, s.images), (1, 4));
+        let d = s.stages.iter().find(|x| x.stage == "decode").unwrap();
+        assert!((d.mean_ms - 1.0).abs() < 1e-9 && (d.on_cpu.unwrap() - 0.9).abs() < 1e-9);
+        assert!((s.split.wait_share - 0.3).abs() < 1e-9);
+        assert!((s.epochs[0].loss - 1.5).abs() < 1e-6);
+    }
+}
