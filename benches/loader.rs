@@ -24,6 +24,8 @@ fn pass(ds: &Arc<Dataset>, probe: &Probe) -> (f64, f64) {
         seed: 0,
         epochs: 1,
         max_steps: None,
+        throttle: None,
+        slow: Vec::new(),
     };
     let cpu0 = clock::process_cpu_ns();
     let t0 = clock::now_ns();

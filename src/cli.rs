@@ -21,7 +21,7 @@ pub enum Command {
     /// Train a CNN described in cnn.toml on an image folder and report per-stage timings.
     ///
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
-    Profile(ProfileArgs),
+    Profile(Box<ProfileArgs>),
     /// Re-read a trace or summary JSON and print its report; with two files, compare them.
     Report(ReportArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.
@@ -86,6 +86,14 @@ pub struct ProfileArgs {
     /// Do not sample the GPU (NVML). Set PIPEPROF_NVML_LIB=/path/libnvidia-ml.so to load another library.
     #[arg(long)]
     pub no_gpu: bool,
+    /// Simulate slow storage: RATE (2MB/s), +LATENCY per file (+20ms), or both (2MB/s+20ms).
+    /// Shown as a simulation in every report.
+    #[arg(long, value_name = "SPEC", value_parser = crate::data::simulate::parse_throttle)]
+    pub throttle_read: Option<crate::data::simulate::Throttle>,
+    /// Add time to one stage: STAGE=+MS, e.g. decode=+5ms (CPU work) or read=+10ms (waiting).
+    /// Repeatable. Shown as a simulation in every report.
+    #[arg(long, value_name = "STAGE=+MS", value_parser = crate::data::simulate::parse_slow)]
+    pub slow: Vec<crate::data::simulate::Slow>,
     /// Testing hook: panic in the training loop at this step (proves the exit paths).
     #[arg(long, hide = true)]
     pub panic_at_step: Option<u64>,

@@ -3,7 +3,7 @@ use pipeprof::cli::{Cli, Command};
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Profile(Default::default())) {
+    match cli.command.unwrap_or_else(|| Command::Profile(Box::default())) {
         Command::Profile(args) => pipeprof::profile::run(&args).map(|_| ()),
         Command::Report(a) => pipeprof::offline::run(&a),
         Command::DemoData(a) => {

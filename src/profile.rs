@@ -104,7 +104,16 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         seed: cfg.data.seed,
         input: [cfg.input.channels, cfg.input.height, cfg.input.width],
         params,
+        simulated: args
+            .throttle_read
+            .iter()
+            .map(|t| t.describe())
+            .chain(args.slow.iter().map(|s| s.describe()))
+            .collect(),
     };
+    for s in &settings.simulated {
+        eprintln!("pipeprof: simulation on: {s}");
+    }
 
     let (probe, rx) = Probe::new(args.channel_capacity.max(1));
     let subscriber = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
@@ -167,11 +176,14 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         seed: cfg.data.seed,
         epochs: cfg.train.epochs,
         max_steps: args.steps,
+        throttle: args.throttle_read,
+        slow: args.slow.clone(),
     };
     let classes = ds.classes.len();
     let ds = Arc::new(ds);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let panic_at = args.panic_at_step;
+    let slow = args.slow.clone();
     let trainer = {
         let probe = probe.clone();
         let cfg = cfg.clone();
@@ -179,7 +191,8 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             let result = (|| {
                 let mut loader = Loader::start(ds, loader_cfg, probe.clone())?;
                 let total = loader.total_steps();
-                let out = train::train(&cfg, classes, &dev, &mut loader, &probe, signal::flag(), panic_at);
+                let hooks = train::Hooks { panic_at_step: panic_at, slow: slow.clone() };
+                let out = train::train(&cfg, classes, &dev, &mut loader, &probe, signal::flag(), &hooks);
                 drop(loader);
                 out.map(|o| (o, total))
             })();

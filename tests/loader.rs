@@ -166,6 +166,8 @@ fn loader_skips_bad_files_once_and_delivers_the_rest_in_step_order() {
         seed: 1,
         epochs: 2,
         max_steps: None,
+        throttle: None,
+        slow: Vec::new(),
     };
     let (probe, rx) = probes::Probe::new(1024);
     let mut loader = Loader::start(ds, cfg, probe).unwrap();

@@ -65,6 +65,8 @@ pub struct RunSettings {
     pub seed: u64,
     pub input: [usize; 3],
     pub params: usize,
+    /// Simulated slowdowns in force (--throttle-read, --slow), described.
+    pub simulated: Vec<String>,
 }
 
 struct StageAgg {

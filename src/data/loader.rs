@@ -7,7 +7,9 @@
 
 use super::image::{decode, Resizer};
 use super::scan::Dataset;
+use super::simulate::{extra_for, SlowLink};
 use crossbeam_channel::{Receiver, Sender};
+use probes::Stage;
 use probes::{Event, Probe};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +31,10 @@ pub struct LoaderConfig {
     pub epochs: usize,
     /// Stop after this many steps (over all epochs).
     pub max_steps: Option<u64>,
+    /// Simulated slow storage (--throttle-read).
+    pub throttle: Option<super::simulate::Throttle>,
+    /// Simulated extra work per stage (--slow).
+    pub slow: Vec<super::simulate::Slow>,
 }
 
 /// One batch, ready for the device: f32 NCHW in [0, 1] and u32 labels.
@@ -167,17 +173,18 @@ impl Loader {
         let per_worker = cfg.prefetch.div_ceil(workers).max(1);
         let stop = Arc::new(AtomicBool::new(false));
         let skips = Arc::new(SkipLog::default());
+        let link = cfg.throttle.map(|t| Arc::new(SlowLink::new(t)));
         let cfg = Arc::new(cfg);
         let mut queues = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
         for w in 0..workers {
             let (tx, rx) = crossbeam_channel::bounded(per_worker);
             queues.push(rx);
-            let (ds, plan, cfg, stop, skips, probe) =
-                (ds.clone(), plan.clone(), cfg.clone(), stop.clone(), skips.clone(), probe.clone());
+            let (ds, plan, cfg, stop, skips, probe, link) =
+                (ds.clone(), plan.clone(), cfg.clone(), stop.clone(), skips.clone(), probe.clone(), link.clone());
             let h = std::thread::Builder::new()
                 .name(format!("loader-{w}"))
-                .spawn(move || worker(w, workers, &ds, &plan, &cfg, &stop, &skips, &probe, tx))?;
+                .spawn(move || worker(w, workers, &ds, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
             handles.push(h);
         }
         Ok(Loader { queues, handles, stop, next: 0, total: plan.total_steps })
@@ -225,8 +232,10 @@ fn worker(
     stop: &AtomicBool,
     skips: &SkipLog,
     probe: &Probe,
+    link: Option<Arc<SlowLink>>,
     tx: Sender<Batch>,
 ) {
+    let link = link.as_deref();
     let mut resizer = Resizer::new();
     let plane = cfg.height as usize * cfg.width as usize;
     let per_image = plane * cfg.channels;
@@ -242,7 +251,7 @@ fn worker(
             let sample = &ds.samples[i as usize];
             let slot = labels.len();
             let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
-            match load_one(&sample.path, step, i, cfg, &mut resizer, out) {
+            match load_one(link, &sample.path, step, i, cfg, &mut resizer, out) {
                 Ok(()) => labels.push(sample.label),
                 Err(reason) => {
                     let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
@@ -264,6 +273,7 @@ fn worker(
 }
 
 fn load_one(
+    link: Option<&SlowLink>,
     path: &std::path::Path,
     step: u64,
     sample: u32,
@@ -276,13 +286,25 @@ fn load_one(
         let _g = span.enter();
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
         span.record("bytes", bytes.len() as u64);
+        if let Some(link) = link {
+            link.read(bytes.len());
+        }
+        if let Some(s) = extra_for(&cfg.slow, Stage::Read) {
+            s.apply();
+        }
         bytes
     };
     let px = {
         let _g = info_span!("decode", step, sample).entered();
+        if let Some(s) = extra_for(&cfg.slow, Stage::Decode) {
+            s.apply();
+        }
         decode(&bytes, cfg.channels).map_err(|e| e.to_string())?
     };
     let _g = info_span!("resize", step, sample).entered();
+    if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
+        s.apply();
+    }
     resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())
 }
 
@@ -302,6 +324,8 @@ mod tests {
             seed: 7,
             epochs,
             max_steps: steps,
+            throttle: None,
+            slow: Vec::new(),
         }
     }
 

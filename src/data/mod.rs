@@ -4,6 +4,7 @@ pub mod demo;
 pub mod image;
 pub mod loader;
 pub mod scan;
+pub mod simulate;
 
 pub use loader::{Batch, Loader, LoaderConfig};
 pub use scan::{scan, Dataset};

@@ -65,6 +65,15 @@ impl Opt {
     }
 }
 
+/// Testing and simulation hooks of the loop.
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    /// Panic at this step (proves the exit paths).
+    pub panic_at_step: Option<u64>,
+    /// Simulated extra time in transfer or compute (--slow).
+    pub slow: Vec<crate::data::simulate::Slow>,
+}
+
 /// What the loop did.
 #[derive(Debug, Clone, Default)]
 pub struct TrainOutcome {
@@ -81,8 +90,11 @@ pub fn train(
     loader: &mut Loader,
     probe: &Probe,
     stop: &AtomicBool,
-    panic_at_step: Option<u64>,
+    hooks: &Hooks,
 ) -> anyhow::Result<TrainOutcome> {
+    use crate::data::simulate::extra_for;
+    let slow_transfer = extra_for(&hooks.slow, probes::Stage::Transfer);
+    let slow_compute = extra_for(&hooks.slow, probes::Stage::Compute);
     let vm = VarMap::new();
     let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
     let model = Cnn::new(cfg, classes, vb)?;
@@ -106,7 +118,7 @@ pub fn train(
             continue;
         }
         #[allow(clippy::panic)]
-        if panic_at_step == Some(batch.step) {
+        if hooks.panic_at_step == Some(batch.step) {
             panic!("--panic-at-step {}: injected panic (testing hook)", batch.step);
         }
         let n = batch.len();
@@ -115,10 +127,16 @@ pub fn train(
             let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
             let ys = Tensor::from_vec(batch.labels, n, dev)?;
             dev.synchronize()?;
+            if let Some(s) = &slow_transfer {
+                s.apply();
+            }
             (xs, ys)
         };
         let (loss, correct) = {
             let _g = info_span!("compute", step = batch.step).entered();
+            if let Some(s) = &slow_compute {
+                s.apply();
+            }
             let (logits, loss) = {
                 let _g = info_span!("forward", step = batch.step).entered();
                 let logits = model.forward(&xs, true)?;

@@ -1,0 +1,198 @@
+//! Honest simulations of the classic slow cases, for reproducing a verdict on any machine:
+//! `--throttle-read 2MB/s+20ms` (a slow or network disk) and `--slow decode=+5ms` (heavier
+//! work in one stage). Every report says when they are on.
+
+use probes::Stage;
+use std::time::{Duration, Instant};
+
+/// A slow disk: a bandwidth limit and/or a fixed latency per file.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Throttle {
+    pub bytes_per_s: Option<f64>,
+    pub per_file: Duration,
+}
+
+impl Throttle {
+    /// The extra time reading `bytes` should take.
+    pub fn delay(&self, bytes: usize) -> Duration {
+        let bw = self.bytes_per_s.map(|r| Duration::from_secs_f64(bytes as f64 / r)).unwrap_or_default();
+        bw + self.per_file
+    }
+
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = self.bytes_per_s {
+            parts.push(format!("{:.2} MB/s", r / 1e6));
+        }
+        if !self.per_file.is_zero() {
+            parts.push(format!("+{} ms per file", self.per_file.as_secs_f64() * 1e3));
+        }
+        format!("reads throttled to {} (--throttle-read)", parts.join(" "))
+    }
+}
+
+fn parse_ms(s: &str) -> Option<Duration> {
+    let v = s.trim().strip_prefix('+')?.trim();
+    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = v.strip_suffix("us").or_else(|| v.strip_suffix("µs")) {
+        (n, 1e-6)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (v, 1e-3)
+    };
+    let x: f64 = num.trim().parse().ok()?;
+    (0.0..3600.0).contains(&x).then(|| Duration::from_secs_f64(x * scale))
+}
+
+fn parse_rate(s: &str) -> Option<f64> {
+    let v = s.trim();
+    let v = v.strip_suffix("/s")?;
+    let lower = v.to_ascii_lowercase();
+    let (num, scale) = [("gb", 1e9), ("mb", 1e6), ("kb", 1e3), ("b", 1.0)]
+        .iter()
+        .find_map(|(u, k)| lower.strip_suffix(u).map(|n| (n.to_string(), *k)))?;
+    let x: f64 = num.trim().parse().ok()?;
+    (x.is_finite() && x > 0.0).then_some(x * scale)
+}
+
+/// Parses `2MB/s`, `+20ms`, or both: `2MB/s+20ms`.
+pub fn parse_throttle(s: &str) -> Result<Throttle, String> {
+    let bad = || {
+        format!(
+            "--throttle-read takes RATE (e.g. 2MB/s, 500KB/s), +LATENCY (e.g. +20ms) or both (2MB/s+20ms), got {s:?}"
+        )
+    };
+    let s = s.trim();
+    let (rate, lat) = match s.find('+') {
+        Some(0) => ("", s),
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    };
+    let bytes_per_s = if rate.is_empty() { None } else { Some(parse_rate(rate).ok_or_else(bad)?) };
+    let per_file = if lat.is_empty() { Duration::ZERO } else { parse_ms(lat).ok_or_else(bad)? };
+    if bytes_per_s.is_none() && per_file.is_zero() {
+        return Err(bad());
+    }
+    Ok(Throttle { bytes_per_s, per_file })
+}
+
+/// The slow link shared by every loader worker: bandwidth is shared like a real disk's or
+/// network's (each read reserves its slot), latency is paid per file, in parallel.
+#[derive(Debug)]
+pub struct SlowLink {
+    throttle: Throttle,
+    next_free: std::sync::Mutex<Instant>,
+}
+
+impl SlowLink {
+    pub fn new(throttle: Throttle) -> SlowLink {
+        SlowLink { throttle, next_free: std::sync::Mutex::new(Instant::now()) }
+    }
+
+    /// Waits as long as reading `bytes` over the link takes, from now.
+    pub fn read(&self, bytes: usize) {
+        let now = Instant::now();
+        let done = match (self.throttle.bytes_per_s, self.next_free.lock()) {
+            (Some(r), Ok(mut next)) => {
+                let start = (*next).max(now);
+                *next = start + Duration::from_secs_f64(bytes as f64 / r);
+                *next
+            }
+            _ => now,
+        };
+        let until = done.max(now) + self.throttle.per_file;
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// `--slow STAGE=+MS`: extra time in one stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slow {
+    pub stage: Stage,
+    pub extra: Duration,
+}
+
+impl Slow {
+    pub fn describe(&self) -> String {
+        let how = if self.on_cpu() { "CPU work" } else { "waiting" };
+        format!("{} slowed by {:.1} ms of {how} (--slow)", self.stage, self.extra.as_secs_f64() * 1e3)
+    }
+
+    /// Reads are slowed by waiting (like a slow disk); the other stages by spinning the CPU
+    /// (like heavier decoding, resizing or a bigger model).
+    pub fn on_cpu(&self) -> bool {
+        !matches!(self.stage, Stage::Read | Stage::Wait)
+    }
+
+    /// Spends the extra time, the way the stage would.
+    pub fn apply(&self) {
+        if self.on_cpu() {
+            let end = Instant::now() + self.extra;
+            while Instant::now() < end {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::sleep(self.extra);
+        }
+    }
+}
+
+pub fn parse_slow(s: &str) -> Result<Slow, String> {
+    let stages: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+    let bad =
+        || format!("--slow takes STAGE=+MS, e.g. decode=+5ms, with STAGE one of {}; got {s:?}", stages.join(", "));
+    let (name, extra) = s.split_once('=').ok_or_else(bad)?;
+    let stage = Stage::from_name(name.trim()).ok_or_else(bad)?;
+    let extra = parse_ms(extra).ok_or_else(bad)?;
+    Ok(Slow { stage, extra })
+}
+
+/// The delays of one stage, summed.
+pub fn extra_for(slow: &[Slow], stage: Stage) -> Option<Slow> {
+    let total: Duration = slow.iter().filter(|s| s.stage == stage).map(|s| s.extra).sum();
+    (!total.is_zero()).then_some(Slow { stage, extra: total })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_specs_parse() {
+        let ms = Duration::from_millis;
+        let table: [(&str, Option<f64>, Duration); 5] = [
+            ("2MB/s", Some(2e6), Duration::ZERO),
+            ("500KB/s", Some(5e5), Duration::ZERO),
+            ("+20ms", None, ms(20)),
+            ("1.5GB/s+3ms", Some(1.5e9), ms(3)),
+            ("100b/s+1s", Some(100.0), ms(1000)),
+        ];
+        for (spec, rate, lat) in table {
+            assert_eq!(parse_throttle(spec), Ok(Throttle { bytes_per_s: rate, per_file: lat }), "{spec}");
+        }
+        for bad in ["", "fast", "2MB", "-5MB/s", "2MB/s+", "+-3ms", "0MB/s"] {
+            assert!(parse_throttle(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn throttle_delay_is_size_over_rate_plus_latency() {
+        let t = Throttle { bytes_per_s: Some(1e6), per_file: Duration::from_millis(5) };
+        assert_eq!(t.delay(500_000), Duration::from_millis(505));
+    }
+
+    #[test]
+    fn slow_specs_parse_and_say_how_they_slow() {
+        let s = parse_slow("decode=+5ms").unwrap();
+        assert_eq!((s.stage, s.extra), (Stage::Decode, Duration::from_millis(5)));
+        assert!(s.on_cpu());
+        assert!(!parse_slow("read=+2").unwrap().on_cpu());
+        assert!(parse_slow("unzip=+5ms").unwrap_err().contains("decode"));
+        assert!(parse_slow("decode").is_err());
+        let both = [parse_slow("resize=+1ms").unwrap(), parse_slow("resize=+2ms").unwrap()];
+        assert_eq!(extra_for(&both, Stage::Resize).unwrap().extra, Duration::from_millis(3));
+        assert!(extra_for(&both, Stage::Decode).is_none());
+    }
+}
