@@ -113,21 +113,32 @@ impl<W: Write + Send> ChromeTrace<W> {
             }
             self.loader_spans += 1;
         }
-        let mut args = serde_json::Map::new();
+        self.last_ts = self.last_ts.max(s.end_ns());
+        // The hot path of a trace (one line per span): formatted directly, no JSON tree.
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        let name = s.stage.name();
+        write!(
+            self.out,
+            "{{\"ph\":\"X\",\"name\":\"{name}\",\"cat\":\"{name}\",\"pid\":{},\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{",
+            self.pid,
+            s.thread,
+            us(s.start_ns),
+            us(s.dur_ns)
+        )?;
+        let mut sep = "";
         for (k, v) in [("step", s.step), ("sample", s.sample), ("bytes", s.bytes)] {
             if v != NONE {
-                args.insert(k.into(), v.into());
+                write!(self.out, "{sep}\"{k}\":{v}")?;
+                sep = ",";
             }
         }
         if s.cpu_ns != NONE {
-            args.insert("cpu_us".into(), us(s.cpu_ns).into());
+            write!(self.out, "{sep}\"cpu_us\":{:.3}", us(s.cpu_ns))?;
         }
-        self.last_ts = self.last_ts.max(s.end_ns());
-        let name = s.stage.name();
-        self.raw(&json!({
-            "ph": "X", "name": name, "cat": name, "pid": self.pid, "tid": s.thread,
-            "ts": us(s.start_ns), "dur": us(s.dur_ns), "args": args
-        }))
+        self.out.write_all(b"}}")
     }
 }
 
