@@ -22,6 +22,8 @@ pub enum Command {
     ///
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
     Profile(Box<ProfileArgs>),
+    /// Watch a training run in another process (instrumented with pipeprof's probes crate).
+    Attach(crate::attach::AttachArgs),
     /// Re-read a trace or summary JSON and print its report; with two files, compare them.
     Report(ReportArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.

@@ -3,6 +3,7 @@
 //! Data flows one way: probes (spans, samplers) → channel → [`aggregate`] → report/views.
 
 pub mod aggregate;
+pub mod attach;
 pub mod cli;
 pub mod config;
 pub mod data;

@@ -5,6 +5,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command.unwrap_or_else(|| Command::Profile(Box::default())) {
         Command::Profile(args) => pipeprof::profile::run(&args).map(|_| ()),
+        Command::Attach(a) => pipeprof::attach::run(&a).map(|_| ()),
         Command::Report(a) => pipeprof::offline::run(&a),
         Command::DemoData(a) => {
             let spec = pipeprof::data::demo::DemoSpec {

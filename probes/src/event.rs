@@ -34,7 +34,7 @@ impl SpanRecord {
 }
 
 /// One finished training (or validation) step, sent by the training loop.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepRecord {
     /// Global step index, from 0.
     pub step: u64,

@@ -4,6 +4,7 @@
 //! sent as small records through a bounded channel ([`Probe`]) that never blocks the sender:
 //! when it is full, events are dropped and counted.
 
+pub mod attach;
 pub mod clock;
 pub mod event;
 pub mod fsinfo;

@@ -4,8 +4,9 @@
 ///
 /// The span name is the stage name: `tracing::info_span!("decode")` is timed as
 /// [`Stage::Decode`]. Spans with other names pass through untouched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[repr(u8)]
+#[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// File (or cache slice) to bytes, on a loader worker.
     Read,

@@ -35,7 +35,7 @@ use std::time::Duration;
 pub const DEFAULT_HZ: f64 = 5.0;
 
 /// One host sample: CPU, memory, storage I/O and the named threads' CPU.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct HostSample {
     /// When it was taken, monotonic ns ([`clock::now_ns`]).
     pub t_ns: u64,
@@ -67,7 +67,7 @@ pub struct HostSample {
 }
 
 /// CPU use of one named thread of the sampled process.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ThreadCpu {
     /// OS thread id.
     pub tid: u32,
@@ -100,7 +100,7 @@ impl GpuStatus {
 }
 
 /// One GPU sample: every device, or the reason GPU sampling is off.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct GpuSample {
     /// When it was taken, monotonic ns ([`clock::now_ns`]).
     pub t_ns: u64,
@@ -118,7 +118,7 @@ impl GpuSample {
 }
 
 /// One GPU as NVML reports it. Every field NVML failed to give is `None`.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct GpuDevice {
     /// NVML device index.
     pub index: u32,

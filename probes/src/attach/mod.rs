@@ -1,0 +1,297 @@
+//! Attach: let `pipeprof attach` watch this program's training from another terminal.
+//!
+//! ```no_run
+//! // once, at start:
+//! let session = probes::attach::init(probes::attach::Options::new("my-trainer")).unwrap();
+//! // then plain tracing spans named after stages, anywhere, on any thread:
+//! let _g = tracing::info_span!("decode", sample = 7u64).entered();
+//! // and one record per training step:
+//! # let rec = probes::StepRecord { step: 0, epoch: 0, images: 32, loss: 1.0, correct: 9, end_ns: 0, queued: 1, validation: false };
+//! session.step(rec);
+//! ```
+//!
+//! The server listens on a Unix socket, `$XDG_RUNTIME_DIR/pipeprof/<pid>.sock` (else a private
+//! `pipeprof-<uid>` folder in the temp dir), mode 0600; or on TCP with `PIPEPROF_LISTEN` /
+//! [`Options::listen`], loopback only unless [`Options::allow_remote`] says otherwise.
+
+pub mod server;
+pub mod wire;
+
+use crate::probe::Probe;
+use crate::sampler::{SamplerConfig, SamplerHandle};
+use crate::{Event, ProbeLayer, StepRecord};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tracing_subscriber::layer::SubscriberExt;
+
+/// Environment variable: listen on this TCP address instead of a Unix socket.
+pub const LISTEN_ENV: &str = "PIPEPROF_LISTEN";
+
+/// Why attach could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// Another global tracing subscriber is installed.
+    #[error("a global tracing subscriber is already installed; add probes::ProbeLayer to yours instead")]
+    SubscriberSet,
+    /// A listen address was refused.
+    #[error("refusing to listen on {0}: not a loopback address (anyone on the network could watch); set Options::allow_remote to mean it")]
+    NotLoopback(String),
+    /// A listen address that does not parse.
+    #[error("bad listen address {0:?}: use HOST:PORT, e.g. 127.0.0.1:7070")]
+    BadAddress(String),
+    /// The socket folder is not private.
+    #[error("{0}: not a private folder (must be ours, mode 0700): remove it or set XDG_RUNTIME_DIR")]
+    UnsafeDir(PathBuf),
+    /// I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> AttachError {
+    let what = what.into();
+    move |source| AttachError::Io { what, source }
+}
+
+/// How to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The program's name, shown by `pipeprof attach`.
+    pub program: String,
+    /// Run settings to show (free-form JSON: `model`, `data`, `workers`, `batch_size`, …).
+    pub settings: serde_json::Value,
+    /// TCP address to listen on instead of the Unix socket (default: `$PIPEPROF_LISTEN`).
+    pub listen: Option<String>,
+    /// Allow a non-loopback TCP address.
+    pub allow_remote: bool,
+    /// Event channel capacity.
+    pub capacity: usize,
+    /// Host/GPU sampling (default on, 5 Hz).
+    pub sampler: Option<SamplerConfig>,
+}
+
+impl Options {
+    /// Defaults for a program called `program`.
+    pub fn new(program: &str) -> Options {
+        Options {
+            program: program.to_string(),
+            settings: serde_json::Value::Null,
+            listen: std::env::var(LISTEN_ENV).ok().filter(|s| !s.is_empty()),
+            allow_remote: false,
+            capacity: crate::DEFAULT_CAPACITY,
+            sampler: Some(SamplerConfig::default()),
+        }
+    }
+}
+
+/// The folder holding this user's attach sockets (created private if missing).
+pub fn runtime_dir() -> Result<PathBuf, AttachError> {
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_dir()) {
+        Some(d) => PathBuf::from(d).join("pipeprof"),
+        // SAFETY: getuid cannot fail.
+        None => std::env::temp_dir().join(format!("pipeprof-{}", unsafe { libc::getuid() })),
+    };
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(format!("create {}", dir.display())))?;
+    }
+    let m = std::fs::metadata(&dir).map_err(io(format!("stat {}", dir.display())))?;
+    // SAFETY: getuid cannot fail.
+    if m.uid() != unsafe { libc::getuid() } || m.mode() & 0o077 != 0 {
+        return Err(AttachError::UnsafeDir(dir));
+    }
+    Ok(dir)
+}
+
+/// Parses a TCP listen address, refusing non-loopback ones unless `allow_remote`.
+pub fn check_listen(addr: &str, allow_remote: bool) -> Result<SocketAddr, AttachError> {
+    let a = addr
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(|| AttachError::BadAddress(addr.to_string()))?;
+    if !a.ip().is_loopback() && !allow_remote {
+        return Err(AttachError::NotLoopback(addr.to_string()));
+    }
+    Ok(a)
+}
+
+/// Unblocks the accept thread at shutdown (a connection to ourselves).
+type Wake = Box<dyn Fn() + Send>;
+
+/// A profiled program's attach session: keep it alive while training.
+pub struct Session {
+    probe: Probe,
+    address: String,
+    socket: Option<PathBuf>,
+    server: Arc<std::sync::Mutex<server::Server>>,
+    samplers: Option<SamplerHandle>,
+    acceptor: Option<JoinHandle<()>>,
+    wake: Option<Wake>,
+}
+
+/// Installs the Layer as the global subscriber, starts the samplers and the server.
+pub fn init(opts: Options) -> Result<Session, AttachError> {
+    let (probe, rx) = Probe::new(opts.capacity.max(1));
+    let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    tracing::subscriber::set_global_default(sub).map_err(|_| AttachError::SubscriberSet)?;
+    let hello = wire::Hello {
+        version: wire::VERSION,
+        pid: std::process::id(),
+        program: opts.program.clone(),
+        settings: opts.settings.clone(),
+        threads: Vec::new(),
+    };
+    let srv = server::Server::start(rx, probe.clone(), hello).map_err(io("start the server thread"))?;
+    let server = Arc::new(std::sync::Mutex::new(srv));
+    let (address, socket, acceptor, wake): (String, Option<PathBuf>, JoinHandle<()>, Wake) =
+        match &opts.listen {
+            Some(addr) => {
+                let a = check_listen(addr, opts.allow_remote)?;
+                let l = TcpListener::bind(a).map_err(io(format!("listen on {a}")))?;
+                let local = l.local_addr().map_err(io("local address"))?;
+                let srv = server.clone();
+                let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
+                let wake = Box::new(move || {
+                    let _ = std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200));
+                });
+                (local.to_string(), None, h, wake)
+            }
+            None => {
+                let path = runtime_dir()?.join(format!("{}.sock", std::process::id()));
+                let _ = std::fs::remove_file(&path);
+                let l = UnixListener::bind(&path).map_err(io(format!("listen on {}", path.display())))?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io(format!("chmod {}", path.display())))?;
+                let srv = server.clone();
+                let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
+                let p = path.clone();
+                let wake = Box::new(move || {
+                    let _ = std::os::unix::net::UnixStream::connect(&p);
+                });
+                (path.display().to_string(), Some(path), h, wake)
+            }
+        };
+    let samplers = match opts.sampler {
+        Some(cfg) => crate::sampler::start(probe.clone(), cfg).ok(),
+        None => None,
+    };
+    Ok(Session { probe, address, socket, server, samplers, acceptor: Some(acceptor), wake: Some(wake) })
+}
+
+fn spawn_acceptor<C: server::Conn>(
+    mut accept: impl FnMut() -> std::io::Result<C> + Send + 'static,
+    srv: Arc<std::sync::Mutex<server::Server>>,
+) -> Result<JoinHandle<()>, AttachError> {
+    std::thread::Builder::new()
+        .name("pp-accept".into())
+        .spawn(move || loop {
+            match accept() {
+                Ok(c) => match srv.lock() {
+                    Ok(s) => {
+                        if s.stopping() {
+                            return;
+                        }
+                        s.serve(c)
+                    }
+                    Err(_) => return,
+                },
+                Err(_) => return,
+            }
+        })
+        .map_err(io("start the accept thread"))
+}
+
+impl Session {
+    /// A probe handle, for sending [`Event`]s directly.
+    pub fn probe(&self) -> Probe {
+        self.probe.clone()
+    }
+
+    /// Where clients connect: a socket path or HOST:PORT.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Reports one finished training step.
+    pub fn step(&self, rec: StepRecord) {
+        self.probe.send(Event::Step(rec));
+    }
+
+    /// Clients attached now.
+    pub fn clients(&self) -> usize {
+        self.server.lock().map(|s| s.clients()).unwrap_or(0)
+    }
+
+    /// Waits until at least one client is attached, up to `timeout`. Returns whether one is.
+    pub fn wait_for_client(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.clients() > 0 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.clients() > 0
+    }
+
+    /// Ends the session: final samples, "run ended" to every client, socket removed.
+    pub fn finish(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.samplers.take() {
+            s.stop();
+        }
+        crate::layer::flush_thread();
+        self.probe.send_blocking(Event::Finish);
+        if let Ok(mut s) = self.server.lock() {
+            s.mark_stopping();
+        }
+        if let Some(w) = self.wake.take() {
+            w();
+        }
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        if let Ok(mut s) = self.server.lock() {
+            s.join();
+        }
+        if let Some(p) = self.socket.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_unless_asked() {
+        assert!(check_listen("127.0.0.1:0", false).is_ok());
+        assert!(check_listen("[::1]:0", false).is_ok());
+        assert!(matches!(check_listen("0.0.0.0:7070", false), Err(AttachError::NotLoopback(_))));
+        assert!(check_listen("0.0.0.0:7070", true).is_ok());
+        assert!(matches!(check_listen("nonsense", false), Err(AttachError::BadAddress(_))));
+    }
+}

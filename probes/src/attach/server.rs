@@ -1,0 +1,208 @@
+//! The server inside a profiled program: fans events out to attached clients.
+//!
+//! One thread drains the probe channel and encodes each event once; each client has its own
+//! writer thread and a bounded queue. A client whose queue is full is too slow: it is
+//! disconnected (and counted), so the program never waits for a viewer. With no client,
+//! events are drained and dropped: a program nobody attaches to pays the Layer cost only.
+
+use super::wire::{self, Frame, Hello, ServerStats};
+use crate::event::Event;
+use crate::probe::Probe;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Frames queued per client before it counts as too slow.
+pub const CLIENT_QUEUE: usize = 4096;
+
+/// A connected stream (Unix or TCP).
+pub trait Conn: std::io::Read + Write + Send + 'static {
+    /// Sets the read timeout (used for the handshake only).
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Sets the write timeout: a client that stops reading is cut off, not waited for.
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Shuts both directions down.
+    fn shutdown(&self);
+}
+
+impl Conn for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, t)
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_write_timeout(self, t)
+    }
+    fn shutdown(&self) {
+        let _ = std::os::unix::net::UnixStream::shutdown(self, std::net::Shutdown::Both);
+    }
+}
+
+impl Conn for std::net::TcpStream {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::net::TcpStream::set_read_timeout(self, t)
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::net::TcpStream::set_write_timeout(self, t)
+    }
+    fn shutdown(&self) {
+        let _ = std::net::TcpStream::shutdown(self, std::net::Shutdown::Both);
+    }
+}
+
+struct Client {
+    tx: Sender<Arc<Vec<u8>>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    clients: Mutex<Vec<Client>>,
+    stats: Mutex<ServerStats>,
+    connected: AtomicU64,
+    stopping: AtomicBool,
+    /// The last GPU sample: the "GPU sampling off" notice is sent once at start, and a client
+    /// that attaches later must still see it.
+    last_gpu: Mutex<Option<Arc<Vec<u8>>>>,
+}
+
+/// The running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    fanout: Option<JoinHandle<()>>,
+    writers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    hello: Arc<Mutex<Hello>>,
+}
+
+impl Server {
+    /// Starts the fan-out thread over `rx` (the probe's channel).
+    pub fn start(rx: Receiver<Event>, probe: Probe, hello: Hello) -> std::io::Result<Server> {
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let fanout = std::thread::Builder::new().name("pp-server".into()).spawn(move || {
+            while let Ok(ev) = rx.recv() {
+                if ev == Event::Finish {
+                    break;
+                }
+                let Some(frame) = Frame::from_event(&ev) else { continue };
+                if let Event::Gpu(_) = ev {
+                    if let Ok(mut g) = s.last_gpu.lock() {
+                        *g = Some(Arc::new(wire::encode(&frame)));
+                    }
+                }
+                let Ok(mut clients) = s.clients.lock() else { break };
+                if clients.is_empty() {
+                    continue;
+                }
+                let bytes = Arc::new(wire::encode(&frame));
+                clients.retain(|c| match c.tx.try_send(bytes.clone()) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) => {
+                        if let Ok(mut st) = s.stats.lock() {
+                            st.slow_clients_dropped += 1;
+                        }
+                        false
+                    }
+                    Err(TrySendError::Disconnected(_)) => false,
+                });
+            }
+            // The run is over: tell every client, with the counters.
+            let mut stats = s.stats.lock().map(|s| s.clone()).unwrap_or_default();
+            stats.events_dropped = probe.dropped();
+            let end = Arc::new(wire::encode(&Frame::End(stats)));
+            if let Ok(mut clients) = s.clients.lock() {
+                for c in clients.drain(..) {
+                    let _ = c.tx.try_send(end.clone());
+                }
+            }
+        })?;
+        Ok(Server {
+            shared,
+            fanout: Some(fanout),
+            writers: Arc::new(Mutex::new(Vec::new())),
+            hello: Arc::new(Mutex::new(hello)),
+        })
+    }
+
+    /// Serves one accepted connection on its own thread.
+    pub fn serve(&self, mut conn: impl Conn) {
+        if self.shared.stopping.load(Ordering::Relaxed) {
+            conn.shutdown();
+            return;
+        }
+        let (tx, rx) = crossbeam_channel::bounded::<Arc<Vec<u8>>>(CLIENT_QUEUE);
+        let shared = self.shared.clone();
+        let hello = self.hello.lock().map(|h| h.clone()).ok();
+        let n = self.shared.connected.fetch_add(1, Ordering::Relaxed);
+        let spawned = std::thread::Builder::new().name(format!("pp-client-{n}")).spawn(move || {
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+            if let Err(e) = wire::check_client_hello(&mut conn) {
+                eprintln!("pipeprof probes: refused a connection: {e}");
+                if let Ok(mut st) = shared.stats.lock() {
+                    st.bad_handshakes += 1;
+                }
+                conn.shutdown();
+                return;
+            }
+            let Some(mut hello) = hello else { return };
+            hello.threads = crate::layer::thread_names();
+            if conn.write_all(&wire::encode(&Frame::Hello(hello))).is_err() {
+                return;
+            }
+            let last_gpu = shared.last_gpu.lock().ok().and_then(|g| g.clone());
+            if let Some(g) = last_gpu {
+                if conn.write_all(&g).is_err() {
+                    return;
+                }
+            }
+            if let Ok(mut clients) = shared.clients.lock() {
+                clients.push(Client { tx });
+            }
+            for frame in rx.iter() {
+                if conn.write_all(&frame).is_err() {
+                    break;
+                }
+            }
+            conn.shutdown();
+        });
+        if let (Ok(h), Ok(mut w)) = (spawned, self.writers.lock()) {
+            w.retain(|h| !h.is_finished());
+            w.push(h);
+        }
+    }
+
+    /// Whether the session is shutting down (new connections are refused).
+    pub fn stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Refuses new connections from now on.
+    pub fn mark_stopping(&mut self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Clients currently receiving events.
+    pub fn clients(&self) -> usize {
+        self.shared.clients.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Stops after the fan-out has seen [`Event::Finish`]: clients get the End frame, then
+    /// their connections close.
+    pub fn join(&mut self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+        if let Some(f) = self.fanout.take() {
+            let _ = f.join();
+        }
+        let writers: Vec<JoinHandle<()>> = self.writers.lock().map(|mut w| w.drain(..).collect()).unwrap_or_default();
+        for w in writers {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! The attach wire format. Every byte from the other side is hostile: lengths are checked
+//! before anything is allocated, and every malformed input is an error, never a panic.
+//!
+//! Handshake: the client sends [`MAGIC`] and its version (u16 LE); the server answers with a
+//! [`Frame::Hello`]. Then frames flow server → client: `[u32 LE length][u8 tag][payload]`,
+//! length counting the tag. Span batches are binary (53 bytes per span); the rare events
+//! (threads, steps, samples, skipped files) are JSON.
+
+use crate::event::{Event, SpanRecord};
+use crate::sampler::{GpuSample, HostSample};
+use crate::stage::Stage;
+use crate::StepRecord;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+
+/// Starts every connection.
+pub const MAGIC: &[u8; 4] = b"PPRF";
+/// Protocol version; both sides must agree.
+pub const VERSION: u16 = 1;
+/// Largest frame accepted: a decoder never allocates more than this for one frame.
+pub const MAX_FRAME: usize = 1 << 20;
+/// Bytes per span in a span batch.
+pub const SPAN_BYTES: usize = 53;
+
+const TAG_HELLO: u8 = 1;
+const TAG_SPANS: u8 = 2;
+const TAG_EVENT: u8 = 3;
+const TAG_END: u8 = 4;
+
+/// Why a frame or handshake was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    /// The other side did not speak this protocol.
+    #[error("not a pipeprof peer (bad magic bytes)")]
+    BadMagic,
+    /// Protocol versions differ.
+    #[error("protocol version {theirs}, this side speaks {VERSION}")]
+    Version {
+        /// The peer's version.
+        theirs: u16,
+    },
+    /// A frame longer than [`MAX_FRAME`] (or empty).
+    #[error("frame length {0} outside 1..={MAX_FRAME}")]
+    Length(usize),
+    /// The stream ended inside a frame.
+    #[error("truncated frame")]
+    Truncated,
+    /// An unknown frame tag.
+    #[error("unknown frame tag {0}")]
+    Tag(u8),
+    /// A payload that does not decode.
+    #[error("malformed {what}: {why}")]
+    Malformed {
+        /// Which frame kind.
+        what: &'static str,
+        /// What was wrong.
+        why: String,
+    },
+    /// The connection closed cleanly between frames.
+    #[error("connection closed")]
+    Closed,
+    /// Another I/O error.
+    #[error("i/o: {0}")]
+    Io(String),
+}
+
+/// What a server says about itself when a client connects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Protocol version.
+    pub version: u16,
+    /// The profiled process.
+    pub pid: u32,
+    /// Its name, as it chose to give it.
+    pub program: String,
+    /// Its run settings (free-form JSON; pipeprof reads its own `RunSettings` keys).
+    pub settings: serde_json::Value,
+    /// Threads that have sent spans so far: (probes thread id, name).
+    pub threads: Vec<(u32, String)>,
+}
+
+/// The server's counters, sent with [`Frame::End`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStats {
+    /// Events the probe dropped because its channel was full.
+    pub events_dropped: u64,
+    /// Clients disconnected for reading too slowly.
+    pub slow_clients_dropped: u64,
+    /// Connections refused for a bad handshake.
+    pub bad_handshakes: u64,
+}
+
+/// The events other than span batches, as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WireEvent {
+    /// A thread's name.
+    Thread {
+        /// Probes thread id.
+        id: u32,
+        /// Name.
+        name: String,
+    },
+    /// A training step.
+    Step(StepRecord),
+    /// A skipped file.
+    Skipped {
+        /// Path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A host sample.
+    Host(HostSample),
+    /// A GPU sample.
+    Gpu(GpuSample),
+}
+
+/// One server → client message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// First frame on every connection.
+    Hello(Hello),
+    /// Closed spans.
+    Spans(Vec<SpanRecord>),
+    /// Another event.
+    Event(WireEvent),
+    /// The run ended.
+    End(ServerStats),
+}
+
+impl Frame {
+    /// The frame carrying `ev`, if it travels (control events do not).
+    pub fn from_event(ev: &Event) -> Option<Frame> {
+        Some(match ev {
+            Event::Span(s) => Frame::Spans(vec![*s]),
+            Event::Spans(v) => Frame::Spans(v.clone()),
+            Event::Thread { id, name } => Frame::Event(WireEvent::Thread { id: *id, name: name.to_string() }),
+            Event::Step(s) => Frame::Event(WireEvent::Step(*s)),
+            Event::Skipped { path, reason } => {
+                Frame::Event(WireEvent::Skipped { path: path.to_string(), reason: reason.to_string() })
+            }
+            Event::Host(h) => Frame::Event(WireEvent::Host((**h).clone())),
+            Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
+            Event::Finish => return None,
+        })
+    }
+
+    /// The events this frame stands for, on the receiving side.
+    pub fn into_event(self) -> Option<Event> {
+        Some(match self {
+            Frame::Spans(v) => Event::Spans(v),
+            Frame::Event(WireEvent::Thread { id, name }) => Event::Thread { id, name: name.into_boxed_str() },
+            Frame::Event(WireEvent::Step(s)) => Event::Step(s),
+            Frame::Event(WireEvent::Skipped { path, reason }) => {
+                Event::Skipped { path: path.into_boxed_str(), reason: reason.into_boxed_str() }
+            }
+            Frame::Event(WireEvent::Host(h)) => Event::Host(Box::new(h)),
+            Frame::Event(WireEvent::Gpu(g)) => Event::Gpu(Box::new(g)),
+            Frame::Hello(_) | Frame::End(_) => return None,
+        })
+    }
+}
+
+fn json<T: Serialize>(tag: u8, v: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.extend(((body.len() + 1) as u32).to_le_bytes());
+    out.push(tag);
+    out.extend(body);
+    out
+}
+
+/// Encodes a frame with its length prefix. Span batches longer than fit in [`MAX_FRAME`]
+/// are cut (the Layer sends 64 at a time; the cut never happens in practice).
+pub fn encode(f: &Frame) -> Vec<u8> {
+    match f {
+        Frame::Hello(h) => json(TAG_HELLO, h),
+        Frame::Event(e) => json(TAG_EVENT, e),
+        Frame::End(s) => json(TAG_END, s),
+        Frame::Spans(v) => {
+            let n = v.len().min((MAX_FRAME - 3) / SPAN_BYTES).min(u16::MAX as usize);
+            let len = 1 + 2 + n * SPAN_BYTES;
+            let mut out = Vec::with_capacity(4 + len);
+            out.extend((len as u32).to_le_bytes());
+            out.push(TAG_SPANS);
+            out.extend((n as u16).to_le_bytes());
+            for s in &v[..n] {
+                out.push(s.stage as u8);
+                out.extend(s.thread.to_le_bytes());
+                for x in [s.start_ns, s.dur_ns, s.cpu_ns, s.step, s.sample, s.bytes] {
+                    out.extend(x.to_le_bytes());
+                }
+            }
+            out
+        }
+    }
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Decodes one frame body (tag + payload, without the length prefix).
+pub fn decode(body: &[u8]) -> Result<Frame, WireError> {
+    let (&tag, payload) = body.split_first().ok_or(WireError::Length(0))?;
+    let bad = |what: &'static str, why: String| WireError::Malformed { what, why };
+    match tag {
+        TAG_HELLO => serde_json::from_slice(payload).map(Frame::Hello).map_err(|e| bad("hello", e.to_string())),
+        TAG_EVENT => serde_json::from_slice(payload).map(Frame::Event).map_err(|e| bad("event", e.to_string())),
+        TAG_END => serde_json::from_slice(payload).map(Frame::End).map_err(|e| bad("end", e.to_string())),
+        TAG_SPANS => {
+            if payload.len() < 2 {
+                return Err(bad("spans", "no count".into()));
+            }
+            let n = u16::from_le_bytes([payload[0], payload[1]]) as usize;
+            let rest = &payload[2..];
+            if rest.len() != n * SPAN_BYTES {
+                return Err(bad("spans", format!("{} bytes for {n} spans", rest.len())));
+            }
+            let mut v = Vec::with_capacity(n);
+            for c in rest.chunks_exact(SPAN_BYTES) {
+                let stage = *Stage::ALL.get(c[0] as usize).ok_or_else(|| bad("spans", format!("stage {}", c[0])))?;
+                v.push(SpanRecord {
+                    stage,
+                    thread: u32::from_le_bytes([c[1], c[2], c[3], c[4]]),
+                    start_ns: u64_at(c, 5),
+                    dur_ns: u64_at(c, 13),
+                    cpu_ns: u64_at(c, 21),
+                    step: u64_at(c, 29),
+                    sample: u64_at(c, 37),
+                    bytes: u64_at(c, 45),
+                });
+            }
+            Ok(Frame::Spans(v))
+        }
+        t => Err(WireError::Tag(t)),
+    }
+}
+
+/// Reads one frame; the length is checked before the body is allocated.
+pub fn read_frame(r: &mut impl Read) -> Result<Frame, WireError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
+        Err(e) => return Err(WireError::Io(e.to_string())),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(WireError::Length(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => WireError::Truncated,
+        _ => WireError::Io(e.to_string()),
+    })?;
+    decode(&body)
+}
+
+/// The client's half of the handshake.
+pub fn client_hello(w: &mut impl Write) -> std::io::Result<()> {
+    let mut b = MAGIC.to_vec();
+    b.extend(VERSION.to_le_bytes());
+    w.write_all(&b)
+}
+
+/// The server's check of the client's handshake.
+pub fn check_client_hello(r: &mut impl Read) -> Result<(), WireError> {
+    let mut b = [0u8; 6];
+    r.read_exact(&mut b).map_err(|_| WireError::Truncated)?;
+    if &b[..4] != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    let theirs = u16::from_le_bytes([b[4], b[5]]);
+    if theirs != VERSION {
+        return Err(WireError::Version { theirs });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NONE;
+
+    fn span(i: u64) -> SpanRecord {
+        SpanRecord {
+            stage: Stage::Resize,
+            thread: 7,
+            start_ns: i,
+            dur_ns: 2 * i,
+            cpu_ns: NONE,
+            step: 3,
+            sample: i,
+            bytes: 99,
+        }
+    }
+
+    #[test]
+    fn every_frame_kind_round_trips() {
+        let frames = vec![
+            Frame::Hello(Hello {
+                version: VERSION,
+                pid: 42,
+                program: "train".into(),
+                settings: serde_json::json!({"workers": 2}),
+                threads: vec![(1, "loader-0".into())],
+            }),
+            Frame::Spans((0..64).map(span).collect()),
+            Frame::Event(WireEvent::Thread { id: 3, name: "train".into() }),
+            Frame::Event(WireEvent::Host(HostSample { t_ns: 5, process_cpu_pct: 150.0, ..Default::default() })),
+            Frame::End(ServerStats { events_dropped: 1, slow_clients_dropped: 2, bad_handshakes: 3 }),
+        ];
+        for f in frames {
+            let bytes = encode(&f);
+            assert_eq!(read_frame(&mut &bytes[..]), Ok(f));
+        }
+    }
+
+    #[test]
+    fn hostile_input_is_refused_with_a_reason() {
+        let mut too_long = (MAX_FRAME as u32 + 1).to_le_bytes().to_vec();
+        too_long.push(TAG_SPANS);
+        assert_eq!(read_frame(&mut &too_long[..]), Err(WireError::Length(MAX_FRAME + 1)));
+        assert_eq!(read_frame(&mut &[0u8, 0, 0, 0][..]), Err(WireError::Length(0)));
+        assert_eq!(read_frame(&mut &[9u8, 0, 0, 0, TAG_EVENT][..]), Err(WireError::Truncated));
+        assert_eq!(read_frame(&mut &[][..]), Err(WireError::Closed));
+        assert_eq!(decode(&[77]), Err(WireError::Tag(77)));
+        assert!(matches!(decode(&[TAG_SPANS, 2, 0, 1]), Err(WireError::Malformed { .. })));
+        let mut bad_stage = encode(&Frame::Spans(vec![span(1)]));
+        bad_stage[7] = 200;
+        assert!(matches!(read_frame(&mut &bad_stage[..]), Err(WireError::Malformed { .. })));
+        assert!(matches!(decode(&[TAG_EVENT, b'{']), Err(WireError::Malformed { .. })));
+        assert_eq!(check_client_hello(&mut &b"HTTP/1"[..]), Err(WireError::BadMagic));
+        assert_eq!(check_client_hello(&mut &b"PPRF\x09\x00"[..]), Err(WireError::Version { theirs: 9 }));
+        let mut ok = Vec::new();
+        client_hello(&mut ok).unwrap();
+        assert_eq!(check_client_hello(&mut &ok[..]), Ok(()));
+    }
+}
