@@ -104,6 +104,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         seed: cfg.data.seed,
         input: [cfg.input.channels, cfg.input.height, cfg.input.width],
         params,
+        simulated: Vec::new(),
     };
 
     let (probe, rx) = Probe::new(args.channel_capacity.max(1));

@@ -61,6 +61,9 @@ pub struct RunSettings {
     pub seed: u64,
     pub input: [usize; 3],
     pub params: usize,
+    /// Simulated slowdowns active in this run (`--throttle-read 2MB/s`, `--slow decode=+5ms`),
+    /// shown in every report and flagged by the diagnosis.
+    pub simulated: Vec<String>,
 }
 
 struct StageAgg {
