@@ -40,6 +40,17 @@
 //! compute per step)). An action rebuilds the pipeline with one change and predicts the ratio
 //! of throughputs; advice is given when the gain is ≥ [`MIN_GAIN`], or when no number can be
 //! predicted but the action is still the fix (use the GPU, a tiny model's bigger batch).
+//!
+//! Actions and what they change: `--workers N` (N up to the cores; up to 4 per core for I/O,
+//! whose waits need no core); packed cache (read becomes a memory copy, decode and resize
+//! vanish); pre-resize offline (resize × 0.1, decode × 0.5: decode follows the pixel count,
+//! unknown here); copy off a network/FUSE mount (read's off-CPU wait ≤ 0.5 ms); bigger batch
+//! (the optimizer step stays, forward + backward and transfer scale with the batch); u8 batches
+//! (transfer ÷ 4). `--prefetch` is advised only when the loader keeps up on average and the wait
+//! is spiky (median ≤ ¼ of the mean, or p95 ≥ 3× the mean): its gain is measured step time over
+//! transfer + compute, at most the model's throughput. A GPU's gain is never predicted.
+//!
+//! The first wait of a run includes filling the pipeline; short runs overstate the wait share.
 
 pub mod model;
 mod rules;

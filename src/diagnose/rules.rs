@@ -252,11 +252,16 @@ impl Facts<'_> {
 
     fn capacity_line(&self) -> String {
         let w = self.s.settings.workers.max(1);
+        let shared = if self.cpu_device {
+            format!("; sharing {:.1} cores, both together {}", self.p.free_cores, rate(self.cap.shared_cpu))
+        } else {
+            String::new()
+        };
         format!(
-            "model: {} {} {}, the training loop could take {}; measured {:.1} images/s",
+            "model: {} {} {}, the training loop could take {}{shared}; measured {:.1} images/s",
             plural(w, "loader worker"),
             if w == 1 { "supplies" } else { "supply" },
-            rate(self.cap.loader().min(self.cap.shared_cpu)),
+            rate(self.cap.loader()),
             rate(self.cap.compute),
             self.s.images_per_s
         )
@@ -562,7 +567,7 @@ impl Facts<'_> {
         let w = self.wait?;
         let spiky = w.p50_ms <= 0.25 * w.mean_ms || w.p95_ms >= 3.0 * w.mean_ms;
         let busy_ms = self.s.split.transfer_ms + self.s.split.compute_ms;
-        if !spiky || busy_ms <= 0.0 || self.cap.loader() < self.cap.compute {
+        if !spiky || busy_ms <= 0.0 || !self.loader_keeps_up() {
             return None;
         }
         // The loader keeps up on average: a deeper queue absorbs its stalls.

@@ -613,24 +613,3 @@ fn diagnosis_is_deterministic_and_finite_on_an_empty_summary() {
     assert_eq!(v, diagnose(&Summary::default()));
     assert_eq!(v.limiter, Limiter::NotEnoughData { steps_needed: MIN_STEPS });
 }
-
-#[test]
-fn zz_print_all() {
-    for (n, b) in [
-        ("io", io_bound().fs(FsKind::Fuse, "fuse.rclone").simulated("--throttle-read 2MB/s")),
-        ("pre", preprocess_one_worker()),
-        ("sat", preprocess_one_worker().cpu(98.0, 100.0)),
-        ("compute", compute_bound_gpu().device("cpu").gpu(0.0, Some(false))),
-        ("tiny", tiny_model()),
-        ("transfer", transfer_bound()),
-        (
-            "cpudev",
-            preprocess_one_worker().device("cpu").threads(&[("compute-0", 6.0), ("compute-1", 6.0), ("train", 1.0)]),
-        ),
-        ("spiky", compute_bound_gpu().step(25.0, 1.0, 100.0).spiky_wait(0.01, 80.0)),
-        ("balanced", B::new().workers(1, 4).loader(&[("decode", 10.0, 1.0)]).step(1.0, 1.0, 299.0)),
-        ("lowgpu", compute_bound_gpu().gpu(20.0, Some(true))),
-    ] {
-        println!("=== {n}\n{}", render(&b.verdict()));
-    }
-}
