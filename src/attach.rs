@@ -244,7 +244,6 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
         None => eprintln!("pipeprof: detached; the run goes on"),
     }
     print!("{}", report::render(&summary));
-    print!("{}", diagnose::render(&diagnose::diagnose(&summary)));
     if let Some(p) = &args.summary {
         std::fs::write(p, serde_json::to_string_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", p.display()))?;

@@ -47,7 +47,6 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     match args.files.get(1) {
         None => {
             print!("{}", report::render(&a.summary));
-            print!("{}", diagnose::render(&diagnose::diagnose(&a.summary)));
             if let Some(p) = &args.summary {
                 std::fs::write(p, serde_json::to_string_pretty(&a.summary)?)
                     .with_context(|| format!("cannot write {}", p.display()))?;

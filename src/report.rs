@@ -83,10 +83,18 @@ pub fn render(s: &Summary) -> String {
         ms(sp.compute_ms),
         pct(sp.compute_share)
     );
+    if sp.startup_wait_ms > 0.0 {
+        let _ = writeln!(
+            o,
+            "  (start-up: the first step waited {} while the queue filled; left out above)",
+            ms(sp.startup_wait_ms)
+        );
+    }
     let _ = writeln!(
         o,
-        "loader: {} workers busy {} of the run · {:.1} batches ready on average when a step asked",
+        "loader: {} worker{} busy {} of the run · {:.1} batches ready on average when a step asked",
         st.workers,
+        if st.workers == 1 { "" } else { "s" },
         pct(s.loader_busy),
         s.mean_queued
     );
@@ -128,6 +136,8 @@ pub fn render(s: &Summary) -> String {
         s.events_dropped,
         if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
     );
+    let _ = writeln!(o);
+    o.push_str(&crate::diagnose::render(&crate::diagnose::diagnose(s)));
     o
 }
 

@@ -65,7 +65,8 @@ pub struct RunSettings {
     pub seed: u64,
     pub input: [usize; 3],
     pub params: usize,
-    /// Simulated slowdowns in force (--throttle-read, --slow), described.
+    /// Simulated slowdowns active in this run (`--throttle-read 2MB/s`, `--slow decode=+5ms`),
+    /// shown in every report and flagged by the diagnosis.
     pub simulated: Vec<String>,
 }
 
@@ -123,6 +124,8 @@ pub struct StageSummary {
 #[serde(default)]
 pub struct StepSplit {
     pub steps: u64,
+    /// The run's first wait (filling the prefetch queue), left out of the figures below.
+    pub startup_wait_ms: f64,
     pub mean_step_ms: f64,
     pub wait_ms: f64,
     pub transfer_ms: f64,
@@ -212,6 +215,9 @@ pub struct Aggregator {
     points: VecDeque<StepPoint>,
     /// The train thread's wait and transfer of the step in flight.
     cur: StepPoint,
+    /// The first wait of the run: it includes filling the prefetch queue (start-up, not
+    /// steady state), so the step split leaves it out.
+    first_wait_ns: Option<u64>,
 }
 
 impl Aggregator {
@@ -237,6 +243,7 @@ impl Aggregator {
             data_fs: None,
             points: VecDeque::with_capacity(RECENT_POINTS),
             cur: StepPoint::default(),
+            first_wait_ns: None,
         }
     }
 
@@ -314,6 +321,9 @@ impl Aggregator {
                 self.see(s.start_ns, s.end_ns());
                 if s.stage == Stage::Wait {
                     self.train_start_ns = self.train_start_ns.min(s.start_ns);
+                    if self.first_wait_ns.is_none() {
+                        self.first_wait_ns = Some(s.dur_ns);
+                    }
                 }
                 self.track_step(s);
             }
@@ -385,19 +395,28 @@ impl Aggregator {
             })
             .collect();
         let wall = |s: Stage| self.stages[s.index()].wall_ns;
-        let (w, t, c) = (wall(Stage::Wait), wall(Stage::Transfer), wall(Stage::Compute));
-        let loop_ns = w + t + c;
-        let n = self.stages[Stage::Compute.index()].count.max(1) as f64;
-        let share = |x: u64| if loop_ns > 0 { x as f64 / loop_ns as f64 } else { 0.0 };
+        // Means per step; the first wait (start-up) is left out of the wait mean.
+        let count = |s: Stage| self.stages[s.index()].count;
+        let first = self.first_wait_ns.unwrap_or(0);
+        let wait_ms = match count(Stage::Wait) {
+            0 => 0.0,
+            1 => 0.0,
+            n => ms(wall(Stage::Wait).saturating_sub(first)) / (n - 1) as f64,
+        };
+        let per = |s: Stage| if count(s) > 0 { ms(wall(s)) / count(s) as f64 } else { 0.0 };
+        let (transfer_ms, compute_ms) = (per(Stage::Transfer), per(Stage::Compute));
+        let step_ms = wait_ms + transfer_ms + compute_ms;
+        let share = |x: f64| if step_ms > 0.0 { x / step_ms } else { 0.0 };
         let split = StepSplit {
             steps: self.steps,
-            mean_step_ms: ms(loop_ns) / n,
-            wait_ms: ms(w) / n,
-            transfer_ms: ms(t) / n,
-            compute_ms: ms(c) / n,
-            wait_share: share(w),
-            transfer_share: share(t),
-            compute_share: share(c),
+            startup_wait_ms: ms(first),
+            mean_step_ms: step_ms,
+            wait_ms,
+            transfer_ms,
+            compute_ms,
+            wait_share: share(wait_ms),
+            transfer_share: share(transfer_ms),
+            compute_share: share(compute_ms),
         };
         let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
         let workers = self.settings.workers.max(1) as f64;
@@ -481,13 +500,15 @@ mod tests {
         let ms = 1_000_000;
         for k in 0..4u64 {
             let t0 = k * 10 * ms;
-            a.push(&span(Stage::Wait, t0, 3 * ms, NONE));
+            // The first wait fills the queue: start-up, left out of the split.
+            a.push(&span(Stage::Wait, t0, if k == 0 { 50 * ms } else { 3 * ms }, NONE));
             a.push(&span(Stage::Transfer, t0 + 3 * ms, ms, ms));
             a.push(&span(Stage::Compute, t0 + 4 * ms, 6 * ms, 6 * ms));
             a.push(&span(Stage::Forward, t0 + 4 * ms, 2 * ms, NONE));
         }
         let s = a.summary().split;
-        assert!((s.wait_share - 0.3).abs() < 1e-9);
+        assert!((s.startup_wait_ms - 50.0).abs() < 1e-9);
+        assert!((s.wait_share - 0.3).abs() < 1e-9, "{s:?}");
         assert!((s.wait_share + s.transfer_share + s.compute_share - 1.0).abs() < 1e-9);
         assert!((s.mean_step_ms - 10.0).abs() < 1e-9);
     }

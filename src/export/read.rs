@@ -233,8 +233,9 @@ mod tests {
         let evs: Vec<Value> = serde_json::from_str(
             r#"[{"ph":"i","name":"settings","ts":0,"args":{"workers":2,"batch_size":4}},
                 {"ph":"X","name":"decode","tid":2,"ts":10,"dur":1000,"args":{"step":0,"sample":1,"cpu_us":900}},
-                {"ph":"X","name":"wait","tid":1,"ts":0,"dur":300,"args":{"step":0}},
-                {"ph":"X","name":"compute","tid":1,"ts":300,"dur":700,"args":{"step":0}},
+                {"ph":"X","name":"wait","tid":1,"ts":0,"dur":900,"args":{"step":0}},
+                {"ph":"X","name":"wait","tid":1,"ts":1000,"dur":300,"args":{"step":1}},
+                {"ph":"X","name":"compute","tid":1,"ts":1300,"dur":700,"args":{"step":1}},
                 {"ph":"C","name":"step","ts":1000,"args":{"step":0,"epoch":0,"images":4,"loss":1.5,"correct":2,"batches_ready":1}}]"#,
         )
         .unwrap();

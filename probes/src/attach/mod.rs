@@ -156,34 +156,33 @@ pub fn init(opts: Options) -> Result<Session, AttachError> {
     };
     let srv = server::Server::start(rx, probe.clone(), hello).map_err(io("start the server thread"))?;
     let server = Arc::new(std::sync::Mutex::new(srv));
-    let (address, socket, acceptor, wake): (String, Option<PathBuf>, JoinHandle<()>, Wake) =
-        match &opts.listen {
-            Some(addr) => {
-                let a = check_listen(addr, opts.allow_remote)?;
-                let l = TcpListener::bind(a).map_err(io(format!("listen on {a}")))?;
-                let local = l.local_addr().map_err(io("local address"))?;
-                let srv = server.clone();
-                let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
-                let wake = Box::new(move || {
-                    let _ = std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200));
-                });
-                (local.to_string(), None, h, wake)
-            }
-            None => {
-                let path = runtime_dir()?.join(format!("{}.sock", std::process::id()));
-                let _ = std::fs::remove_file(&path);
-                let l = UnixListener::bind(&path).map_err(io(format!("listen on {}", path.display())))?;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(io(format!("chmod {}", path.display())))?;
-                let srv = server.clone();
-                let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
-                let p = path.clone();
-                let wake = Box::new(move || {
-                    let _ = std::os::unix::net::UnixStream::connect(&p);
-                });
-                (path.display().to_string(), Some(path), h, wake)
-            }
-        };
+    let (address, socket, acceptor, wake): (String, Option<PathBuf>, JoinHandle<()>, Wake) = match &opts.listen {
+        Some(addr) => {
+            let a = check_listen(addr, opts.allow_remote)?;
+            let l = TcpListener::bind(a).map_err(io(format!("listen on {a}")))?;
+            let local = l.local_addr().map_err(io("local address"))?;
+            let srv = server.clone();
+            let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
+            let wake = Box::new(move || {
+                let _ = std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200));
+            });
+            (local.to_string(), None, h, wake)
+        }
+        None => {
+            let path = runtime_dir()?.join(format!("{}.sock", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let l = UnixListener::bind(&path).map_err(io(format!("listen on {}", path.display())))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(io(format!("chmod {}", path.display())))?;
+            let srv = server.clone();
+            let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
+            let p = path.clone();
+            let wake = Box::new(move || {
+                let _ = std::os::unix::net::UnixStream::connect(&p);
+            });
+            (path.display().to_string(), Some(path), h, wake)
+        }
+    };
     let samplers = match opts.sampler {
         Some(cfg) => crate::sampler::start(probe.clone(), cfg).ok(),
         None => None,

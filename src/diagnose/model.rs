@@ -1,0 +1,329 @@
+//! The pipeline capacity model behind every predicted gain.
+//!
+//! The loader and the training loop run concurrently, joined by the prefetch queue, so in steady
+//! state the run goes as fast as its slowest side. Capacities in images/s:
+//!
+//! ```text
+//! loader latency   = workers / L            L = loader wall time per image (read+decode+resize+augment)
+//! loader CPU       = K / c                  c = loader on-CPU time per image, K = cores free for this process
+//! shared CPU       = K / (c + c_compute)    CPU device only: compute runs on the same cores
+//! compute          = B / (transfer + compute per step)
+//! throughput       = min of the above
+//! ```
+//!
+//! `K` = min(cores, this process's CPU + the machine's idle CPU), from the host samples: cores
+//! other programs keep busy are not available. A prediction rebuilds the pipeline with one
+//! change (more workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
+//! throughputs, so the model's constant errors cancel.
+
+use crate::aggregate::Summary;
+
+/// Loader stages, per image, in pipeline order.
+pub const LOADER_STAGES: [&str; 4] = ["read", "decode", "resize", "augment"];
+
+/// Assumed per-image read latency from a local disk after a move off network storage, ms
+/// (a small file from a local SSD or the page cache).
+pub const LOCAL_READ_MS: f64 = 0.5;
+/// Share of resize time left after pre-resizing offline (a layout conversion remains).
+pub const PRE_RESIZED_RESIZE_LEFT: f64 = 0.1;
+/// Share of decode time left after pre-resizing offline: decode cost follows the pixel count,
+/// which the summary does not know; half is a conservative guess for photos larger than the input.
+pub const PRE_RESIZED_DECODE_LEFT: f64 = 0.5;
+/// Bytes per second copied out of a memory-mapped packed cache (one memcpy, page-cache warm).
+pub const CACHE_BYTES_PER_S: f64 = 2e9;
+
+/// One loader stage's cost per image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageCost {
+    pub stage: &'static str,
+    /// Wall time per image, ms.
+    pub wall_ms: f64,
+    /// On-CPU time per image, ms (≤ wall).
+    pub on_cpu_ms: f64,
+    /// Whether the on-CPU share was measured; otherwise it is assumed from the stage's name
+    /// (read: off-CPU, the others: on-CPU).
+    pub measured: bool,
+}
+
+impl StageCost {
+    /// Wall time not spent on a CPU: waiting on storage (read) or for a core (the others).
+    pub fn off_cpu_ms(&self) -> f64 {
+        (self.wall_ms - self.on_cpu_ms).max(0.0)
+    }
+}
+
+/// The pipeline as the model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pipeline {
+    pub workers: f64,
+    /// Cores of the machine (or the process's limit).
+    pub cores: f64,
+    /// Cores this process can use: its own use plus the machine's idle cores, at most `cores`.
+    pub free_cores: f64,
+    /// Training on the CPU: compute and the loader share the cores.
+    pub cpu_device: bool,
+    pub batch: f64,
+    /// Loader stages with at least one span.
+    pub loader: Vec<StageCost>,
+    /// Host→device per step, ms.
+    pub transfer_ms: f64,
+    /// Forward + backward + optimizer per step, ms.
+    pub compute_ms: f64,
+    /// Optimizer step per step, ms, when measured: its cost follows the parameter count, not the
+    /// batch size.
+    pub optimizer_ms: Option<f64>,
+    /// CPU device: compute CPU time per image, ms (from the compute and train threads' CPU use,
+    /// else compute wall × free cores). 0 on a GPU.
+    pub compute_cpu_ms_per_image: f64,
+    /// Bytes of one decoded input image (C×H×W, u8), for the packed cache.
+    pub input_bytes: f64,
+}
+
+/// Images/s each side of the pipeline can sustain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capacity {
+    /// workers / loader wall time per image.
+    pub loader_latency: f64,
+    /// free cores / loader CPU time per image.
+    pub loader_cpu: f64,
+    /// CPU device: free cores / (loader + compute CPU per image); infinite on a GPU.
+    pub shared_cpu: f64,
+    /// batch / (transfer + compute) per step.
+    pub compute: f64,
+}
+
+/// Which term of the model binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    LoaderLatency,
+    LoaderCpu,
+    SharedCpu,
+    Compute,
+}
+
+impl Capacity {
+    /// What the loader alone can supply.
+    pub fn loader(&self) -> f64 {
+        self.loader_latency.min(self.loader_cpu)
+    }
+
+    /// The model's throughput: the minimum of all capacities.
+    pub fn throughput(&self) -> f64 {
+        self.loader().min(self.shared_cpu).min(self.compute)
+    }
+
+    pub fn bound(&self) -> Bound {
+        let x = self.throughput();
+        if x == self.compute {
+            Bound::Compute
+        } else if x == self.loader_latency {
+            Bound::LoaderLatency
+        } else if x == self.loader_cpu {
+            Bound::LoaderCpu
+        } else {
+            Bound::SharedCpu
+        }
+    }
+}
+
+/// `n` items per `ms` milliseconds, as a rate per second (infinite for free work).
+pub fn per_s(n: f64, ms: f64) -> f64 {
+    if ms > 0.0 {
+        n * 1000.0 / ms
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Whether a device string means the CPU (`cpu`, `CPU`).
+pub fn is_cpu_device(device: &str) -> bool {
+    device.trim().to_ascii_lowercase().starts_with("cpu")
+}
+
+fn finite_pos(v: f64) -> Option<f64> {
+    (v.is_finite() && v > 0.0).then_some(v)
+}
+
+impl Pipeline {
+    pub fn from_summary(s: &Summary) -> Pipeline {
+        let st = &s.settings;
+        let m = &s.machine;
+        let cores = if st.cores > 0 { st.cores } else { m.cores.max(1) } as f64;
+        // Cores this process could use = what it uses + what nobody uses, capped by its limit.
+        let free_cores = match (m.process_cpu_mean_pct, m.global_cpu_mean_pct) {
+            (Some(p), Some(g)) if m.cores > 0 => {
+                let idle = m.cores as f64 * (1.0 - f64::from(g) / 100.0).max(0.0);
+                (f64::from(p) / 100.0 + idle).clamp(0.1, cores)
+            }
+            _ => cores,
+        };
+        let loader = LOADER_STAGES
+            .iter()
+            .filter_map(|name| {
+                let x = s.stages.iter().find(|x| x.stage == *name && x.count > 0)?;
+                let assumed = if *name == "read" { 0.0 } else { 1.0 };
+                let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
+                Some(StageCost {
+                    stage: name,
+                    wall_ms: x.mean_ms.max(0.0),
+                    on_cpu_ms: x.mean_ms.max(0.0) * share,
+                    measured: x.on_cpu.is_some(),
+                })
+            })
+            .collect();
+        let cpu_device = is_cpu_device(&st.device);
+        let batch = st.batch_size.max(1) as f64;
+        let optimizer_ms = s.stages.iter().find(|x| x.stage == "optimizer" && x.count > 0).map(|x| x.mean_ms);
+        let compute_cpu_ms_per_image = if cpu_device {
+            // The compute pool and the train thread: their mean CPU use × the step time.
+            let cores_used: f64 = m
+                .threads
+                .iter()
+                .filter(|t| t.name.starts_with("compute") || t.name == "train")
+                .map(|t| f64::from(t.cpu_mean_pct) / 100.0)
+                .sum();
+            let busy_ms = if cores_used > 0.0 {
+                cores_used * s.split.mean_step_ms
+            } else {
+                // Not sampled: assume the compute keeps every free core busy while it runs.
+                s.split.compute_ms * free_cores
+            };
+            busy_ms.max(0.0) / batch
+        } else {
+            0.0
+        };
+        Pipeline {
+            workers: st.workers.max(1) as f64,
+            cores,
+            free_cores,
+            cpu_device,
+            batch,
+            loader,
+            transfer_ms: s.split.transfer_ms.max(0.0),
+            compute_ms: s.split.compute_ms.max(0.0),
+            optimizer_ms,
+            compute_cpu_ms_per_image,
+            input_bytes: st.input.iter().product::<usize>() as f64,
+        }
+    }
+
+    /// Loader wall time per image, ms.
+    pub fn loader_wall_ms(&self) -> f64 {
+        self.loader.iter().map(|x| x.wall_ms).sum()
+    }
+
+    /// Loader on-CPU time per image, ms.
+    pub fn loader_cpu_ms(&self) -> f64 {
+        self.loader.iter().map(|x| x.on_cpu_ms).sum()
+    }
+
+    pub fn stage(&self, name: &str) -> Option<&StageCost> {
+        self.loader.iter().find(|x| x.stage == name)
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        let c = self.loader_cpu_ms();
+        Capacity {
+            loader_latency: per_s(self.workers, self.loader_wall_ms()),
+            loader_cpu: per_s(self.free_cores, c),
+            shared_cpu: if self.cpu_device {
+                per_s(self.free_cores, c + self.compute_cpu_ms_per_image)
+            } else {
+                f64::INFINITY
+            },
+            compute: per_s(self.batch, self.transfer_ms + self.compute_ms),
+        }
+    }
+
+    /// Predicted throughput of `after` over this one's, when both are finite.
+    pub fn speedup(&self, after: &Pipeline) -> Option<f64> {
+        let before = finite_pos(self.capacity().throughput())?;
+        let after = finite_pos(after.capacity().throughput())?;
+        Some(after / before)
+    }
+
+    fn map_stage(mut self, name: &str, f: impl Fn(&mut StageCost)) -> Pipeline {
+        for x in self.loader.iter_mut().filter(|x| x.stage == name) {
+            f(x);
+        }
+        self
+    }
+
+    /// With `n` loader workers.
+    pub fn with_workers(&self, n: usize) -> Pipeline {
+        Pipeline { workers: n.max(1) as f64, ..self.clone() }
+    }
+
+    /// Images stored at the model's input size: resize nearly vanishes, decode shrinks.
+    pub fn pre_resized(&self) -> Pipeline {
+        let scale = |k: f64| {
+            move |x: &mut StageCost| {
+                x.wall_ms *= k;
+                x.on_cpu_ms *= k;
+            }
+        };
+        self.clone()
+            .map_stage("resize", scale(PRE_RESIZED_RESIZE_LEFT))
+            .map_stage("decode", scale(PRE_RESIZED_DECODE_LEFT))
+    }
+
+    /// Decoded, resized images packed in one local memory-mapped file: read is a copy, decode
+    /// and resize are gone; augment stays.
+    pub fn cached(&self) -> Pipeline {
+        let copy_ms = self.input_bytes / CACHE_BYTES_PER_S * 1000.0;
+        self.clone()
+            .map_stage("read", |x| {
+                x.wall_ms = copy_ms;
+                x.on_cpu_ms = copy_ms;
+            })
+            .map_stage("decode", |x| {
+                x.wall_ms = 0.0;
+                x.on_cpu_ms = 0.0;
+            })
+            .map_stage("resize", |x| {
+                x.wall_ms = 0.0;
+                x.on_cpu_ms = 0.0;
+            })
+    }
+
+    /// Data on a local disk: read's off-CPU wait falls to [`LOCAL_READ_MS`] at most.
+    pub fn local_storage(&self) -> Pipeline {
+        self.clone().map_stage("read", |x| {
+            let off = x.off_cpu_ms().min(LOCAL_READ_MS);
+            x.wall_ms = x.on_cpu_ms + off;
+        })
+    }
+
+    /// The per-step fixed cost (the optimizer step) when measured.
+    pub fn fixed_step_ms(&self) -> Option<f64> {
+        self.optimizer_ms.map(|o| o.clamp(0.0, self.compute_ms))
+    }
+
+    /// With batch size `b`: the optimizer step stays, forward + backward and transfer scale
+    /// with the batch. `None` when the fixed part is unknown.
+    pub fn with_batch(&self, b: usize) -> Option<Pipeline> {
+        let fixed = self.fixed_step_ms()?;
+        let k = b.max(1) as f64 / self.batch;
+        let compute_ms = fixed + (self.compute_ms - fixed) * k;
+        let per_image_before = self.compute_ms / self.batch;
+        let per_image_after = compute_ms / (self.batch * k);
+        let cpu = if per_image_before > 0.0 {
+            self.compute_cpu_ms_per_image * per_image_after / per_image_before
+        } else {
+            self.compute_cpu_ms_per_image
+        };
+        Some(Pipeline {
+            batch: self.batch * k,
+            compute_ms,
+            transfer_ms: self.transfer_ms * k,
+            optimizer_ms: Some(fixed),
+            compute_cpu_ms_per_image: cpu,
+            ..self.clone()
+        })
+    }
+
+    /// Batches sent as u8 instead of f32 (4× fewer bytes; copy time follows bytes).
+    pub fn u8_transfer(&self) -> Pipeline {
+        Pipeline { transfer_ms: self.transfer_ms / 4.0, ..self.clone() }
+    }
+}

@@ -1,0 +1,616 @@
+//! Every rule on hand-built summaries: no clock, no threads, no I/O.
+
+use super::model::Pipeline;
+use super::*;
+use crate::aggregate::{RunSettings, StageSummary, StepSplit};
+use probes::fsinfo::{FsInfo, FsKind};
+use probes::sampler::summary::{DeviceSummary, ThreadSummary};
+use probes::sampler::GpuStatus;
+
+/// Builds a `Summary` the way the aggregator would fill it, a few numbers at a time.
+#[derive(Clone)]
+struct B(Summary);
+
+fn stage(name: &str, mean_ms: f64, on_cpu: Option<f64>, count: u64) -> StageSummary {
+    StageSummary {
+        stage: name.into(),
+        count,
+        total_ms: mean_ms * count as f64,
+        mean_ms,
+        p50_ms: mean_ms,
+        p95_ms: mean_ms,
+        max_ms: mean_ms,
+        on_cpu,
+        bytes: 0,
+        per_second: 0.0,
+    }
+}
+
+impl B {
+    /// 50 steps of batch 32 on `cuda:0`, 2 workers on 2 cores, nothing else measured.
+    fn new() -> B {
+        B(Summary {
+            settings: RunSettings {
+                model: "built-in examples/cnn.toml".into(),
+                data: "/data/imgs".into(),
+                device: "cuda:0".into(),
+                workers: 2,
+                cores: 2,
+                batch_size: 32,
+                prefetch: 2,
+                input: [3, 64, 64],
+                ..Default::default()
+            },
+            steps: 50,
+            split: StepSplit { steps: 50, ..Default::default() },
+            ..Default::default()
+        })
+    }
+
+    fn set_stage(&mut self, x: StageSummary) {
+        self.0.stages.retain(|s| s.stage != x.stage);
+        self.0.stages.push(x);
+    }
+
+    /// Loader per image: (stage, wall ms, on-CPU share).
+    fn loader(mut self, stages: &[(&str, f64, f64)]) -> B {
+        let n = self.0.split.steps * self.0.settings.batch_size as u64;
+        for &(name, ms, on) in stages {
+            self.set_stage(stage(name, ms, Some(on), n));
+        }
+        self
+    }
+
+    /// Training loop per step, ms; wait spans all equal unless `spiky_wait` follows.
+    fn step(mut self, wait: f64, transfer: f64, compute: f64) -> B {
+        let total = wait + transfer + compute;
+        let steps = self.0.split.steps;
+        self.0.split = StepSplit {
+            steps,
+            mean_step_ms: total,
+            wait_ms: wait,
+            transfer_ms: transfer,
+            compute_ms: compute,
+            wait_share: wait / total,
+            transfer_share: transfer / total,
+            compute_share: compute / total,
+            startup_wait_ms: 0.0,
+        };
+        self.0.images_per_s = self.0.settings.batch_size as f64 * 1000.0 / total;
+        self.0.elapsed_s = total * steps as f64 / 1000.0;
+        self.set_stage(stage("wait", wait, None, steps));
+        self.set_stage(stage("transfer", transfer, Some(0.5), steps));
+        self.set_stage(stage("compute", compute, None, steps));
+        self
+    }
+
+    /// Wait shares given exactly (for thresholds), with a fast loader and a 100 ms step.
+    fn wait_share(self, share: f64) -> B {
+        let mut b = self.loader(&[("read", 0.05, 0.5), ("decode", 0.1, 1.0)]).step(share * 100.0, 1.0, 99.0);
+        b.0.split.wait_share = share;
+        b
+    }
+
+    fn spiky_wait(mut self, p50: f64, p95: f64) -> B {
+        if let Some(w) = self.0.stages.iter_mut().find(|s| s.stage == "wait") {
+            w.p50_ms = p50;
+            w.p95_ms = p95;
+            w.max_ms = p95 * 2.0;
+        }
+        self
+    }
+
+    fn optimizer(mut self, ms: f64) -> B {
+        let n = self.0.split.steps;
+        self.set_stage(stage("optimizer", ms, None, n));
+        self
+    }
+
+    fn workers(mut self, w: usize, cores: usize) -> B {
+        self.0.settings.workers = w;
+        self.0.settings.cores = cores;
+        self
+    }
+
+    fn device(mut self, d: &str) -> B {
+        self.0.settings.device = d.into();
+        self
+    }
+
+    fn steps(mut self, n: u64) -> B {
+        self.0.steps = n;
+        self.0.split.steps = n;
+        self
+    }
+
+    /// Host samples: machine CPU % (0–100) and this process's (100 = one core).
+    fn cpu(mut self, global: f32, process: f32) -> B {
+        let m = &mut self.0.machine;
+        m.host_samples = 20;
+        m.cores = self.0.settings.cores;
+        m.global_cpu_mean_pct = Some(global);
+        m.process_cpu_mean_pct = Some(process);
+        self
+    }
+
+    fn iowait(mut self, pct: f32) -> B {
+        self.0.machine.iowait_mean_pct = Some(pct);
+        self.0.machine.read_bytes_per_s_mean = Some(2e6);
+        self
+    }
+
+    fn threads(mut self, threads: &[(&str, f32)]) -> B {
+        self.0.machine.threads = threads
+            .iter()
+            .enumerate()
+            .map(|(i, (name, pct))| ThreadSummary {
+                tid: i as u32 + 10,
+                name: (*name).into(),
+                samples: 20,
+                cpu_mean_pct: *pct,
+                cpu_peak_pct: *pct,
+                cpu_ns: 0,
+            })
+            .collect();
+        self
+    }
+
+    /// One GPU at `util`% mean, this process seen on it or not.
+    fn gpu(mut self, util: f32, on_gpu: Option<bool>) -> B {
+        let m = &mut self.0.machine;
+        m.gpu_samples = 20;
+        m.gpu_status = Some(GpuStatus::Ok);
+        m.devices = vec![DeviceSummary {
+            index: 0,
+            name: "Fake GPU".into(),
+            samples: 20,
+            util_mean_pct: Some(util),
+            this_process_on_gpu: on_gpu,
+            ..Default::default()
+        }];
+        m.this_process_on_gpu = on_gpu;
+        self
+    }
+
+    fn fs(mut self, kind: FsKind, fs_type: &str) -> B {
+        self.0.data_fs = Some(FsInfo { fs_type: fs_type.into(), kind, mount_point: None, source: None, magic: None });
+        self
+    }
+
+    fn simulated(mut self, what: &str) -> B {
+        self.0.settings.simulated.push(what.into());
+        self
+    }
+
+    fn verdict(&self) -> Verdict {
+        diagnose(&self.0)
+    }
+}
+
+// ---- scenarios ----
+
+/// 1 worker reading 20 ms per image (5% on-CPU), cheap decode: what `--throttle-read` gives.
+fn io_bound() -> B {
+    B::new()
+        .loader(&[("read", 20.0, 0.05), ("decode", 1.0, 0.95), ("resize", 0.5, 1.0)])
+        .step(300.0, 1.0, 20.0)
+        .cpu(30.0, 40.0)
+        .gpu(10.0, Some(true))
+}
+
+/// 1 worker on 2 cores decoding 6 ms and resizing 4 ms per image, CPU half idle.
+fn preprocess_one_worker() -> B {
+    B::new()
+        .workers(1, 2)
+        .loader(&[("read", 0.2, 0.5), ("decode", 6.0, 1.0), ("resize", 4.0, 1.0)])
+        .step(300.0, 2.0, 20.0)
+        .cpu(50.0, 100.0)
+        .gpu(7.0, Some(true))
+}
+
+fn compute_bound_gpu() -> B {
+    B::new()
+        .loader(&[("read", 0.3, 0.3), ("decode", 1.0, 1.0), ("resize", 0.5, 1.0)])
+        .step(0.5, 1.0, 100.0)
+        .cpu(40.0, 60.0)
+        .gpu(95.0, Some(true))
+}
+
+/// Compute 2 ms per step on a GPU, the optimizer step half of it.
+fn tiny_model() -> B {
+    B::new()
+        .loader(&[("read", 0.005, 0.5), ("decode", 0.01, 1.0)])
+        .step(0.02, 0.1, 2.0)
+        .optimizer(1.0)
+        .cpu(40.0, 60.0)
+        .gpu(20.0, Some(true))
+}
+
+fn transfer_bound() -> B {
+    B::new().loader(&[("read", 0.1, 0.5), ("decode", 0.5, 1.0)]).step(1.0, 30.0, 40.0).gpu(60.0, Some(true))
+}
+
+fn speedup_of(v: &Verdict, command_prefix: &str) -> Option<f64> {
+    v.advice.iter().find(|a| a.command.as_deref().is_some_and(|c| c.starts_with(command_prefix)))?.predicted_speedup
+}
+
+fn has_command(v: &Verdict, command_prefix: &str) -> bool {
+    v.advice.iter().any(|a| a.command.as_deref().is_some_and(|c| c.starts_with(command_prefix)))
+}
+
+// ---- limiter ----
+
+#[test]
+fn throttled_reads_give_io_verdict() {
+    let v = io_bound().verdict();
+    assert_eq!(v.limiter, Limiter::Io, "{v:#?}");
+    assert_eq!(v.severity, Severity::High);
+    assert!(v.evidence.iter().any(|e| e.contains("read is 95% off-CPU") && e.contains("19.0 ms")), "{v:#?}");
+    assert!(v.flags.is_empty(), "{:?}", v.flags);
+    // Reads waiting on storage overlap: more workers than cores are worth it.
+    assert!(speedup_of(&v, "--workers").is_some_and(|g| g > 2.0), "{v:#?}");
+    assert!(has_command(&v, "pipeprof cache --model examples/cnn.toml --data /data/imgs"), "{v:#?}");
+}
+
+#[test]
+fn cpu_bound_decode_and_resize_give_preprocess_verdict_with_too_few_workers() {
+    let v = preprocess_one_worker().verdict();
+    assert_eq!(v.limiter, Limiter::Preprocess, "{v:#?}");
+    assert_eq!(v.severity, Severity::High);
+    assert!(v.flags.contains(&Flag::TooFewWorkers { workers: 1, cores: 2 }), "{:?}", v.flags);
+    let g = speedup_of(&v, "--workers 2").unwrap_or(0.0);
+    assert!((g - 2.0).abs() < 0.05, "1 → 2 workers on 2 idle cores: ≈2×, got {g}");
+    assert!(v.advice.iter().any(|a| a.action.starts_with("pre-resize") && a.predicted_speedup.is_some()));
+    assert!(v.evidence.iter().any(|e| e.contains("decode 6.00 ms (100% on-CPU)")), "{:#?}", v.evidence);
+}
+
+#[test]
+fn saturated_cpu_flags_it_and_predicts_no_gain_from_workers() {
+    let v = preprocess_one_worker().cpu(98.0, 100.0).verdict();
+    assert_eq!(v.limiter, Limiter::Preprocess);
+    assert!(v.flags.contains(&Flag::CpuSaturated), "{:?}", v.flags);
+    assert!(!v.flags.iter().any(|f| matches!(f, Flag::TooFewWorkers { .. })));
+    assert!(!has_command(&v, "--workers"), "no core is free: {v:#?}");
+}
+
+#[test]
+fn process_using_every_core_counts_as_saturated() {
+    let v = preprocess_one_worker().cpu(70.0, 185.0).verdict();
+    assert!(v.flags.contains(&Flag::CpuSaturated), "{:?}", v.flags);
+}
+
+#[test]
+fn on_cpu_time_not_the_stage_name_decides_io() {
+    // A read that is all CPU (decompressing, page-cache copies) is not storage.
+    let busy_read =
+        B::new().workers(1, 2).loader(&[("read", 9.0, 0.95), ("decode", 1.0, 1.0)]).step(200.0, 1.0, 20.0).verdict();
+    assert_eq!(busy_read.limiter, Limiter::Preprocess, "{busy_read:#?}");
+    // A decode that is mostly off-CPU waits for a core, not for storage.
+    let starved_decode = B::new().loader(&[("read", 0.5, 0.5), ("decode", 10.0, 0.3)]).step(200.0, 1.0, 20.0).verdict();
+    assert_eq!(starved_decode.limiter, Limiter::Preprocess, "{starved_decode:#?}");
+    assert!(starved_decode.evidence.iter().any(|e| e.contains("waiting for a core")), "{starved_decode:#?}");
+}
+
+#[test]
+fn io_threshold_is_half_the_loader_time_off_cpu_in_read() {
+    let at = |read_off_share: f64| {
+        // 10 ms loader per image: read fully off-CPU for `share`, the rest on-CPU decode.
+        let read = 10.0 * read_off_share;
+        B::new().loader(&[("read", read, 0.0), ("decode", 10.0 - read, 1.0)]).step(200.0, 1.0, 20.0).verdict().limiter
+    };
+    assert_eq!(at(0.49), Limiter::Preprocess);
+    assert_eq!(at(0.50), Limiter::Io);
+}
+
+#[test]
+fn uninstrumented_loader_is_judged_from_iowait() {
+    let io = B::new().step(100.0, 1.0, 20.0).iowait(40.0).verdict();
+    assert_eq!(io.limiter, Limiter::Io);
+    assert!(io.evidence.iter().any(|e| e.contains("no read/decode/resize spans")));
+    assert_eq!(B::new().step(100.0, 1.0, 20.0).iowait(2.0).verdict().limiter, Limiter::Preprocess);
+}
+
+#[test]
+fn compute_bound_gpu_run_is_healthy() {
+    let v = compute_bound_gpu().verdict();
+    assert_eq!(v.limiter, Limiter::Compute, "{v:#?}");
+    assert_eq!(v.severity, Severity::Low);
+    assert!(v.flags.is_empty(), "{:?}", v.flags);
+    assert!(v.advice.is_empty(), "nothing in the input pipeline to fix: {:?}", v.advice);
+    assert!(v.evidence.iter().any(|e| e.contains("GPU busy 95%")));
+}
+
+#[test]
+fn large_transfer_share_gives_transfer_verdict() {
+    let v = transfer_bound().verdict();
+    assert_eq!(v.limiter, Limiter::Transfer, "{v:#?}");
+    let u8 = v.advice.iter().find(|a| a.action.contains("u8")).and_then(|a| a.predicted_speedup).unwrap_or(0.0);
+    // Transfer 30 → 7.5 ms next to 40 ms compute.
+    assert!((u8 - 70.0 / 47.5).abs() < 0.01, "{u8}");
+}
+
+#[test]
+fn transfer_below_the_wait_share_stays_input_bound() {
+    let v = B::new().loader(&[("read", 20.0, 0.05)]).step(40.0, 25.0, 35.0).verdict();
+    assert_eq!(v.limiter, Limiter::Io);
+}
+
+#[test]
+fn tiny_compute_per_step_gives_overhead_with_bigger_batch_advice() {
+    let v = tiny_model().verdict();
+    assert_eq!(v.limiter, Limiter::Overhead, "{v:#?}");
+    assert!(v.flags.contains(&Flag::TinyModel));
+    // Optimizer 1 ms stays, forward+backward 1 ms and transfer 0.1 ms grow 4×.
+    let g = speedup_of(&v, "--batch-size 128").unwrap_or(0.0);
+    let want = (128.0 / 5.4) / (32.0 / 2.1);
+    assert!((g - want).abs() < 0.01, "{g} vs {want}");
+}
+
+#[test]
+fn batch_independent_optimizer_step_gives_overhead() {
+    let v = compute_bound_gpu().optimizer(60.0).verdict();
+    assert_eq!(v.limiter, Limiter::Overhead, "{v:#?}");
+    assert!(v.evidence.iter().any(|e| e.contains("optimizer step")));
+}
+
+#[test]
+fn idle_gpu_without_waiting_gives_overhead() {
+    let v = compute_bound_gpu().gpu(20.0, Some(true)).verdict();
+    assert_eq!(v.limiter, Limiter::Overhead, "{v:#?}");
+    assert!(v.evidence.iter().any(|e| e.contains("busy only 20%")));
+    // No optimizer span: no number for the bigger batch, still advised.
+    assert!(has_command(&v, "--batch-size 128"));
+    assert_eq!(speedup_of(&v, "--batch-size"), None);
+}
+
+#[test]
+fn tiny_model_that_waits_stays_input_bound_but_is_flagged() {
+    let v = tiny_model().loader(&[("read", 5.0, 0.02)]).step(100.0, 0.1, 2.0).verdict();
+    assert_eq!(v.limiter, Limiter::Io);
+    assert!(v.flags.contains(&Flag::TinyModel));
+}
+
+#[test]
+fn loader_barely_faster_than_compute_is_balanced() {
+    // 1 worker at 10 ms per image = 100 images/s; the loop takes 32 per 300 ms ≈ 107.
+    let v = B::new().workers(1, 4).loader(&[("decode", 10.0, 1.0)]).step(1.0, 1.0, 299.0).verdict();
+    assert_eq!(v.limiter, Limiter::Balanced, "{v:#?}");
+    assert!(v.evidence.iter().any(|e| e.contains("under 1.2×")));
+}
+
+#[test]
+fn too_few_steps_say_how_many_are_needed() {
+    for (steps, needed) in [(0, 5), (3, 2), (4, 1)] {
+        let v = io_bound().steps(steps).verdict();
+        assert_eq!(v.limiter, Limiter::NotEnoughData { steps_needed: needed });
+        assert!(v.headline.contains(&format!("{needed} more steps")), "{}", v.headline);
+        assert!(v.evidence.is_empty() && v.advice.is_empty());
+    }
+    assert_ne!(io_bound().steps(MIN_STEPS).verdict().limiter, Limiter::NotEnoughData { steps_needed: 0 });
+}
+
+#[test]
+fn steps_without_loop_spans_are_not_enough_data() {
+    let v = B::new().verdict();
+    assert_eq!(v.limiter, Limiter::NotEnoughData { steps_needed: 0 });
+    assert!(v.headline.contains("instrumented"));
+}
+
+// ---- severity ----
+
+#[test]
+fn severity_follows_tensorflow_thresholds() {
+    let cases = [
+        (0.0, Severity::Low),
+        (0.049, Severity::Low),
+        (0.05, Severity::Moderate),
+        (0.199, Severity::Moderate),
+        (0.20, Severity::High),
+        (0.9, Severity::High),
+    ];
+    for (share, want) in cases {
+        let v = B::new().wait_share(share).verdict();
+        assert_eq!(v.severity, want, "wait share {share}");
+        let rule = match want {
+            Severity::High => "HIGH: ≥ 20%",
+            Severity::Moderate => "moderate: ≥ 5%",
+            Severity::Low => "low: < 5%",
+        };
+        assert!(v.evidence[0].contains(rule) && v.evidence[0].contains("TensorFlow"), "{}", v.evidence[0]);
+    }
+}
+
+// ---- flags ----
+
+#[test]
+fn gpu_present_with_cpu_device_is_unused() {
+    let v = compute_bound_gpu().device("cpu").gpu(0.0, Some(false)).verdict();
+    assert!(v.flags.contains(&Flag::GpuUnused), "{:?}", v.flags);
+    let a = v.advice.iter().find(|a| a.command.as_deref() == Some("--device cuda"));
+    assert!(a.is_some_and(|a| a.predicted_speedup.is_none()), "{:?}", v.advice);
+}
+
+#[test]
+fn gpu_device_never_seen_by_nvml_is_unused() {
+    let v = compute_bound_gpu().gpu(0.0, Some(false)).verdict();
+    assert!(v.flags.contains(&Flag::GpuUnused));
+    assert!(v.advice.iter().any(|a| a.action.contains("really runs on the GPU")));
+}
+
+#[test]
+fn no_gpu_or_unknown_process_is_not_flagged() {
+    assert!(!compute_bound_gpu().gpu(90.0, None).verdict().flags.contains(&Flag::GpuUnused));
+    let mut no_gpu = compute_bound_gpu().device("cpu");
+    no_gpu.0.machine.devices.clear();
+    no_gpu.0.machine.gpu_status = Some(GpuStatus::Off("no driver".into()));
+    assert!(!no_gpu.verdict().flags.contains(&Flag::GpuUnused));
+}
+
+#[test]
+fn network_and_fuse_mounts_are_flagged_and_advised_away() {
+    for (kind, name) in [(FsKind::Fuse, "fuse.rclone"), (FsKind::Network, "nfs4")] {
+        let v = io_bound().fs(kind, name).verdict();
+        assert!(v.flags.contains(&Flag::NetworkStorage { fs_type: name.into() }), "{:?}", v.flags);
+        let copy = v.advice.iter().find(|a| a.action.contains("copy the data set")).and_then(|a| a.predicted_speedup);
+        // 20 ms → 1.5 ms read: the loader gets ≈ 21.5 / 3 faster, capped by 2 cores.
+        assert!(copy.is_some_and(|g| g > 5.0), "{v:#?}");
+    }
+    for kind in [FsKind::Local, FsKind::Memory, FsKind::Unknown] {
+        let v = io_bound().fs(kind, "ext4").verdict();
+        assert!(!v.flags.iter().any(|f| matches!(f, Flag::NetworkStorage { .. })));
+    }
+}
+
+#[test]
+fn simulated_slowdowns_are_flagged_even_before_a_verdict() {
+    let v = io_bound().simulated("--throttle-read 2MB/s").simulated("--slow decode=+5ms").verdict();
+    assert!(v.flags.contains(&Flag::Simulated { what: "--throttle-read 2MB/s".into() }));
+    assert!(v.flags.contains(&Flag::Simulated { what: "--slow decode=+5ms".into() }));
+    let early = io_bound().simulated("--throttle-read 2MB/s").steps(1).verdict();
+    assert_eq!(early.flags, vec![Flag::Simulated { what: "--throttle-read 2MB/s".into() }]);
+}
+
+#[test]
+fn cpu_device_with_a_busy_loader_competes_with_compute() {
+    // Compute 20 ms of a 322 ms step on 2 threads: ≈ 6% each.
+    let b = preprocess_one_worker().device("cpu").threads(&[("compute-0", 6.0), ("compute-1", 6.0), ("train", 1.0)]);
+    let v = b.verdict();
+    assert!(v.flags.contains(&Flag::ComputeCompetesWithLoader), "{:?}", v.flags);
+    // Compute's CPU per image counts against the 2 cores: less than the GPU run's 2×.
+    let g = speedup_of(&v, "--workers 2").unwrap_or(0.0);
+    assert!(g > MIN_GAIN && g < 1.9, "{g}");
+    assert!(v.advice.iter().any(|a| a.reason.contains("take cores from compute")));
+    // A light loader next to heavy CPU compute does not compete.
+    let light = B::new()
+        .loader(&[("read", 0.05, 0.3), ("decode", 0.2, 1.0)])
+        .step(0.5, 1.0, 100.0)
+        .device("cpu")
+        .threads(&[("compute-0", 90.0), ("compute-1", 90.0)])
+        .verdict();
+    assert!(!light.flags.contains(&Flag::ComputeCompetesWithLoader), "{:?}", light.flags);
+}
+
+#[test]
+fn too_few_workers_needs_preprocess_and_idle_cores() {
+    let io = io_bound().workers(1, 2).verdict();
+    assert!(!io.flags.iter().any(|f| matches!(f, Flag::TooFewWorkers { .. })), "{:?}", io.flags);
+    let all_cores = preprocess_one_worker().workers(2, 2).verdict();
+    assert!(!all_cores.flags.iter().any(|f| matches!(f, Flag::TooFewWorkers { .. })));
+    let busy = preprocess_one_worker().cpu(80.0, 100.0).verdict();
+    assert!(!busy.flags.iter().any(|f| matches!(f, Flag::TooFewWorkers { .. })));
+}
+
+// ---- advice ----
+
+#[test]
+fn prefetch_is_advised_only_for_a_spiky_loader_that_keeps_up() {
+    // Loader 10× faster than compute on average, but the median step never waits.
+    let spiky = compute_bound_gpu().step(25.0, 1.0, 100.0).spiky_wait(0.01, 80.0).verdict();
+    assert_eq!(spiky.severity, Severity::Moderate);
+    let g = speedup_of(&spiky, "--prefetch").unwrap_or(0.0);
+    assert!((g - 126.0 / 101.0).abs() < 0.01, "{g}");
+    // Steady waits: the loader is slow on average and a deeper queue cannot help.
+    assert!(!has_command(&preprocess_one_worker().verdict(), "--prefetch"));
+}
+
+#[test]
+fn advice_is_sorted_by_predicted_gain_and_every_gain_is_worth_it() {
+    for b in
+        [io_bound(), preprocess_one_worker(), transfer_bound(), tiny_model(), io_bound().fs(FsKind::Fuse, "fuse.x")]
+    {
+        let v = b.verdict();
+        let gains: Vec<f64> = v.advice.iter().filter_map(|a| a.predicted_speedup).collect();
+        assert!(gains.windows(2).all(|w| w[0] >= w[1]), "{gains:?}");
+        assert!(gains.iter().all(|g| g.is_finite() && *g >= MIN_GAIN), "{gains:?}");
+        assert!((1..=5).contains(&v.evidence.len()), "{:#?}", v.evidence);
+        assert!(v.advice.iter().all(|a| !a.reason.is_empty()));
+    }
+}
+
+#[test]
+fn cache_removes_read_decode_and_resize() {
+    let p = Pipeline::from_summary(&preprocess_one_worker().0);
+    let c = p.cached();
+    assert!(c.loader_wall_ms() < 0.01, "{}", c.loader_wall_ms());
+    let v = preprocess_one_worker().verdict();
+    // Loader 10.2 ms → 0.006 ms per image: the 22 ms step becomes the limit.
+    let g = speedup_of(&v, "pipeprof cache").unwrap_or(0.0);
+    let want = (32.0 / 0.022) / (1.0 / 0.0102);
+    assert!((g - want).abs() / want < 0.01, "{g} vs {want}");
+}
+
+// ---- the model ----
+
+#[test]
+fn free_cores_are_own_use_plus_idle_capped_by_cores() {
+    let p = |g: f32, proc: f32| Pipeline::from_summary(&preprocess_one_worker().cpu(g, proc).0).free_cores;
+    assert!((p(50.0, 100.0) - 2.0).abs() < 1e-9);
+    assert!((p(98.0, 100.0) - 1.04).abs() < 1e-6, "another program holds one core");
+    assert!((p(10.0, 10.0) - 1.9).abs() < 1e-6, "others hold 0.1 core");
+    assert!((Pipeline::from_summary(&preprocess_one_worker().0).free_cores - 2.0).abs() < 1e-9);
+    let mut unsampled = preprocess_one_worker();
+    unsampled.0.machine = Default::default();
+    assert!((Pipeline::from_summary(&unsampled.0).free_cores - 2.0).abs() < 1e-9, "unsampled: all cores");
+}
+
+#[test]
+fn throughput_is_the_minimum_capacity() {
+    let p = Pipeline::from_summary(&preprocess_one_worker().0);
+    let c = p.capacity();
+    assert!((c.loader_latency - 1000.0 / 10.2).abs() < 1e-6);
+    assert!((c.compute - 32_000.0 / 22.0).abs() < 1e-6);
+    assert_eq!(c.shared_cpu, f64::INFINITY, "a GPU run does not share cores with compute");
+    assert_eq!(c.bound(), model::Bound::LoaderLatency);
+    assert!((c.throughput() - c.loader_latency).abs() < 1e-9);
+}
+
+// ---- text ----
+
+#[test]
+fn render_shows_verdict_evidence_flags_and_gains() {
+    let v = preprocess_one_worker().simulated("--slow resize=+4ms").verdict();
+    let text = render(&v);
+    assert!(text.starts_with("verdict: CPU preprocessing · input-bound: HIGH\n"), "{text}");
+    assert!(text.contains(&v.headline));
+    for e in &v.evidence {
+        assert!(text.contains(e.as_str()), "{text}");
+    }
+    assert!(text.contains("simulated slowdown active: --slow resize=+4ms"), "{text}");
+    assert!(text.contains("→ --workers 2: ≈2.0× images/s ("), "{text}");
+    let not_yet = render(&io_bound().steps(2).verdict());
+    assert!(not_yet.starts_with("verdict: not enough data\n  collecting… 3 more steps"), "{not_yet}");
+}
+
+#[test]
+fn every_limiter_and_flag_has_words() {
+    let limiters = [
+        Limiter::Io,
+        Limiter::Preprocess,
+        Limiter::Transfer,
+        Limiter::Compute,
+        Limiter::Overhead,
+        Limiter::Balanced,
+        Limiter::NotEnoughData { steps_needed: 1 },
+    ];
+    let labels: std::collections::BTreeSet<&str> = limiters.iter().map(Limiter::label).collect();
+    assert_eq!(labels.len(), limiters.len());
+    let flags = [
+        Flag::GpuUnused,
+        Flag::NetworkStorage { fs_type: "nfs4".into() },
+        Flag::CpuSaturated,
+        Flag::TooFewWorkers { workers: 1, cores: 8 },
+        Flag::TinyModel,
+        Flag::ComputeCompetesWithLoader,
+        Flag::Simulated { what: "x".into() },
+    ];
+    for f in flags {
+        assert!(f.describe().len() > 10, "{f:?}");
+    }
+}
+
+#[test]
+fn diagnosis_is_deterministic_and_finite_on_an_empty_summary() {
+    let v = diagnose(&Summary::default());
+    assert_eq!(v, diagnose(&Summary::default()));
+    assert_eq!(v.limiter, Limiter::NotEnoughData { steps_needed: MIN_STEPS });
+}
