@@ -67,6 +67,10 @@ pub struct ProfileArgs {
     /// Do not sample the GPU (NVML). Set PIPEPROF_NVML_LIB=/path/libnvidia-ml.so to load another library.
     #[arg(long)]
     pub no_gpu: bool,
+    /// No live terminal view: print a progress line and the report (the default when stdout
+    /// or stdin is not a terminal).
+    #[arg(long)]
+    pub no_tui: bool,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,
