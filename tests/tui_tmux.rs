@@ -85,23 +85,24 @@ fn tmux_installed() -> bool {
     Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
 }
 
-#[test]
-fn live_view_shows_the_run_and_q_stops_it_with_the_terminal_restored() {
+/// Starts `pipeprof profile` on a tiny generated run in a detached 100×30 tmux pane and
+/// waits until the live view shows a filled stage table; returns the server and that screen.
+/// None when tmux is not installed.
+fn start_live_view(tmp: &std::path::Path) -> Option<(Tmux, String)> {
     if !tmux_installed() {
         eprintln!("skipped: tmux is not installed (the live view's end-to-end test needs a real terminal)");
-        return;
+        return None;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
+    let data = tmp.join("data");
     DemoSpec { classes: 2, per_class: 24, size: Some((40, 40)), format: DemoFormat::Mixed, seed: 5 }
         .write(&data)
         .unwrap();
-    let model = tmp.path().join("tiny.toml");
+    let model = tmp.join("tiny.toml");
     std::fs::write(&model, TINY_MODEL).unwrap();
 
-    // Far more steps than the test waits for: only q can end the run, so the test proves q
-    // stops it. After pipeprof, the shell reports its exit status and whether the terminal
-    // is back in cooked mode (raw mode shows as -icanon -echo).
+    // Far more steps than the test waits for: only the key can end the run, so the test
+    // proves the key stops it. After pipeprof, the shell reports its exit status and whether
+    // the terminal is back in cooked mode (raw mode shows as -icanon -echo).
     let script = format!(
         "'{bin}' profile --model '{model}' --data '{data}' --steps 100000; echo \"pipeprof-exit=$?\"; \
          echo \"tty: $(stty -a | tr -s ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' ')\"; \
@@ -110,27 +111,48 @@ fn live_view_shows_the_run_and_q_stops_it_with_the_terminal_restored() {
         model = model.display(),
         data = data.display(),
     );
-    let tmux = Tmux { socket: format!("pipeprof-test-{}", std::process::id()) };
+    let name = tmp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmux = Tmux { socket: format!("pipeprof-test-{}-{name}", std::process::id()) };
     let out = tmux.run(&["new-session", "-d", "-s", "pp", "-x", "100", "-y", "30", &script]);
     assert!(out.status.success(), "tmux new-session failed: {}", String::from_utf8_lossy(&out.stderr));
-
     let live = tmux.wait_for("the live view with a filled stage table", Duration::from_secs(120), Tmux::screen, |s| {
         s.contains("pipeprof ") && s.contains("? help") && s.contains("per s") && s.contains("compute")
     });
+    Some((tmux, live))
+}
+
+/// Waits for the shell after pipeprof and checks the run stopped cleanly on a normal screen.
+fn assert_stopped_cleanly(tmux: &Tmux) {
+    let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
+    assert!(after.contains("pipeprof-exit=0"), "exit status 0:\n{after}");
+    assert!(after.contains("── pipeprof report"), "the report printed after the view:\n{after}");
+    assert!(after.contains("stopped early (interrupted)"), "the key stopped the run:\n{after}");
+    assert!(after.contains("tty: icanon echo"), "raw mode is off again:\n{after}");
+    assert!(!after.contains("? help"), "the live view's screen is gone (alternate screen left):\n{after}");
+    let alt = tmux.run(&["display-message", "-p", "-t", "pp", "#{alternate_on}"]);
+    assert_eq!(String::from_utf8_lossy(&alt.stdout).trim(), "0", "back on the normal screen");
+}
+
+#[test]
+fn live_view_shows_the_run_and_q_stops_it_with_the_terminal_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmux, live)) = start_live_view(tmp.path()) else { return };
     assert!(live.contains("verdict"), "the verdict banner shows:\n{live}");
     assert!(live.contains("step "), "the header shows progress:\n{live}");
     assert!(live.contains("data ") && live.contains("tiny.toml"), "the header names the data and model:\n{live}");
     for stage in ["read", "decode", "wait", "transfer", "compute"] {
         assert!(live.contains(stage), "the stage table lists {stage}:\n{live}");
     }
-
+    assert!(live.contains("CPU") && live.contains("queue"), "the charts show:\n{live}");
     tmux.run(&["send-keys", "-t", "pp", "q"]);
-    let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
-    assert!(after.contains("pipeprof-exit=0"), "exit status 0:\n{after}");
-    assert!(after.contains("── pipeprof report"), "the report printed after the view:\n{after}");
-    assert!(after.contains("stopped early (interrupted)"), "q stopped the run:\n{after}");
-    assert!(after.contains("tty: icanon echo"), "raw mode is off again:\n{after}");
-    assert!(!after.contains("? help"), "the live view's screen is gone (alternate screen left):\n{after}");
-    let alt = tmux.run(&["display-message", "-p", "-t", "pp", "#{alternate_on}"]);
-    assert_eq!(String::from_utf8_lossy(&alt.stdout).trim(), "0", "back on the normal screen");
+    assert_stopped_cleanly(&tmux);
+}
+
+#[test]
+fn ctrl_c_in_the_live_view_stops_like_q() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmux, _)) = start_live_view(tmp.path()) else { return };
+    // Raw mode: Ctrl-C reaches the view as a key, not as SIGINT.
+    tmux.run(&["send-keys", "-t", "pp", "C-c"]);
+    assert_stopped_cleanly(&tmux);
 }
