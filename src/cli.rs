@@ -99,6 +99,10 @@ pub struct ProfileArgs {
     /// Testing hook: panic in the training loop at this step (proves the exit paths).
     #[arg(long, hide = true)]
     pub panic_at_step: Option<u64>,
+    /// No live terminal view: print a progress line and the report (the default when stdout
+    /// or stdin is not a terminal).
+    #[arg(long)]
+    pub no_tui: bool,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,

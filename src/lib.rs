@@ -14,3 +14,4 @@ pub mod profile;
 pub mod report;
 pub mod signal;
 pub mod train;
+pub mod tui;

@@ -1,24 +1,28 @@
 //! `pipeprof profile`: wire probes → channel → collector → aggregate → report around a real
 //! loader and training loop.
 
-use crate::aggregate::{Aggregator, RunSettings, Summary};
+use crate::aggregate::{Aggregator, RunSettings, Snapshot, Summary};
 use crate::cli::ProfileArgs;
 use crate::config::{self, ModelConfig};
 use crate::data::demo::DemoSpec;
 use crate::data::{self, Loader, LoaderConfig};
 use crate::export::{chrome::ChromeTrace, Exporter};
-use crate::{report, signal, train};
+use crate::{diagnose, report, signal, train, tui};
 use anyhow::{bail, Context};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use probes::{Event, Probe, ProbeLayer};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing_subscriber::layer::SubscriberExt;
 
-/// The shared latest view, written by the collector, read by the progress display.
-type Latest = Arc<Mutex<Summary>>;
+/// The shared latest view, written by the collector, read by the live view or progress line.
+type Latest = Arc<Mutex<Snapshot>>;
+
+/// Least time between two snapshots published on steps: a snapshot copies the recent series,
+/// and the live view redraws at 10 Hz anyway.
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
 fn load_model(args: &ProfileArgs) -> anyhow::Result<(ModelConfig, String)> {
     match &args.model {
@@ -138,9 +142,9 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             data_fs.fs_type
         );
     }
-    let mut agg = Aggregator::new(settings.clone());
+    let mut agg = Aggregator::new(settings);
     agg.set_data_fs(data_fs);
-    let latest: Latest = Arc::new(Mutex::new(Summary { settings, ..Default::default() }));
+    let latest: Latest = Arc::new(Mutex::new(agg.snapshot()));
     let collector = {
         let latest = latest.clone();
         let probe = probe.clone();
@@ -201,7 +205,16 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         })?
     };
 
-    show_progress(&done_rx, &latest);
+    // The live view needs a terminal to draw on and one to read keys from.
+    let tui = !args.no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if tui {
+        if let Err(e) = tui::run(latest.clone(), done_rx.clone(), signal::flag()) {
+            eprintln!("warning: the live view failed ({e}); showing progress instead (--no-tui skips the view)");
+            show_progress(&done_rx, &latest);
+        }
+    } else {
+        show_progress(&done_rx, &latest);
+    }
     // Whatever happened to training, the collector finishes: the trace gets closed and the
     // report covers what was measured.
     let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"));
@@ -241,6 +254,7 @@ fn collect(
     probe: &Probe,
 ) -> Summary {
     let mut since_publish = 0u32;
+    let mut last_publish: Option<Instant> = None;
     let export = |ev: &Event, exporters: &mut Vec<Box<dyn Exporter>>| {
         exporters.retain_mut(|x| match x.event(ev) {
             Ok(()) => true,
@@ -258,15 +272,17 @@ fn collect(
         export(&ev, &mut exporters);
         agg.push(&ev);
         since_publish += 1;
-        // Publishing costs a summary (µs): do it on steps and skips, and every so many events.
-        if publish || since_publish >= 4096 {
+        // Publishing costs a summary and a copy of the recent series: do it on steps and skips
+        // (at most every PUBLISH_EVERY), and every so many events.
+        let due = last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
+        if (publish && due) || since_publish >= 4096 {
             since_publish = 0;
-            agg.set_dropped(probe.dropped());
-            if let Ok(mut l) = latest.lock() {
-                *l = agg.summary();
-            }
+            last_publish = Some(Instant::now());
+            publish_snapshot(&mut agg, latest, probe);
         }
     }
+    // The views' last look includes the final steps.
+    publish_snapshot(&mut agg, latest, probe);
     // Thread names whose events were dropped on a full channel are still in the registry.
     for (id, name) in probes::thread_names() {
         if !agg.has_thread(id) {
@@ -285,6 +301,19 @@ fn collect(
     summary
 }
 
+/// Publishes the aggregate for the views, with the verdict once there are steps to judge.
+fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, probe: &Probe) {
+    agg.set_dropped(probe.dropped());
+    let mut snap = agg.snapshot();
+    if snap.summary.steps > 0 {
+        snap.verdict = Some(diagnose::diagnose(&snap.summary));
+    }
+    // The lock is held only for the move, not while the snapshot is built.
+    if let Ok(mut l) = latest.lock() {
+        *l = snap;
+    }
+}
+
 fn show_progress(done: &Receiver<()>, latest: &Latest) {
     let tty = std::io::stderr().is_terminal();
     let mut warned = 0usize;
@@ -294,7 +323,7 @@ fn show_progress(done: &Receiver<()>, latest: &Latest) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
             Err(RecvTimeoutError::Timeout) => false,
         };
-        let Ok(s) = latest.lock().map(|l| l.clone()) else { return };
+        let Ok(s) = latest.lock().map(|l| l.summary.clone()) else { return };
         let mut err = std::io::stderr().lock();
         for k in s.skipped.iter().skip(warned) {
             let _ = writeln!(err, "\r\x1b[Kwarning: skipped {}: {}", k.path, k.reason);

@@ -1,0 +1,135 @@
+//! Stage table: per stage count, mean, p95, its share (of the step for the training loop's
+//! stages, of worker time for the loader's), on-CPU vs off-CPU time, and rate.
+
+use super::{bold, dim, fmt_ms, fmt_rate, fmt_share, section};
+use crate::aggregate::{StageSummary, Summary};
+use crate::tui::state::{Focus, State};
+use probes::Stage;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::{Color, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use ratatui::Frame;
+
+/// Stages drawn indented: they run inside `compute`.
+const SUB_STAGES: [&str; 3] = ["forward", "backward", "optimizer"];
+/// Screens this wide also get p50 and max.
+const WIDE: u16 = 110;
+
+/// Rows the table wants: title rule, column header, one per stage.
+pub(super) fn rows(st: &State) -> u16 {
+    2 + st.snap.summary.stages.len().max(1) as u16
+}
+
+fn is_loader(name: &str) -> bool {
+    Stage::from_name(name).is_some_and(|s| s.is_loader())
+}
+
+/// The stage's share: of worker time for loader stages, of the training loop for the others.
+fn share(s: &Summary, x: &StageSummary) -> f64 {
+    if is_loader(&x.stage) {
+        let worker_ms = s.settings.workers.max(1) as f64 * s.elapsed_s * 1000.0;
+        if worker_ms > 0.0 {
+            x.total_ms / worker_ms
+        } else {
+            0.0
+        }
+    } else {
+        let loop_ms: f64 = s
+            .stages
+            .iter()
+            .filter(|y| matches!(y.stage.as_str(), "wait" | "transfer" | "compute"))
+            .map(|y| y.total_ms)
+            .sum();
+        if loop_ms > 0.0 {
+            x.total_ms / loop_ms
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `█` for on-CPU, `░` for off-CPU (I/O, locks, sleeping), then the on-CPU %.
+fn cpu_bar(on_cpu: Option<f64>, width: usize) -> Line<'static> {
+    let Some(on) = on_cpu.filter(|v| v.is_finite()) else {
+        return Line::styled("-", dim());
+    };
+    let on = on.clamp(0.0, 1.0);
+    let bar = width.saturating_sub(5).max(1);
+    let full = (on * bar as f64).round() as usize;
+    Line::from(vec![
+        Span::styled("█".repeat(full), Style::default().fg(Color::Green)),
+        Span::styled("░".repeat(bar - full), Style::default().fg(Color::Red)),
+        Span::raw(format!("{:>5}", fmt_share(on))),
+    ])
+}
+
+pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
+    if area.height == 0 {
+        return;
+    }
+    let s = &st.snap.summary;
+    let wide = area.width >= WIDE;
+    let title = if area.width >= 72 {
+        " stages · share = of step time (loop) / of worker time (loader) "
+    } else {
+        " stages · share of step / of worker time "
+    };
+    let block = section(Line::from(title), st.focus == Focus::Stages);
+    if s.stages.is_empty() {
+        let p = Paragraph::new(Line::styled("no stage timings yet: waiting for the first spans", dim())).block(block);
+        f.render_widget(p, area);
+        return;
+    }
+
+    let (widths, head) = if wide {
+        (vec![11u16, 7, 8, 8, 8, 8], vec!["stage", "count", "mean", "p50", "p95", "max"])
+    } else {
+        (vec![11u16, 7, 8, 8], vec!["stage", "count", "mean", "p95"])
+    };
+    let (mut widths, mut head) = (widths, head);
+    widths.push(6);
+    head.push("share");
+    let fixed: u16 = widths.iter().sum::<u16>() + 8 + widths.len() as u16 + 1;
+    let bar_w = area.width.saturating_sub(fixed).clamp(8, 40);
+    widths.push(bar_w);
+    widths.push(8);
+
+    let right = |t: String| Cell::from(Line::from(t).right_aligned());
+    let mut header: Vec<Cell> =
+        head.iter().enumerate().map(|(i, h)| if i == 0 { Cell::from(*h) } else { right(h.to_string()) }).collect();
+    header.push(Cell::from(Line::from(vec![
+        Span::styled("█", Style::default().fg(Color::Green)),
+        Span::raw("on-CPU "),
+        Span::styled("░", Style::default().fg(Color::Red)),
+        Span::raw("off"),
+    ])));
+    header.push(right("per s".into()));
+
+    let rows = s.stages.iter().map(|x| {
+        let sub = SUB_STAGES.contains(&x.stage.as_str());
+        let name = if sub { format!("  {}", x.stage) } else { x.stage.clone() };
+        let name_style = if is_loader(&x.stage) { Style::default().fg(Color::Blue) } else { Style::default() };
+        let mut cells =
+            vec![Cell::from(Span::styled(name, name_style)), right(x.count.to_string()), right(fmt_ms(x.mean_ms))];
+        if wide {
+            cells.push(right(fmt_ms(x.p50_ms)));
+        }
+        cells.push(right(fmt_ms(x.p95_ms)));
+        if wide {
+            cells.push(right(fmt_ms(x.max_ms)));
+        }
+        let sh = share(s, x);
+        // "0%" would read as "never": say it was measured but small.
+        let sh = if sh > 0.0 && sh < 0.005 { "<1%".to_string() } else { fmt_share(sh) };
+        cells.push(Cell::from(Line::styled(sh, bold()).right_aligned()));
+        cells.push(Cell::from(cpu_bar(x.on_cpu, bar_w as usize)));
+        cells.push(right(fmt_rate(x.per_second)));
+        Row::new(cells)
+    });
+    let table = Table::new(rows, widths.into_iter().map(Constraint::Length))
+        .header(Row::new(header).style(bold()))
+        .column_spacing(1)
+        .block(block);
+    f.render_widget(table, area);
+}

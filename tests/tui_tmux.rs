@@ -1,0 +1,158 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! End to end in a real pseudo-terminal: tmux runs `pipeprof profile`, the live view shows the
+//! header and the stage table, `q` stops the run, and the report prints on the restored
+//! normal screen with the terminal back in cooked mode. Skipped (passing) without tmux.
+
+use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const TINY_MODEL: &str = r#"
+[input]
+height = 32
+width = 32
+
+[[layers]]
+type = "conv2d"
+filters = 8
+kernel_size = 3
+activation = "relu"
+
+[[layers]]
+type = "max_pooling2d"
+
+[[layers]]
+type = "flatten"
+
+[[layers]]
+type = "dense"
+units = "classes"
+activation = "softmax"
+
+[train]
+batch_size = 16
+
+[data]
+workers = 2
+"#;
+
+/// A private tmux server (its own socket), killed on drop whatever the test's outcome.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux").args(["-L", &self.socket, "-f", "/dev/null"]).args(args).output().expect("tmux runs")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "pp"]).stdout).into_owned()
+    }
+
+    /// The visible screen and the scrollback: the report is longer than the pane.
+    fn history(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-S", "-", "-t", "pp"]).stdout).into_owned()
+    }
+
+    /// Polls until `ok(screen)` holds; panics with the last screen at the deadline.
+    fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        capture: impl Fn(&Tmux) -> String,
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = capture(self);
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; the pane shows:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+fn tmux_installed() -> bool {
+    Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
+}
+
+/// Starts `pipeprof profile` on a tiny generated run in a detached 100×30 tmux pane and
+/// waits until the live view shows a filled stage table; returns the server and that screen.
+/// None when tmux is not installed.
+fn start_live_view(tmp: &std::path::Path) -> Option<(Tmux, String)> {
+    if !tmux_installed() {
+        eprintln!("skipped: tmux is not installed (the live view's end-to-end test needs a real terminal)");
+        return None;
+    }
+    let data = tmp.join("data");
+    DemoSpec { classes: 2, per_class: 24, size: Some((40, 40)), format: DemoFormat::Mixed, seed: 5 }
+        .write(&data)
+        .unwrap();
+    let model = tmp.join("tiny.toml");
+    std::fs::write(&model, TINY_MODEL).unwrap();
+
+    // Far more steps than the test waits for: only the key can end the run, so the test
+    // proves the key stops it. After pipeprof, the shell reports its exit status and whether
+    // the terminal is back in cooked mode (raw mode shows as -icanon -echo).
+    let script = format!(
+        "'{bin}' profile --model '{model}' --data '{data}' --steps 100000; echo \"pipeprof-exit=$?\"; \
+         echo \"tty: $(stty -a | tr -s ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' ')\"; \
+         echo test-done; sleep 600",
+        bin = env!("CARGO_BIN_EXE_pipeprof"),
+        model = model.display(),
+        data = data.display(),
+    );
+    let name = tmp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmux = Tmux { socket: format!("pipeprof-test-{}-{name}", std::process::id()) };
+    let out = tmux.run(&["new-session", "-d", "-s", "pp", "-x", "100", "-y", "30", &script]);
+    assert!(out.status.success(), "tmux new-session failed: {}", String::from_utf8_lossy(&out.stderr));
+    let live = tmux.wait_for("the live view with a filled stage table", Duration::from_secs(120), Tmux::screen, |s| {
+        s.contains("pipeprof ") && s.contains("? help") && s.contains("per s") && s.contains("compute")
+    });
+    Some((tmux, live))
+}
+
+/// Waits for the shell after pipeprof and checks the run stopped cleanly on a normal screen.
+fn assert_stopped_cleanly(tmux: &Tmux) {
+    let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
+    assert!(after.contains("pipeprof-exit=0"), "exit status 0:\n{after}");
+    assert!(after.contains("── pipeprof report"), "the report printed after the view:\n{after}");
+    assert!(after.contains("stopped early"), "the key stopped the run:\n{after}");
+    assert!(after.contains("tty: icanon echo"), "raw mode is off again:\n{after}");
+    assert!(!after.contains("? help"), "the live view's screen is gone (alternate screen left):\n{after}");
+    let alt = tmux.run(&["display-message", "-p", "-t", "pp", "#{alternate_on}"]);
+    assert_eq!(String::from_utf8_lossy(&alt.stdout).trim(), "0", "back on the normal screen");
+}
+
+#[test]
+fn live_view_shows_the_run_and_q_stops_it_with_the_terminal_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmux, live)) = start_live_view(tmp.path()) else { return };
+    assert!(live.contains("verdict"), "the verdict banner shows:\n{live}");
+    assert!(live.contains("step "), "the header shows progress:\n{live}");
+    assert!(live.contains("data ") && live.contains("tiny.toml"), "the header names the data and model:\n{live}");
+    for stage in ["read", "decode", "wait", "transfer", "compute"] {
+        assert!(live.contains(stage), "the stage table lists {stage}:\n{live}");
+    }
+    assert!(live.contains("CPU") && live.contains("queue"), "the charts show:\n{live}");
+    tmux.run(&["send-keys", "-t", "pp", "q"]);
+    assert_stopped_cleanly(&tmux);
+}
+
+#[test]
+fn ctrl_c_in_the_live_view_stops_like_q() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmux, _)) = start_live_view(tmp.path()) else { return };
+    // Raw mode: Ctrl-C reaches the view as a key, not as SIGINT.
+    tmux.run(&["send-keys", "-t", "pp", "C-c"]);
+    assert_stopped_cleanly(&tmux);
+}
