@@ -123,7 +123,14 @@ fn load(path: &PathBuf, size: u32, index: u64, out: &mut Vec<f32>) -> Result<(),
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
     let (files, classes) = scan(&args.data)?;
     if files.is_empty() {

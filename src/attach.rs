@@ -1,15 +1,18 @@
 //! `pipeprof attach`: watch a training run in another process.
 
-use crate::aggregate::{Aggregator, RunSettings, Summary};
+use crate::aggregate::{Aggregator, RunSettings, Snapshot, Summary};
 use crate::export::chrome::ChromeTrace;
 use crate::export::Exporter;
-use crate::{diagnose, report, signal};
+use crate::profile::{clear_progress, collect, show_progress, Latest};
+use crate::{report, signal};
 use anyhow::{bail, Context};
 use probes::attach::wire::{self, Frame, ServerStats};
 use probes::Event;
 use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
 pub struct AttachArgs {
@@ -30,6 +33,9 @@ pub struct AttachArgs {
     /// List the instrumented runs that can be attached to, and exit.
     #[arg(long)]
     pub list: bool,
+    /// No live view even on a terminal: a progress line, then the report.
+    #[arg(long)]
+    pub no_tui: bool,
 }
 
 /// An attachable run found on this machine.
@@ -75,6 +81,26 @@ impl Read for Stream {
             Stream::Unix(s) => s.read(b),
             Stream::Tcp(s) => s.read(b),
         }
+    }
+}
+
+impl Stream {
+    /// A function that shuts the connection down from another thread.
+    fn try_clone_closer(&self) -> std::io::Result<Box<dyn Fn() + Send>> {
+        Ok(match self {
+            Stream::Unix(s) => {
+                let c = s.try_clone()?;
+                Box::new(move || {
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                })
+            }
+            Stream::Tcp(s) => {
+                let c = s.try_clone()?;
+                Box::new(move || {
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                })
+            }
+        })
     }
 }
 
@@ -124,23 +150,40 @@ fn connect(target: Option<&str>) -> anyhow::Result<(Stream, String)> {
     Ok((Stream::Unix(s), socket.display().to_string()))
 }
 
-/// Reads frames into events until the run ends or the connection drops.
-fn pump(mut r: impl Read, tx: crossbeam_channel::Sender<Event>) -> Result<ServerStats, String> {
-    loop {
+/// How a connection ended.
+enum Ended {
+    /// The run said it ended, with its counters.
+    Run(ServerStats),
+    /// Something else: a reason to print.
+    Other(String),
+}
+
+/// Reads frames into events until the run ends or the connection drops; then sends
+/// [`Event::Finish`] so the collector closes.
+fn pump(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64) -> Ended {
+    let ended = loop {
         match wire::read_frame(&mut r) {
-            Ok(Frame::End(stats)) => return Ok(stats),
+            Ok(Frame::End(stats)) => {
+                dropped.store(stats.events_dropped, Ordering::Relaxed);
+                break Ended::Run(stats);
+            }
             Ok(Frame::Hello(_)) => {}
             Ok(f) => {
                 if let Some(ev) = f.into_event() {
                     if tx.send(ev).is_err() {
-                        return Err("detached".into());
+                        break Ended::Other("detached".into());
                     }
                 }
             }
-            Err(wire::WireError::Closed) => return Err("connection closed before the run said it ended".into()),
-            Err(e) => return Err(format!("bad data from the run, disconnected: {e}")),
+            Err(_) if signal::flag().load(Ordering::Relaxed) => break Ended::Other("detached".into()),
+            Err(wire::WireError::Closed) => {
+                break Ended::Other("the connection closed before the run said it ended".into())
+            }
+            Err(e) => break Ended::Other(format!("bad data from the run, disconnected: {e}")),
         }
-    }
+    };
+    let _ = tx.send(Event::Finish);
+    ended
 }
 
 pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
@@ -157,6 +200,7 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
     }
     let (mut stream, addr) = connect(args.target.as_deref())?;
     wire::client_hello(&mut stream).context("handshake")?;
+    let closer = stream.try_clone_closer()?;
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let hello = match wire::read_frame(&mut reader) {
         Ok(Frame::Hello(h)) => h,
@@ -168,8 +212,10 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
         settings.model = hello.program.clone();
     }
     eprintln!(
-        "pipeprof: attached to {} (pid {}) at {addr}; Ctrl-C detaches, the run goes on",
-        hello.program, hello.pid
+        "pipeprof: attached to {} (pid {}) at {addr}; {} detaches, the run goes on",
+        hello.program,
+        hello.pid,
+        if args.once { "Ctrl-C" } else { "q" }
     );
     let mut agg = Aggregator::new(settings.clone());
     for (id, name) in &hello.threads {
@@ -183,70 +229,70 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
         exporters.push(Box::new(t));
     }
     signal::install();
+
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
-    let pump = std::thread::Builder::new().name("pp-attach".into()).spawn(move || pump(reader, tx))?;
-    let deadline = args.duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d.max(0.0)));
-    let tty = std::io::stderr().is_terminal() && !args.once;
-    let mut last_draw = std::time::Instant::now();
-    loop {
-        if signal::flag().load(std::sync::atomic::Ordering::Relaxed)
-            || deadline.is_some_and(|d| std::time::Instant::now() >= d)
-        {
-            break;
-        }
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(ev) => {
-                for x in &mut exporters {
-                    let _ = x.event(&ev);
-                }
-                agg.push(&ev);
+    let dropped = Arc::new(AtomicU64::new(0));
+    let latest: Latest = Arc::new(Mutex::new(Snapshot { summary: agg.summary(), ..Default::default() }));
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let pumper = {
+        let dropped = dropped.clone();
+        std::thread::Builder::new().name("pp-attach".into()).spawn(move || {
+            let ended = pump(reader, &tx, &dropped);
+            drop(done_tx);
+            ended
+        })?
+    };
+    let collector = {
+        let (latest, dropped) = (latest.clone(), dropped.clone());
+        std::thread::Builder::new()
+            .name("pp-collector".into())
+            .spawn(move || collect(rx, agg, exporters, &latest, &move || dropped.load(Ordering::Relaxed)))?
+    };
+    // Detaching (q, Ctrl-C, --duration) closes our end of the socket: the reader stops, the
+    // run is not affected.
+    let watcher = {
+        let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+        let done = done_rx.clone();
+        std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
+            let stop = signal::flag().load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
+            if stop {
+                signal::flag().store(true, Ordering::Relaxed);
+                closer();
+                return;
             }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-        }
-        if tty && last_draw.elapsed() >= Duration::from_millis(250) {
-            last_draw = std::time::Instant::now();
-            let s = agg.summary();
-            eprint!(
-                "\r\x1b[K{} · step {} · {:.1} images/s · {}",
-                hello.program,
-                s.steps,
-                s.images_per_s,
-                diagnose::diagnose(&s).headline
-            );
-        }
-    }
-    if tty {
-        eprint!("\r\x1b[K");
-    }
-    drop(rx);
-    let ended = if pump.is_finished() {
-        match pump.join() {
-            Ok(Ok(stats)) => {
-                agg.set_dropped(stats.events_dropped);
-                Some(format!(
-                    "run ended ({} events dropped in the run, {} slow clients cut off)",
-                    stats.events_dropped, stats.slow_clients_dropped
-                ))
+            match done.recv_timeout(Duration::from_millis(50)) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                _ => return,
             }
-            Ok(Err(why)) => Some(why),
-            Err(_) => None,
+        })?
+    };
+    let tui = !args.once && !args.no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if tui {
+        if let Err(e) = crate::tui::run(latest.clone(), done_rx.clone(), signal::flag()) {
+            eprintln!("warning: the live view failed ({e}); showing progress instead");
+            show_progress(&done_rx, &latest);
         }
     } else {
-        None
-    };
-    let summary = agg.summary();
-    for x in &mut exporters {
-        let _ = x.summary(&summary).and_then(|()| x.finish());
+        show_progress(&done_rx, &latest);
     }
+    let ended = pumper.join().map_err(|_| anyhow::anyhow!("the attach reader panicked"))?;
+    let _ = watcher.join();
+    let summary = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
+    clear_progress();
     match ended {
-        Some(why) => eprintln!("pipeprof: {why}"),
-        None => eprintln!("pipeprof: detached; the run goes on"),
+        Ended::Run(stats) => eprintln!(
+            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off)",
+            stats.events_dropped, stats.slow_clients_dropped
+        ),
+        Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
+        Ended::Other(why) => eprintln!("pipeprof: {why}"),
     }
     print!("{}", report::render(&summary));
     if let Some(p) = &args.summary {
         std::fs::write(p, serde_json::to_string_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", p.display()))?;
     }
+    // Detaching is not an interruption of anything: exit 0.
+    signal::clear();
     Ok(summary)
 }

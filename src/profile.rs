@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tracing_subscriber::layer::SubscriberExt;
 
 /// The shared latest view, written by the collector, read by the live view or progress line.
-type Latest = Arc<Mutex<Snapshot>>;
+pub(crate) type Latest = Arc<Mutex<Snapshot>>;
 
 /// Least time between two snapshots published on steps: a snapshot copies the recent series,
 /// and the live view redraws at 10 Hz anyway.
@@ -150,7 +150,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         let probe = probe.clone();
         std::thread::Builder::new()
             .name("pp-collector".into())
-            .spawn(move || collect(rx, agg, exporters, &latest, &probe))?
+            .spawn(move || collect(rx, agg, exporters, &latest, &move || probe.dropped()))?
     };
     if !(args.sample_hz.is_finite() && args.sample_hz > 0.0) {
         bail!("--sample-hz must be a positive number, got {}", args.sample_hz);
@@ -246,12 +246,15 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-fn collect(
+/// Drains events into the aggregate and the exporters until [`Event::Finish`], publishing
+/// snapshots for the views; closes the exporters and returns the final summary. `dropped`
+/// reads the sender side's dropped-events counter.
+pub(crate) fn collect(
     rx: Receiver<Event>,
     mut agg: Aggregator,
     mut exporters: Vec<Box<dyn Exporter>>,
     latest: &Latest,
-    probe: &Probe,
+    dropped: &dyn Fn() -> u64,
 ) -> Summary {
     let mut since_publish = 0u32;
     let mut last_publish: Option<Instant> = None;
@@ -278,11 +281,11 @@ fn collect(
         if (publish && due) || since_publish >= 4096 {
             since_publish = 0;
             last_publish = Some(Instant::now());
-            publish_snapshot(&mut agg, latest, probe);
+            publish_snapshot(&mut agg, latest, dropped);
         }
     }
     // The views' last look includes the final steps.
-    publish_snapshot(&mut agg, latest, probe);
+    publish_snapshot(&mut agg, latest, dropped);
     // Thread names whose events were dropped on a full channel are still in the registry.
     for (id, name) in probes::thread_names() {
         if !agg.has_thread(id) {
@@ -291,7 +294,7 @@ fn collect(
             agg.push(&ev);
         }
     }
-    agg.set_dropped(probe.dropped());
+    agg.set_dropped(dropped());
     let summary = agg.summary();
     for x in &mut exporters {
         if let Err(e) = x.summary(&summary).and_then(|()| x.finish()) {
@@ -302,8 +305,8 @@ fn collect(
 }
 
 /// Publishes the aggregate for the views, with the verdict once there are steps to judge.
-fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, probe: &Probe) {
-    agg.set_dropped(probe.dropped());
+fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, dropped: &dyn Fn() -> u64) {
+    agg.set_dropped(dropped());
     let mut snap = agg.snapshot();
     if snap.summary.steps > 0 {
         snap.verdict = Some(diagnose::diagnose(&snap.summary));
@@ -314,7 +317,7 @@ fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, probe: &Probe) {
     }
 }
 
-fn show_progress(done: &Receiver<()>, latest: &Latest) {
+pub(crate) fn show_progress(done: &Receiver<()>, latest: &Latest) {
     let tty = std::io::stderr().is_terminal();
     let mut warned = 0usize;
     let mut last_line = std::time::Instant::now();
@@ -350,7 +353,7 @@ fn show_progress(done: &Receiver<()>, latest: &Latest) {
     }
 }
 
-fn clear_progress() {
+pub(crate) fn clear_progress() {
     if std::io::stderr().is_terminal() {
         eprint!("\r\x1b[K");
     }

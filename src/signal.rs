@@ -36,3 +36,8 @@ pub fn received() -> Option<i32> {
         s => Some(s),
     }
 }
+
+/// Forgets a received signal (after a clean detach, which is not an interruption).
+pub fn clear() {
+    SIGNAL.store(0, Ordering::SeqCst);
+}

@@ -229,6 +229,11 @@ impl Session {
         self.probe.send(Event::Step(rec));
     }
 
+    /// The server's counters so far (slow clients cut off, bad handshakes).
+    pub fn stats(&self) -> wire::ServerStats {
+        self.server.lock().map(|s| s.stats()).unwrap_or_default()
+    }
+
     /// Clients attached now.
     pub fn clients(&self) -> usize {
         self.server.lock().map(|s| s.clients()).unwrap_or(0)
