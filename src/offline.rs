@@ -23,7 +23,9 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
             eprintln!("pipeprof: repaired {}: kept {kept} complete events and closed the file", path.display());
         }
     }
-    let l = read::load(path)?;
+    let mut l = read::load(path)?;
+    // Recomputed offline, whatever the file says: the rules may be newer than the run.
+    l.summary.verdict = Some(diagnose::diagnose(&l.summary));
     if !l.complete {
         eprintln!(
             "warning: {} was not closed (the run was killed?): read its {} complete events; \

@@ -295,7 +295,8 @@ pub(crate) fn collect(
         }
     }
     agg.set_dropped(dropped());
-    let summary = agg.summary();
+    let mut summary = agg.summary();
+    summary.verdict = Some(diagnose::diagnose(&summary));
     for x in &mut exporters {
         if let Err(e) = x.summary(&summary).and_then(|()| x.finish()) {
             eprintln!("warning: cannot close an export: {e}");

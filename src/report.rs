@@ -137,7 +137,8 @@ pub fn render(s: &Summary) -> String {
         if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
     );
     let _ = writeln!(o);
-    o.push_str(&crate::diagnose::render(&crate::diagnose::diagnose(s)));
+    let verdict = s.verdict.clone().unwrap_or_else(|| crate::diagnose::diagnose(s));
+    o.push_str(&crate::diagnose::render(&verdict));
     o
 }
 

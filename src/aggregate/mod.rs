@@ -179,6 +179,8 @@ pub struct Summary {
     pub machine: MachineSummary,
     /// The filesystem holding the data folder.
     pub data_fs: Option<FsInfo>,
+    /// The verdict on the whole run (set when the run ends).
+    pub verdict: Option<crate::diagnose::Verdict>,
 }
 
 #[derive(Default, Clone)]
@@ -454,6 +456,7 @@ impl Aggregator {
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
             machine: self.machine.summary(),
             data_fs: self.data_fs.clone(),
+            verdict: None,
         }
     }
 }

@@ -58,10 +58,10 @@ mod rules;
 mod tests;
 
 use crate::aggregate::Summary;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What limits the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Limiter {
     /// Storage: the loader waits on reads.
     Io,
@@ -81,7 +81,7 @@ pub enum Limiter {
 
 /// How input-bound the run is, from the share of step time spent waiting for data
 /// (TensorFlow's profiler: ≥ 20% high, ≥ 5% moderate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Severity {
     High,
     Moderate,
@@ -89,7 +89,7 @@ pub enum Severity {
 }
 
 /// The classic traps, flagged whatever the limiter.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Flag {
     /// A GPU is present but this process does not use it.
     GpuUnused,
@@ -108,7 +108,7 @@ pub enum Flag {
 }
 
 /// One concrete action with its predicted effect.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Advice {
     /// What to do, in words.
     pub action: String,
@@ -121,7 +121,7 @@ pub struct Advice {
 }
 
 /// The diagnosis of one window (or the whole run).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     pub limiter: Limiter,
     pub severity: Severity,
