@@ -26,6 +26,7 @@ fn pass(ds: &Arc<Dataset>, probe: &Probe) -> (f64, f64) {
         max_steps: None,
         throttle: None,
         slow: Vec::new(),
+        augment: Default::default(),
     };
     let cpu0 = clock::process_cpu_ns();
     let t0 = clock::now_ns();

@@ -51,6 +51,10 @@ pub struct ProfileArgs {
     /// Image folder with one sub-folder per class. Default: a generated demo set in the cache folder.
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// Validation images (one sub-folder per class, same classes as --data), checked after
+    /// every epoch (overrides [data] validation_split).
+    #[arg(long, value_name = "DIR")]
+    pub val_data: Option<PathBuf>,
     /// Epochs to train (overrides [train] epochs).
     #[arg(long)]
     pub epochs: Option<usize>,

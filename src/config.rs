@@ -30,6 +30,8 @@ pub struct ModelConfig {
     pub train: Train,
     #[serde(default)]
     pub data: Data,
+    #[serde(default)]
+    pub augment: Augment,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -233,11 +235,92 @@ pub struct Data {
     pub prefetch: usize,
     pub shuffle: bool,
     pub seed: u64,
+    /// Share of each class held out for validation (0 = none).
+    pub validation_split: f64,
 }
 
 impl Default for Data {
     fn default() -> Self {
-        Data { workers: Workers::Auto, prefetch: 2, shuffle: true, seed: 42 }
+        Data { workers: Workers::Auto, prefetch: 2, shuffle: true, seed: 42, validation_split: 0.0 }
+    }
+}
+
+/// `[augment]`: Keras `ImageDataGenerator` names; everything off by default.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Augment {
+    pub horizontal_flip: bool,
+    pub vertical_flip: bool,
+    /// Degrees: the angle is uniform in [-r, r].
+    pub rotation_range: f64,
+    /// Zoom factors are uniform in [1 - z, 1 + z], per axis (below 1 zooms in, as in Keras).
+    pub zoom_range: f64,
+    /// Degrees: the shear angle is uniform in [-s, s].
+    pub shear_range: f64,
+    /// Pixel values are multiplied by a factor uniform in [lo, hi].
+    pub brightness_range: Option<[f64; 2]>,
+}
+
+impl Augment {
+    /// Whether any augmentation is on.
+    pub fn is_on(&self) -> bool {
+        self.horizontal_flip
+            || self.vertical_flip
+            || self.rotation_range != 0.0
+            || self.zoom_range != 0.0
+            || self.shear_range != 0.0
+            || self.brightness_range.is_some_and(|[lo, hi]| lo != 1.0 || hi != 1.0)
+    }
+
+    /// The active augmentations in words, e.g. `horizontal_flip, rotation ±20°`.
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        if self.horizontal_flip {
+            v.push("horizontal_flip".to_string());
+        }
+        if self.vertical_flip {
+            v.push("vertical_flip".to_string());
+        }
+        if self.rotation_range != 0.0 {
+            v.push(format!("rotation ±{}°", self.rotation_range));
+        }
+        if self.zoom_range != 0.0 {
+            v.push(format!("zoom {}–{}", 1.0 - self.zoom_range, 1.0 + self.zoom_range));
+        }
+        if self.shear_range != 0.0 {
+            v.push(format!("shear ±{}°", self.shear_range));
+        }
+        if let Some([lo, hi]) = self.brightness_range {
+            v.push(format!("brightness ×{lo}–{hi}"));
+        }
+        v.join(", ")
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let fin = |v: f64| v.is_finite();
+        if !(fin(self.rotation_range) && (0.0..=180.0).contains(&self.rotation_range)) {
+            return Err(format!(
+                "[augment] rotation_range must be between 0 and 180 degrees, got {}",
+                self.rotation_range
+            ));
+        }
+        if !(fin(self.zoom_range) && (0.0..1.0).contains(&self.zoom_range)) {
+            return Err(format!(
+                "[augment] zoom_range must be in [0, 1) (zoom factors 1 ± zoom_range), got {}",
+                self.zoom_range
+            ));
+        }
+        if !(fin(self.shear_range) && (0.0..90.0).contains(&self.shear_range)) {
+            return Err(format!("[augment] shear_range must be in [0, 90) degrees, got {}", self.shear_range));
+        }
+        if let Some([lo, hi]) = self.brightness_range {
+            if !(fin(lo) && fin(hi) && 0.0 <= lo && lo <= hi) {
+                return Err(format!(
+                    "[augment] brightness_range must be [lo, hi] with 0 ≤ lo ≤ hi, e.g. [0.8, 1.2], got [{lo}, {hi}]"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -290,6 +373,13 @@ impl ModelConfig {
         }
         if self.data.prefetch == 0 {
             return bad("[data] prefetch must be at least 1".into());
+        }
+        let split = self.data.validation_split;
+        if !(split.is_finite() && (0.0..1.0).contains(&split)) {
+            return bad(format!("[data] validation_split must be in [0, 1) (e.g. 0.2 = 20% per class), got {split}"));
+        }
+        if let Err(m) = self.augment.validate() {
+            return bad(m);
         }
         for (i, l) in self.layers.iter().enumerate() {
             let n = i + 1;
@@ -572,5 +662,49 @@ mod tests {
         }
         let total: usize = shapes.iter().map(|l| l.params).sum();
         assert!(table.contains(&format!("Total params: {total}")));
+    }
+
+    #[test]
+    fn augment_section_parses_keras_names_and_is_off_by_default() {
+        let off = ModelConfig::parse(MINIMAL, "m.toml").unwrap();
+        assert!(!off.augment.is_on());
+        assert_eq!(off.data.validation_split, 0.0);
+        let t = format!(
+            "[augment]\nhorizontal_flip = true\nrotation_range = 20\nzoom_range = 0.2\nshear_range = 0.2\n\
+             brightness_range = [0.8, 1.2]\n[data]\nvalidation_split = 0.2\n{MINIMAL}"
+        );
+        let cfg = ModelConfig::parse(&t, "m.toml").unwrap();
+        assert!(cfg.augment.is_on() && cfg.augment.horizontal_flip && !cfg.augment.vertical_flip);
+        assert_eq!(cfg.augment.rotation_range, 20.0);
+        assert_eq!(cfg.augment.brightness_range, Some([0.8, 1.2]));
+        assert_eq!(cfg.data.validation_split, 0.2);
+    }
+
+    #[test]
+    fn unknown_augment_key_names_file_line_and_column() {
+        let t = format!("[augment]\nhorizontal_flip = true\nrotation = 20\n{MINIMAL}");
+        let e = ModelConfig::parse(&t, "aug.toml").unwrap_err().to_string();
+        assert!(e.starts_with("aug.toml:3:1:") && e.contains("rotation"), "{e}");
+    }
+
+    #[test]
+    fn bad_augment_and_split_values_are_rejected() {
+        let cases = [
+            ("[augment]\nrotation_range = -5\n", "rotation_range must be between 0 and 180"),
+            ("[augment]\nrotation_range = 400\n", "rotation_range must be between 0 and 180"),
+            ("[augment]\nzoom_range = 1.0\n", "zoom_range must be in [0, 1)"),
+            ("[augment]\nshear_range = 90\n", "shear_range must be in [0, 90)"),
+            ("[augment]\nbrightness_range = [1.2, 0.8]\n", "brightness_range must be [lo, hi]"),
+            ("[augment]\nbrightness_range = [-1.0, 0.5]\n", "0 ≤ lo ≤ hi"),
+            ("[augment]\nbrightness_range = [0.8]\n", "m.toml:2:"),
+            ("[augment]\nhorizontal_flip = \"yes\"\n", "m.toml:2:"),
+            ("[data]\nvalidation_split = 1.0\n", "validation_split must be in [0, 1)"),
+            ("[data]\nvalidation_split = -0.1\n", "validation_split must be in [0, 1)"),
+        ];
+        for (text, want) in cases {
+            let full = format!("{text}{MINIMAL}");
+            let e = ModelConfig::parse(&full, "m.toml").unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?} → {e}");
+        }
     }
 }

@@ -49,6 +49,42 @@ fn data_dir(args: &ProfileArgs) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The training set and the validation set, if any: `--val-data` (same classes required), or
+/// `[data] validation_split` held out of `ds` per class.
+fn validation_set(
+    args: &ProfileArgs,
+    cfg: &ModelConfig,
+    ds: data::Dataset,
+) -> anyhow::Result<(data::Dataset, Option<data::Dataset>)> {
+    if let Some(dir) = &args.val_data {
+        let v = data::scan(dir).with_context(|| format!("--val-data {}", dir.display()))?;
+        if v.classes != ds.classes {
+            bail!(
+                "--val-data {} has classes [{}] but --data has [{}]: the validation folder needs the same class sub-folders",
+                dir.display(),
+                v.classes.join(", "),
+                ds.classes.join(", ")
+            );
+        }
+        return Ok((ds, Some(v)));
+    }
+    let f = cfg.data.validation_split;
+    if f <= 0.0 {
+        return Ok((ds, None));
+    }
+    let (train, val) = data::split::split(&ds, f, cfg.data.seed);
+    if val.samples.is_empty() || train.samples.is_empty() {
+        eprintln!(
+            "warning: validation_split = {f} of {} images leaves {} for validation and {} for training: no validation pass",
+            ds.samples.len(),
+            val.samples.len(),
+            train.samples.len()
+        );
+        return Ok((ds, None));
+    }
+    Ok((train, Some(val)))
+}
+
 /// Runs `pipeprof profile`; returns the final summary.
 pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     let (mut cfg, model_name) = load_model(args)?;
@@ -85,12 +121,19 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     for p in &ds.problems {
         eprintln!("warning: {}: {}", p.path.display(), p.reason);
     }
+    let (ds, val_ds) = validation_set(args, &cfg, ds)?;
     let shapes = cfg.infer_shapes(ds.classes.len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
     let params: usize = shapes.iter().map(|l| l.params).sum();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = cfg.data.workers.resolve(cores);
     println!("Model: {model_name}  ·  {} classes: {}", ds.classes.len(), ds.classes.join(", "));
     print!("{}", config::summary_table(&shapes, &cfg.input));
+    if cfg.augment.is_on() {
+        println!("Augmentation (training only): {}", cfg.augment.describe());
+    }
+    if let Some(v) = &val_ds {
+        println!("Validation: {} images after every epoch, {} for training", v.samples.len(), ds.samples.len());
+    }
     println!();
 
     let settings = RunSettings {
@@ -182,7 +225,18 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         max_steps: args.steps,
         throttle: args.throttle_read,
         slow: args.slow.clone(),
+        augment: cfg.augment.clone(),
     };
+    let val = val_ds.map(|v| train::Validation {
+        ds: Arc::new(v),
+        loader: LoaderConfig {
+            shuffle: false,
+            epochs: 1,
+            max_steps: None,
+            augment: config::Augment::default(),
+            ..loader_cfg.clone()
+        },
+    });
     let classes = ds.classes.len();
     let ds = Arc::new(ds);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
@@ -196,7 +250,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
                 let mut loader = Loader::start(ds, loader_cfg, probe.clone())?;
                 let total = loader.total_steps();
                 let hooks = train::Hooks { panic_at_step: panic_at, slow: slow.clone() };
-                let out = train::train(&cfg, classes, &dev, &mut loader, &probe, signal::flag(), &hooks);
+                let out = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks);
                 drop(loader);
                 out.map(|o| (o, total))
             })();

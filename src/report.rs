@@ -99,19 +99,37 @@ pub fn render(s: &Summary) -> String {
         s.mean_queued
     );
     if !s.epochs.is_empty() {
+        // Keras' columns: val_loss / val_accuracy only when a validation pass ran.
+        let val = s.epochs.iter().any(|e| e.val_loss.is_some());
+        let acc = |a: f64| format!("{:.1}%", a * 100.0);
         let _ = writeln!(o);
         let _ =
-            writeln!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");
+            write!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");
+        let _ =
+            writeln!(o, "{}", if val { format!(" {:>9} {:>12}", "val_loss", "val_accuracy") } else { String::new() });
         for e in &s.epochs {
-            let _ = writeln!(
+            let _ = write!(
                 o,
                 "{:<6} {:>6} {:>8} {:>9.4} {:>9} {:>7.1}s",
                 e.epoch,
                 e.steps,
                 e.images,
                 e.loss,
-                format!("{:.1}%", e.accuracy * 100.0),
+                acc(e.accuracy),
                 e.seconds
+            );
+            let cols = match (val, e.val_loss, e.val_accuracy) {
+                (true, Some(l), Some(a)) => format!(" {l:>9.4} {:>12}", acc(a)),
+                (true, _, _) => format!(" {:>9} {:>12}", "-", "-"),
+                (false, _, _) => String::new(),
+            };
+            let _ = writeln!(o, "{cols}");
+        }
+        if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
+            let _ = writeln!(
+                o,
+                "validation passes took {} of the run's wall time (the GPU trains nothing meanwhile)",
+                pct(share)
             );
         }
     }
@@ -253,13 +271,54 @@ mod tests {
             bytes: 0,
             per_second: 1.0,
         });
-        s.epochs.push(EpochSummary { epoch: 1, steps: 3, images: 12, loss: 1.25, accuracy: 0.5, seconds: 1.0 });
+        s.epochs.push(EpochSummary {
+            epoch: 1,
+            steps: 3,
+            images: 12,
+            loss: 1.25,
+            accuracy: 0.5,
+            seconds: 1.0,
+            val_loss: None,
+            val_accuracy: None,
+        });
         s.skipped.push(Skipped { path: "a/b.png".into(), reason: "truncated".into() });
         let r = render(&s);
         assert!(r.contains("decode") && r.contains("2.00ms") && r.contains("97%"), "{r}");
         assert!(r.contains("1.2500") && r.contains("50.0%"), "{r}");
         assert!(r.contains("a/b.png: truncated"), "{r}");
         assert!(r.contains("7 dropped"), "{r}");
+        assert!(!r.contains("val_loss"), "no validation, no columns: {r}");
+    }
+
+    #[test]
+    fn report_shows_keras_val_columns_and_a_large_validation_share() {
+        let mut s = Summary { steps: 3, images: 12, elapsed_s: 10.0, ..Default::default() };
+        s.stages.push(StageSummary {
+            stage: "validate".into(),
+            count: 2,
+            total_ms: 3000.0,
+            mean_ms: 1500.0,
+            p50_ms: 1500.0,
+            p95_ms: 1500.0,
+            max_ms: 1500.0,
+            on_cpu: None,
+            bytes: 0,
+            per_second: 0.2,
+        });
+        s.epochs.push(EpochSummary {
+            epoch: 1,
+            steps: 3,
+            images: 12,
+            loss: 1.25,
+            accuracy: 0.5,
+            seconds: 1.0,
+            val_loss: Some(0.875),
+            val_accuracy: Some(0.75),
+        });
+        let r = render(&s);
+        assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");
+        assert!(r.contains("0.8750") && r.contains("75.0%"), "{r}");
+        assert!(r.contains("validation passes took 30% of the run's wall time"), "{r}");
     }
 
     #[test]

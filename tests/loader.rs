@@ -168,6 +168,7 @@ fn loader_skips_bad_files_once_and_delivers_the_rest_in_step_order() {
         max_steps: None,
         throttle: None,
         slow: Vec::new(),
+        augment: Default::default(),
     };
     let (probe, rx) = probes::Probe::new(1024);
     let mut loader = Loader::start(ds, cfg, probe).unwrap();

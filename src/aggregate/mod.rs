@@ -143,6 +143,11 @@ pub struct EpochSummary {
     pub loss: f64,
     pub accuracy: f64,
     pub seconds: f64,
+    /// Mean loss over the validation pass after this epoch, when there was one.
+    #[serde(default)]
+    pub val_loss: Option<f64>,
+    #[serde(default)]
+    pub val_accuracy: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -183,6 +188,15 @@ pub struct Summary {
     pub verdict: Option<crate::diagnose::Verdict>,
 }
 
+impl Summary {
+    /// The validation passes' share of the run's wall time (their `validate` spans cover
+    /// loading and forward), or None without validation.
+    pub fn validation_share(&self) -> Option<f64> {
+        let v = self.stages.iter().find(|x| x.stage == Stage::Validate.name())?;
+        (self.elapsed_s > 0.0).then(|| (v.total_ms / (self.elapsed_s * 1000.0)).min(1.0))
+    }
+}
+
 #[derive(Default, Clone)]
 struct EpochAgg {
     steps: u64,
@@ -191,6 +205,9 @@ struct EpochAgg {
     correct: u64,
     start_ns: u64,
     end_ns: u64,
+    val_images: u64,
+    val_loss_sum: f64,
+    val_correct: u64,
 }
 
 /// Accumulates events. Memory is bounded: histograms, a capped window of recent steps and a
@@ -352,7 +369,13 @@ impl Aggregator {
                 }
                 self.recent.push_back(*st);
             }
-            Event::Step(_) => {}
+            Event::Step(st) => {
+                let e = self.epochs.entry(st.epoch).or_default();
+                e.val_images += st.images as u64;
+                e.val_loss_sum += st.loss as f64 * st.images as f64;
+                e.val_correct += st.correct as u64;
+                self.see(st.end_ns, st.end_ns);
+            }
             Event::Skipped { path, reason } => {
                 self.skipped_count += 1;
                 if self.skipped.len() < MAX_SKIPPED_LISTED {
@@ -434,6 +457,8 @@ impl Aggregator {
                 loss: if a.images > 0 { a.loss_sum / a.images as f64 } else { 0.0 },
                 accuracy: if a.images > 0 { a.correct as f64 / a.images as f64 } else { 0.0 },
                 seconds: secs(a.end_ns.saturating_sub(a.start_ns)),
+                val_loss: (a.val_images > 0).then(|| a.val_loss_sum / a.val_images as f64),
+                val_accuracy: (a.val_images > 0).then(|| a.val_correct as f64 / a.val_images as f64),
             })
             .collect();
         Summary {
@@ -530,6 +555,38 @@ mod tests {
         assert_eq!(s.epochs[1].epoch, 2);
         assert_eq!((s.steps, s.images), (3, 12));
         assert!((s.images_per_s - 4.0).abs() < 1e-6, "{}", s.images_per_s);
+    }
+
+    #[test]
+    fn validation_steps_fill_val_metrics_without_counting_as_training() {
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&span(Stage::Wait, 0, 10, NONE));
+        a.push(&step(0, 0, 2.0, 1, 1_000_000_000));
+        let val = |loss: f32, correct: u32, images: u32| {
+            Event::Step(StepRecord {
+                step: 0,
+                epoch: 0,
+                images,
+                loss,
+                correct,
+                end_ns: 1_500_000_000,
+                queued: 0,
+                validation: true,
+            })
+        };
+        a.push(&val(1.0, 3, 4));
+        a.push(&val(0.5, 1, 2));
+        a.push(&span(Stage::Validate, 1_000_000_000, 500_000_000, NONE));
+        let s = a.summary();
+        assert_eq!((s.steps, s.images), (1, 4), "validation is not training");
+        let e = &s.epochs[0];
+        assert!((e.val_loss.unwrap() - 5.0 / 6.0).abs() < 1e-9, "{e:?}");
+        assert!((e.val_accuracy.unwrap() - 4.0 / 6.0).abs() < 1e-9);
+        assert!((e.loss - 2.0).abs() < 1e-9);
+        assert!((s.validation_share().unwrap() - 0.5 / 1.5).abs() < 1e-6, "{:?}", s.validation_share());
+        let mut plain = Aggregator::new(RunSettings::default());
+        plain.push(&step(0, 0, 2.0, 1, 1_000_000_000));
+        assert_eq!(plain.summary().epochs[0].val_loss, None);
     }
 
     #[test]

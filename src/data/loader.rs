@@ -5,7 +5,8 @@
 //! loop takes step `k` from queue `k mod W`: batch order and contents are deterministic for
 //! a seed whatever the thread timing, and memory is bounded by the prefetch depth.
 
-use super::image::{decode, Resizer};
+use super::augment;
+use super::image::{decode, hwc_to_chw, Resizer};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
 use crossbeam_channel::{Receiver, Sender};
@@ -35,6 +36,8 @@ pub struct LoaderConfig {
     pub throttle: Option<super::simulate::Throttle>,
     /// Simulated extra work per stage (--slow).
     pub slow: Vec<super::simulate::Slow>,
+    /// Random augmentations (off by default; never on for validation).
+    pub augment: crate::config::Augment,
 }
 
 /// One batch, ready for the device: f32 NCHW in [0, 1] and u32 labels.
@@ -163,6 +166,7 @@ pub struct Loader {
     stop: Arc<AtomicBool>,
     next: u64,
     total: u64,
+    per_epoch: u64,
 }
 
 impl Loader {
@@ -187,12 +191,17 @@ impl Loader {
                 .spawn(move || worker(w, workers, &ds, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
             handles.push(h);
         }
-        Ok(Loader { queues, handles, stop, next: 0, total: plan.total_steps })
+        Ok(Loader { queues, handles, stop, next: 0, total: plan.total_steps, per_epoch: plan.steps_per_epoch() })
     }
 
     /// Steps this loader will produce.
     pub fn total_steps(&self) -> u64 {
         self.total
+    }
+
+    /// Steps in one full epoch (the last step of an epoch is `k` with `(k + 1) % this == 0`).
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.per_epoch
     }
 
     /// Batches ready in the queues now.
@@ -237,6 +246,7 @@ fn worker(
 ) {
     let link = link.as_deref();
     let mut resizer = Resizer::new();
+    let mut aug = cfg.augment.is_on().then(Vec::<u8>::new);
     let plane = cfg.height as usize * cfg.width as usize;
     let per_image = plane * cfg.channels;
     let mut order = EpochOrder::default();
@@ -251,7 +261,8 @@ fn worker(
             let sample = &ds.samples[i as usize];
             let slot = labels.len();
             let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
-            match load_one(link, &sample.path, step, i, cfg, &mut resizer, out) {
+            let at = Where { step, epoch, sample: i };
+            match load_one(link, &sample.path, at, cfg, &mut resizer, aug.as_mut(), out) {
                 Ok(()) => labels.push(sample.label),
                 Err(reason) => {
                     let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
@@ -272,13 +283,21 @@ fn worker(
     }
 }
 
+/// Which sample a worker is loading, for spans and augmentation seeds.
+#[derive(Clone, Copy)]
+struct Where {
+    step: u64,
+    epoch: u32,
+    sample: u32,
+}
+
 fn load_one(
     link: Option<&SlowLink>,
     path: &std::path::Path,
-    step: u64,
-    sample: u32,
+    Where { step, epoch, sample }: Where,
     cfg: &LoaderConfig,
     resizer: &mut Resizer,
+    aug: Option<&mut Vec<u8>>,
     out: &mut [f32],
 ) -> Result<(), String> {
     let bytes = {
@@ -301,11 +320,31 @@ fn load_one(
         }
         decode(&bytes, cfg.channels).map_err(|e| e.to_string())?
     };
-    let _g = info_span!("resize", step, sample).entered();
-    if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
+    let Some(buf) = aug else {
+        let _g = info_span!("resize", step, sample).entered();
+        if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
+            s.apply();
+        }
+        return resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string());
+    };
+    let hwc = {
+        let _g = info_span!("resize", step, sample).entered();
+        if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
+            s.apply();
+        }
+        resizer.resize_u8(&px, cfg.width, cfg.height).map_err(|e| e.to_string())?
+    };
+    // The f32 conversion resize does otherwise happens here, on the augmented pixels.
+    let _g = info_span!("augment", step, sample).entered();
+    if let Some(s) = extra_for(&cfg.slow, Stage::Augment) {
         s.apply();
     }
-    resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())
+    let (w, h, c) = (cfg.width as usize, cfg.height as usize, px.channels);
+    buf.resize(hwc.len(), 0);
+    let p = augment::sample(&cfg.augment, cfg.seed, epoch, sample);
+    augment::apply(hwc, w, h, c, &p, buf);
+    hwc_to_chw(buf, c, w * h, out);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -326,6 +365,7 @@ mod tests {
             max_steps: steps,
             throttle: None,
             slow: Vec::new(),
+            augment: Default::default(),
         }
     }
 

@@ -1,10 +1,12 @@
 //! The input pipeline: ImageFolder scan, decode, resize, batches.
 
+pub mod augment;
 pub mod demo;
 pub mod image;
 pub mod loader;
 pub mod scan;
 pub mod simulate;
+pub mod split;
 
 pub use loader::{Batch, Loader, LoaderConfig};
 pub use scan::{scan, Dataset};

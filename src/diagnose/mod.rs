@@ -105,6 +105,8 @@ pub enum Flag {
     ComputeCompetesWithLoader,
     /// A simulated slowdown (--throttle-read, --slow) is active.
     Simulated { what: String },
+    /// Validation passes take a large share of the run's wall time.
+    ValidationHeavy { share: f64 },
 }
 
 /// One concrete action with its predicted effect.
@@ -162,6 +164,8 @@ pub const CPU_SATURATED_PCT: f64 = 90.0;
 pub const CPU_IDLE_PCT: f64 = 75.0;
 /// Loader share of the process's CPU per image at or above which it competes with CPU compute.
 pub const COMPETE_SHARE: f64 = 0.10;
+/// Share of wall time in validation passes from which it is flagged.
+pub const VALIDATION_SHARE: f64 = 0.10;
 /// Smallest predicted gain worth advising.
 pub const MIN_GAIN: f64 = 1.10;
 
@@ -228,6 +232,10 @@ impl Flag {
                 "training on the CPU: compute and the loader compete for the same cores".into()
             }
             Flag::Simulated { what } => format!("simulated slowdown active: {what} (not the real hardware)"),
+            Flag::ValidationHeavy { share } => format!(
+                "validation passes take {:.0}% of the run's wall time: validate less often, on a smaller held-out set, or with a larger batch (no gradients to store)",
+                share * 100.0
+            ),
         }
     }
 }

@@ -286,6 +286,14 @@ impl Pipeline {
             })
     }
 
+    /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.
+    pub fn without_augment(&self) -> Pipeline {
+        self.clone().map_stage("augment", |x| {
+            x.wall_ms = 0.0;
+            x.on_cpu_ms = 0.0;
+        })
+    }
+
     /// Data on a local disk: read's off-CPU wait falls to [`LOCAL_READ_MS`] at most.
     pub fn local_storage(&self) -> Pipeline {
         self.clone().map_stage("read", |x| {

@@ -181,6 +181,9 @@ impl<'a> Facts<'a> {
         if self.overhead.is_some() {
             flags.push(Flag::TinyModel);
         }
+        if let Some(share) = self.s.validation_share().filter(|v| *v >= super::VALIDATION_SHARE) {
+            flags.push(Flag::ValidationHeavy { share });
+        }
         flags
     }
 }
@@ -489,6 +492,7 @@ impl Facts<'_> {
             }
             out.extend(self.cache_advice());
             out.extend(self.pre_resize_advice());
+            out.extend(self.augment_advice());
         }
         if *limiter == Limiter::Transfer {
             out.extend(self.u8_advice());
@@ -647,6 +651,24 @@ impl Facts<'_> {
                 "resize costs {} and decode {} per image; at the input size resize nearly vanishes and decode is assumed to halve (it follows the pixel count, unknown here). PNG→JPEG alone decodes about as fast at the same size: the gain is the smaller images",
                 ms(resize.wall_ms),
                 ms(decode)
+            ),
+        })
+    }
+
+    fn augment_advice(&self) -> Option<Advice> {
+        let aug = self.p.stage("augment")?;
+        let after = self.p.without_augment();
+        let gain = self.gain(&after)?;
+        Some(Advice {
+            action: "make augmentation cheaper (fewer or simpler transforms: flips cost far less than rotation/zoom/shear) or run it on the device on whole batches".into(),
+            command: None,
+            predicted_speedup: Some(gain),
+            reason: format!(
+                "augment costs {} per image ({} on-CPU) in the loader; without it the loader could supply {}, training takes {}",
+                ms(aug.wall_ms),
+                ms(aug.on_cpu_ms),
+                rate(after.capacity().loader()),
+                rate(self.cap.compute)
             ),
         })
     }

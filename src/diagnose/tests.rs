@@ -602,10 +602,38 @@ fn every_limiter_and_flag_has_words() {
         Flag::TinyModel,
         Flag::ComputeCompetesWithLoader,
         Flag::Simulated { what: "x".into() },
+        Flag::ValidationHeavy { share: 0.3 },
     ];
     for f in flags {
         assert!(f.describe().len() > 10, "{f:?}");
     }
+}
+
+#[test]
+fn costly_augmentation_counts_as_preprocessing_with_a_predicted_gain() {
+    let v = B::new()
+        .workers(1, 2)
+        .loader(&[("read", 0.2, 0.5), ("decode", 1.0, 1.0), ("resize", 0.5, 1.0), ("augment", 8.0, 1.0)])
+        .step(300.0, 2.0, 20.0)
+        .cpu(50.0, 100.0)
+        .gpu(7.0, Some(true))
+        .verdict();
+    assert_eq!(v.limiter, Limiter::Preprocess, "{v:#?}");
+    let a = v.advice.iter().find(|a| a.action.contains("augmentation cheaper")).expect("augment advice");
+    assert!(a.predicted_speedup.is_some_and(|g| g > 1.5), "{a:?}");
+    assert!(a.reason.contains("augment costs 8.00 ms"), "{a:?}");
+    assert!(v.advice.iter().any(|a| a.command.as_deref() == Some("--workers 2")), "{:#?}", v.advice);
+}
+
+#[test]
+fn a_large_validation_share_is_flagged() {
+    let mut b = preprocess_one_worker();
+    b.0.elapsed_s = 10.0;
+    b.set_stage(stage("validate", 300.0, None, 10));
+    let v = b.verdict();
+    assert!(v.flags.contains(&Flag::ValidationHeavy { share: 0.3 }), "{:#?}", v.flags);
+    b.set_stage(stage("validate", 50.0, None, 10));
+    assert!(!b.verdict().flags.iter().any(|f| matches!(f, Flag::ValidationHeavy { .. })));
 }
 
 #[test]

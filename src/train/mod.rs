@@ -3,12 +3,13 @@
 pub mod model;
 
 use crate::config::{ModelConfig, OptimizerKind};
-use crate::data::Loader;
+use crate::data::{Dataset, Loader, LoaderConfig};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
 use model::Cnn;
 use probes::{clock, Event, Probe, StepRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tracing::info_span;
 
 /// `--device cpu | cuda | cuda:N`.
@@ -74,6 +75,13 @@ pub struct Hooks {
     pub slow: Vec<crate::data::simulate::Slow>,
 }
 
+/// The held-out set and how to load it (shuffle off, one epoch, no augmentation).
+#[derive(Debug, Clone)]
+pub struct Validation {
+    pub ds: Arc<Dataset>,
+    pub loader: LoaderConfig,
+}
+
 /// What the loop did.
 #[derive(Debug, Clone, Default)]
 pub struct TrainOutcome {
@@ -83,11 +91,14 @@ pub struct TrainOutcome {
 }
 
 /// Trains until the loader's plan is done or `stop` is set. Steps are reported on `probe`.
+/// With `val`, a validation pass follows every epoch (and a run cut short by `--steps`).
+#[allow(clippy::too_many_arguments)]
 pub fn train(
     cfg: &ModelConfig,
     classes: usize,
     dev: &Device,
     loader: &mut Loader,
+    val: Option<&Validation>,
     probe: &Probe,
     stop: &AtomicBool,
     hooks: &Hooks,
@@ -114,7 +125,11 @@ pub fn train(
         };
         let Some(batch) = batch else { break };
         k = batch.step + 1;
+        let epoch_end = k % loader.steps_per_epoch().max(1) == 0 || k == loader.total_steps();
         if batch.is_empty() {
+            if let (Some(v), true) = (val, epoch_end) {
+                validate(&model, v, batch.epoch, dev, probe, stop)?;
+            }
             continue;
         }
         #[allow(clippy::panic)]
@@ -167,8 +182,53 @@ pub fn train(
             queued,
             validation: false,
         }));
+        if let (Some(v), true) = (val, epoch_end) {
+            validate(&model, v, batch.epoch, dev, probe, stop)?;
+        }
     }
     Ok(out)
+}
+
+/// One pass over the validation set: forward only, never augmented. Each batch is one
+/// `validate` span, from asking the loader for it to its metrics, so the spans add up to the
+/// pass's wall time and stay out of the training stages.
+fn validate(
+    model: &Cnn,
+    val: &Validation,
+    epoch: u32,
+    dev: &Device,
+    probe: &Probe,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let mut loader = Loader::start(val.ds.clone(), val.loader.clone(), probe.clone())?;
+    let (c, h, w) = (val.loader.channels, val.loader.height as usize, val.loader.width as usize);
+    for step in 0..loader.total_steps() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let _g = info_span!("validate", step, epoch).entered();
+        let Some(batch) = loader.next_batch() else { break };
+        if batch.is_empty() {
+            continue;
+        }
+        let n = batch.len();
+        let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
+        let ys = Tensor::from_vec(batch.labels, n, dev)?;
+        let logits = model.forward(&xs, false)?.detach();
+        let loss = candle_nn::loss::cross_entropy(&logits, &ys)?.to_scalar::<f32>()?;
+        let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+        probe.send(Event::Step(StepRecord {
+            step,
+            epoch,
+            images: n as u32,
+            loss,
+            correct: correct as u32,
+            end_ns: clock::now_ns(),
+            queued: 0,
+            validation: true,
+        }));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

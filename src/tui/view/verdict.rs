@@ -50,6 +50,7 @@ pub fn flag_label(f: &Flag) -> String {
         Flag::TinyModel => "tiny model: per-step overhead dominates".into(),
         Flag::ComputeCompetesWithLoader => "CPU training shares cores with the loader".into(),
         Flag::Simulated { what } => format!("simulated: {what}"),
+        Flag::ValidationHeavy { share } => format!("validation takes {:.0}% of the run", share * 100.0),
     }
 }
 
