@@ -28,6 +28,27 @@ pub enum Command {
     Report(ReportArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.
     DemoData(DemoArgs),
+    /// Decode and resize every image once into one packed file; `profile --data FILE` trains from it.
+    Cache(CacheArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct CacheArgs {
+    /// The model whose [input] size the images are resized to. Default: the built-in examples/cnn.toml.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Image folder with one sub-folder per class.
+    #[arg(long, value_name = "DIR")]
+    pub data: PathBuf,
+    /// The cache file to write (replaced atomically; e.g. imgs.ppk).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Decode threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Testing hook: abort (as kill -9 would) after N images are written.
+    #[arg(long, hide = true)]
+    pub abort_after: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -48,8 +69,9 @@ pub struct ProfileArgs {
     /// Model and training description (Keras-like TOML). Default: the built-in examples/cnn.toml.
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
-    /// Image folder with one sub-folder per class. Default: a generated demo set in the cache folder.
-    #[arg(long, value_name = "DIR")]
+    /// Image folder with one sub-folder per class, or a packed cache written by `pipeprof cache`.
+    /// Default: a generated demo set in the cache folder.
+    #[arg(long, value_name = "DIR|FILE")]
     pub data: Option<PathBuf>,
     /// Validation images (one sub-folder per class, same classes as --data), checked after
     /// every epoch (overrides [data] validation_split).
@@ -107,6 +129,10 @@ pub struct ProfileArgs {
     /// or stdin is not a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// After the report, re-run briefly with each applicable piece of advice (workers, batch
+    /// size, prefetch, the packed cache) and print predicted vs measured images/s.
+    #[arg(long)]
+    pub check_advice: bool,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,

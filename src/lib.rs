@@ -4,6 +4,8 @@
 
 pub mod aggregate;
 pub mod attach;
+pub mod cache;
+pub mod check_advice;
 pub mod cli;
 pub mod config;
 pub mod data;

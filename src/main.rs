@@ -7,6 +7,7 @@ fn run() -> anyhow::Result<()> {
         Command::Profile(args) => pipeprof::profile::run(&args).map(|_| ()),
         Command::Attach(a) => pipeprof::attach::run(&a).map(|_| ()),
         Command::Report(a) => pipeprof::offline::run(&a),
+        Command::Cache(a) => pipeprof::cache::run(&a),
         Command::DemoData(a) => {
             let spec = pipeprof::data::demo::DemoSpec {
                 classes: a.classes,

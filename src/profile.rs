@@ -5,7 +5,7 @@ use crate::aggregate::{Aggregator, RunSettings, Snapshot, Summary};
 use crate::cli::ProfileArgs;
 use crate::config::{self, ModelConfig};
 use crate::data::demo::DemoSpec;
-use crate::data::{self, Loader, LoaderConfig};
+use crate::data::{self, Loader, LoaderConfig, Source};
 use crate::export::{chrome::ChromeTrace, Exporter};
 use crate::{diagnose, report, signal, train, tui};
 use anyhow::{bail, Context};
@@ -24,8 +24,9 @@ pub(crate) type Latest = Arc<Mutex<Snapshot>>;
 /// and the live view redraws at 10 Hz anyway.
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
-fn load_model(args: &ProfileArgs) -> anyhow::Result<(ModelConfig, String)> {
-    match &args.model {
+/// The model file, or the built-in default; with its display name.
+pub(crate) fn load_model(model: Option<&std::path::Path>) -> anyhow::Result<(ModelConfig, String)> {
+    match model {
         Some(p) => Ok((ModelConfig::load(p)?, p.display().to_string())),
         None => Ok((
             ModelConfig::parse(config::DEFAULT_MODEL, "built-in examples/cnn.toml")?,
@@ -87,7 +88,7 @@ fn validation_set(
 
 /// Runs `pipeprof profile`; returns the final summary.
 pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
-    let (mut cfg, model_name) = load_model(args)?;
+    let (mut cfg, model_name) = load_model(args.model.as_deref())?;
     if let Some(e) = args.epochs {
         cfg.train.epochs = e.max(1);
     }
@@ -117,30 +118,64 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     // would otherwise inherit the name of the thread that started the pool).
     let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();
     let dir = data_dir(args)?;
-    let ds = data::scan(&dir)?;
-    for p in &ds.problems {
-        eprintln!("warning: {}: {}", p.path.display(), p.reason);
+    let ds = Source::open(&dir)?;
+    match &ds {
+        Source::Folder(f) => {
+            for p in &f.problems {
+                eprintln!("warning: {}: {}", p.path.display(), p.reason);
+            }
+        }
+        Source::Packed(p) => {
+            let i = &cfg.input;
+            p.check_input(i.height as u32, i.width as u32, i.channels as u32, &model_name)?;
+            let m = p.meta();
+            let checked = if p.source_checked() {
+                "matches its source".to_string()
+            } else {
+                format!("source {} is gone: not checked for staleness", m.source.display())
+            };
+            eprintln!(
+                "pipeprof: training from the packed cache {} ({} images, {}; {} files were skipped when it was built)",
+                dir.display(),
+                p.len(),
+                checked,
+                m.skipped.len()
+            );
+        }
     }
-    let (ds, val_ds) = validation_set(args, &cfg, ds)?;
-    let shapes = cfg.infer_shapes(ds.classes.len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
+    let (ds, val_ds) = match ds {
+        Source::Folder(f) => {
+            let (train_ds, val_ds) = validation_set(args, &cfg, (*f).clone())?;
+            (Source::Folder(Arc::new(train_ds)), val_ds)
+        }
+        Source::Packed(_) if cfg.augment.is_on() || cfg.data.validation_split > 0.0 || args.val_data.is_some() => {
+            bail!(
+            "{}: [augment] and validation need the image folder (training from a packed cache supports neither yet): \
+             pass the folder as --data, or drop [augment] / validation_split / --val-data",
+            dir.display()
+        )
+        }
+        packed => (packed, None),
+    };
+    let shapes = cfg.infer_shapes(ds.classes().len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
     let params: usize = shapes.iter().map(|l| l.params).sum();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = cfg.data.workers.resolve(cores);
-    println!("Model: {model_name}  ·  {} classes: {}", ds.classes.len(), ds.classes.join(", "));
+    println!("Model: {model_name}  ·  {} classes: {}", ds.classes().len(), ds.classes().join(", "));
     print!("{}", config::summary_table(&shapes, &cfg.input));
     if cfg.augment.is_on() {
         println!("Augmentation (training only): {}", cfg.augment.describe());
     }
     if let Some(v) = &val_ds {
-        println!("Validation: {} images after every epoch, {} for training", v.samples.len(), ds.samples.len());
+        println!("Validation: {} images after every epoch, {} for training", v.samples.len(), ds.len());
     }
     println!();
 
     let settings = RunSettings {
         model: model_name,
         data: dir.display().to_string(),
-        images: ds.samples.len(),
-        classes: ds.classes.clone(),
+        images: ds.len(),
+        classes: ds.classes().to_vec(),
         device: args.device.clone(),
         workers,
         cores,
@@ -237,8 +272,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             ..loader_cfg.clone()
         },
     });
-    let classes = ds.classes.len();
-    let ds = Arc::new(ds);
+    let classes = ds.classes().len();
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let panic_at = args.panic_at_step;
     let slow = args.slow.clone();
@@ -247,7 +281,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
         let cfg = cfg.clone();
         std::thread::Builder::new().name("train".into()).spawn(move || {
             let result = (|| {
-                let mut loader = Loader::start(ds, loader_cfg, probe.clone())?;
+                let mut loader = Loader::start_source(ds, loader_cfg, probe.clone())?;
                 let total = loader.total_steps();
                 let hooks = train::Hooks { panic_at_step: panic_at, slow: slow.clone() };
                 let out = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks);
@@ -296,6 +330,10 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             summary.settings.data,
             summary.skipped_count
         );
+    }
+    if args.check_advice && !outcome.interrupted {
+        let verdict = diagnose::diagnose(&summary);
+        crate::check_advice::run(args, &dir, &summary, &verdict);
     }
     Ok(summary)
 }

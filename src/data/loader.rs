@@ -4,11 +4,17 @@
 //! Worker `w` builds steps `w, w+W, w+2W, …` into its own bounded queue and the training
 //! loop takes step `k` from queue `k mod W`: batch order and contents are deterministic for
 //! a seed whatever the thread timing, and memory is bounded by the prefetch depth.
+//!
+//! From a packed cache ([`Source::Packed`]) there is nothing to decode or resize: the `read`
+//! span covers the copy out of the memory map, which is also the u8 HWC → f32 CHW conversion
+//! (one pass over the bytes); no `decode` or `resize` spans are emitted.
 
 use super::augment;
 use super::image::{decode, hwc_to_chw, Resizer};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
+use super::source::Source;
+use crate::cache::Packed;
 use crossbeam_channel::{Receiver, Sender};
 use probes::Stage;
 use probes::{Event, Probe};
@@ -172,7 +178,23 @@ pub struct Loader {
 impl Loader {
     /// Starts `cfg.workers` named threads (`loader-0`, …) over `ds`.
     pub fn start(ds: Arc<Dataset>, cfg: LoaderConfig, probe: Probe) -> std::io::Result<Loader> {
-        let plan = Arc::new(Plan::new(ds.samples.len(), &cfg));
+        Self::start_source(Source::Folder(ds), cfg, probe)
+    }
+
+    /// Starts the workers over a folder or a packed cache (whose images must be the
+    /// configured size).
+    pub fn start_source(src: Source, cfg: LoaderConfig, probe: Probe) -> std::io::Result<Loader> {
+        if let Source::Packed(p) = &src {
+            let want = (cfg.height, cfg.width, cfg.channels as u32);
+            if p.shape() != want {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{} holds {:?} (H, W, C) images, the loader wants {want:?}", p.path().display(), p.shape()),
+                ));
+            }
+        }
+        let ds = Arc::new(src);
+        let plan = Arc::new(Plan::new(ds.len(), &cfg));
         let workers = cfg.workers.max(1);
         let per_worker = cfg.prefetch.div_ceil(workers).max(1);
         let stop = Arc::new(AtomicBool::new(false));
@@ -235,7 +257,7 @@ impl Drop for Loader {
 fn worker(
     w: usize,
     workers: usize,
-    ds: &Dataset,
+    src: &Source,
     plan: &Plan,
     cfg: &LoaderConfig,
     stop: &AtomicBool,
@@ -258,17 +280,23 @@ fn worker(
         let mut pixels = vec![0f32; indices.len() * per_image];
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices.iter() {
-            let sample = &ds.samples[i as usize];
             let slot = labels.len();
             let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
             let at = Where { step, epoch, sample: i };
-            match load_one(link, &sample.path, at, cfg, &mut resizer, aug.as_mut(), out) {
-                Ok(()) => labels.push(sample.label),
+            let loaded = match src {
+                Source::Folder(ds) => {
+                    load_one(link, &ds.samples[i as usize].path, at, cfg, &mut resizer, aug.as_mut(), out)
+                }
+                // A cache with augmentation is refused before the loader starts.
+                Source::Packed(p) => load_packed(p, link, step, i, cfg, out),
+            };
+            match loaded {
+                Ok(()) => labels.push(src.label(i as usize)),
                 Err(reason) => {
                     let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
                     if first {
                         probe.send_blocking(Event::Skipped {
-                            path: sample.path.display().to_string().into_boxed_str(),
+                            path: src.name(i as usize).into_boxed_str(),
                             reason: reason.into_boxed_str(),
                         });
                     }
@@ -344,6 +372,30 @@ fn load_one(
     let p = augment::sample(&cfg.augment, cfg.seed, epoch, sample);
     augment::apply(hwc, w, h, c, &p, buf);
     hwc_to_chw(buf, c, w * h, out);
+    Ok(())
+}
+
+/// One cached image: a slice of the mapped file converted straight into the batch. Cannot
+/// fail: the cache was verified when it was opened.
+fn load_packed(
+    p: &Packed,
+    link: Option<&SlowLink>,
+    step: u64,
+    sample: u32,
+    cfg: &LoaderConfig,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let px = p.pixels(sample as usize);
+    let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
+    let _g = span.enter();
+    span.record("bytes", px.len() as u64);
+    if let Some(link) = link {
+        link.read(px.len());
+    }
+    if let Some(s) = extra_for(&cfg.slow, Stage::Read) {
+        s.apply();
+    }
+    hwc_to_chw(px, cfg.channels, cfg.height as usize * cfg.width as usize, out);
     Ok(())
 }
 

@@ -1,0 +1,98 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The loader alone at 150×150: from the photo folder (read → decode → resize) vs from a
+//! packed cache of the same folder (one copy out of a memory map). Spans off.
+//!
+//! `cargo bench --bench cache [-- DIR]`. Without DIR, uses the 200 noisy 500×375 JPEGs the
+//! loader bench writes to target/bench-photos.
+
+use pipeprof::cache::{build, BuildOptions, Packed};
+use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof::data::{scan, Loader, LoaderConfig, Source};
+use probes::{clock, Probe};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn pass(src: &Source, workers: usize, probe: &Probe) -> (f64, f64) {
+    let cfg = LoaderConfig {
+        height: 150,
+        width: 150,
+        channels: 3,
+        batch_size: 32,
+        workers,
+        prefetch: 2 * workers,
+        shuffle: true,
+        seed: 0,
+        epochs: 1,
+        max_steps: None,
+        throttle: None,
+        slow: Vec::new(),
+        augment: Default::default(),
+    };
+    let cpu0 = clock::process_cpu_ns();
+    let t0 = clock::now_ns();
+    let mut loader = Loader::start_source(src.clone(), cfg, probe.clone()).unwrap();
+    let mut n = 0;
+    while let Some(b) = loader.next_batch() {
+        n += b.len();
+    }
+    drop(loader);
+    let cpu = (clock::process_cpu_ns() - cpu0) as f64 / 1e9;
+    let wall = (clock::now_ns() - t0) as f64 / 1e9;
+    (n as f64 / cpu, n as f64 / wall)
+}
+
+fn best(src: &Source, workers: usize, probe: &Probe) -> (f64, f64) {
+    pass(src, workers, probe); // warm the page cache
+    (0..5).map(|_| pass(src, workers, probe)).fold((0.0, 0.0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
+}
+
+fn main() {
+    let dir = std::env::args().skip(1).find(|a| !a.starts_with('-')).map(PathBuf::from).unwrap_or_else(|| {
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-photos");
+        let spec = DemoSpec { classes: 4, per_class: 50, size: Some((500, 375)), format: DemoFormat::Jpeg, seed: 9 };
+        if !spec.is_present(&d) {
+            spec.write(&d).unwrap();
+        }
+        d
+    });
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-photos.ppk");
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let r = build(&BuildOptions {
+        data: dir.clone(),
+        out: out.clone(),
+        height: 150,
+        width: 150,
+        channels: 3,
+        model: "bench".into(),
+        workers: cores,
+        progress: false,
+        fail_after: None,
+        abort_after: None,
+    })
+    .unwrap();
+    println!(
+        "{} images in {}; cache built in {:.2} s with {cores} threads ({:.1} MB)",
+        r.images,
+        dir.display(),
+        r.secs,
+        r.bytes as f64 / 1e6
+    );
+    let folder = Source::Folder(Arc::new(scan(&dir).unwrap()));
+    let packed = Source::Packed(Arc::new(Packed::open(&out).unwrap()));
+    let (probe, rx) = Probe::new(probes::DEFAULT_CAPACITY);
+    let drain = std::thread::spawn(move || rx.iter().count());
+    for workers in [1, cores] {
+        let f = best(&folder, workers, &probe);
+        let c = best(&packed, workers, &probe);
+        println!(
+            "{workers} worker(s), 150×150: folder {:.0} images/s ({:.0}/CPU-s) · cache {:.0} images/s ({:.0}/CPU-s) · {:.1}× images/s",
+            f.1,
+            f.0,
+            c.1,
+            c.0,
+            c.1 / f.1
+        );
+    }
+    drop(probe);
+    let _ = drain;
+}

@@ -1,0 +1,325 @@
+//! Writing a cache: scan, decode + resize on every core, write in order to a temporary file,
+//! fsync, rename.
+
+use super::format::{fingerprint, relative, Header, Meta, HEADER_LEN, PIXELS_OFF, VERSION};
+use super::CacheError;
+use crate::data::image::{decode, Resizer};
+use crate::data::{scan, Dataset};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Images per decode task: big enough to amortise the hand-off, small enough to keep memory
+/// bounded (at most 2 × workers tasks are in flight).
+const CHUNK: usize = 16;
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// The ImageFolder to read.
+    pub data: PathBuf,
+    /// The cache file to write.
+    pub out: PathBuf,
+    pub height: u32,
+    pub width: u32,
+    pub channels: u32,
+    /// The model file (stored, for the rebuild command in messages).
+    pub model: String,
+    /// Decode threads.
+    pub workers: usize,
+    /// A progress line and warnings on stderr.
+    pub progress: bool,
+    /// Testing hook: fail with an I/O error after this many images are written.
+    #[doc(hidden)]
+    pub fail_after: Option<usize>,
+    /// Testing hook: abort the process (as `kill -9` would stop it) after this many images.
+    #[doc(hidden)]
+    pub abort_after: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildReport {
+    pub images: usize,
+    pub classes: Vec<String>,
+    /// (path, reason) of every file that could not be read or decoded.
+    pub skipped: Vec<(String, String)>,
+    /// Bytes of the written file.
+    pub bytes: u64,
+    pub secs: f64,
+}
+
+/// The temporary file: removed on drop unless renamed into place.
+struct Temp {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// `DIR/.NAME.tmp-PID`, next to `out` so the rename stays on one filesystem.
+pub fn temp_path(out: &Path) -> PathBuf {
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "cache.ppk".into());
+    out.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Removes temporary files a killed `pipeprof cache` left next to `out` (their process is gone).
+fn remove_stale_temps(out: &Path) {
+    let (Some(dir), Some(name)) = (out.parent(), out.file_name()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let f = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = f.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else { continue };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+type Decoded = Vec<Result<Vec<u8>, String>>;
+
+/// Decodes and resizes one sample to u8 HWC, exactly as the loader does before its f32
+/// conversion; the error text matches the loader's skip reasons.
+fn decode_one(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let px = decode(&bytes, opts.channels as usize).map_err(|e| e.to_string())?;
+    resizer.resize_u8(&px, opts.width, opts.height).map(<[u8]>::to_vec).map_err(|e| e.to_string())
+}
+
+/// Builds the cache described by `opts`. The final name appears only once the file is
+/// complete and on disk.
+pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
+    let t0 = Instant::now();
+    let ds = scan(&opts.data)?;
+    if opts.progress {
+        for p in &ds.problems {
+            eprintln!("warning: {}: {}", p.path.display(), p.reason);
+        }
+    }
+    let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
+    let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
+    let fp = fingerprint(&ds);
+    remove_stale_temps(&opts.out);
+    let tmp = Temp { path: temp_path(&opts.out), keep: false };
+    let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
+    let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp.path).map_err(werr)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+    w.write_all(&vec![0u8; PIXELS_OFF as usize]).map_err(werr)?;
+
+    let mut meta = Meta { source, model: opts.model.clone(), classes: ds.classes.clone(), ..Meta::default() };
+    let mut labels: Vec<u32> = Vec::with_capacity(ds.samples.len());
+    let mut crcs: Vec<u32> = Vec::with_capacity(ds.samples.len());
+    let mut progress = Progress::new(opts.progress, ds.samples.len());
+    let chunks = ds.samples.len().div_ceil(CHUNK);
+    let workers = opts.workers.clamp(1, chunks.max(1));
+    let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Decoded)>();
+    let written: Result<(), CacheError> = std::thread::scope(|s| {
+        for t in 0..workers {
+            let (task_rx, done_tx, ds) = (task_rx.clone(), done_tx.clone(), &ds);
+            let spawned = std::thread::Builder::new().name(format!("cache-{t}")).spawn_scoped(s, move || {
+                let mut resizer = Resizer::new();
+                for c in task_rx.iter() {
+                    let part = &ds.samples[c * CHUNK..((c + 1) * CHUNK).min(ds.samples.len())];
+                    let out = part.iter().map(|x| decode_one(&x.path, opts, &mut resizer)).collect();
+                    if done_tx.send((c, out)).is_err() {
+                        return;
+                    }
+                }
+            });
+            spawned.map_err(werr)?;
+        }
+        drop(done_tx);
+        // At most 2 × workers chunks decoded ahead of the writer.
+        let mut next_task = 0;
+        while next_task < chunks.min(2 * workers) {
+            let _ = task_tx.send(next_task);
+            next_task += 1;
+        }
+        let mut ready: BTreeMap<usize, Decoded> = BTreeMap::new();
+        let mut next_write = 0;
+        let mut result = Ok(());
+        while next_write < chunks {
+            let Ok((c, out)) = done_rx.recv() else { break };
+            ready.insert(c, out);
+            while let Some(out) = ready.remove(&next_write) {
+                let base = next_write * CHUNK;
+                for (k, r) in out.into_iter().enumerate() {
+                    let sample = &ds.samples[base + k];
+                    let name = relative(&ds.root, &sample.path).display().to_string();
+                    match r {
+                        Ok(px) => {
+                            if let Err(e) = w.write_all(&px) {
+                                result = Err(werr(e));
+                                break;
+                            }
+                            crcs.push(crc32fast::hash(&px));
+                            labels.push(sample.label);
+                            meta.names.push(name);
+                            if opts.fail_after == Some(labels.len()) {
+                                result = Err(werr(std::io::Error::other("test hook: simulated failure mid-write")));
+                                break;
+                            }
+                            if opts.abort_after == Some(labels.len()) {
+                                let _ = w.flush();
+                                std::process::abort();
+                            }
+                        }
+                        Err(reason) => {
+                            progress.warn(&sample.path, &reason);
+                            meta.skipped.push((sample.path.display().to_string(), reason));
+                        }
+                    }
+                }
+                progress.update(labels.len() + meta.skipped.len(), meta.skipped.len());
+                next_write += 1;
+                if result.is_err() {
+                    break;
+                }
+                if next_task < chunks {
+                    let _ = task_tx.send(next_task);
+                    next_task += 1;
+                }
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        // Workers stop when the task channel closes.
+        drop(task_tx);
+        result
+    });
+    progress.finish();
+    written?;
+    if labels.is_empty() {
+        return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: meta.skipped.len() });
+    }
+
+    let image_len = opts.height as u64 * opts.width as u64 * opts.channels as u64;
+    let labels_off = PIXELS_OFF + labels.len() as u64 * image_len;
+    let labels_b: Vec<u8> = labels.iter().flat_map(|l| l.to_le_bytes()).collect();
+    let crcs_b: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+    let meta_b = meta.encode();
+    let crcs_off = labels_off + labels_b.len() as u64;
+    let meta_off = crcs_off + crcs_b.len() as u64;
+    let header = Header {
+        version: VERSION,
+        height: opts.height,
+        width: opts.width,
+        channels: opts.channels,
+        count: labels.len() as u64,
+        fingerprint: fp,
+        pixels_off: PIXELS_OFF,
+        labels_off,
+        crcs_off,
+        meta_off,
+        meta_len: meta_b.len() as u64,
+        file_len: meta_off + meta_b.len() as u64,
+    };
+    for part in [&labels_b, &crcs_b, &meta_b] {
+        w.write_all(part).map_err(werr)?;
+    }
+    let zero_crc = header.encode(0);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&Header::crc_input(&zero_crc));
+    hasher.update(&labels_b);
+    hasher.update(&crcs_b);
+    hasher.update(&meta_b);
+    let head: [u8; HEADER_LEN] = header.encode(hasher.finalize());
+    let mut file = w.into_inner().map_err(|e| werr(e.into_error()))?;
+    file.seek(SeekFrom::Start(0)).map_err(werr)?;
+    file.write_all(&head).map_err(werr)?;
+    file.sync_all().map_err(werr)?;
+    drop(file);
+    std::fs::rename(&tmp.path, &opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
+    let mut tmp = tmp;
+    tmp.keep = true;
+    // The rename is durable once the folder's entry is on disk too.
+    if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(BuildReport {
+        images: labels.len(),
+        classes: ds.classes.clone(),
+        skipped: meta.skipped,
+        bytes: header.file_len,
+        secs: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The samples with paths under the canonical root (so relative names and the fingerprint do
+/// not depend on how the folder was named on the command line).
+fn rebase(ds: &Dataset, root: &Path) -> Vec<crate::data::scan::Sample> {
+    ds.samples
+        .iter()
+        .map(|s| crate::data::scan::Sample { path: root.join(relative(&ds.root, &s.path)), label: s.label })
+        .collect()
+}
+
+struct Progress {
+    on: bool,
+    tty: bool,
+    total: usize,
+    t0: Instant,
+    last: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(on: bool, total: usize) -> Progress {
+        let now = Instant::now();
+        Progress { on, tty: std::io::stderr().is_terminal(), total, t0: now, last: now, shown: false }
+    }
+
+    fn line(&self, done: usize, skipped: usize) -> String {
+        let secs = self.t0.elapsed().as_secs_f64().max(1e-9);
+        format!(
+            "caching {done}/{} images ({:.0}%) · {skipped} skipped · {:.0} images/s",
+            self.total,
+            100.0 * done as f64 / self.total.max(1) as f64,
+            done as f64 / secs
+        )
+    }
+
+    fn update(&mut self, done: usize, skipped: usize) {
+        if !self.on {
+            return;
+        }
+        let every = if self.tty { 0.1 } else { 5.0 };
+        if self.last.elapsed().as_secs_f64() < every && done < self.total {
+            return;
+        }
+        self.last = Instant::now();
+        let line = self.line(done, skipped);
+        if self.tty {
+            eprint!("\r\x1b[K{line}");
+            self.shown = true;
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    /// The loader's warning format, one line per file.
+    fn warn(&mut self, path: &Path, reason: &str) {
+        if self.on {
+            let clear = if self.tty && self.shown { "\r\x1b[K" } else { "" };
+            eprintln!("{clear}warning: skipped {}: {reason}", path.display());
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.on && self.tty && self.shown {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The packed cache (`pipeprof cache`): every usable image decoded and resized once, stored as
+//! u8 pixels at the model's input size in one file that training memory-maps.
+//!
+//! # File format, version 1 (little-endian)
+//!
+//! ```text
+//! [0, 128)            header: magic "\x89PPK\r\n\x1a\n", version, H, W, C, image count,
+//!                     source fingerprint, offsets and lengths of the sections below, file
+//!                     length, and a CRC-32 over the header, labels, checksums and metadata
+//! [4096, +n·H·W·C)    pixels: image i is H·W·C u8 bytes, HWC interleaved, at 4096 + i·H·W·C
+//!                     (page-aligned start; the stride is fixed, so no per-image offsets)
+//! labels_off          n × u32 class labels
+//! crcs_off            n × u32 CRC-32 of each image's pixels
+//! meta_off            source folder, model, class names, each image's path (relative to the
+//!                     source), files skipped at build time with their reasons
+//! ```
+//!
+//! Pixels come first so the file is written in one pass while images are decoded; the index
+//! and metadata follow, and the header is written last. The writer goes to a temporary name in
+//! the same folder, fsyncs and renames: the final name never holds a half-written file.
+//!
+//! The source fingerprint is a 64-bit FNV-1a hash over (relative path, size, mtime) of every
+//! image file the scan found, in scan order: adding, removing, renaming or touching a file
+//! changes it. Opening a cache whose source folder still exists re-scans it and refuses a
+//! mismatch (stale); every checksum is verified at open (damaged).
+
+mod build;
+mod format;
+mod open;
+
+pub use build::{build, BuildOptions, BuildReport};
+pub use format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, PIXELS_OFF, VERSION};
+pub use open::Packed;
+
+use crate::cli::CacheArgs;
+use anyhow::Context;
+use std::path::PathBuf;
+
+/// Why a cache cannot be written or used. Every message names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cannot read the cache {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot write the cache {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Scan(#[from] crate::data::scan::ScanError),
+    #[error(
+        "{path} is not a pipeprof cache (no PPK magic bytes): pass an image folder, or a file written by `{rerun}`"
+    )]
+    NotACache { path: PathBuf, rerun: String },
+    #[error(
+        "{path} is cache format version {found}, this pipeprof reads version {VERSION}: rebuild it with `{rerun}`"
+    )]
+    Version { path: PathBuf, found: u32, rerun: String },
+    #[error("{path} is damaged ({what}): it was not used; delete it and re-run `{rerun}`")]
+    Damaged { path: PathBuf, what: String, rerun: String },
+    #[error("{path} is stale: {what} in {} since it was written; it was not used: re-run `{rerun}`", source_dir.display())]
+    Stale { path: PathBuf, source_dir: PathBuf, what: String, rerun: String },
+    #[error("{path} holds {cache} images but the model's [input] is {model} ({which} differ): re-run `{rerun}` with this model")]
+    Shape { path: PathBuf, cache: String, model: String, which: String, rerun: String },
+    #[error(
+        "no usable images in {dir}: all {skipped} files were skipped (see the warnings above); nothing was written"
+    )]
+    NoUsable { dir: PathBuf, skipped: usize },
+}
+
+/// The command that rebuilds `out` from `source` with `model` (`-` parts when unknown).
+pub fn rerun_command(model: Option<&str>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
+    let model = match model {
+        Some(m) if !m.is_empty() && !m.starts_with("built-in") => format!("--model {m} "),
+        Some(_) => String::new(),
+        None => "--model cnn.toml ".into(),
+    };
+    let data = source.map(|s| s.display().to_string()).unwrap_or_else(|| "DIR".into());
+    format!("pipeprof cache {model}--data {data} --out {}", out.display())
+}
+
+/// `pipeprof cache`.
+pub fn run(args: &CacheArgs) -> anyhow::Result<()> {
+    let (cfg, model_name) = crate::profile::load_model(args.model.as_deref())?;
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let opts = BuildOptions {
+        data: args.data.clone(),
+        out: args.out.clone(),
+        height: cfg.input.height as u32,
+        width: cfg.input.width as u32,
+        channels: cfg.input.channels as u32,
+        model: args.model.as_ref().map(|m| m.display().to_string()).unwrap_or(model_name),
+        workers: args.workers.unwrap_or(cores).max(1),
+        progress: true,
+        fail_after: None,
+        abort_after: args.abort_after,
+    };
+    let r = build(&opts).with_context(|| format!("pipeprof cache: {} was not written", args.out.display()))?;
+    eprintln!(
+        "pipeprof: cached {} images ({}×{}×{}, {:.1} MB) from {} in {:.1} s with {} threads → {}",
+        r.images,
+        opts.height,
+        opts.width,
+        opts.channels,
+        r.bytes as f64 / 1e6,
+        args.data.display(),
+        r.secs,
+        opts.workers,
+        args.out.display()
+    );
+    if !r.skipped.is_empty() {
+        eprintln!("skipped files: {}", r.skipped.len());
+        for (p, why) in &r.skipped {
+            eprintln!("  {p}: {why}");
+        }
+    }
+    println!("train from it: pipeprof profile {}--data {}", model_flag(args), args.out.display());
+    Ok(())
+}
+
+fn model_flag(args: &CacheArgs) -> String {
+    args.model.as_ref().map(|m| format!("--model {} ", m.display())).unwrap_or_default()
+}
