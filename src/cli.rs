@@ -86,7 +86,8 @@ pub struct ProfileArgs {
     /// Images per batch (overrides [train] batch_size).
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Loader worker threads: a number or "auto" (= cores) (overrides [data] workers).
+    /// Loader worker threads: a number, or "auto" = start with 1 and add workers while the
+    /// training loop waits and it helps, up to the cores (overrides [data] workers).
     #[arg(long)]
     pub workers: Option<crate::config::Workers>,
     /// Batches waiting in the prefetch queue (overrides [data] prefetch).

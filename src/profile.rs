@@ -160,7 +160,12 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
     let shapes = cfg.infer_shapes(ds.classes().len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
     let params: usize = shapes.iter().map(|l| l.params).sum();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let workers = cfg.data.workers.resolve(cores);
+    // `auto`: start with one worker and let the measured wait decide (train::auto).
+    let auto_workers = (cfg.data.workers == config::Workers::Auto).then(|| train::auto::AutoWorkers::new(cores));
+    let workers = match &auto_workers {
+        Some(a) => a.initial(),
+        None => cfg.data.workers.resolve(cores),
+    };
     println!("Model: {model_name}  ·  {} classes: {}", ds.classes().len(), ds.classes().join(", "));
     print!("{}", config::summary_table(&shapes, &cfg.input));
     if cfg.augment.is_on() {
@@ -192,6 +197,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             .map(|t| t.describe())
             .chain(args.slow.iter().map(|s| s.describe()))
             .collect(),
+        auto_workers: Vec::new(),
     };
     for s in &settings.simulated {
         eprintln!("pipeprof: simulation on: {s}");
@@ -283,7 +289,7 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<Summary> {
             let result = (|| {
                 let mut loader = Loader::start_source(ds, loader_cfg, probe.clone())?;
                 let total = loader.total_steps();
-                let hooks = train::Hooks { panic_at_step: panic_at, slow: slow.clone() };
+                let hooks = train::Hooks { panic_at_step: panic_at, slow: slow.clone(), auto_workers };
                 let out = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks);
                 drop(loader);
                 out.map(|o| (o, total))

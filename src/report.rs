@@ -41,6 +41,9 @@ pub fn render(s: &Summary) -> String {
         "device {} · {} loader workers on {} cores · batch {} · prefetch {}",
         st.device, st.workers, st.cores, st.batch_size, st.prefetch
     );
+    for line in &st.auto_workers {
+        let _ = writeln!(o, "workers auto: {line}");
+    }
     for sim in &st.simulated {
         let _ = writeln!(o, "SIMULATION: {sim}: these timings are not your machine's own");
     }

@@ -199,3 +199,45 @@ fn loader_skips_bad_files_once_and_delivers_the_rest_in_step_order() {
     assert!(skipped.iter().any(|s| s.contains("zero.png: empty file")), "{skipped:?}");
     assert!(skipped.iter().any(|s| s.contains("garbage.jpg")), "{skipped:?}");
 }
+
+#[test]
+fn changing_workers_mid_run_keeps_every_batch_and_its_order() {
+    let d = tempfile::tempdir().unwrap();
+    for c in ["a", "b"] {
+        fs::create_dir(d.path().join(c)).unwrap();
+        for i in 0..10u8 {
+            png_rgb(&d.path().join(format!("{c}/{i}.png")), 6, 6, [i * 20, if c == "a" { 0 } else { 255 }, 7]);
+        }
+    }
+    let ds = Arc::new(scan(d.path()).unwrap());
+    let cfg = |workers| LoaderConfig {
+        height: 3,
+        width: 3,
+        channels: 3,
+        batch_size: 3,
+        workers,
+        prefetch: 2,
+        shuffle: true,
+        seed: 9,
+        epochs: 2,
+        max_steps: None,
+        throttle: None,
+        slow: Vec::new(),
+        augment: Default::default(),
+    };
+    let (probe, _rx) = probes::Probe::new(1 << 16);
+    let mut fixed = Loader::start(ds.clone(), cfg(1), probe.clone()).unwrap();
+    let want: Vec<_> = std::iter::from_fn(|| fixed.next_batch()).collect();
+    let mut changing = Loader::start(ds, cfg(1), probe).unwrap();
+    let mut got = Vec::new();
+    for (k, n) in [(2, 2), (5, 1), (7, 2)] {
+        while got.len() < k {
+            got.push(changing.next_batch().unwrap());
+        }
+        changing.set_workers(n).unwrap();
+        assert_eq!(changing.workers(), n);
+    }
+    got.extend(std::iter::from_fn(|| changing.next_batch()));
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want, "same steps, same contents, same order");
+}

@@ -51,6 +51,7 @@ fn settings() -> RunSettings {
         input: [3, 64, 64],
         params: 406_820,
         simulated: Vec::new(),
+        auto_workers: Vec::new(),
     }
 }
 

@@ -66,6 +66,15 @@ fn real_runs_get_the_verdict_their_scenario_was_built_for() {
     assert_eq!(v["limiter"], "Compute", "{v}");
     assert_eq!(v["severity"], "Low", "{v}");
 
+    // --workers auto on a preprocess-bound run with a spare core: grows past 1.
+    let sj = d.path().join("s.json");
+    let _ = run(d.path(), TINY, &["--steps", "30", "--workers", "auto", "--slow", "decode=+10ms"]);
+    let s: Value = serde_json::from_slice(&std::fs::read(&sj).unwrap()).unwrap();
+    let log = s["settings"]["auto_workers"].to_string();
+    assert!(log.contains("trying 2"), "{log}");
+    // Two CPU-bound workers on two otherwise idle cores halve the step (the rule needs < 0.8×).
+    assert_eq!(s["settings"]["workers"], 2, "{log}");
+
     // A tiny model: per-step fixed cost dominates; flagged whatever else limits.
     let v = run(d.path(), TINY, &["--steps", "30", "--workers", "2", "--batch-size", "2"]);
     assert!(flags(&v).contains("TinyModel"), "{v}");

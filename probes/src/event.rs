@@ -82,6 +82,15 @@ pub enum Event {
     Host(Box<crate::sampler::HostSample>),
     /// A GPU sample (all devices), or the reason GPU sampling is off.
     Gpu(Box<crate::sampler::GpuSample>),
+    /// The loader's worker count changed (`--workers auto`), and why.
+    Workers {
+        /// Workers from now on.
+        workers: u32,
+        /// Why, in words.
+        reason: Box<str>,
+        /// Whether this is the final choice.
+        settled: bool,
+    },
     /// The producer is done: everything it sent before this has arrived.
     Finish,
 }

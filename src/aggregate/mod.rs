@@ -68,6 +68,8 @@ pub struct RunSettings {
     /// Simulated slowdowns active in this run (`--throttle-read 2MB/s`, `--slow decode=+5ms`),
     /// shown in every report and flagged by the diagnosis.
     pub simulated: Vec<String>,
+    /// How `--workers auto` chose the worker count, step by step (empty for a fixed count).
+    pub auto_workers: Vec<String>,
 }
 
 struct StageAgg {
@@ -384,6 +386,11 @@ impl Aggregator {
             }
             Event::Host(h) => self.machine.push_host(h),
             Event::Gpu(g) => self.machine.push_gpu(g),
+            Event::Workers { workers, reason, settled } => {
+                self.settings.workers = *workers as usize;
+                let tag = if *settled { "chose" } else { "trying" };
+                self.settings.auto_workers.push(format!("{tag} {workers}: {reason}"));
+            }
             Event::Finish | Event::Spans(_) => {}
         }
     }

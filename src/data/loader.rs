@@ -167,9 +167,17 @@ struct SkipLog {
 }
 
 pub struct Loader {
+    src: Arc<Source>,
+    plan: Arc<Plan>,
+    cfg: Arc<LoaderConfig>,
+    skips: Arc<SkipLog>,
+    link: Option<Arc<SlowLink>>,
+    probe: Probe,
     queues: Vec<Receiver<Batch>>,
     handles: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    /// The step the current workers started from.
+    first: u64,
     next: u64,
     total: u64,
     per_epoch: u64,
@@ -193,27 +201,76 @@ impl Loader {
                 ));
             }
         }
-        let ds = Arc::new(src);
-        let plan = Arc::new(Plan::new(ds.len(), &cfg));
+        let plan = Arc::new(Plan::new(src.len(), &cfg));
         let workers = cfg.workers.max(1);
-        let per_worker = cfg.prefetch.div_ceil(workers).max(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let skips = Arc::new(SkipLog::default());
-        let link = cfg.throttle.map(|t| Arc::new(SlowLink::new(t)));
-        let cfg = Arc::new(cfg);
-        let mut queues = Vec::with_capacity(workers);
-        let mut handles = Vec::with_capacity(workers);
+        let mut l = Loader {
+            src: Arc::new(src),
+            total: plan.total_steps,
+            per_epoch: plan.steps_per_epoch(),
+            plan,
+            link: cfg.throttle.map(|t| Arc::new(SlowLink::new(t))),
+            cfg: Arc::new(cfg),
+            skips: Arc::new(SkipLog::default()),
+            probe,
+            queues: Vec::new(),
+            handles: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            first: 0,
+            next: 0,
+        };
+        l.spawn(workers)?;
+        Ok(l)
+    }
+
+    /// Starts `workers` threads producing the plan from step `self.next` on.
+    fn spawn(&mut self, workers: usize) -> std::io::Result<()> {
+        let per_worker = self.cfg.prefetch.div_ceil(workers).max(1);
+        self.stop = Arc::new(AtomicBool::new(false));
+        self.first = self.next;
         for w in 0..workers {
             let (tx, rx) = crossbeam_channel::bounded(per_worker);
-            queues.push(rx);
-            let (ds, plan, cfg, stop, skips, probe, link) =
-                (ds.clone(), plan.clone(), cfg.clone(), stop.clone(), skips.clone(), probe.clone(), link.clone());
+            self.queues.push(rx);
+            let (src, plan, cfg, stop, skips, probe, link) = (
+                self.src.clone(),
+                self.plan.clone(),
+                self.cfg.clone(),
+                self.stop.clone(),
+                self.skips.clone(),
+                self.probe.clone(),
+                self.link.clone(),
+            );
+            let first = self.first + w as u64;
             let h = std::thread::Builder::new()
                 .name(format!("loader-{w}"))
-                .spawn(move || worker(w, workers, &ds, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
-            handles.push(h);
+                .spawn(move || worker(first, workers, &src, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
+            self.handles.push(h);
         }
-        Ok(Loader { queues, handles, stop, next: 0, total: plan.total_steps, per_epoch: plan.steps_per_epoch() })
+        Ok(())
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.queues.clear();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+
+    /// Worker threads now.
+    pub fn workers(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Changes the number of workers at the current step boundary. Batches already prepared
+    /// are dropped and prepared again by the new workers: the plan is deterministic, so the
+    /// steps' contents do not change.
+    pub fn set_workers(&mut self, workers: usize) -> std::io::Result<()> {
+        let workers = workers.max(1);
+        if workers == self.workers() {
+            return Ok(());
+        }
+        self.halt();
+        self.spawn(workers)
     }
 
     /// Steps this loader will produce.
@@ -233,10 +290,10 @@ impl Loader {
 
     /// The next batch in step order, blocking; `None` when the plan is done.
     pub fn next_batch(&mut self) -> Option<Batch> {
-        if self.next >= self.total {
+        if self.next >= self.total || self.queues.is_empty() {
             return None;
         }
-        let q = &self.queues[(self.next % self.queues.len() as u64) as usize];
+        let q = &self.queues[((self.next - self.first) % self.queues.len() as u64) as usize];
         let b = q.recv().ok()?;
         self.next += 1;
         Some(b)
@@ -245,17 +302,13 @@ impl Loader {
 
 impl Drop for Loader {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.queues.clear();
-        for h in self.handles.drain(..) {
-            let _ = h.join();
-        }
+        self.halt();
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn worker(
-    w: usize,
+    first: u64,
     workers: usize,
     src: &Source,
     plan: &Plan,
@@ -272,7 +325,7 @@ fn worker(
     let plane = cfg.height as usize * cfg.width as usize;
     let per_image = plane * cfg.channels;
     let mut order = EpochOrder::default();
-    for step in (w as u64..plan.total_steps).step_by(workers) {
+    for step in (first..plan.total_steps).step_by(workers) {
         if stop.load(Ordering::Relaxed) {
             return;
         }

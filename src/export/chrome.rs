@@ -222,6 +222,10 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                     self.instant("GPU sampling off", g.t_ns, json!({ "reason": reason }))?;
                 }
             }
+            Event::Workers { workers, reason, settled } => {
+                let t = self.last_ts;
+                self.instant("workers", t, json!({"workers": workers, "reason": reason, "settled": settled}))?;
+            }
             Event::Finish => {}
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! The training loop: wait for a batch, transfer it, compute. Each phase is a span.
 
+pub mod auto;
 pub mod model;
 
 use crate::config::{ModelConfig, OptimizerKind};
@@ -73,6 +74,8 @@ pub struct Hooks {
     pub panic_at_step: Option<u64>,
     /// Simulated extra time in transfer or compute (--slow).
     pub slow: Vec<crate::data::simulate::Slow>,
+    /// `--workers auto`: the measured choice of loader workers.
+    pub auto_workers: Option<auto::AutoWorkers>,
 }
 
 /// The held-out set and how to load it (shuffle off, one epoch, no augmentation).
@@ -113,7 +116,9 @@ pub fn train(
     let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
     let mut out = TrainOutcome::default();
     let mut k = 0u64;
+    let mut auto = hooks.auto_workers.clone();
     loop {
+        let step_start = std::time::Instant::now();
         if stop.load(Ordering::Relaxed) {
             out.interrupted = true;
             break;
@@ -123,6 +128,7 @@ pub fn train(
             let _g = info_span!("wait", step = k).entered();
             loader.next_batch()
         };
+        let waited = step_start.elapsed();
         let Some(batch) = batch else { break };
         k = batch.step + 1;
         let epoch_end = k % loader.steps_per_epoch().max(1) == 0 || k == loader.total_steps();
@@ -182,6 +188,22 @@ pub fn train(
             queued,
             validation: false,
         }));
+        if let Some(a) = auto.as_mut() {
+            let (workers, reason, settled) =
+                match a.observe(waited.as_nanos() as u64, step_start.elapsed().as_nanos() as u64) {
+                    auto::Decision::Keep => (0, String::new(), false),
+                    auto::Decision::Set { workers, reason } => (workers, reason, false),
+                    auto::Decision::Settle { workers, reason } => (workers, reason, true),
+                };
+            if workers > 0 {
+                loader.set_workers(workers)?;
+                probe.send_blocking(Event::Workers {
+                    workers: workers as u32,
+                    reason: reason.into_boxed_str(),
+                    settled,
+                });
+            }
+        }
         if let (Some(v), true) = (val, epoch_end) {
             validate(&model, v, batch.epoch, dev, probe, stop)?;
         }

@@ -141,7 +141,7 @@ impl Frame {
             }
             Event::Host(h) => Frame::Event(WireEvent::Host((**h).clone())),
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
-            Event::Finish => return None,
+            Event::Finish | Event::Workers { .. } => return None,
         })
     }
 
