@@ -38,8 +38,13 @@ pub fn render(s: &Summary) -> String {
     );
     let _ = writeln!(
         o,
-        "device {} · {} loader workers on {} cores · batch {} · prefetch {}",
-        st.device, st.workers, st.cores, st.batch_size, st.prefetch
+        "device {} · {} loader worker{} on {} cores · batch {} · prefetch {}",
+        st.device,
+        st.workers,
+        if st.workers == 1 { "" } else { "s" },
+        st.cores,
+        st.batch_size,
+        st.prefetch
     );
     for line in &st.auto_workers {
         let _ = writeln!(o, "workers auto: {line}");

@@ -29,7 +29,9 @@ pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
     right.push(Span::styled(format!(" {} ", fmt_elapsed(s.elapsed_s)), bar.add_modifier(Modifier::BOLD)));
     right.push(Span::styled(" ? help ", bar));
     let device = if set.device.is_empty() { "-" } else { set.device.as_str() };
-    let mut tail = format!(" · {device} · {} workers/{} cores · batch {} ", set.workers, set.cores, set.batch_size);
+    let plural = if set.workers == 1 { "" } else { "s" };
+    let mut tail =
+        format!(" · {device} · {} worker{plural}/{} cores · batch {} ", set.workers, set.cores, set.batch_size);
     let mut fixed = " pipeprof  ".len() + tail.chars().count() + width(&right);
     if fixed + 12 > w {
         // Narrow, or a status is showing: keep room for the model's name.
