@@ -85,6 +85,43 @@ pub struct Validation {
     pub loader: LoaderConfig,
 }
 
+/// Re-initialises every parameter from `seed` (candle's CPU generator cannot be seeded), so a
+/// run is reproducible for a seed: weights ~ N(0, 2/fan_in) (Kaiming), biases ~ U(±1/√fan_in),
+/// each variable from its own stream keyed by its name.
+pub fn seed_weights(vm: &VarMap, seed: u64, dev: &Device) -> candle_core::Result<()> {
+    use crate::data::loader::SplitMix;
+    let data = vm.data().lock().map_err(|_| candle_core::Error::msg("the parameter map lock is poisoned"))?;
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    // Fan-in of a layer = its weight's elements per output unit.
+    let fan_in = |prefix: &str| {
+        data.get(&format!("{prefix}.weight")).map(|w| w.elem_count() / w.dims().first().copied().unwrap_or(1).max(1))
+    };
+    for name in names {
+        let Some(var) = data.get(name) else { continue };
+        let prefix = name.rsplit_once('.').map(|(p, _)| p).unwrap_or(name);
+        let fan = fan_in(prefix).unwrap_or(1).max(1) as f64;
+        let key = name.bytes().fold(seed ^ 0xA076_1D64_78BD_642F, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
+        let mut rng = SplitMix::new(key);
+        let n = var.elem_count();
+        let values: Vec<f32> = if name.ends_with(".bias") {
+            let bound = 1.0 / fan.sqrt();
+            (0..n).map(|_| ((rng.unit() * 2.0 - 1.0) * bound) as f32).collect()
+        } else {
+            let std = (2.0 / fan).sqrt();
+            (0..n)
+                .map(|_| {
+                    // Box–Muller.
+                    let (u1, u2) = (rng.unit().max(1e-12), rng.unit());
+                    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std) as f32
+                })
+                .collect()
+        };
+        var.set(&Tensor::from_vec(values, var.shape(), dev)?)?;
+    }
+    Ok(())
+}
+
 /// What the loop did.
 #[derive(Debug, Clone, Default)]
 pub struct TrainOutcome {
@@ -112,6 +149,7 @@ pub fn train(
     let vm = VarMap::new();
     let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
     let model = Cnn::new(cfg, classes, vb)?;
+    seed_weights(&vm, cfg.data.seed, dev)?;
     let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, &vm)?;
     let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
     let mut out = TrainOutcome::default();
@@ -256,6 +294,26 @@ fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_are_reproducible_for_a_seed() {
+        let cfg = ModelConfig::parse(crate::config::DEFAULT_MODEL, "cnn.toml").unwrap();
+        let dev = Device::Cpu;
+        let values = |seed| {
+            let vm = VarMap::new();
+            let _m = Cnn::new(&cfg, 4, VarBuilder::from_varmap(&vm, DType::F32, &dev)).unwrap();
+            seed_weights(&vm, seed, &dev).unwrap();
+            let data = vm.data().lock().unwrap();
+            let w = data.get("conv2d_1.weight").unwrap().as_tensor().flatten_all().unwrap();
+            w.to_vec1::<f32>().unwrap()
+        };
+        let (a, b, c) = (values(7), values(7), values(8));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        // Kaiming: std ≈ sqrt(2 / (3·3·3)) ≈ 0.27 for the first conv.
+        let std = (a.iter().map(|v| v * v).sum::<f32>() / a.len() as f32).sqrt();
+        assert!((0.2..0.35).contains(&std), "{std}");
+    }
 
     #[test]
     fn device_names_parse_and_cuda_needs_the_feature() {
