@@ -23,7 +23,7 @@ use std::path::Path;
 pub enum TraceLevel {
     /// Training-loop stages and counters only: small whatever the data set.
     Stage,
-    /// Also one span per sample per loader stage, up to [`SAMPLE_SPAN_CAP`].
+    /// Also one span per sample per loader stage, up to 200,000 (SAMPLE_SPAN_CAP).
     #[default]
     Sample,
 }
