@@ -17,3 +17,4 @@ pub mod report;
 pub mod signal;
 pub mod train;
 pub mod tui;
+pub mod units;

@@ -1,19 +1,8 @@
 //! The plain end-of-run report (for terminals, pipes and CI logs).
 
 use crate::aggregate::Summary;
+use crate::units::ms;
 use std::fmt::Write;
-
-fn ms(v: f64) -> String {
-    if v >= 1000.0 {
-        format!("{:.2}s", v / 1000.0)
-    } else if v >= 10.0 {
-        format!("{v:.1}ms")
-    } else if v >= 0.01 {
-        format!("{v:.2}ms")
-    } else {
-        format!("{:.1}µs", v * 1000.0)
-    }
-}
 
 fn pct(v: f64) -> String {
     format!("{:.0}%", v * 100.0)
@@ -327,13 +316,5 @@ mod tests {
         assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");
         assert!(r.contains("0.8750") && r.contains("75.0%"), "{r}");
         assert!(r.contains("validation passes took 30% of the run's wall time"), "{r}");
-    }
-
-    #[test]
-    fn durations_pick_readable_units() {
-        assert_eq!(ms(0.005), "5.0µs");
-        assert_eq!(ms(2.5), "2.50ms");
-        assert_eq!(ms(25.0), "25.0ms");
-        assert_eq!(ms(2500.0), "2.50s");
     }
 }

@@ -117,20 +117,7 @@ fn kv<'a>(label: &'a str, value: String) -> [Span<'a>; 2] {
     [Span::styled(label, dim()), Span::styled(value, bold())]
 }
 
-/// Milliseconds as the report writes them (µs under 10 µs, s over 1 s).
-pub fn fmt_ms(v: f64) -> String {
-    if !v.is_finite() || v <= 0.0 {
-        "0ms".into()
-    } else if v >= 1000.0 {
-        format!("{:.2}s", v / 1000.0)
-    } else if v >= 10.0 {
-        format!("{v:.1}ms")
-    } else if v >= 0.01 {
-        format!("{v:.2}ms")
-    } else {
-        format!("{:.1}µs", v * 1000.0)
-    }
-}
+pub use crate::units::ms as fmt_ms;
 
 /// A 0–1 share as a whole percentage.
 pub fn fmt_share(v: f64) -> String {
