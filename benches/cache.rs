@@ -7,30 +7,16 @@
 
 use pipeprof::cache::{build, BuildOptions, Packed};
 use pipeprof::data::demo::{DemoFormat, DemoSpec};
-use pipeprof::data::{scan, Loader, LoaderConfig, Source};
+use pipeprof::data::{scan, Loader, LoaderConfig, SampleSource};
 use probes::{clock, Probe};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-fn pass(src: &Source, workers: usize, probe: &Probe) -> (f64, f64) {
-    let cfg = LoaderConfig {
-        height: 150,
-        width: 150,
-        channels: 3,
-        batch_size: 32,
-        workers,
-        prefetch: 2 * workers,
-        shuffle: true,
-        seed: 0,
-        epochs: 1,
-        max_steps: None,
-        throttle: None,
-        slow: Vec::new(),
-        augment: Default::default(),
-    };
+fn pass(src: &Arc<dyn SampleSource>, workers: usize, probe: &Probe) -> (f64, f64) {
+    let cfg = LoaderConfig { height: 150, width: 150, workers, prefetch: 2 * workers, ..LoaderConfig::default() };
     let cpu0 = clock::process_cpu_ns();
     let t0 = clock::now_ns();
-    let mut loader = Loader::start_source(src.clone(), cfg, probe.clone()).unwrap();
+    let mut loader = Loader::start(src.clone(), cfg, probe.clone()).unwrap();
     let mut n = 0;
     while let Some(b) = loader.next_batch() {
         n += b.len();
@@ -41,7 +27,7 @@ fn pass(src: &Source, workers: usize, probe: &Probe) -> (f64, f64) {
     (n as f64 / cpu, n as f64 / wall)
 }
 
-fn best(src: &Source, workers: usize, probe: &Probe) -> (f64, f64) {
+fn best(src: &Arc<dyn SampleSource>, workers: usize, probe: &Probe) -> (f64, f64) {
     pass(src, workers, probe); // warm the page cache
     (0..5).map(|_| pass(src, workers, probe)).fold((0.0, 0.0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
 }
@@ -77,8 +63,8 @@ fn main() {
         r.secs,
         r.bytes as f64 / 1e6
     );
-    let folder = Source::Folder(Arc::new(scan(&dir).unwrap()));
-    let packed = Source::Packed(Arc::new(Packed::open(&out).unwrap()));
+    let folder: Arc<dyn SampleSource> = Arc::new(scan(&dir).unwrap());
+    let packed: Arc<dyn SampleSource> = Arc::new(Packed::open(&out).unwrap());
     let (probe, rx) = Probe::new(probes::DEFAULT_CAPACITY);
     let drain = std::thread::spawn(move || rx.iter().count());
     for workers in [1, cores] {

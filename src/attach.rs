@@ -1,40 +1,33 @@
 //! `pipeprof attach`: watch a training run in another process.
 
-use crate::aggregate::{Aggregator, RunSettings, Snapshot, Summary};
+use crate::aggregate::{Aggregator, RunSettings};
+use crate::diagnose::Diagnosed;
 use crate::export::chrome::ChromeTrace;
 use crate::export::Exporter;
-use crate::profile::{clear_progress, collect, show_progress, Latest};
+use crate::session;
 use crate::{report, signal};
 use anyhow::{bail, Context};
 use probes::attach::wire::{self, Frame, ServerStats};
 use probes::Event;
-use std::io::{BufReader, IsTerminal, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, clap::Args)]
-pub struct AttachArgs {
-    /// A PID, a socket path or HOST:PORT. Default: the one instrumented run found.
+/// What `pipeprof attach` was asked for (the command line's `attach` flags).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// A PID, a socket path or HOST:PORT; None = the one instrumented run found.
     pub target: Option<String>,
-    /// No live view: collect until the run ends (or --duration passes), then print the report.
-    #[arg(long)]
+    /// No live view: collect until the run ends (or `duration` passes), then report.
     pub once: bool,
     /// Detach after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// Write the summary JSON of what was seen.
-    #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
-    /// Write a Chrome/Perfetto trace of what was seen.
-    #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// List the instrumented runs that can be attached to, and exit.
-    #[arg(long)]
+    /// List the runs that can be attached to, and exit.
     pub list: bool,
-    /// No live view even on a terminal: a progress line, then the report.
-    #[arg(long)]
     pub no_tui: bool,
 }
 
@@ -186,7 +179,7 @@ fn pump(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &Atomi
     ended
 }
 
-pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
+pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     if args.list {
         let dir = probes::attach::runtime_dir()?;
         let found = discover(&dir);
@@ -196,7 +189,7 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
         for f in found {
             println!("{}  {}  {}", f.pid, f.program, f.socket.display());
         }
-        return Ok(Summary::default());
+        return Ok(Diagnosed::default());
     }
     let (mut stream, addr) = connect(args.target.as_deref())?;
     wire::client_hello(&mut stream).context("handshake")?;
@@ -232,7 +225,7 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
 
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
     let dropped = Arc::new(AtomicU64::new(0));
-    let latest: Latest = Arc::new(Mutex::new(Snapshot { summary: agg.summary(), ..Default::default() }));
+    let latest = session::latest(&agg);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let pumper = {
         let dropped = dropped.clone();
@@ -246,7 +239,7 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
         let (latest, dropped) = (latest.clone(), dropped.clone());
         std::thread::Builder::new()
             .name("pp-collector".into())
-            .spawn(move || collect(rx, agg, exporters, &latest, &move || dropped.load(Ordering::Relaxed)))?
+            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || dropped.load(Ordering::Relaxed)))?
     };
     // Detaching (q, Ctrl-C, --duration) closes our end of the socket: the reader stops, the
     // run is not affected.
@@ -266,19 +259,10 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
             }
         })?
     };
-    let tui = !args.once && !args.no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    if tui {
-        if let Err(e) = crate::tui::run(latest.clone(), done_rx.clone(), signal::flag()) {
-            eprintln!("warning: the live view failed ({e}); showing progress instead");
-            show_progress(&done_rx, &latest);
-        }
-    } else {
-        show_progress(&done_rx, &latest);
-    }
+    session::show(args.once || args.no_tui, &latest, &done_rx);
     let ended = pumper.join().map_err(|_| anyhow::anyhow!("the attach reader panicked"))?;
     let _ = watcher.join();
-    let summary = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    clear_progress();
+    let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
     match ended {
         Ended::Run(stats) => eprintln!(
             "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off)",
@@ -287,12 +271,12 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Summary> {
         Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
         Ended::Other(why) => eprintln!("pipeprof: {why}"),
     }
-    print!("{}", report::render(&summary));
+    print!("{}", report::render(&done.summary, &done.verdict()));
     if let Some(p) = &args.summary {
-        std::fs::write(p, serde_json::to_string_pretty(&summary)?)
+        std::fs::write(p, serde_json::to_string_pretty(&done)?)
             .with_context(|| format!("cannot write {}", p.display()))?;
     }
     // Detaching is not an interruption of anything: exit 0.
     signal::clear();
-    Ok(summary)
+    Ok(done)
 }

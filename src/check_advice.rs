@@ -5,7 +5,6 @@
 //! the same number of steps and its own summary file; a failed run says why and the rest go on.
 
 use crate::aggregate::Summary;
-use crate::cli::ProfileArgs;
 use crate::diagnose::Verdict;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -145,11 +144,11 @@ fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
     s["images_per_s"].as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| "no images/s in the summary".into())
 }
 
-fn build_cache(exe: &Path, args: &ProfileArgs, data: &Path, out: &Path) -> Result<f64, String> {
+fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Result<f64, String> {
     let t0 = Instant::now();
     let mut c = Command::new(exe);
     c.arg("cache").arg("--data").arg(data).arg("--out").arg(out);
-    if let Some(m) = &args.model {
+    if let Some(m) = model {
         c.arg("--model").arg(m);
     }
     let o = c.stdin(Stdio::null()).output().map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
@@ -160,7 +159,8 @@ fn build_cache(exe: &Path, args: &ProfileArgs, data: &Path, out: &Path) -> Resul
 }
 
 /// Runs the follow-ups and prints the table. Never fails the main run: problems are printed.
-pub fn run(args: &ProfileArgs, data: &Path, main: &Summary, verdict: &Verdict) {
+/// `model` and `steps` are the main run's `--model` and `--steps`.
+pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary, verdict: &Verdict) {
     let runs = plan(verdict);
     println!();
     if runs.len() == 1 {
@@ -179,7 +179,7 @@ pub fn run(args: &ProfileArgs, data: &Path, main: &Summary, verdict: &Verdict) {
         println!("check-advice: cannot create {} ({e}): skipped", tmp.display());
         return;
     }
-    let steps = args.steps.unwrap_or(DEFAULT_STEPS);
+    let steps = steps.unwrap_or(DEFAULT_STEPS);
     let parent: Vec<OsString> = std::env::args_os().skip(1).collect();
     println!(
         "check-advice: 1 baseline + {} follow-up runs of {steps} steps each (this run's settings, one change per run)",
@@ -196,7 +196,7 @@ pub fn run(args: &ProfileArgs, data: &Path, main: &Summary, verdict: &Verdict) {
                 results.push((Err("the data is already a packed cache".into()), None));
                 continue;
             }
-            match build_cache(&exe, args, data, &out) {
+            match build_cache(&exe, model, data, &out) {
                 Ok(secs) => note = Some(format!("cache built once in {secs:.1} s")),
                 Err(e) => {
                     results.push((Err(e), None));

@@ -1,7 +1,9 @@
-//! Command-line interface.
+//! Command-line interface: every clap type lives here. Commands take plain option structs;
+//! `main` converts. This module looks down only (config, data, export value types).
 
 use crate::data::demo::DemoFormat;
-use clap::{Args, Parser, Subcommand};
+use crate::export::chrome::TraceLevel;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -23,7 +25,7 @@ pub enum Command {
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
     Profile(Box<ProfileArgs>),
     /// Watch a training run in another process (instrumented with pipeprof's probes crate).
-    Attach(crate::attach::AttachArgs),
+    Attach(AttachArgs),
     /// Re-read a trace or summary JSON and print its report; with two files, compare them.
     Report(ReportArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.
@@ -107,8 +109,8 @@ pub struct ProfileArgs {
     pub trace: Option<PathBuf>,
     /// Trace detail: "sample" (default) adds one span per image per loader stage, up to
     /// 200,000 of them; "stage" keeps only the training loop's stages and counters.
-    #[arg(long, value_enum, default_value_t = crate::export::chrome::TraceLevel::Sample)]
-    pub trace_level: crate::export::chrome::TraceLevel,
+    #[arg(long, value_enum, default_value_t = TraceLevelArg::Sample)]
+    pub trace_level: TraceLevelArg,
     /// Host and GPU samples per second (CPU figures refresh at most every 200 ms).
     #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
     pub sample_hz: f64,
@@ -139,6 +141,68 @@ pub struct ProfileArgs {
     pub channel_capacity: usize,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// A PID, a socket path or HOST:PORT. Default: the one instrumented run found.
+    pub target: Option<String>,
+    /// No live view: collect until the run ends (or --duration passes), then print the report.
+    #[arg(long)]
+    pub once: bool,
+    /// Detach after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Write the summary JSON of what was seen.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of what was seen.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// List the instrumented runs that can be attached to, and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// No live view even on a terminal: a progress line, then the report.
+    #[arg(long)]
+    pub no_tui: bool,
+}
+
+/// `--trace-level` (see [`TraceLevel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum TraceLevelArg {
+    /// Training-loop stages and counters only: small whatever the data set.
+    Stage,
+    /// Also one span per sample per loader stage, up to 200,000 (SAMPLE_SPAN_CAP).
+    #[default]
+    Sample,
+}
+
+impl From<TraceLevelArg> for TraceLevel {
+    fn from(a: TraceLevelArg) -> TraceLevel {
+        match a {
+            TraceLevelArg::Stage => TraceLevel::Stage,
+            TraceLevelArg::Sample => TraceLevel::Sample,
+        }
+    }
+}
+
+/// `demo-data --format` (see [`DemoFormat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoFormatArg {
+    Jpeg,
+    Png,
+    /// Alternate JPEG and PNG.
+    Mixed,
+}
+
+impl From<DemoFormatArg> for DemoFormat {
+    fn from(a: DemoFormatArg) -> DemoFormat {
+        match a {
+            DemoFormatArg::Jpeg => DemoFormat::Jpeg,
+            DemoFormatArg::Png => DemoFormat::Png,
+            DemoFormatArg::Mixed => DemoFormat::Mixed,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Folder to write (created if missing).
@@ -153,8 +217,8 @@ pub struct DemoArgs {
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(u32, u32)>,
     /// File format.
-    #[arg(long, value_enum, default_value_t = DemoFormat::Mixed)]
-    pub format: DemoFormat,
+    #[arg(long, value_enum, default_value_t = DemoFormatArg::Mixed)]
+    pub format: DemoFormatArg,
     /// Seed for the generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

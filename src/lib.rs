@@ -1,19 +1,26 @@
 //! pipeprof: a data-pipeline profiler and bottleneck diagnoser for candle image training.
 //!
-//! Data flows one way: probes (spans, samplers) → channel → [`aggregate`] → report/views.
+//! Data flows one way, and modules only look down (ARCHITECTURE.md):
+//! probes (its own crate) → [`aggregate`] → [`diagnose`] → views ([`report`], [`tui`],
+//! [`export`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
+//! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
+//! [`session`] (the collector), [`progress`], [`signal`] and [`units`].
 
 pub mod aggregate;
 pub mod attach;
 pub mod cache;
 pub mod check_advice;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod data;
 pub mod diagnose;
 pub mod export;
 pub mod offline;
 pub mod profile;
+pub mod progress;
 pub mod report;
+pub mod session;
 pub mod signal;
 pub mod train;
 pub mod tui;

@@ -1,12 +1,23 @@
 //! `pipeprof report FILE [FILE2]`: the report of a saved run, or a before/after comparison.
 
 use crate::aggregate::Summary;
-use crate::cli::ReportArgs;
+use crate::diagnose::{self, Diagnosed};
 use crate::export::read::{self, Loaded};
-use crate::{diagnose, report};
+use crate::report;
 use anyhow::Context;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// What `pipeprof report` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// One file, or two (before, after).
+    pub files: Vec<PathBuf>,
+    /// Close a trace cut short in place, then report it.
+    pub repair: bool,
+    /// Also write the recomputed summary JSON here.
+    pub summary: Option<PathBuf>,
+}
 
 fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     if repair {
@@ -23,9 +34,7 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
             eprintln!("pipeprof: repaired {}: kept {kept} complete events and closed the file", path.display());
         }
     }
-    let mut l = read::load(path)?;
-    // Recomputed offline, whatever the file says: the rules may be newer than the run.
-    l.summary.verdict = Some(diagnose::diagnose(&l.summary));
+    let l = read::load(path)?;
     if !l.complete {
         eprintln!(
             "warning: {} was not closed (the run was killed?): read its {} complete events; \
@@ -44,19 +53,22 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     Ok(l)
 }
 
-pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
-    let a = load(&args.files[0], args.repair)?;
+pub fn run(args: &Options) -> anyhow::Result<()> {
+    let Some(first) = args.files.first() else { anyhow::bail!("pipeprof report needs a trace or summary file") };
+    let a = load(first, args.repair)?;
     match args.files.get(1) {
         None => {
-            print!("{}", report::render(&a.summary));
+            // Judged again, whatever the file says: the rules may be newer than the run.
+            let d = Diagnosed::new(a.summary);
+            print!("{}", report::render(&d.summary, &d.verdict()));
             if let Some(p) = &args.summary {
-                std::fs::write(p, serde_json::to_string_pretty(&a.summary)?)
+                std::fs::write(p, serde_json::to_string_pretty(&d)?)
                     .with_context(|| format!("cannot write {}", p.display()))?;
             }
         }
         Some(second) => {
             let b = load(second, args.repair)?;
-            print!("{}", compare(&a.summary, &b.summary, &args.files[0], second));
+            print!("{}", compare(&a.summary, &b.summary, first, second));
         }
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! The plain end-of-run report (for terminals, pipes and CI logs).
 
 use crate::aggregate::Summary;
+use crate::diagnose::Verdict;
 use crate::units::ms;
 use std::fmt::Write;
 
@@ -8,8 +9,8 @@ fn pct(v: f64) -> String {
     format!("{:.0}%", v * 100.0)
 }
 
-/// The report as text.
-pub fn render(s: &Summary) -> String {
+/// The report as text, ending with the verdict it is handed.
+pub fn render(s: &Summary, verdict: &Verdict) -> String {
     let mut o = String::new();
     let st = &s.settings;
     let _ = writeln!(o, "── pipeprof report ──────────────────────────────────────────────");
@@ -152,8 +153,7 @@ pub fn render(s: &Summary) -> String {
         if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
     );
     let _ = writeln!(o);
-    let verdict = s.verdict.clone().unwrap_or_else(|| crate::diagnose::diagnose(s));
-    o.push_str(&crate::diagnose::render(&verdict));
+    o.push_str(&crate::diagnose::render(verdict));
     o
 }
 
@@ -279,7 +279,7 @@ mod tests {
             val_accuracy: None,
         });
         s.skipped.push(Skipped { path: "a/b.png".into(), reason: "truncated".into() });
-        let r = render(&s);
+        let r = render(&s, &crate::diagnose::diagnose(&s));
         assert!(r.contains("decode") && r.contains("2.00ms") && r.contains("97%"), "{r}");
         assert!(r.contains("1.2500") && r.contains("50.0%"), "{r}");
         assert!(r.contains("a/b.png: truncated"), "{r}");
@@ -312,7 +312,7 @@ mod tests {
             val_loss: Some(0.875),
             val_accuracy: Some(0.75),
         });
-        let r = render(&s);
+        let r = render(&s, &crate::diagnose::diagnose(&s));
         assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");
         assert!(r.contains("0.8750") && r.contains("75.0%"), "{r}");
         assert!(r.contains("validation passes took 30% of the run's wall time"), "{r}");

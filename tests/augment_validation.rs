@@ -1,49 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End to end: augmentation is a measured loader stage; validation adds Keras' val columns.
 
+mod common;
+use common::{pipeprof, text};
+
 use pipeprof::data::demo::{DemoFormat, DemoSpec};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-const TINY_MODEL: &str = r#"
-[input]
-height = 32
-width = 32
-
-[[layers]]
-type = "conv2d"
-filters = 8
-kernel_size = 3
-activation = "relu"
-
-[[layers]]
-type = "max_pooling2d"
-
-[[layers]]
-type = "flatten"
-
-[[layers]]
-type = "dense"
-units = "classes"
-activation = "softmax"
-
-[train]
-batch_size = 16
-learning_rate = 0.003
-
-[data]
-workers = 2
-seed = 3
-"#;
-
-fn pipeprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeprof")).args(args).output().expect("the binary runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// 3 classes × 20 images and a model with `extra` appended.
 fn setup(extra: &str) -> (tempfile::TempDir, String, String) {
@@ -51,7 +14,7 @@ fn setup(extra: &str) -> (tempfile::TempDir, String, String) {
     let data = d.path().join("imgs");
     DemoSpec { classes: 3, per_class: 20, size: None, format: DemoFormat::Mixed, seed: 5 }.write(&data).unwrap();
     let model = d.path().join("tiny.toml");
-    std::fs::write(&model, format!("{TINY_MODEL}{extra}")).unwrap();
+    std::fs::write(&model, format!("{}{extra}", common::tiny_model(1))).unwrap();
     (d, model.display().to_string(), data.display().to_string())
 }
 

@@ -2,48 +2,19 @@
 //! The packed cache: bit-identical pixels, refusal of damaged and stale files, atomic writes,
 //! and the real binary training from it.
 
+mod common;
+use common::{pipeprof, text};
+
 use pipeprof::cache::{build, BuildOptions, CacheError, Packed};
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
 use pipeprof::data::image::{decode, Resizer};
-use pipeprof::data::{scan, Loader, LoaderConfig, Source};
+use pipeprof::data::{scan, Loader, LoaderConfig, SampleSource};
 use probes::Probe;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 
-const TINY_MODEL: &str = r#"
-[input]
-height = 32
-width = 32
-
-[[layers]]
-type = "conv2d"
-filters = 8
-kernel_size = 3
-activation = "relu"
-
-[[layers]]
-type = "max_pooling2d"
-
-[[layers]]
-type = "flatten"
-
-[[layers]]
-type = "dense"
-units = "classes"
-activation = "softmax"
-
-[train]
-batch_size = 16
-
-[data]
-workers = 2
-seed = 3
-"#;
-
 fn demo(dir: &Path) {
-    DemoSpec { classes: 3, per_class: 20, size: None, format: DemoFormat::Mixed, seed: 5 }.write(dir).unwrap();
+    common::demo(dir, 3, 20, 5);
 }
 
 fn opts(data: &Path, out: &Path) -> BuildOptions {
@@ -70,26 +41,12 @@ fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 fn loader_cfg() -> LoaderConfig {
-    LoaderConfig {
-        height: 32,
-        width: 32,
-        channels: 3,
-        batch_size: 7,
-        workers: 2,
-        prefetch: 2,
-        shuffle: true,
-        seed: 9,
-        epochs: 2,
-        max_steps: None,
-        throttle: None,
-        slow: Vec::new(),
-        augment: Default::default(),
-    }
+    LoaderConfig { height: 32, width: 32, batch_size: 7, workers: 2, seed: 9, epochs: 2, ..LoaderConfig::default() }
 }
 
-fn all_batches(src: Source) -> Vec<pipeprof::data::Batch> {
+fn all_batches(src: Arc<dyn SampleSource>) -> Vec<pipeprof::data::Batch> {
     let (probe, _rx) = Probe::new(1 << 16);
-    let mut l = Loader::start_source(src, loader_cfg(), probe).unwrap();
+    let mut l = Loader::start(src, loader_cfg(), probe).unwrap();
     std::iter::from_fn(|| l.next_batch()).collect()
 }
 
@@ -109,8 +66,8 @@ fn cached_pixels_and_labels_are_bitwise_those_of_the_decode_path() {
         assert_eq!(p.label(i), s.label);
     }
     // The loader's f32 batches too: same order, same values, same labels.
-    let from_folder = all_batches(Source::Folder(Arc::new(ds)));
-    let from_cache = all_batches(Source::Packed(Arc::new(p)));
+    let from_folder = all_batches(Arc::new(ds));
+    let from_cache = all_batches(Arc::new(p));
     assert_eq!(from_folder.len(), 18);
     assert_eq!(from_folder, from_cache);
 }
@@ -195,19 +152,11 @@ fn a_write_that_fails_midway_leaves_no_file_under_the_final_name() {
     assert_eq!(std::fs::read(&out).unwrap(), before);
 }
 
-fn pipeprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeprof")).args(args).output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 #[test]
 fn a_killed_cache_command_leaves_only_a_temporary_file_which_the_next_run_removes() {
     let (d, data, out) = setup();
     let model = d.path().join("tiny.toml");
-    std::fs::write(&model, TINY_MODEL).unwrap();
+    std::fs::write(&model, common::tiny_model(1)).unwrap();
     let (m, i, o) = (model.to_str().unwrap(), data.to_str().unwrap(), out.to_str().unwrap());
     let r = pipeprof(&["cache", "--model", m, "--data", i, "--out", o, "--abort-after", "10"]);
     assert!(!r.status.success());
@@ -227,7 +176,7 @@ fn profile_trains_from_a_cache_without_decode_or_resize_and_checks_advice() {
     let (d, data, out) = setup();
     std::fs::write(data.join("circle/broken.jpg"), b"not a jpeg").unwrap();
     let model = d.path().join("tiny.toml");
-    std::fs::write(&model, TINY_MODEL).unwrap();
+    std::fs::write(&model, common::tiny_model(1)).unwrap();
     let (m, i, o) = (model.to_str().unwrap(), data.to_str().unwrap(), out.to_str().unwrap());
     let r = pipeprof(&["cache", "--model", m, "--data", i, "--out", o]);
     assert!(r.status.success(), "{}", text(&r.stderr));
@@ -245,7 +194,7 @@ fn profile_trains_from_a_cache_without_decode_or_resize_and_checks_advice() {
 
     // A model of another input size is refused, saying which dimension differs.
     let other = d.path().join("other.toml");
-    std::fs::write(&other, TINY_MODEL.replacen("height = 32", "height = 40", 1)).unwrap();
+    std::fs::write(&other, common::tiny_model(1).replacen("height = 32", "height = 40", 1)).unwrap();
     let r = pipeprof(&["profile", "--model", other.to_str().unwrap(), "--data", o, "--steps", "6", "--no-tui"]);
     assert!(!r.status.success());
     assert!(text(&r.stderr).contains("(height differ)"), "{}", text(&r.stderr));

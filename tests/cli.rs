@@ -1,75 +1,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End to end: the real binary on generated data.
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+mod common;
+use common::{pipeprof_env as pipeprof, text};
+
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
-
-const TINY_MODEL: &str = r#"
-[input]
-height = 32
-width = 32
-
-[[layers]]
-type = "conv2d"
-filters = 8
-kernel_size = 3
-activation = "relu"
-
-[[layers]]
-type = "max_pooling2d"
-
-[[layers]]
-type = "conv2d"
-filters = 16
-kernel_size = 3
-activation = "relu"
-
-[[layers]]
-type = "max_pooling2d"
-
-[[layers]]
-type = "flatten"
-
-[[layers]]
-type = "dense"
-units = "classes"
-activation = "softmax"
-
-[train]
-batch_size = 16
-learning_rate = 0.003
-
-[data]
-workers = 2
-seed = 3
-"#;
-
-fn pipeprof(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("the binary runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn demo(dir: &Path, classes: usize, per_class: usize) {
-    DemoSpec { classes, per_class, size: None, format: DemoFormat::Mixed, seed: 11 }.write(dir).unwrap();
-}
+use std::process::Command;
 
 fn setup() -> (tempfile::TempDir, String, String) {
     let d = tempfile::tempdir().unwrap();
     let data = d.path().join("imgs");
-    demo(&data, 3, 48);
+    common::demo(&data, 3, 48, 11);
     let model = d.path().join("tiny.toml");
-    std::fs::write(&model, TINY_MODEL).unwrap();
+    std::fs::write(&model, common::tiny_model(2)).unwrap();
     (d, model.display().to_string(), data.display().to_string())
 }
 
@@ -206,7 +151,7 @@ fn zero_usable_images_is_a_clear_error() {
         std::fs::write(d.path().join(format!("imgs/a/{i}.png")), b"nope").unwrap();
     }
     let model = d.path().join("m.toml");
-    std::fs::write(&model, TINY_MODEL).unwrap();
+    std::fs::write(&model, common::tiny_model(2)).unwrap();
     let out = pipeprof(
         &["profile", "--model", model.to_str().unwrap(), "--data", d.path().join("imgs").to_str().unwrap()],
         &[],
@@ -308,7 +253,7 @@ fn demo_data_writes_the_requested_set() {
 #[test]
 fn fake_nvml_fills_the_gpu_section_and_a_missing_driver_says_why() {
     let (d, model, data) = setup();
-    let lib = probes::sampler::fake_nvml::build(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap();
+    let lib = fake_nvml::build(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap();
     let summary = d.path().join("s.json");
     let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
     c.args(["profile", "--model", &model, "--data", &data, "--steps", "3", "--summary", summary.to_str().unwrap()])

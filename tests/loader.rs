@@ -155,21 +155,8 @@ fn loader_skips_bad_files_once_and_delivers_the_rest_in_step_order() {
     fs::write(d.path().join("b/garbage.jpg"), b"\xff\xd8\xff garbage").unwrap();
     let ds = Arc::new(scan(d.path()).unwrap());
     assert_eq!(ds.samples.len(), 8);
-    let cfg = LoaderConfig {
-        height: 4,
-        width: 4,
-        channels: 3,
-        batch_size: 3,
-        workers: 2,
-        prefetch: 2,
-        shuffle: true,
-        seed: 1,
-        epochs: 2,
-        max_steps: None,
-        throttle: None,
-        slow: Vec::new(),
-        augment: Default::default(),
-    };
+    let cfg =
+        LoaderConfig { height: 4, width: 4, batch_size: 3, workers: 2, seed: 1, epochs: 2, ..LoaderConfig::default() };
     let (probe, rx) = probes::Probe::new(1024);
     let mut loader = Loader::start(ds, cfg, probe).unwrap();
     assert_eq!(loader.total_steps(), 6);
@@ -213,17 +200,11 @@ fn changing_workers_mid_run_keeps_every_batch_and_its_order() {
     let cfg = |workers| LoaderConfig {
         height: 3,
         width: 3,
-        channels: 3,
         batch_size: 3,
         workers,
-        prefetch: 2,
-        shuffle: true,
         seed: 9,
         epochs: 2,
-        max_steps: None,
-        throttle: None,
-        slow: Vec::new(),
-        augment: Default::default(),
+        ..LoaderConfig::default()
     };
     let (probe, _rx) = probes::Probe::new(1 << 16);
     let mut fixed = Loader::start(ds.clone(), cfg(1), probe.clone()).unwrap();

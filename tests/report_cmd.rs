@@ -57,7 +57,9 @@ fn summary_json_schema_is_stable() {
     let mut s = agg.summary();
     // The machine section depends on the machine: the schema test covers everything else.
     s.machine = Default::default();
-    insta::assert_snapshot!(serde_json::to_string_pretty(&s).unwrap());
+    // The file holds the summary and its verdict (none here: the schema is the point).
+    let file = pipeprof::diagnose::Diagnosed { summary: s, verdict: None };
+    insta::assert_snapshot!(serde_json::to_string_pretty(&file).unwrap());
 }
 
 fn write_trace(path: &Path, workers: usize, decode_ms: u64, wait_ms: u64) {

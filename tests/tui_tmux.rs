@@ -3,38 +3,11 @@
 //! header and the stage table, `q` stops the run, and the report prints on the restored
 //! normal screen with the terminal back in cooked mode. Skipped (passing) without tmux.
 
+mod common;
+
 use pipeprof::data::demo::{DemoFormat, DemoSpec};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-const TINY_MODEL: &str = r#"
-[input]
-height = 32
-width = 32
-
-[[layers]]
-type = "conv2d"
-filters = 8
-kernel_size = 3
-activation = "relu"
-
-[[layers]]
-type = "max_pooling2d"
-
-[[layers]]
-type = "flatten"
-
-[[layers]]
-type = "dense"
-units = "classes"
-activation = "softmax"
-
-[train]
-batch_size = 16
-
-[data]
-workers = 2
-"#;
 
 /// A private tmux server (its own socket), killed on drop whatever the test's outcome.
 struct Tmux {
@@ -98,7 +71,7 @@ fn start_live_view(tmp: &std::path::Path) -> Option<(Tmux, String)> {
         .write(&data)
         .unwrap();
     let model = tmp.join("tiny.toml");
-    std::fs::write(&model, TINY_MODEL).unwrap();
+    std::fs::write(&model, common::tiny_model(1)).unwrap();
 
     // Far more steps than the test waits for: only the key can end the run, so the test
     // proves the key stops it. After pipeprof, the shell reports its exit status and whether

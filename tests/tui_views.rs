@@ -7,8 +7,8 @@ use pipeprof::diagnose::{Advice, Flag, Limiter, Severity, Verdict};
 use pipeprof::tui::state::Focus;
 use pipeprof::tui::{view, State};
 use probes::fsinfo::{FsInfo, FsKind};
-use probes::sampler::summary::GpuPoint;
-use probes::sampler::{DeviceSummary, GpuStatus, HostPoint};
+use pipeprof::aggregate::machine::{DeviceSummary, GpuPoint, HostPoint};
+use probes::sampler::GpuStatus;
 use probes::StepRecord;
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
@@ -172,7 +172,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
             iowait_pct: Some(0.0),
         })
         .collect();
-    Snapshot { summary: s, steps: points, records, host, gpu: Vec::new(), verdict: None, now_ns: NOW }
+    Snapshot { summary: s, steps: points, records, host, gpu: Vec::new(), now_ns: NOW }
 }
 
 fn io_verdict() -> Verdict {
@@ -226,15 +226,17 @@ fn collecting() -> State {
     s.summary.split.steps = 3;
     s.steps.drain(..s.steps.len() - 3);
     s.records.drain(..s.records.len() - 3);
-    s.verdict = Some(Verdict {
-        limiter: Limiter::NotEnoughData { steps_needed: 2 },
-        severity: Severity::Low,
-        headline: "collecting… 2 steps to go".into(),
-        evidence: vec![],
-        flags: vec![],
-        advice: vec![],
-    });
-    State::new(s)
+    State::with_verdict(
+        s,
+        Verdict {
+            limiter: Limiter::NotEnoughData { steps_needed: 2 },
+            severity: Severity::Low,
+            headline: "collecting… 2 steps to go".into(),
+            evidence: vec![],
+            flags: vec![],
+            advice: vec![],
+        },
+    )
 }
 
 fn io_bound() -> State {
@@ -252,14 +254,12 @@ fn io_bound() -> State {
     s.summary.stages[0].p95_ms = 48.0;
     s.summary.stages[0].total_ms = 7.0 * s.summary.stages[0].count as f64;
     s.summary.skipped_count = 2;
-    s.verdict = Some(io_verdict());
-    State::new(s)
+    State::with_verdict(s, io_verdict())
 }
 
 fn compute_bound() -> State {
-    let mut s = run(0.15, 0.01, 242.6);
-    s.verdict = Some(compute_verdict());
-    State::new(s)
+    let s = run(0.15, 0.01, 242.6);
+    State::with_verdict(s, compute_verdict())
 }
 
 fn gpu_two() -> State {
@@ -284,8 +284,7 @@ fn gpu_two() -> State {
             mem_used_bytes: vec![Some((5 << 30) + i * (1 << 20)), Some(400 << 20)],
         })
         .collect();
-    s.verdict = Some(compute_verdict());
-    State::new(s)
+    State::with_verdict(s, compute_verdict())
 }
 
 fn gpu_off() -> State {

@@ -5,7 +5,7 @@
 //! `cargo bench -p pipeprof-probes --bench sampler` (`PIPEPROF_BENCH_SECS` sets the live run).
 
 use probes::clock;
-use probes::sampler::{self, fake_nvml, io_accounting_here, GpuSampler, HostSampler, IoAccounting, SamplerConfig};
+use probes::sampler::{self, io_accounting_here, GpuSampler, HostSampler, IoAccounting, SamplerConfig};
 use probes::Probe;
 use std::path::Path;
 use std::time::Duration;

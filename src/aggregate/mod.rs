@@ -2,7 +2,9 @@
 
 use hdrhistogram::Histogram;
 use probes::fsinfo::FsInfo;
-use probes::sampler::summary::{MachineAgg, MachineSummary};
+pub mod machine;
+
+use machine::{MachineAgg, MachineSummary};
 use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -38,11 +40,9 @@ pub struct Snapshot {
     /// Recent step records (loss, images, queue occupancy), oldest first.
     pub records: Vec<StepRecord>,
     /// Recent host samples, oldest first.
-    pub host: Vec<probes::sampler::HostPoint>,
+    pub host: Vec<machine::HostPoint>,
     /// Recent GPU samples, oldest first.
-    pub gpu: Vec<probes::sampler::GpuPoint>,
-    /// The verdict over the recent window, once there is one.
-    pub verdict: Option<crate::diagnose::Verdict>,
+    pub gpu: Vec<machine::GpuPoint>,
     /// Monotonic ns of the newest event seen.
     pub now_ns: u64,
 }
@@ -186,8 +186,6 @@ pub struct Summary {
     pub machine: MachineSummary,
     /// The filesystem holding the data folder.
     pub data_fs: Option<FsInfo>,
-    /// The verdict on the whole run (set when the run ends).
-    pub verdict: Option<crate::diagnose::Verdict>,
 }
 
 impl Summary {
@@ -276,7 +274,6 @@ impl Aggregator {
             records: self.recent.iter().rev().take(RECENT_POINTS).rev().copied().collect(),
             host: self.machine.host_series().iter().copied().collect(),
             gpu: self.machine.gpu_series().iter().cloned().collect(),
-            verdict: None,
             now_ns: self.last_ns,
         }
     }
@@ -488,7 +485,6 @@ impl Aggregator {
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
             machine: self.machine.summary(),
             data_fs: self.data_fs.clone(),
-            verdict: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::data::image::{decode, Resizer};
 use crate::data::{scan, Dataset};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{IsTerminal, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -266,60 +266,39 @@ fn rebase(ds: &Dataset, root: &Path) -> Vec<crate::data::scan::Sample> {
         .collect()
 }
 
+/// The cache's progress line (shared with the other commands), or nothing.
 struct Progress {
-    on: bool,
-    tty: bool,
+    line: Option<crate::progress::Line>,
     total: usize,
     t0: Instant,
-    last: Instant,
-    shown: bool,
 }
 
 impl Progress {
     fn new(on: bool, total: usize) -> Progress {
-        let now = Instant::now();
-        Progress { on, tty: std::io::stderr().is_terminal(), total, t0: now, last: now, shown: false }
+        let line = on.then(|| crate::progress::Line::new(std::time::Duration::from_secs(5)));
+        Progress { line, total, t0: Instant::now() }
     }
 
-    fn line(&self, done: usize, skipped: usize) -> String {
+    fn update(&mut self, done: usize, skipped: usize) {
+        let Some(line) = &mut self.line else { return };
         let secs = self.t0.elapsed().as_secs_f64().max(1e-9);
-        format!(
+        let text = format!(
             "caching {done}/{} images ({:.0}%) · {skipped} skipped · {:.0} images/s",
             self.total,
             100.0 * done as f64 / self.total.max(1) as f64,
             done as f64 / secs
-        )
-    }
-
-    fn update(&mut self, done: usize, skipped: usize) {
-        if !self.on {
-            return;
-        }
-        let every = if self.tty { 0.1 } else { 5.0 };
-        if self.last.elapsed().as_secs_f64() < every && done < self.total {
-            return;
-        }
-        self.last = Instant::now();
-        let line = self.line(done, skipped);
-        if self.tty {
-            eprint!("\r\x1b[K{line}");
-            self.shown = true;
-        } else {
-            eprintln!("{line}");
-        }
+        );
+        line.set(text, done >= self.total);
     }
 
     /// The loader's warning format, one line per file.
     fn warn(&mut self, path: &Path, reason: &str) {
-        if self.on {
-            let clear = if self.tty && self.shown { "\r\x1b[K" } else { "" };
-            eprintln!("{clear}warning: skipped {}: {reason}", path.display());
+        if self.line.is_some() {
+            crate::progress::warn(&format!("skipped {}: {reason}", path.display()));
         }
     }
 
     fn finish(&mut self) {
-        if self.on && self.tty && self.shown {
-            eprintln!();
-        }
+        self.line = None;
     }
 }

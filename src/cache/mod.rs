@@ -27,12 +27,13 @@
 mod build;
 mod format;
 mod open;
+mod source;
 
 pub use build::{build, BuildOptions, BuildReport};
 pub use format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, PIXELS_OFF, VERSION};
 pub use open::Packed;
+pub use source::{DataSource, SourceError};
 
-use crate::cli::CacheArgs;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -76,9 +77,22 @@ pub fn rerun_command(model: Option<&str>, source: Option<&std::path::Path>, out:
     format!("pipeprof cache {model}--data {data} --out {}", out.display())
 }
 
+/// What `pipeprof cache` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct CacheOptions {
+    /// The model whose [input] size the images are resized to; None = the built-in one.
+    pub model: Option<PathBuf>,
+    pub data: PathBuf,
+    pub out: PathBuf,
+    /// Decode threads; None = one per core.
+    pub workers: Option<usize>,
+    /// Testing hook: abort (as kill -9 would) after N images are written.
+    pub abort_after: Option<usize>,
+}
+
 /// `pipeprof cache`.
-pub fn run(args: &CacheArgs) -> anyhow::Result<()> {
-    let (cfg, model_name) = crate::profile::load_model(args.model.as_deref())?;
+pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
+    let (cfg, model_name) = crate::config::load_model(args.model.as_deref())?;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let opts = BuildOptions {
         data: args.data.clone(),
@@ -115,6 +129,6 @@ pub fn run(args: &CacheArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn model_flag(args: &CacheArgs) -> String {
+fn model_flag(args: &CacheOptions) -> String {
     args.model.as_ref().map(|m| format!("--model {} ", m.display())).unwrap_or_default()
 }

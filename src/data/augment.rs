@@ -12,7 +12,7 @@
 //! The parameters of sample `i` in epoch `e` are drawn from a SplitMix64 seeded from
 //! (seed, epoch, sample): a run is reproducible whatever the worker count or timing.
 
-use super::loader::SplitMix;
+use super::rng::SplitMix;
 use crate::config::Augment;
 
 /// The sampled parameters of one augmentation.

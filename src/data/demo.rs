@@ -1,13 +1,13 @@
 //! A deterministic, learnable demo data set: one class per shape, JPEG and PNG, mixed sizes.
 
-use super::loader::SplitMix;
+use super::rng::SplitMix;
 use image::{ImageFormat, Rgb, RgbImage};
 use std::path::{Path, PathBuf};
 
 /// The classes, in label order (sorted, like the scan).
 pub const SHAPES: [&str; 6] = ["circle", "cross", "square", "stripes", "triangle", "ring"];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DemoFormat {
     Jpeg,
     Png,

@@ -5,16 +5,15 @@
 //! loop takes step `k` from queue `k mod W`: batch order and contents are deterministic for
 //! a seed whatever the thread timing, and memory is bounded by the prefetch depth.
 //!
-//! From a packed cache ([`Source::Packed`]) there is nothing to decode or resize: the `read`
-//! span covers the copy out of the memory map, which is also the u8 HWC → f32 CHW conversion
-//! (one pass over the bytes); no `decode` or `resize` spans are emitted.
+//! Samples come through [`SampleSource`]; this file also implements it for the ImageFolder
+//! [`Dataset`] (read → decode → resize, each a span).
 
 use super::augment;
 use super::image::{decode, hwc_to_chw, Resizer};
+use super::plan::{EpochOrder, LoaderConfig, Plan};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
-use super::source::Source;
-use crate::cache::Packed;
+use super::source::{LoadCtx, SampleSource, Scratch};
 use crossbeam_channel::{Receiver, Sender};
 use probes::Stage;
 use probes::{Event, Probe};
@@ -23,28 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use tracing::info_span;
-
-#[derive(Debug, Clone)]
-pub struct LoaderConfig {
-    pub height: u32,
-    pub width: u32,
-    pub channels: usize,
-    pub batch_size: usize,
-    pub workers: usize,
-    /// Batches waiting in the queue, over all workers.
-    pub prefetch: usize,
-    pub shuffle: bool,
-    pub seed: u64,
-    pub epochs: usize,
-    /// Stop after this many steps (over all epochs).
-    pub max_steps: Option<u64>,
-    /// Simulated slow storage (--throttle-read).
-    pub throttle: Option<super::simulate::Throttle>,
-    /// Simulated extra work per stage (--slow).
-    pub slow: Vec<super::simulate::Slow>,
-    /// Random augmentations (off by default; never on for validation).
-    pub augment: crate::config::Augment,
-}
 
 /// One batch, ready for the device: f32 NCHW in [0, 1] and u32 labels.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,102 +41,6 @@ impl Batch {
     }
 }
 
-/// Which samples (dataset indices) make up each step: deterministic for a seed. Orders are
-/// computed per epoch on demand, so memory does not grow with the number of epochs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub n: usize,
-    pub batch_size: usize,
-    pub shuffle: bool,
-    pub seed: u64,
-    pub total_steps: u64,
-}
-
-/// One epoch's sample order, cached by whoever walks the plan.
-#[derive(Debug, Default)]
-pub struct EpochOrder {
-    epoch: Option<u32>,
-    order: Vec<u32>,
-}
-
-impl Plan {
-    pub fn new(n: usize, cfg: &LoaderConfig) -> Plan {
-        let batch_size = cfg.batch_size.max(1);
-        let per_epoch = n.div_ceil(batch_size) as u64;
-        // --steps wins over epochs: the run goes over the data as often as the budget needs.
-        let total_steps = match cfg.max_steps {
-            Some(s) if per_epoch > 0 => s,
-            _ => per_epoch * cfg.epochs as u64,
-        };
-        Plan { n, batch_size, shuffle: cfg.shuffle, seed: cfg.seed, total_steps }
-    }
-
-    pub fn steps_per_epoch(&self) -> u64 {
-        self.n.div_ceil(self.batch_size) as u64
-    }
-
-    /// The epoch of `step` and its sample indices (the last batch of an epoch may be short).
-    pub fn step<'a>(&self, step: u64, cache: &'a mut EpochOrder) -> (u32, &'a [u32]) {
-        let spe = self.steps_per_epoch().max(1);
-        let epoch = (step / spe) as u32;
-        if cache.epoch != Some(epoch) {
-            cache.order.clear();
-            cache.order.extend(0..self.n as u32);
-            if self.shuffle {
-                shuffle(&mut cache.order, self.seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            }
-            cache.epoch = Some(epoch);
-        }
-        let start = ((step % spe) as usize) * self.batch_size;
-        let end = (start + self.batch_size).min(self.n);
-        (epoch, &cache.order[start..end])
-    }
-
-    /// Every step's (epoch, samples): for tests and small plans.
-    pub fn all(&self) -> Vec<(u32, Vec<u32>)> {
-        let mut cache = EpochOrder::default();
-        (0..self.total_steps)
-            .map(|k| {
-                let (e, s) = self.step(k, &mut cache);
-                (e, s.to_vec())
-            })
-            .collect()
-    }
-}
-
-/// SplitMix64: tiny, deterministic across platforms and crate versions.
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, n).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Fisher–Yates with SplitMix64.
-pub fn shuffle<T>(xs: &mut [T], seed: u64) {
-    let mut rng = SplitMix::new(seed);
-    for i in (1..xs.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        xs.swap(i, j);
-    }
-}
-
 /// Files that failed, reported once each however many epochs touch them.
 #[derive(Default)]
 struct SkipLog {
@@ -167,7 +48,7 @@ struct SkipLog {
 }
 
 pub struct Loader {
-    src: Arc<Source>,
+    src: Arc<dyn SampleSource>,
     plan: Arc<Plan>,
     cfg: Arc<LoaderConfig>,
     skips: Arc<SkipLog>,
@@ -184,27 +65,14 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Starts `cfg.workers` named threads (`loader-0`, …) over `ds`.
-    pub fn start(ds: Arc<Dataset>, cfg: LoaderConfig, probe: Probe) -> std::io::Result<Loader> {
-        Self::start_source(Source::Folder(ds), cfg, probe)
-    }
-
-    /// Starts the workers over a folder or a packed cache (whose images must be the
-    /// configured size).
-    pub fn start_source(src: Source, cfg: LoaderConfig, probe: Probe) -> std::io::Result<Loader> {
-        if let Source::Packed(p) = &src {
-            let want = (cfg.height, cfg.width, cfg.channels as u32);
-            if p.shape() != want {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("{} holds {:?} (H, W, C) images, the loader wants {want:?}", p.path().display(), p.shape()),
-                ));
-            }
-        }
+    /// Starts `cfg.workers` named threads (`loader-0`, …) over `src` (a folder, a packed
+    /// cache whose images must be the configured size, …).
+    pub fn start(src: Arc<dyn SampleSource>, cfg: LoaderConfig, probe: Probe) -> std::io::Result<Loader> {
+        src.check(&cfg).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let plan = Arc::new(Plan::new(src.len(), &cfg));
         let workers = cfg.workers.max(1);
         let mut l = Loader {
-            src: Arc::new(src),
+            src,
             total: plan.total_steps,
             per_epoch: plan.steps_per_epoch(),
             plan,
@@ -242,7 +110,7 @@ impl Loader {
             let first = self.first + w as u64;
             let h = std::thread::Builder::new()
                 .name(format!("loader-{w}"))
-                .spawn(move || worker(first, workers, &src, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
+                .spawn(move || worker(first, workers, &*src, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
             self.handles.push(h);
         }
         Ok(())
@@ -310,7 +178,7 @@ impl Drop for Loader {
 fn worker(
     first: u64,
     workers: usize,
-    src: &Source,
+    src: &dyn SampleSource,
     plan: &Plan,
     cfg: &LoaderConfig,
     stop: &AtomicBool,
@@ -320,8 +188,7 @@ fn worker(
     tx: Sender<Batch>,
 ) {
     let link = link.as_deref();
-    let mut resizer = Resizer::new();
-    let mut aug = cfg.augment.is_on().then(Vec::<u8>::new);
+    let mut scratch = Scratch::default();
     let plane = cfg.height as usize * cfg.width as usize;
     let per_image = plane * cfg.channels;
     let mut order = EpochOrder::default();
@@ -335,15 +202,8 @@ fn worker(
         for &i in indices.iter() {
             let slot = labels.len();
             let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
-            let at = Where { step, epoch, sample: i };
-            let loaded = match src {
-                Source::Folder(ds) => {
-                    load_one(link, &ds.samples[i as usize].path, at, cfg, &mut resizer, aug.as_mut(), out)
-                }
-                // A cache with augmentation is refused before the loader starts.
-                Source::Packed(p) => load_packed(p, link, step, i, cfg, out),
-            };
-            match loaded {
+            let mut ctx = LoadCtx { step, epoch, cfg, link, scratch: &mut scratch };
+            match src.load(i, &mut ctx, out) {
                 Ok(()) => labels.push(src.label(i as usize)),
                 Err(reason) => {
                     let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
@@ -428,83 +288,23 @@ fn load_one(
     Ok(())
 }
 
-/// One cached image: a slice of the mapped file converted straight into the batch. Cannot
-/// fail: the cache was verified when it was opened.
-fn load_packed(
-    p: &Packed,
-    link: Option<&SlowLink>,
-    step: u64,
-    sample: u32,
-    cfg: &LoaderConfig,
-    out: &mut [f32],
-) -> Result<(), String> {
-    let px = p.pixels(sample as usize);
-    let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
-    let _g = span.enter();
-    span.record("bytes", px.len() as u64);
-    if let Some(link) = link {
-        link.read(px.len());
+impl SampleSource for Dataset {
+    fn len(&self) -> usize {
+        self.samples.len()
     }
-    if let Some(s) = extra_for(&cfg.slow, Stage::Read) {
-        s.apply();
+    fn classes(&self) -> &[String] {
+        &self.classes
     }
-    hwc_to_chw(px, cfg.channels, cfg.height as usize * cfg.width as usize, out);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(batch: usize, epochs: usize, steps: Option<u64>, shuffle: bool) -> LoaderConfig {
-        LoaderConfig {
-            height: 8,
-            width: 8,
-            channels: 3,
-            batch_size: batch,
-            workers: 2,
-            prefetch: 2,
-            shuffle,
-            seed: 7,
-            epochs,
-            max_steps: steps,
-            throttle: None,
-            slow: Vec::new(),
-            augment: Default::default(),
-        }
+    fn label(&self, i: usize) -> u32 {
+        self.samples[i].label
     }
-
-    #[test]
-    fn plan_covers_every_sample_once_per_epoch_keeping_the_last_partial_batch() {
-        let p = Plan::new(10, &cfg(4, 2, None, true)).all();
-        assert_eq!(p.len(), 6);
-        assert_eq!(p[2].1.len(), 2);
-        for e in 0..2 {
-            let mut all: Vec<u32> = p.iter().filter(|s| s.0 == e).flat_map(|s| s.1.clone()).collect();
-            all.sort();
-            assert_eq!(all, (0..10).collect::<Vec<_>>());
-        }
-        assert_ne!(p[0].1, p[3].1, "each epoch has its own order");
+    fn name(&self, i: usize) -> String {
+        self.samples[i].path.display().to_string()
     }
-
-    #[test]
-    fn plan_is_deterministic_per_seed_and_steps_override_epochs() {
-        let a = Plan::new(50, &cfg(8, 1, None, true)).all();
-        assert_eq!(a, Plan::new(50, &cfg(8, 1, None, true)).all());
-        let mut other = cfg(8, 1, None, true);
-        other.seed = 8;
-        assert_ne!(a, Plan::new(50, &other).all());
-        let s = Plan::new(10, &cfg(4, 1, Some(7), false)).all();
-        assert_eq!(s.len(), 7);
-        assert_eq!(s[3], (1, vec![0, 1, 2, 3]));
-    }
-
-    #[test]
-    fn shuffle_is_a_permutation() {
-        let mut v: Vec<u32> = (0..100).collect();
-        shuffle(&mut v, 1);
-        assert_ne!(v, (0..100).collect::<Vec<_>>());
-        v.sort();
-        assert_eq!(v, (0..100).collect::<Vec<_>>());
+    fn load(&self, i: u32, ctx: &mut LoadCtx<'_>, out: &mut [f32]) -> Result<(), String> {
+        let at = Where { step: ctx.step, epoch: ctx.epoch, sample: i };
+        let Scratch { resizer, augment } = &mut *ctx.scratch;
+        let aug = ctx.cfg.augment.is_on().then_some(augment);
+        load_one(ctx.link, &self.samples[i as usize].path, at, ctx.cfg, resizer, aug, out)
     }
 }

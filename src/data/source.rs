@@ -1,65 +1,46 @@
-//! Where the loader's samples come from: an ImageFolder (read → decode → resize per image) or
-//! a packed cache written by `pipeprof cache` (one copy out of a memory-mapped file).
+//! Where the loader's samples come from. The loader knows one trait, [`SampleSource`]: an
+//! ImageFolder ([`Dataset`](super::Dataset): read → decode → resize per image) and the packed
+//! cache (`cache::Packed`: one copy out of a memory map) both implement it, each emitting its
+//! own stage spans.
 
-use super::scan::{scan, Dataset, ScanError};
-use crate::cache::{CacheError, Packed};
-use std::path::Path;
-use std::sync::Arc;
+use super::image::Resizer;
+use super::plan::LoaderConfig;
+use super::simulate::SlowLink;
 
-#[derive(Debug, Clone)]
-pub enum Source {
-    Folder(Arc<Dataset>),
-    Packed(Arc<Packed>),
+/// Per-worker buffers a source may reuse from one sample to the next.
+#[derive(Default)]
+pub struct Scratch {
+    pub resizer: Resizer,
+    /// The resized u8 image before augmentation (augmentation on only).
+    pub augment: Vec<u8>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error(transparent)]
-    Scan(#[from] ScanError),
-    #[error(transparent)]
-    Cache(#[from] CacheError),
+/// Which sample a worker is loading, and how: for spans, augmentation seeds and simulations.
+pub struct LoadCtx<'a> {
+    pub step: u64,
+    pub epoch: u32,
+    pub cfg: &'a LoaderConfig,
+    /// Simulated slow storage shared by the workers (--throttle-read).
+    pub link: Option<&'a SlowLink>,
+    pub scratch: &'a mut Scratch,
 }
 
-impl Source {
-    /// A folder is scanned; a file is opened as a cache (and verified).
-    pub fn open(path: &Path) -> Result<Source, SourceError> {
-        if path.is_file() {
-            Ok(Source::Packed(Arc::new(Packed::open(path)?)))
-        } else {
-            Ok(Source::Folder(Arc::new(scan(path)?)))
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        match self {
-            Source::Folder(ds) => ds.samples.len(),
-            Source::Packed(p) => p.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
+/// A numbered set of labelled samples the loader can turn into batches.
+pub trait SampleSource: Send + Sync + std::fmt::Debug {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    pub fn classes(&self) -> &[String] {
-        match self {
-            Source::Folder(ds) => &ds.classes,
-            Source::Packed(p) => p.classes(),
-        }
-    }
-
-    pub fn label(&self, i: usize) -> u32 {
-        match self {
-            Source::Folder(ds) => ds.samples[i].label,
-            Source::Packed(p) => p.label(i),
-        }
-    }
-
+    /// Class names, indexed by label.
+    fn classes(&self) -> &[String];
+    fn label(&self, i: usize) -> u32;
     /// Sample `i`'s file, for messages.
-    pub fn name(&self, i: usize) -> String {
-        match self {
-            Source::Folder(ds) => ds.samples[i].path.display().to_string(),
-            Source::Packed(p) => format!("{}[{}]", p.path().display(), p.name(i)),
-        }
+    fn name(&self, i: usize) -> String;
+    /// Whether this source can give `cfg`'s images (a packed cache holds one size only).
+    fn check(&self, _cfg: &LoaderConfig) -> Result<(), String> {
+        Ok(())
     }
+    /// Loads sample `i` as f32 CHW in [0, 1] into `out`, inside its stage spans; the reason
+    /// when the sample cannot be used.
+    fn load(&self, i: u32, ctx: &mut LoadCtx<'_>, out: &mut [f32]) -> Result<(), String>;
 }

@@ -1,6 +1,6 @@
 //! Holding out a validation set: per class, deterministic per seed.
 
-use super::loader::shuffle;
+use super::rng::shuffle;
 use super::scan::Dataset;
 
 /// Splits `ds` into (training, validation): in each class, `round(n × fraction)` files chosen

@@ -52,10 +52,13 @@
 //!
 //! The first wait of a run includes filling the pipeline; short runs overstate the wait share.
 
+mod diagnosed;
 pub mod model;
 mod rules;
 #[cfg(test)]
 mod tests;
+
+pub use diagnosed::Diagnosed;
 
 use crate::aggregate::Summary;
 use serde::{Deserialize, Serialize};

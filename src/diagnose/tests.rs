@@ -4,7 +4,7 @@ use super::model::Pipeline;
 use super::*;
 use crate::aggregate::{RunSettings, StageSummary, StepSplit};
 use probes::fsinfo::{FsInfo, FsKind};
-use probes::sampler::summary::{DeviceSummary, ThreadSummary};
+use crate::aggregate::machine::{DeviceSummary, ThreadSummary};
 use probes::sampler::GpuStatus;
 
 /// Builds a `Summary` the way the aggregator would fill it, a few numbers at a time.

@@ -10,8 +10,8 @@
 //! instant events for the run's settings, verdict changes and the final summary.
 
 use super::Exporter;
-use crate::aggregate::{RunSettings, Summary};
-use crate::diagnose::Verdict;
+use crate::aggregate::RunSettings;
+use crate::diagnose::{Diagnosed, Verdict};
 use probes::{Event, SpanRecord, Stage, NONE};
 use serde_json::json;
 use std::fs::File;
@@ -19,7 +19,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 /// How much of the loader goes into the trace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TraceLevel {
     /// Training-loop stages and counters only: small whatever the data set.
     Stage,
@@ -236,7 +236,7 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
         self.instant(&format!("verdict: {}", v.headline), t_ns, args)
     }
 
-    fn summary(&mut self, s: &Summary) -> std::io::Result<()> {
+    fn summary(&mut self, s: &Diagnosed) -> std::io::Result<()> {
         let args = serde_json::to_value(s).map_err(std::io::Error::other)?;
         let t = self.last_ts;
         self.instant("summary", t, args)

@@ -3,8 +3,8 @@
 pub mod chrome;
 pub mod read;
 
-use crate::aggregate::{RunSettings, Summary};
-use crate::diagnose::Verdict;
+use crate::aggregate::RunSettings;
+use crate::diagnose::{Diagnosed, Verdict};
 use probes::Event;
 
 /// Receives every event in arrival order and writes it somewhere; `finish` closes the output
@@ -19,8 +19,8 @@ pub trait Exporter: Send {
     fn verdict(&mut self, _t_ns: u64, _v: &Verdict) -> std::io::Result<()> {
         Ok(())
     }
-    /// The final summary, just before `finish`.
-    fn summary(&mut self, _s: &Summary) -> std::io::Result<()> {
+    /// The final summary and verdict, just before `finish`.
+    fn summary(&mut self, _s: &Diagnosed) -> std::io::Result<()> {
         Ok(())
     }
     fn finish(&mut self) -> std::io::Result<()>;

@@ -2,6 +2,7 @@
 
 pub mod auto;
 pub mod model;
+pub mod shapes;
 
 use crate::config::{ModelConfig, OptimizerKind};
 use crate::data::{Dataset, Loader, LoaderConfig};
@@ -89,7 +90,7 @@ pub struct Validation {
 /// run is reproducible for a seed: weights ~ N(0, 2/fan_in) (Kaiming), biases ~ U(±1/√fan_in),
 /// each variable from its own stream keyed by its name.
 pub fn seed_weights(vm: &VarMap, seed: u64, dev: &Device) -> candle_core::Result<()> {
-    use crate::data::loader::SplitMix;
+    use crate::data::rng::SplitMix;
     let data = vm.data().lock().map_err(|_| candle_core::Error::msg("the parameter map lock is poisoned"))?;
     let mut names: Vec<&String> = data.keys().collect();
     names.sort();

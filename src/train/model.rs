@@ -1,6 +1,7 @@
 //! A candle CNN built from `cnn.toml`, layer by layer, with candle's usual idioms.
 
-use crate::config::{same_padding, Activation, LayerSpec, ModelConfig, Padding, Units};
+use super::shapes::same_padding;
+use crate::config::{Activation, LayerSpec, ModelConfig, Padding, Units};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Dropout, Linear, VarBuilder};
 

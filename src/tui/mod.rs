@@ -9,7 +9,7 @@
 pub mod state;
 pub mod view;
 
-pub use state::{Action, Focus, State};
+pub use state::{Action, Focus, Live, State};
 
 use crate::aggregate::Snapshot;
 use crossbeam_channel::{Receiver, TryRecvError};
@@ -85,9 +85,9 @@ impl Drop for Guard {
 
 /// Copies the collector's latest snapshot when it changed. The lock is held only for the
 /// clone, so the collector never waits on drawing.
-fn refresh(latest: &Mutex<Snapshot>, st: &mut State, seen: &mut (u64, u64)) {
+fn refresh(latest: &Mutex<Live>, st: &mut State, seen: &mut (u64, u64)) {
     let Ok(l) = latest.lock() else { return };
-    let key = (l.now_ns, l.summary.events_received);
+    let key = (l.snap.now_ns, l.snap.summary.events_received);
     if key == *seen {
         return;
     }
@@ -101,7 +101,7 @@ fn refresh(latest: &Mutex<Snapshot>, st: &mut State, seen: &mut (u64, u64)) {
 /// Ctrl-C set `stop`), then restores the terminal. Raw mode turns Ctrl-C into a key, so it
 /// arrives here rather than as SIGINT; a second Ctrl-C while stopping exits the process at
 /// once (status 130), as a second SIGINT does without the view.
-pub fn run(latest: Arc<Mutex<Snapshot>>, done: Receiver<()>, stop: &'static AtomicBool) -> io::Result<()> {
+pub fn run(latest: Arc<Mutex<Live>>, done: Receiver<()>, stop: &'static AtomicBool) -> io::Result<()> {
     let mut st = State::new(Snapshot::default());
     let mut seen = (u64::MAX, u64::MAX);
     refresh(&latest, &mut st, &mut seen);

@@ -3,8 +3,9 @@
 //! pure and unit-tested, and views render it in tests from hand-built values.
 
 use crate::aggregate::{Snapshot, StepPoint};
+use crate::diagnose::Verdict;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use probes::sampler::{GpuPoint, HostPoint};
+use crate::aggregate::machine::{GpuPoint, HostPoint};
 use probes::StepRecord;
 
 /// Chart windows ←/→ choose from, seconds.
@@ -53,13 +54,23 @@ pub enum Action {
     Abort,
 }
 
+/// What the collector publishes for the live view: the aggregate's snapshot and the verdict
+/// over it, once there are steps to judge.
+#[derive(Debug, Clone, Default)]
+pub struct Live {
+    pub snap: Snapshot,
+    pub verdict: Option<Verdict>,
+}
+
 /// Everything the views draw.
 #[derive(Debug, Clone, Default)]
 pub struct State {
     /// What is displayed (frozen while paused).
     pub snap: Snapshot,
-    /// The newest snapshot received while paused, shown on resume.
-    pending: Option<Snapshot>,
+    /// The verdict shown with `snap`.
+    pub verdict: Option<Verdict>,
+    /// The newest publication received while paused, shown on resume.
+    pending: Option<Live>,
     pub paused: bool,
     pub help: bool,
     pub focus: Focus,
@@ -87,12 +98,18 @@ impl State {
         State { snap, window: DEFAULT_WINDOW, ..State::default() }
     }
 
-    /// Takes a new snapshot: shown at once, or kept for later while paused (training goes on).
-    pub fn update(&mut self, snap: Snapshot) {
+    /// A state showing `snap` with `verdict`.
+    pub fn with_verdict(snap: Snapshot, verdict: Verdict) -> State {
+        State { verdict: Some(verdict), ..State::new(snap) }
+    }
+
+    /// Takes a new publication: shown at once, or kept for later while paused (training goes on).
+    pub fn update(&mut self, live: Live) {
         if self.paused {
-            self.pending = Some(snap);
+            self.pending = Some(live);
         } else {
-            self.snap = snap;
+            self.snap = live.snap;
+            self.verdict = live.verdict;
         }
     }
 
@@ -126,8 +143,9 @@ impl State {
             KeyCode::Char('p' | 'P' | ' ') => {
                 self.paused = !self.paused;
                 if !self.paused {
-                    if let Some(s) = self.pending.take() {
-                        self.snap = s;
+                    if let Some(l) = self.pending.take() {
+                        self.snap = l.snap;
+                        self.verdict = l.verdict;
                     }
                 }
                 Action::Redraw
@@ -292,15 +310,15 @@ mod tests {
         let mut st = State::new(snap_at(1, 1));
         st.on_key(key(KeyCode::Char('p')));
         assert!(st.paused);
-        st.update(snap_at(2, 2));
-        st.update(snap_at(3, 3));
+        st.update(Live { snap: snap_at(2, 2), verdict: None });
+        st.update(Live { snap: snap_at(3, 3), verdict: None });
         assert_eq!(st.snap.summary.steps, 1, "frozen while paused");
         assert!(st.has_pending());
         st.on_key(key(KeyCode::Char('p')));
         assert!(!st.paused);
         assert_eq!(st.snap.summary.steps, 3, "resume shows the newest");
         assert!(!st.has_pending());
-        st.update(snap_at(4, 4));
+        st.update(Live { snap: snap_at(4, 4), verdict: None });
         assert_eq!(st.snap.summary.steps, 4, "live again");
     }
 

@@ -8,7 +8,7 @@ use nvml_wrapper::Nvml;
 use std::path::Path;
 
 /// Environment variable naming an NVML library to load instead of `libnvidia-ml.so.1`
-/// (for example the fake driver built by [`super::fake_nvml::build`]).
+/// (for example the fake driver built by `fake_nvml::build` in the pipeprof-fake-nvml test crate).
 pub const NVML_LIB_ENV: &str = "PIPEPROF_NVML_LIB";
 
 /// The library nvml-wrapper loads by default on Linux.

@@ -7,20 +7,17 @@
 //! queueing them. [`SamplerHandle::stop`] takes one last sample, so even a run shorter than a
 //! tick has data.
 //!
-//! [`MachineAgg`] (in [`summary`]) turns the samples into run totals and a bounded recent
-//! series; it is pure, like the rest of the aggregation.
+//! Turning samples into run totals is the profiler's job (`pipeprof::aggregate::machine`): a
+//! program that links this crate only samples and sends.
 
-pub mod fake_nvml;
 mod gpu;
 mod host;
-pub mod summary;
 
 pub use gpu::{GpuInitError, GpuSampler, NVML_LIB_ENV};
 pub use host::{
     cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_task_stat,
     probe_io_accounting, rate_per_s, storage_reads_measurable, CpuTimes, HostSampler, IoAccounting, ProcIo, TaskStat,
 };
-pub use summary::{DeviceSummary, GpuPoint, HostPoint, MachineAgg, MachineSummary, ThreadSummary};
 
 use crate::clock;
 use crate::event::Event;

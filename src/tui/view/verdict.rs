@@ -87,7 +87,7 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
 
 /// A verdict to show, or the steps still needed before there is one.
 fn current(st: &State) -> Result<&Verdict, u64> {
-    match &st.snap.verdict {
+    match &st.verdict {
         Some(v) => match v.limiter {
             Limiter::NotEnoughData { steps_needed } => Err(steps_needed),
             _ => Ok(v),

@@ -5,7 +5,7 @@
 //! Point the sampler at it with `PIPEPROF_NVML_LIB=<path>`:
 //!
 //! ```text
-//! cargo run -p pipeprof-probes --example build_fake_nvml -- /tmp/libfake_nvml.so
+//! cargo run -p pipeprof-fake-nvml -- /tmp/libfake_nvml.so
 //! FAKE_NVML_DEVICES=2 PIPEPROF_NVML_LIB=/tmp/libfake_nvml.so pipeprof profile ...
 //! ```
 

@@ -1,14 +1,17 @@
 //! `cnn.toml`: a Keras-like model and training description.
 //!
 //! Every section and key has a default except `[[layers]]`. Unknown keys are errors that
-//! name the file, line and column. Shapes are inferred here, before any tensor exists.
+//! name the file, line and column. Values are range-checked in [`validate`]; shapes are inferred
+//! beside the model, in `train::shapes`.
+
+mod validate;
 
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The model used when no `--model` is given (the same text as `examples/cnn.toml`).
-pub const DEFAULT_MODEL: &str = include_str!("../examples/cnn.toml");
+pub const DEFAULT_MODEL: &str = include_str!("../../examples/cnn.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -295,42 +298,6 @@ impl Augment {
         }
         v.join(", ")
     }
-
-    fn validate(&self) -> Result<(), String> {
-        let fin = |v: f64| v.is_finite();
-        if !(fin(self.rotation_range) && (0.0..=180.0).contains(&self.rotation_range)) {
-            return Err(format!(
-                "[augment] rotation_range must be between 0 and 180 degrees, got {}",
-                self.rotation_range
-            ));
-        }
-        if !(fin(self.zoom_range) && (0.0..1.0).contains(&self.zoom_range)) {
-            return Err(format!(
-                "[augment] zoom_range must be in [0, 1) (zoom factors 1 ± zoom_range), got {}",
-                self.zoom_range
-            ));
-        }
-        if !(fin(self.shear_range) && (0.0..90.0).contains(&self.shear_range)) {
-            return Err(format!("[augment] shear_range must be in [0, 90) degrees, got {}", self.shear_range));
-        }
-        if let Some([lo, hi]) = self.brightness_range {
-            if !(fin(lo) && fin(hi) && 0.0 <= lo && lo <= hi) {
-                return Err(format!(
-                    "[augment] brightness_range must be [lo, hi] with 0 ≤ lo ≤ hi, e.g. [0.8, 1.2], got [{lo}, {hi}]"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A layer with its inferred output shape (without the batch dimension).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ShapedLayer {
-    pub spec: LayerSpec,
-    pub name: String,
-    pub output: Vec<usize>,
-    pub params: usize,
 }
 
 impl ModelConfig {
@@ -350,159 +317,17 @@ impl ModelConfig {
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Self::parse(&text, &path.display().to_string())
     }
-
-    fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let bad = |message: String| Err(ConfigError::Invalid { path: origin.to_string(), message });
-        if self.layers.is_empty() {
-            return bad("no [[layers]]: add at least a final `type = \"dense\"` with `units = \"classes\"`".into());
-        }
-        if !matches!(self.input.channels, 1 | 3) {
-            return bad(format!("[input] channels must be 1 (grayscale) or 3 (RGB), got {}", self.input.channels));
-        }
-        if self.input.height == 0 || self.input.width == 0 || self.input.height > 4096 || self.input.width > 4096 {
-            return bad(format!(
-                "[input] height and width must be between 1 and 4096, got {}×{}",
-                self.input.height, self.input.width
-            ));
-        }
-        if self.train.batch_size == 0 {
-            return bad("[train] batch_size must be at least 1".into());
-        }
-        if !(self.train.learning_rate > 0.0 && self.train.learning_rate.is_finite()) {
-            return bad(format!("[train] learning_rate must be positive, got {}", self.train.learning_rate));
-        }
-        if self.data.prefetch == 0 {
-            return bad("[data] prefetch must be at least 1".into());
-        }
-        let split = self.data.validation_split;
-        if !(split.is_finite() && (0.0..1.0).contains(&split)) {
-            return bad(format!("[data] validation_split must be in [0, 1) (e.g. 0.2 = 20% per class), got {split}"));
-        }
-        if let Err(m) = self.augment.validate() {
-            return bad(m);
-        }
-        for (i, l) in self.layers.iter().enumerate() {
-            let n = i + 1;
-            match l {
-                LayerSpec::Conv2d { filters, kernel_size, strides, .. } => {
-                    if *filters == 0 || *kernel_size == 0 || *strides == 0 {
-                        return bad(format!("layer {n} (conv2d): filters, kernel_size and strides must be ≥ 1"));
-                    }
-                }
-                LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
-                    if *pool_size == 0 || *strides == Some(0) {
-                        return bad(format!("layer {n} ({}): pool_size and strides must be ≥ 1", l.kind()));
-                    }
-                }
-                LayerSpec::Dropout { rate } => {
-                    if !(0.0..1.0).contains(rate) {
-                        return bad(format!("layer {n} (dropout): rate must be in [0, 1), got {rate}"));
-                    }
-                }
-                LayerSpec::Dense { activation: Activation::Softmax, .. } if n != self.layers.len() => {
-                    return bad(format!(
-                        "layer {n} (dense): softmax is only supported on the last layer, where it is folded into the loss"
-                    ));
-                }
-                LayerSpec::Flatten {} | LayerSpec::Dense { .. } => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Output shape and parameter count of every layer, for `classes` classes.
-    /// A layer that collapses the shape, or a model whose output is not one value per class,
-    /// is an error naming the layer.
-    pub fn infer_shapes(&self, classes: usize) -> Result<Vec<ShapedLayer>, String> {
-        let mut shape = vec![self.input.channels, self.input.height, self.input.width];
-        let mut out = Vec::with_capacity(self.layers.len());
-        let mut counts = std::collections::HashMap::<&str, usize>::new();
-        for (i, spec) in self.layers.iter().enumerate() {
-            let n = i + 1;
-            let k = counts.entry(spec.kind()).or_insert(0);
-            *k += 1;
-            let name = format!("{}_{}", spec.kind(), k);
-            let mut params = 0;
-            shape = match spec {
-                LayerSpec::Conv2d { filters, kernel_size, strides, padding, .. } => {
-                    let [c, h, w] = spatial(&shape, n, spec)?;
-                    let oh = conv_out(h, *kernel_size, *strides, *padding);
-                    let ow = conv_out(w, *kernel_size, *strides, *padding);
-                    if oh == 0 || ow == 0 {
-                        return Err(collapse(n, spec, &shape));
-                    }
-                    params = kernel_size * kernel_size * c * filters + filters;
-                    vec![*filters, oh, ow]
-                }
-                LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
-                    let [c, h, w] = spatial(&shape, n, spec)?;
-                    let s = strides.unwrap_or(*pool_size);
-                    let oh = conv_out(h, *pool_size, s, Padding::Valid);
-                    let ow = conv_out(w, *pool_size, s, Padding::Valid);
-                    if oh == 0 || ow == 0 {
-                        return Err(collapse(n, spec, &shape));
-                    }
-                    vec![c, oh, ow]
-                }
-                LayerSpec::Flatten {} => vec![shape.iter().product()],
-                LayerSpec::Dense { units, .. } => {
-                    if shape.len() != 1 {
-                        return Err(format!(
-                            "layer {n} (dense) gets a {}-d input {:?}: add a `type = \"flatten\"` layer before it",
-                            shape.len(),
-                            shape
-                        ));
-                    }
-                    let u = match units {
-                        Units::Fixed(u) => *u,
-                        Units::Classes => classes,
-                    };
-                    params = shape[0] * u + u;
-                    vec![u]
-                }
-                LayerSpec::Dropout { .. } => shape.clone(),
-            };
-            out.push(ShapedLayer { spec: spec.clone(), name, output: shape.clone(), params });
-        }
-        if shape != [classes] {
-            return Err(format!(
-                "the last layer outputs {:?} but there are {classes} classes: end with a dense layer with `units = \"classes\"`",
-                shape
-            ));
-        }
-        Ok(out)
-    }
 }
 
-fn spatial(shape: &[usize], n: usize, spec: &LayerSpec) -> Result<[usize; 3], String> {
-    match shape {
-        [c, h, w] => Ok([*c, *h, *w]),
-        _ => Err(format!("layer {n} ({}) needs an image-shaped input, got {:?} (after flatten?)", spec.kind(), shape)),
+/// Name of the built-in model in messages and reports.
+pub const DEFAULT_MODEL_NAME: &str = "built-in examples/cnn.toml";
+
+/// The model file, or the built-in default; with its display name.
+pub fn load_model(model: Option<&Path>) -> Result<(ModelConfig, String), ConfigError> {
+    match model {
+        Some(p) => Ok((ModelConfig::load(p)?, p.display().to_string())),
+        None => Ok((ModelConfig::parse(DEFAULT_MODEL, DEFAULT_MODEL_NAME)?, DEFAULT_MODEL_NAME.into())),
     }
-}
-
-fn collapse(n: usize, spec: &LayerSpec, shape: &[usize]) -> String {
-    format!(
-        "layer {n} ({}) collapses its input {:?} below 1 pixel: use a larger [input] size, a smaller kernel/pool, or fewer layers",
-        spec.kind(),
-        shape
-    )
-}
-
-/// Keras output size: valid = floor((in - k) / s) + 1, same = ceil(in / s).
-pub fn conv_out(input: usize, kernel: usize, stride: usize, padding: Padding) -> usize {
-    match padding {
-        Padding::Valid if input < kernel => 0,
-        Padding::Valid => (input - kernel) / stride + 1,
-        Padding::Same => input.div_ceil(stride),
-    }
-}
-
-/// TensorFlow's "same" padding: (before, after) zeros so that the output is ceil(in / s).
-pub fn same_padding(input: usize, kernel: usize, stride: usize) -> (usize, usize) {
-    let out = input.div_ceil(stride);
-    let total = ((out - 1) * stride + kernel).saturating_sub(input);
-    (total / 2, total - total / 2)
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -510,27 +335,6 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
     (line, column)
-}
-
-/// A Keras-style summary table.
-pub fn summary_table(layers: &[ShapedLayer], input: &Input) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let _ = writeln!(s, "{:<22} {:<18} {:>10}", "Layer (type)", "Output shape", "Params");
-    let _ = writeln!(s, "{}", "─".repeat(52));
-    let _ = writeln!(s, "{:<22} {:<18} {:>10}", "input", fmt_shape(&[input.channels, input.height, input.width]), 0);
-    for l in layers {
-        let _ = writeln!(s, "{:<22} {:<18} {:>10}", l.name, fmt_shape(&l.output), l.params);
-    }
-    let total: usize = layers.iter().map(|l| l.params).sum();
-    let _ = writeln!(s, "{}", "─".repeat(52));
-    let _ = writeln!(s, "Total params: {total} ({:.2} MB as f32)", total as f64 * 4.0 / 1e6);
-    s
-}
-
-fn fmt_shape(shape: &[usize]) -> String {
-    let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    format!("(None, {})", parts.join(", "))
 }
 
 #[cfg(test)]
@@ -632,36 +436,6 @@ mod tests {
         let t = "[[layers]]\ntype=\"flatten\"\n[[layers]]\ntype=\"dense\"\nunits=5\n";
         let e = ModelConfig::parse(t, "m.toml").unwrap().infer_shapes(3).unwrap_err();
         assert!(e.contains("3 classes"), "{e}");
-    }
-
-    #[test]
-    fn output_sizes_match_keras() {
-        // (input, kernel, stride, padding) → output
-        let table = [
-            (64, 3, 1, Padding::Valid, 62),
-            (64, 3, 2, Padding::Valid, 31),
-            (64, 3, 1, Padding::Same, 64),
-            (65, 3, 2, Padding::Same, 33),
-            (2, 3, 1, Padding::Valid, 0),
-        ];
-        for (i, k, s, p, want) in table {
-            assert_eq!(conv_out(i, k, s, p), want, "{i} {k} {s} {p:?}");
-        }
-        assert_eq!(same_padding(64, 3, 1), (1, 1));
-        assert_eq!(same_padding(64, 4, 1), (1, 2));
-        assert_eq!(same_padding(65, 3, 2), (1, 1));
-    }
-
-    #[test]
-    fn summary_lists_every_layer_and_the_total() {
-        let cfg = ModelConfig::parse(DEFAULT_MODEL, "cnn.toml").unwrap();
-        let shapes = cfg.infer_shapes(4).unwrap();
-        let table = summary_table(&shapes, &cfg.input);
-        for l in &shapes {
-            assert!(table.contains(&l.name));
-        }
-        let total: usize = shapes.iter().map(|l| l.params).sum();
-        assert!(table.contains(&format!("Total params: {total}")));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
 
-use super::{GpuSample, GpuStatus, HostSample};
+use probes::sampler::{GpuSample, GpuStatus, HostSample};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -447,7 +447,7 @@ fn push_bounded<T>(q: &mut VecDeque<T>, window_ns: u64, p: T, t: impl Fn(&T) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::{GpuDevice, ThreadCpu};
+    use probes::sampler::{GpuDevice, ThreadCpu};
 
     const SEC: u64 = 1_000_000_000;
 

@@ -1,0 +1,75 @@
+//! From the command line to the commands: each `cli` argument struct becomes the plain options
+//! its command takes, and the command runs. The only module that knows both sides.
+
+use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs};
+use crate::{attach, cache, offline, profile};
+
+/// Runs the command the user asked for (`profile` on the built-in default when none).
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command.unwrap_or_else(|| Command::Profile(Box::default())) {
+        Command::Profile(a) => profile::run(&profile_options(*a)).map(|_| ()),
+        Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
+        Command::Report(a) => offline::run(&report_options(a)),
+        Command::Cache(a) => cache::run(&cache_options(a)),
+        Command::DemoData(a) => demo_data(a),
+    }
+}
+
+pub fn profile_options(a: ProfileArgs) -> profile::Options {
+    profile::Options {
+        model: a.model,
+        data: a.data,
+        val_data: a.val_data,
+        epochs: a.epochs,
+        steps: a.steps,
+        batch_size: a.batch_size,
+        workers: a.workers,
+        prefetch: a.prefetch,
+        seed: a.seed,
+        device: a.device,
+        summary: a.summary,
+        trace: a.trace,
+        trace_level: a.trace_level.into(),
+        sample_hz: a.sample_hz,
+        no_gpu: a.no_gpu,
+        throttle_read: a.throttle_read,
+        slow: a.slow,
+        panic_at_step: a.panic_at_step,
+        no_tui: a.no_tui,
+        check_advice: a.check_advice,
+        channel_capacity: a.channel_capacity,
+    }
+}
+
+fn attach_options(a: AttachArgs) -> attach::Options {
+    attach::Options {
+        target: a.target,
+        once: a.once,
+        duration: a.duration,
+        summary: a.summary,
+        trace: a.trace,
+        list: a.list,
+        no_tui: a.no_tui,
+    }
+}
+
+fn report_options(a: ReportArgs) -> offline::Options {
+    offline::Options { files: a.files, repair: a.repair, summary: a.summary }
+}
+
+fn cache_options(a: CacheArgs) -> cache::CacheOptions {
+    cache::CacheOptions { model: a.model, data: a.data, out: a.out, workers: a.workers, abort_after: a.abort_after }
+}
+
+fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
+    let spec = crate::data::demo::DemoSpec {
+        classes: a.classes,
+        per_class: a.per_class,
+        size: a.size,
+        format: a.format.into(),
+        seed: a.seed,
+    };
+    let n = spec.write(&a.dir).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.dir.display()))?;
+    println!("wrote {n} images in {} classes to {}", spec.classes, a.dir.display());
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! A run's summary paired with its verdict: what the summary JSON, the trace's final summary
+//! and the report carry. `aggregate` knows nothing of verdicts; whoever finishes a run (the
+//! session, `pipeprof report`) pairs the two here.
+
+use super::{diagnose, Verdict};
+use crate::aggregate::Summary;
+use serde::{Deserialize, Serialize};
+
+/// A summary and the verdict on it. Serialises as the summary's fields followed by
+/// `"verdict"`: the summary JSON schema of earlier versions, unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosed {
+    #[serde(flatten)]
+    pub summary: Summary,
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+}
+
+impl Diagnosed {
+    /// Judges `summary` now.
+    pub fn new(summary: Summary) -> Diagnosed {
+        let verdict = Some(diagnose(&summary));
+        Diagnosed { summary, verdict }
+    }
+
+    /// The verdict, computed if the pair was read without one.
+    pub fn verdict(&self) -> Verdict {
+        self.verdict.clone().unwrap_or_else(|| diagnose(&self.summary))
+    }
+}

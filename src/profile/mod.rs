@@ -1,0 +1,219 @@
+//! `pipeprof profile`: wire probes → channel → collector → aggregate → report around a real
+//! loader and training loop.
+//!
+//! [`options`] checks every flag before anything happens; [`setup`] opens the data and names
+//! the run; this file starts the probes, the collector, the samplers and the trainer, shows
+//! the run, and finishes it.
+
+pub mod options;
+mod setup;
+
+pub use options::Options;
+
+use crate::aggregate::{Aggregator, RunSettings};
+use crate::diagnose::Diagnosed;
+use crate::export::{chrome::ChromeTrace, Exporter};
+use crate::session::{self, Latest};
+use crate::{config, progress, report, signal, train};
+use anyhow::{bail, Context};
+use crossbeam_channel::Receiver;
+use probes::{Event, Probe, ProbeLayer};
+use setup::Prepared;
+use std::thread::JoinHandle;
+use tracing_subscriber::layer::SubscriberExt;
+
+/// The training thread's result: how the loop ended.
+type Trainer = JoinHandle<anyhow::Result<train::TrainOutcome>>;
+
+/// Runs `pipeprof profile`; returns the final summary with its verdict.
+pub fn run(opts: &Options) -> anyhow::Result<Diagnosed> {
+    opts.validate()?;
+    let (mut cfg, model_name) = config::load_model(opts.model.as_deref())?;
+    opts.apply(&mut cfg);
+    let dev = train::parse_device(&opts.device)?;
+    // candle computes on rayon's global pool; named threads make its CPU use visible (they
+    // would otherwise inherit the name of the thread that started the pool).
+    let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();
+    let data = setup::prepare(opts, &cfg, &model_name)?;
+    let samples = data.train.samples();
+    let shapes = cfg.infer_shapes(samples.classes().len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
+    let params: usize = shapes.iter().map(|l| l.params).sum();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // `auto`: start with one worker and let the measured wait decide (train::auto).
+    let auto_workers = (cfg.data.workers == config::Workers::Auto).then(|| train::auto::AutoWorkers::new(cores));
+    let workers = match &auto_workers {
+        Some(a) => a.initial(),
+        None => cfg.data.workers.resolve(cores),
+    };
+    println!("Model: {model_name}  ·  {} classes: {}", samples.classes().len(), samples.classes().join(", "));
+    print!("{}", train::shapes::summary_table(&shapes, &cfg.input));
+    if cfg.augment.is_on() {
+        println!("Augmentation (training only): {}", cfg.augment.describe());
+    }
+    if let Some(v) = &data.val {
+        println!("Validation: {} images after every epoch, {} for training", v.samples.len(), samples.len());
+    }
+    println!();
+    let settings = setup::settings(opts, &cfg, model_name, &data, workers, cores, params);
+    for s in &settings.simulated {
+        eprintln!("pipeprof: simulation on: {s}");
+    }
+
+    let (probe, rx) = Probe::new(opts.channel_capacity);
+    let subscriber = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    if tracing::subscriber::set_global_default(subscriber).is_err() {
+        progress::warn("a tracing subscriber is already installed: stage spans will not be measured");
+    }
+    signal::install();
+    let collector = start_collector(opts, &data, settings, &probe, rx)?;
+    let samplers = start_samplers(opts, &probe);
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let trainer = start_trainer(opts, &cfg, &data, workers, auto_workers, dev, &probe, done_tx)?;
+    session::show(opts.no_tui, &collector.1, &done_rx);
+    // Whatever happened to training, the collector finishes: the trace gets closed and the
+    // report covers what was measured.
+    let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"));
+    if let Some(s) = samplers {
+        s.stop();
+    }
+    probe.send_blocking(Event::Finish);
+    let done = collector.0.join().map_err(|_| anyhow::anyhow!("the collector thread panicked"))?;
+    finish(opts, &data, done, outcome)
+}
+
+/// The trace (if asked for), the aggregate and the collector thread.
+fn start_collector(
+    opts: &Options,
+    data: &Prepared,
+    settings: RunSettings,
+    probe: &Probe,
+    rx: Receiver<Event>,
+) -> anyhow::Result<(JoinHandle<Diagnosed>, Latest)> {
+    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
+    if let Some(path) = &opts.trace {
+        let mut t = ChromeTrace::create(path, &format!("pipeprof: {}", settings.model), opts.trace_level)
+            .with_context(|| format!("cannot create the trace file {}", path.display()))?;
+        t.settings(&settings).with_context(|| format!("cannot write the trace file {}", path.display()))?;
+        exporters.push(Box::new(t));
+    }
+    let data_fs = probes::fsinfo::detect(&data.dir);
+    if data_fs.kind.is_remote_or_fuse() {
+        eprintln!(
+            "note: {} is on a {} filesystem ({}): every image read may be a network round trip",
+            data.dir.display(),
+            data_fs.kind,
+            data_fs.fs_type
+        );
+    }
+    let mut agg = Aggregator::new(settings);
+    agg.set_data_fs(data_fs);
+    let latest = session::latest(&agg);
+    let handle = {
+        let latest = latest.clone();
+        let probe = probe.clone();
+        std::thread::Builder::new()
+            .name("pp-collector".into())
+            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || probe.dropped()))?
+    };
+    Ok((handle, latest))
+}
+
+/// Host and GPU sampling, or a warning and none.
+fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::SamplerHandle> {
+    let cfg = probes::sampler::SamplerConfig {
+        hz: opts.sample_hz,
+        gpu: !opts.no_gpu,
+        thread_prefixes: vec!["loader".into(), "train".into(), "compute".into()],
+        ..probes::sampler::SamplerConfig::default()
+    };
+    match probes::sampler::start(probe.clone(), cfg) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            progress::warn(&format!("machine sampling is off: {e}"));
+            None
+        }
+    }
+}
+
+/// The `train` thread: the loader and the training loop; signals `done` when it ends.
+#[allow(clippy::too_many_arguments)]
+fn start_trainer(
+    opts: &Options,
+    cfg: &config::ModelConfig,
+    data: &Prepared,
+    workers: usize,
+    auto_workers: Option<train::auto::AutoWorkers>,
+    dev: candle_core::Device,
+    probe: &Probe,
+    done: crossbeam_channel::Sender<()>,
+) -> anyhow::Result<Trainer> {
+    let loader_cfg = crate::data::LoaderConfig {
+        height: cfg.input.height as u32,
+        width: cfg.input.width as u32,
+        channels: cfg.input.channels,
+        batch_size: cfg.train.batch_size,
+        workers,
+        prefetch: cfg.data.prefetch,
+        shuffle: cfg.data.shuffle,
+        seed: cfg.data.seed,
+        epochs: cfg.train.epochs,
+        max_steps: opts.steps,
+        throttle: opts.throttle_read,
+        slow: opts.slow.clone(),
+        augment: cfg.augment.clone(),
+    };
+    let val = data.val.clone().map(|v| train::Validation {
+        ds: std::sync::Arc::new(v),
+        loader: crate::data::LoaderConfig {
+            shuffle: false,
+            epochs: 1,
+            max_steps: None,
+            augment: config::Augment::default(),
+            ..loader_cfg.clone()
+        },
+    });
+    let samples = data.train.samples();
+    let classes = samples.classes().len();
+    let hooks = train::Hooks { panic_at_step: opts.panic_at_step, slow: opts.slow.clone(), auto_workers };
+    let (probe, cfg) = (probe.clone(), cfg.clone());
+    Ok(std::thread::Builder::new().name("train".into()).spawn(move || {
+        let result = (|| {
+            let mut loader = crate::data::Loader::start(samples, loader_cfg, probe.clone())?;
+            train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks)
+        })();
+        let _ = done.send(());
+        result
+    })?)
+}
+
+/// The report, the summary file, the outcome's messages and `--check-advice`.
+fn finish(
+    opts: &Options,
+    data: &Prepared,
+    done: Diagnosed,
+    outcome: anyhow::Result<anyhow::Result<train::TrainOutcome>>,
+) -> anyhow::Result<Diagnosed> {
+    let verdict = done.verdict();
+    print!("{}", report::render(&done.summary, &verdict));
+    if let Some(path) = &opts.summary {
+        let json = serde_json::to_string_pretty(&done)?;
+        std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
+        eprintln!("pipeprof: summary written to {}", path.display());
+    }
+    let outcome = outcome??;
+    if outcome.interrupted {
+        eprintln!("pipeprof: stopped early: the report covers the steps done so far");
+    }
+    // The loop's own count, not the events': those may have been dropped.
+    if outcome.images == 0 && !outcome.interrupted {
+        bail!(
+            "no usable images in {}: {} files were skipped (see the list above)",
+            done.summary.settings.data,
+            done.summary.skipped_count
+        );
+    }
+    if opts.check_advice && !outcome.interrupted {
+        crate::check_advice::run(opts.model.as_deref(), opts.steps, &data.dir, &done.summary, &verdict);
+    }
+    Ok(done)
+}

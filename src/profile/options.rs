@@ -1,0 +1,136 @@
+//! What `pipeprof profile` was asked for, as plain data, and its checks: every option is
+//! validated here, before anything is created, written or started.
+
+use crate::config::{ModelConfig, Workers};
+use crate::data::simulate::{Slow, Throttle};
+use crate::export::chrome::TraceLevel;
+use anyhow::bail;
+use std::path::PathBuf;
+
+/// Largest event channel: 2^24 events × 48 bytes ≈ 800 MB, far past any need.
+pub const MAX_CHANNEL_CAPACITY: usize = 1 << 24;
+/// Highest sampling rate: the CPU figures refresh at most every 200 ms anyway.
+pub const MAX_SAMPLE_HZ: f64 = 1000.0;
+
+/// The options of one profiled run (the command line's `profile` flags).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub model: Option<PathBuf>,
+    pub data: Option<PathBuf>,
+    pub val_data: Option<PathBuf>,
+    pub epochs: Option<usize>,
+    pub steps: Option<u64>,
+    pub batch_size: Option<usize>,
+    pub workers: Option<Workers>,
+    pub prefetch: Option<usize>,
+    pub seed: Option<u64>,
+    pub device: String,
+    pub summary: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
+    pub trace_level: TraceLevel,
+    pub sample_hz: f64,
+    pub no_gpu: bool,
+    pub throttle_read: Option<Throttle>,
+    pub slow: Vec<Slow>,
+    pub panic_at_step: Option<u64>,
+    pub no_tui: bool,
+    pub check_advice: bool,
+    pub channel_capacity: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            model: None,
+            data: None,
+            val_data: None,
+            epochs: None,
+            steps: None,
+            batch_size: None,
+            workers: None,
+            prefetch: None,
+            seed: None,
+            device: "cpu".into(),
+            summary: None,
+            trace: None,
+            trace_level: TraceLevel::default(),
+            sample_hz: probes::sampler::DEFAULT_HZ,
+            no_gpu: false,
+            throttle_read: None,
+            slow: Vec::new(),
+            panic_at_step: None,
+            no_tui: false,
+            check_advice: false,
+            channel_capacity: probes::DEFAULT_CAPACITY,
+        }
+    }
+}
+
+impl Options {
+    /// Every number in its range; the message names the flag and the accepted range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.steps == Some(0) {
+            bail!("--steps must be at least 1");
+        }
+        if self.batch_size == Some(0) {
+            bail!("--batch-size must be at least 1");
+        }
+        if self.prefetch == Some(0) {
+            bail!("--prefetch must be at least 1");
+        }
+        if !(self.sample_hz.is_finite() && self.sample_hz > 0.0 && self.sample_hz <= MAX_SAMPLE_HZ) {
+            bail!("--sample-hz must be a positive number up to {MAX_SAMPLE_HZ}, got {}", self.sample_hz);
+        }
+        if !(1..=MAX_CHANNEL_CAPACITY).contains(&self.channel_capacity) {
+            bail!("--channel-capacity must be between 1 and {MAX_CHANNEL_CAPACITY}, got {}", self.channel_capacity);
+        }
+        Ok(())
+    }
+
+    /// The command line's overrides of the model file's settings.
+    pub fn apply(&self, cfg: &mut ModelConfig) {
+        if let Some(e) = self.epochs {
+            cfg.train.epochs = e.max(1);
+        }
+        if let Some(b) = self.batch_size {
+            cfg.train.batch_size = b;
+        }
+        if let Some(w) = self.workers {
+            cfg.data.workers = w;
+        }
+        if let Some(p) = self.prefetch {
+            cfg.data.prefetch = p;
+        }
+        if let Some(s) = self.seed {
+            cfg.data.seed = s;
+        }
+    }
+
+    /// The simulations on, as the reports name them.
+    pub fn simulated(&self) -> Vec<String> {
+        self.throttle_read.iter().map(|t| t.describe()).chain(self.slow.iter().map(|s| s.describe())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_numbers_are_refused_with_the_flag_named() {
+        let cases: Vec<(Options, &str)> = vec![
+            (Options { steps: Some(0), ..Options::default() }, "--steps"),
+            (Options { batch_size: Some(0), ..Options::default() }, "--batch-size"),
+            (Options { prefetch: Some(0), ..Options::default() }, "--prefetch"),
+            (Options { sample_hz: f64::NAN, ..Options::default() }, "--sample-hz"),
+            (Options { sample_hz: 0.0, ..Options::default() }, "--sample-hz"),
+            (Options { sample_hz: 1e300, ..Options::default() }, "--sample-hz"),
+            (Options { channel_capacity: 0, ..Options::default() }, "--channel-capacity"),
+        ];
+        for (o, flag) in cases {
+            let e = o.validate().map(|_| ()).expect_err(flag).to_string();
+            assert!(e.contains(flag), "{e}");
+        }
+        assert!(Options::default().validate().is_ok());
+    }
+}

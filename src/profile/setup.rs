@@ -1,0 +1,140 @@
+//! Before training: the data (folder or cache, the validation set) and the run's settings.
+
+use super::Options;
+use crate::aggregate::RunSettings;
+use crate::cache::DataSource;
+use crate::config::ModelConfig;
+use crate::data::demo::DemoSpec;
+use crate::data::{self, Dataset};
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The data of a run, ready for the loaders.
+pub struct Prepared {
+    /// What `--data` named (or the demo set).
+    pub dir: PathBuf,
+    /// The training samples (the folder less its validation share, or the cache).
+    pub train: DataSource,
+    pub val: Option<Dataset>,
+}
+
+/// `--data`, or the demo set (written on first use).
+fn data_dir(opts: &Options) -> anyhow::Result<PathBuf> {
+    if let Some(d) = &opts.data {
+        return Ok(d.clone());
+    }
+    let spec = DemoSpec::default();
+    let dir = DemoSpec::default_dir();
+    if !spec.is_present(&dir) {
+        eprintln!("pipeprof: no --data given: writing the demo data set to {} (first run only)…", dir.display());
+        spec.write(&dir).with_context(|| format!("cannot write the demo data set to {}", dir.display()))?;
+    } else {
+        eprintln!("pipeprof: no --data given: using the demo data set in {}", dir.display());
+    }
+    Ok(dir)
+}
+
+/// Opens the data, says what it found, and holds out the validation set.
+pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::Result<Prepared> {
+    let dir = data_dir(opts)?;
+    let src = DataSource::open(&dir)?;
+    let (train, val) = match src {
+        DataSource::Folder(f) => {
+            for p in &f.problems {
+                crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
+            }
+            let (train, val) = validation_set(opts, cfg, (*f).clone())?;
+            (DataSource::Folder(Arc::new(train)), val)
+        }
+        DataSource::Packed(p) => {
+            let i = &cfg.input;
+            p.check_input(i.height as u32, i.width as u32, i.channels as u32, model_name)?;
+            if cfg.augment.is_on() || cfg.data.validation_split > 0.0 || opts.val_data.is_some() {
+                bail!(
+                    "{}: [augment] and validation need the image folder (training from a packed cache supports neither yet): \
+                     pass the folder as --data, or drop [augment] / validation_split / --val-data",
+                    dir.display()
+                )
+            }
+            let m = p.meta();
+            let checked = if p.source_checked() {
+                "matches its source".to_string()
+            } else {
+                format!("source {} is gone: not checked for staleness", m.source.display())
+            };
+            eprintln!(
+                "pipeprof: training from the packed cache {} ({} images, {}; {} files were skipped when it was built)",
+                dir.display(),
+                p.len(),
+                checked,
+                m.skipped.len()
+            );
+            (DataSource::Packed(p), None)
+        }
+    };
+    Ok(Prepared { dir, train, val })
+}
+
+/// The training set and the validation set, if any: `--val-data` (same classes required), or
+/// `[data] validation_split` held out of `ds` per class.
+fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Result<(Dataset, Option<Dataset>)> {
+    if let Some(dir) = &opts.val_data {
+        let v = data::scan(dir).with_context(|| format!("--val-data {}", dir.display()))?;
+        if v.classes != ds.classes {
+            bail!(
+                "--val-data {} has classes [{}] but --data has [{}]: the validation folder needs the same class sub-folders",
+                dir.display(),
+                v.classes.join(", "),
+                ds.classes.join(", ")
+            );
+        }
+        return Ok((ds, Some(v)));
+    }
+    let f = cfg.data.validation_split;
+    if f <= 0.0 {
+        return Ok((ds, None));
+    }
+    let (train, val) = data::split::split(&ds, f, cfg.data.seed);
+    if val.samples.is_empty() || train.samples.is_empty() {
+        crate::progress::warn(&format!(
+            "validation_split = {f} of {} images leaves {} for validation and {} for training: no validation pass",
+            ds.samples.len(),
+            val.samples.len(),
+            train.samples.len()
+        ));
+        return Ok((ds, None));
+    }
+    Ok((train, Some(val)))
+}
+
+/// What the report and summary echo of this run.
+pub fn settings(
+    opts: &Options,
+    cfg: &ModelConfig,
+    model_name: String,
+    data: &Prepared,
+    workers: usize,
+    cores: usize,
+    params: usize,
+) -> RunSettings {
+    let samples = data.train.samples();
+    RunSettings {
+        model: model_name,
+        data: data.dir.display().to_string(),
+        images: samples.len(),
+        classes: samples.classes().to_vec(),
+        device: opts.device.clone(),
+        workers,
+        cores,
+        batch_size: cfg.train.batch_size,
+        prefetch: cfg.data.prefetch,
+        epochs: cfg.train.epochs,
+        max_steps: opts.steps,
+        seed: cfg.data.seed,
+        input: [cfg.input.channels, cfg.input.height, cfg.input.width],
+        params,
+        simulated: opts.simulated(),
+        auto_workers: Vec::new(),
+    }
+}

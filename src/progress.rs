@@ -1,0 +1,139 @@
+//! The one progress line (profile, attach, cache) and the warnings printed above it.
+//!
+//! On a terminal the line redraws in place (indicatif); into a file or pipe it becomes a plain
+//! line every few seconds, and no escape code is written. Warnings go above the line from any
+//! thread, and text that came from outside (file names, reasons) loses its control characters
+//! when stderr is not a terminal, so a log file holds only what it says.
+
+use crate::aggregate::Summary;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The line being shown now, if any: warnings print above it.
+static ACTIVE: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// How often the live run's line is refreshed.
+const REFRESH: Duration = Duration::from_millis(200);
+/// How often a plain (non-terminal) line is written.
+const PLAIN_EVERY: Duration = Duration::from_secs(10);
+
+/// `text` with control characters (escape codes among them) replaced by `?` unless stderr is
+/// a terminal that would interpret them as the program meant.
+pub fn clean(text: &str, tty: bool) -> String {
+    if tty {
+        return text.to_string();
+    }
+    text.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { '?' } else { c }).collect()
+}
+
+/// Prints `warning: {msg}` on stderr, above the progress line if one is shown.
+pub fn warn(msg: &str) {
+    say(&format!("warning: {msg}"));
+}
+
+/// Prints one line on stderr, above the progress line if one is shown.
+pub fn say(line: &str) {
+    let tty = std::io::stderr().is_terminal();
+    let line = clean(line, tty);
+    let bar = ACTIVE.lock().ok().and_then(|b| b.clone());
+    match bar {
+        Some(b) if !b.is_hidden() => b.println(line),
+        _ => eprintln!("{line}"),
+    }
+}
+
+/// A progress line on stderr.
+pub struct Line {
+    bar: ProgressBar,
+    tty: bool,
+    plain_every: Duration,
+    last_plain: Option<Instant>,
+}
+
+impl Line {
+    /// A line that, off a terminal, is written at most every `plain_every`.
+    pub fn new(plain_every: Duration) -> Line {
+        let tty = std::io::stderr().is_terminal();
+        let bar = if tty {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+            b
+        } else {
+            ProgressBar::hidden()
+        };
+        if let Ok(mut a) = ACTIVE.lock() {
+            *a = Some(bar.clone());
+        }
+        Line { bar, tty, plain_every, last_plain: Some(Instant::now()) }
+    }
+
+    /// Shows `text`; off a terminal only when `plain_every` has passed, or when `force`.
+    pub fn set(&mut self, text: String, force: bool) {
+        if self.tty {
+            self.bar.set_message(text);
+            return;
+        }
+        let due = self.last_plain.is_none_or(|t| t.elapsed() >= self.plain_every);
+        if due || force {
+            self.last_plain = Some(Instant::now());
+            eprintln!("{text}");
+        }
+    }
+
+    /// Removes the line from the terminal (the report follows).
+    pub fn finish(self) {}
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+        if let Ok(mut a) = ACTIVE.lock() {
+            *a = None;
+        }
+    }
+}
+
+/// Shows the run's progress until `done` fires, with a warning for each newly skipped file;
+/// `latest` reads the collector's newest summary.
+pub fn watch(done: &Receiver<()>, latest: &dyn Fn() -> Option<Summary>) {
+    let mut line = Line::new(PLAIN_EVERY);
+    let mut warned = 0usize;
+    loop {
+        let finished = match done.recv_timeout(REFRESH) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
+            Err(RecvTimeoutError::Timeout) => false,
+        };
+        let Some(s) = latest() else { return };
+        for k in s.skipped.iter().skip(warned) {
+            warn(&format!("skipped {}: {}", k.path, k.reason));
+        }
+        warned = warned.max(s.skipped.len());
+        let text = format!(
+            "step {} · epoch {} · {:.1} images/s · loss {} · {:.1} s",
+            s.steps,
+            s.epochs.last().map(|e| e.epoch).unwrap_or(1),
+            s.images_per_s,
+            s.last_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into()),
+            s.elapsed_s
+        );
+        line.set(text, false);
+        if finished {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_replaced_off_a_terminal_only() {
+        let hostile = "a\x1b[31mred\x07\rb\tc";
+        assert_eq!(clean(hostile, false), "a?[31mred??b\tc");
+        assert_eq!(clean(hostile, true), hostile);
+    }
+}

@@ -1,0 +1,116 @@
+//! The collector side of a run, shared by `profile` and `attach`: drains events into the
+//! aggregate and the exporters, publishes snapshots with their verdict for the views, and
+//! pairs the final summary with its verdict.
+
+use crate::aggregate::Aggregator;
+use crate::diagnose::{self, Diagnosed};
+use crate::export::Exporter;
+use crate::tui::Live;
+use crossbeam_channel::Receiver;
+use probes::Event;
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The shared latest view, written by the collector, read by the live view or progress line.
+pub type Latest = Arc<Mutex<Live>>;
+
+/// Least time between two snapshots published on steps: a snapshot copies the recent series,
+/// and the live view redraws at 10 Hz anyway.
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+
+/// Events between two publications when no step or skip comes.
+const PUBLISH_EVERY_EVENTS: u32 = 4096;
+
+/// A new, empty publication slot for `agg`'s run.
+pub fn latest(agg: &Aggregator) -> Latest {
+    Arc::new(Mutex::new(Live { snap: agg.snapshot(), verdict: None }))
+}
+
+/// Drains events into the aggregate and the exporters until [`Event::Finish`], publishing
+/// snapshots for the views; closes the exporters and returns the final summary with its
+/// verdict. `dropped` reads the sender side's dropped-events counter.
+pub fn collect(
+    rx: Receiver<Event>,
+    mut agg: Aggregator,
+    mut exporters: Vec<Box<dyn Exporter>>,
+    latest: &Latest,
+    dropped: &dyn Fn() -> u64,
+) -> Diagnosed {
+    let mut since_publish = 0u32;
+    let mut last_publish: Option<Instant> = None;
+    while let Ok(ev) = rx.recv() {
+        if ev == Event::Finish {
+            break;
+        }
+        let publish = matches!(ev, Event::Step(_) | Event::Skipped { .. });
+        export(&ev, &mut exporters);
+        agg.push(&ev);
+        since_publish += 1;
+        // Publishing costs a summary and a copy of the recent series: do it on steps and skips
+        // (at most every PUBLISH_EVERY), and every so many events.
+        let due = last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
+        if (publish && due) || since_publish >= PUBLISH_EVERY_EVENTS {
+            since_publish = 0;
+            last_publish = Some(Instant::now());
+            publish_snapshot(&mut agg, latest, dropped);
+        }
+    }
+    // The views' last look includes the final steps.
+    publish_snapshot(&mut agg, latest, dropped);
+    // Thread names whose events were dropped on a full channel are still in the registry.
+    for (id, name) in probes::thread_names() {
+        if !agg.has_thread(id) {
+            let ev = Event::Thread { id, name: name.into_boxed_str() };
+            export(&ev, &mut exporters);
+            agg.push(&ev);
+        }
+    }
+    agg.set_dropped(dropped());
+    let done = Diagnosed::new(agg.summary());
+    for x in &mut exporters {
+        if let Err(e) = x.summary(&done).and_then(|()| x.finish()) {
+            crate::progress::warn(&format!("cannot close an export: {e}"));
+        }
+    }
+    done
+}
+
+/// Sends `ev` to every exporter; one that fails is dropped with a warning, the others go on.
+fn export(ev: &Event, exporters: &mut Vec<Box<dyn Exporter>>) {
+    exporters.retain_mut(|x| match x.event(ev) {
+        Ok(()) => true,
+        Err(e) => {
+            crate::progress::warn(&format!("cannot write an export ({e}): that output stops here"));
+            false
+        }
+    });
+}
+
+/// Publishes the aggregate for the views, with the verdict once there are steps to judge.
+fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, dropped: &dyn Fn() -> u64) {
+    agg.set_dropped(dropped());
+    let snap = agg.snapshot();
+    let verdict = (snap.summary.steps > 0).then(|| diagnose::diagnose(&snap.summary));
+    // The lock is held only for the move, not while the snapshot is built.
+    if let Ok(mut l) = latest.lock() {
+        *l = Live { snap, verdict };
+    }
+}
+
+/// The live view on a terminal, else the progress line, until training ends.
+pub fn show(no_tui: bool, latest: &Latest, done: &Receiver<()>) {
+    // The live view needs a terminal to draw on and one to read keys from.
+    let tui = !no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    let summary = || latest.lock().ok().map(|l| l.snap.summary.clone());
+    if tui {
+        if let Err(e) = crate::tui::run(latest.clone(), done.clone(), crate::signal::flag()) {
+            crate::progress::warn(&format!(
+                "the live view failed ({e}); showing progress instead (--no-tui skips the view)"
+            ));
+            crate::progress::watch(done, &summary);
+        }
+    } else {
+        crate::progress::watch(done, &summary);
+    }
+}

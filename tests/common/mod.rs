@@ -1,0 +1,52 @@
+//! Helpers shared by the end-to-end tests: the real binary, a tiny model, small data sets.
+// Each test crate uses its own subset.
+#![allow(dead_code)]
+
+use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// A model small enough for tests: 32×32 input, `convs` conv + pool blocks, a softmax head.
+pub fn tiny_model(convs: usize) -> String {
+    let mut m = String::from("[input]\nheight = 32\nwidth = 32\n");
+    for k in 0..convs {
+        let filters = 8 << k;
+        m.push_str(&format!(
+            "\n[[layers]]\ntype = \"conv2d\"\nfilters = {filters}\nkernel_size = 3\nactivation = \"relu\"\n\n[[layers]]\ntype = \"max_pooling2d\"\n"
+        ));
+    }
+    m.push_str("\n[[layers]]\ntype = \"flatten\"\n\n[[layers]]\ntype = \"dense\"\nunits = \"classes\"\nactivation = \"softmax\"\n");
+    m.push_str("\n[train]\nbatch_size = 16\nlearning_rate = 0.003\n\n[data]\nworkers = 2\nseed = 3\n");
+    m
+}
+
+/// Writes [`tiny_model`] with one conv block to `dir/tiny.toml` and returns its path.
+pub fn write_tiny_model(dir: &Path) -> String {
+    let p = dir.join("tiny.toml");
+    std::fs::write(&p, tiny_model(1)).expect("the temp dir is writable");
+    p.display().to_string()
+}
+
+/// The built `pipeprof` binary with `args`, to completion.
+pub fn pipeprof(args: &[&str]) -> Output {
+    pipeprof_env(args, &[])
+}
+
+/// [`pipeprof`] with extra environment variables.
+pub fn pipeprof_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the binary runs")
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A generated ImageFolder of `classes` × `per_class` mixed JPEG/PNG images.
+pub fn demo(dir: &Path, classes: usize, per_class: usize, seed: u64) {
+    DemoSpec { classes, per_class, size: None, format: DemoFormat::Mixed, seed }.write(dir).expect("demo data written");
+}
