@@ -5,8 +5,11 @@
 //! the same number of steps and its own summary file; a failed run says why and the rest go on.
 
 use crate::aggregate::Summary;
-use crate::diagnose::Verdict;
-use std::ffi::{OsStr, OsString};
+use crate::cli::Cli;
+use crate::diagnose::{Change, Verdict};
+use clap::parser::ValueSource;
+use clap::CommandFactory;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -16,110 +19,108 @@ pub const MAX_FOLLOW_UPS: usize = 3;
 /// Steps per follow-up when the main run did not set `--steps`.
 pub const DEFAULT_STEPS: u64 = 40;
 
-/// One change pipeprof can make to a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// The run as it was: the baseline.
-    None,
-    Workers(usize),
-    BatchSize(usize),
-    Prefetch(usize),
-    /// Build a packed cache of the data, then train from it.
-    Cache,
-}
-
 /// A follow-up run: what it changes and what the diagnosis predicted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FollowUp {
     pub label: String,
-    pub change: Change,
+    /// `None`: the run as it was, the baseline.
+    pub change: Option<Change>,
     pub predicted: Option<f64>,
 }
 
-fn parse_change(command: &str) -> Option<Change> {
-    if command.starts_with("pipeprof cache ") {
-        return Some(Change::Cache);
-    }
-    let (flag, value) = command.split_once(' ')?;
-    let n: usize = value.trim().parse().ok().filter(|n| *n > 0)?;
-    match flag {
-        "--workers" => Some(Change::Workers(n)),
-        "--batch-size" => Some(Change::BatchSize(n)),
-        "--prefetch" => Some(Change::Prefetch(n)),
-        _ => None,
-    }
+/// Whether pipeprof can make this change itself, in a follow-up run.
+pub fn applicable(change: &Change) -> bool {
+    matches!(change, Change::Workers(_) | Change::BatchSize(_) | Change::Prefetch(_) | Change::Cache { .. })
 }
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
 pub fn plan(v: &Verdict) -> Vec<FollowUp> {
-    let mut out = vec![FollowUp { label: "as run (no change)".into(), change: Change::None, predicted: Some(1.0) }];
+    let mut out = vec![FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0) }];
     for a in &v.advice {
-        let Some(cmd) = a.command.as_deref() else { continue };
-        let Some(change) = parse_change(cmd) else { continue };
-        if out.iter().any(|f| f.change == change) || out.len() > MAX_FOLLOW_UPS {
+        let known = out.iter().any(|f| f.change.as_ref() == Some(&a.change));
+        if !applicable(&a.change) || known || out.len() > MAX_FOLLOW_UPS {
             continue;
         }
-        let label =
-            if change == Change::Cache { "pipeprof cache, then --data it".to_string() } else { cmd.to_string() };
-        out.push(FollowUp { label, change, predicted: a.predicted_speedup });
+        let label = match &a.change {
+            Change::Cache { .. } => "pipeprof cache, then --data it".to_string(),
+            c => c.command().unwrap_or_default(),
+        };
+        out.push(FollowUp { label, change: Some(a.change.clone()), predicted: a.predicted_speedup });
     }
     out
 }
 
-/// Flags taking a value that the child sets itself.
-fn replaced_flags(change: &Change) -> Vec<&'static str> {
-    let mut v = vec!["--summary", "--trace", "--steps"];
-    v.push(match change {
-        Change::Workers(_) => "--workers",
-        Change::BatchSize(_) => "--batch-size",
-        Change::Prefetch(_) => "--prefetch",
-        Change::Cache => "--data",
-        Change::None => return v,
-    });
-    v
-}
-
-/// The child's arguments: the parent's `profile` arguments without `--check-advice`, the
-/// live view, outputs, step count and the flag the change sets; then those set for the child.
-/// Handles `--flag value` and `--flag=value`. Pure.
-pub fn child_args(
-    parent: &[OsString],
-    change: &Change,
+/// What a follow-up run sets itself, whatever the parent said: `profile` argument ids (clap's
+/// field names) with their values; no value = a flag.
+fn child_settings(
+    change: Option<&Change>,
     steps: u64,
     summary: &Path,
     cache: Option<&Path>,
-) -> Vec<OsString> {
-    let drop_with_value = replaced_flags(change);
+) -> Vec<(&'static str, Option<OsString>)> {
+    let n = |v: &usize| Some(OsString::from(v.to_string()));
+    let mut set = vec![
+        ("steps", Some(steps.to_string().into())),
+        ("no_tui", None),
+        ("summary", Some(summary.as_os_str().to_owned())),
+    ];
+    set.push(match change {
+        None => return set,
+        Some(Change::Workers(w)) => ("workers", n(w)),
+        Some(Change::BatchSize(b)) => ("batch_size", n(b)),
+        Some(Change::Prefetch(p)) => ("prefetch", n(p)),
+        Some(Change::Cache { .. }) => ("data", Some(cache.map(|c| c.as_os_str().to_owned()).unwrap_or_default())),
+        // Not applicable (see `applicable`): the child runs unchanged.
+        Some(_) => return set,
+    });
+    set
+}
+
+/// Parent arguments a follow-up never inherits: it would check advice itself, or overwrite the
+/// parent's trace.
+const NOT_INHERITED: [&str; 2] = ["check_advice", "trace"];
+
+/// The child's arguments: the options the parent was given on its command line (parsed by clap,
+/// as the parent parsed them), less those the child sets, then the child's own settings for
+/// `change`. Pure.
+pub fn child_args(
+    parent: &[OsString],
+    change: Option<&Change>,
+    steps: u64,
+    summary: &Path,
+    cache: Option<&Path>,
+) -> Result<Vec<OsString>, String> {
+    let cli = Cli::command();
+    let profile = cli.find_subcommand("profile").cloned().ok_or("no profile command")?;
+    let argv = std::iter::once(OsString::from("pipeprof")).chain(parent.iter().cloned());
+    let m = cli.try_get_matches_from(argv).map_err(|e| format!("cannot re-read this run's arguments: {e}"))?;
+    let given = m.subcommand_matches("profile").ok_or("this run was not `pipeprof profile`")?;
+    let set = child_settings(change, steps, summary, cache);
+    let long = |id: &str| {
+        let arg = profile.get_arguments().find(|a| a.get_id() == id);
+        arg.and_then(|a| a.get_long()).map(|l| OsString::from(format!("--{l}"))).ok_or(format!("no option {id}"))
+    };
     let mut out: Vec<OsString> = vec!["profile".into()];
-    let mut it = parent.iter().skip_while(|a| a.as_os_str() == OsStr::new("profile")).peekable();
-    while let Some(a) = it.next() {
-        let s = a.to_string_lossy();
-        if s == "--check-advice" || s == "--no-tui" {
+    for arg in profile.get_arguments() {
+        let id = arg.get_id().as_str();
+        let skip = NOT_INHERITED.contains(&id) || set.iter().any(|(s, _)| *s == id);
+        if skip || given.value_source(id) != Some(ValueSource::CommandLine) {
             continue;
         }
-        if drop_with_value.contains(&s.as_ref()) {
-            it.next();
+        if !arg.get_action().takes_values() {
+            out.push(long(id)?);
             continue;
         }
-        if drop_with_value.iter().any(|f| s.starts_with(&format!("{f}="))) {
-            continue;
-        }
-        out.push(a.clone());
-    }
-    out.extend(["--steps".into(), steps.to_string().into(), "--no-tui".into(), "--summary".into()]);
-    out.push(summary.as_os_str().to_owned());
-    let set = |flag: &str, n: &usize| [OsString::from(flag), OsString::from(n.to_string())];
-    match change {
-        Change::None => {}
-        Change::Workers(n) => out.extend(set("--workers", n)),
-        Change::BatchSize(n) => out.extend(set("--batch-size", n)),
-        Change::Prefetch(n) => out.extend(set("--prefetch", n)),
-        Change::Cache => {
-            out.push("--data".into());
-            out.push(cache.map(|c| c.as_os_str().to_owned()).unwrap_or_default());
+        for occurrence in given.get_raw_occurrences(id).into_iter().flatten() {
+            out.push(long(id)?);
+            out.extend(occurrence.map(OsString::from));
         }
     }
-    out
+    for (id, value) in set {
+        out.push(long(id)?);
+        out.extend(value);
+    }
+    Ok(out)
 }
 
 /// A child's outcome: images/s, or why it failed.
@@ -190,7 +191,7 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         eprintln!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label);
         let summary = tmp.join(format!("run-{k}.json"));
         let mut note = None;
-        let cache: Option<PathBuf> = if f.change == Change::Cache {
+        let cache: Option<PathBuf> = if matches!(f.change, Some(Change::Cache { .. })) {
             let out = tmp.join("data.ppk");
             if data.is_file() {
                 results.push((Err("the data is already a packed cache".into()), None));
@@ -207,8 +208,9 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         } else {
             None
         };
-        let child = child_args(&parent, &f.change, steps, &summary, cache.as_deref());
-        results.push((run_child(&exe, &child, &summary), note));
+        let measured = child_args(&parent, f.change.as_ref(), steps, &summary, cache.as_deref())
+            .and_then(|child| run_child(&exe, &child, &summary));
+        results.push((measured, note));
     }
     let _ = std::fs::remove_dir_all(&tmp);
     print!("{}", render(&runs, &results, main.images_per_s));
@@ -245,8 +247,8 @@ mod tests {
     use super::*;
     use crate::diagnose::{Advice, Limiter, Severity};
 
-    fn advice(cmd: Option<&str>, gain: Option<f64>) -> Advice {
-        Advice { action: "x".into(), command: cmd.map(str::to_string), predicted_speedup: gain, reason: "y".into() }
+    fn advice(change: Change, gain: Option<f64>) -> Advice {
+        Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into() }
     }
 
     fn verdict(advice: Vec<Advice>) -> Verdict {
@@ -260,25 +262,66 @@ mod tests {
         }
     }
 
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    fn strings(args: &[OsString]) -> Vec<String> {
+        args.iter().map(|x| x.to_string_lossy().into_owned()).collect()
+    }
+
+    fn cache() -> Change {
+        Change::Cache { model: "m.toml".into(), data: "imgs".into() }
+    }
+
     #[test]
     fn plan_keeps_applicable_advice_in_order_after_the_baseline() {
         let v = verdict(vec![
-            advice(Some("--workers 4"), Some(1.8)),
-            advice(None, Some(2.0)),
-            advice(Some("pipeprof cache --model m --data d --out data.ppk"), Some(3.0)),
-            advice(Some("--device cuda"), None),
-            advice(Some("--batch-size 128"), Some(1.2)),
-            advice(Some("--prefetch 6"), Some(1.1)),
+            advice(Change::Workers(4), Some(1.8)),
+            advice(Change::PreResize { width: 64, height: 64 }, Some(2.0)),
+            advice(cache(), Some(3.0)),
+            advice(Change::UseDevice("cuda".into()), None),
+            advice(Change::Workers(4), Some(1.7)),
+            advice(Change::BatchSize(128), Some(1.2)),
+            advice(Change::Prefetch(6), Some(1.1)),
         ]);
         let p = plan(&v);
-        let changes: Vec<Change> = p.iter().map(|f| f.change.clone()).collect();
-        assert_eq!(changes, vec![Change::None, Change::Workers(4), Change::Cache, Change::BatchSize(128)]);
+        let changes: Vec<Option<Change>> = p.iter().map(|f| f.change.clone()).collect();
+        assert_eq!(changes, vec![None, Some(Change::Workers(4)), Some(cache()), Some(Change::BatchSize(128))]);
         assert_eq!(p[2].predicted, Some(3.0));
+        let labels: Vec<&str> = p.iter().map(|f| f.label.as_str()).collect();
+        assert_eq!(labels, ["as run (no change)", "--workers 4", "pipeprof cache, then --data it", "--batch-size 128"]);
+    }
+
+    #[test]
+    fn advice_read_back_from_a_file_is_never_applied() {
+        let v = verdict(vec![advice(Change::Saved(Some("--workers 4".into())), Some(2.0))]);
+        assert_eq!(plan(&v).len(), 1, "only the baseline");
+    }
+
+    #[test]
+    fn each_typed_change_sets_its_own_flag_in_the_child() {
+        let parent = os(&["profile", "--seed", "7"]);
+        let table = [
+            (Change::Workers(3), vec!["--workers", "3"]),
+            (Change::BatchSize(128), vec!["--batch-size", "128"]),
+            (Change::Prefetch(6), vec!["--prefetch", "6"]),
+            (cache(), vec!["--data", "x.ppk"]),
+        ];
+        for (change, tail) in table {
+            let a = child_args(&parent, Some(&change), 40, Path::new("r.json"), Some(Path::new("x.ppk"))).unwrap();
+            let a = strings(&a);
+            let mut want = vec!["profile", "--seed", "7", "--steps", "40", "--no-tui", "--summary", "r.json"];
+            want.extend(tail);
+            assert_eq!(a, want, "{change:?}");
+        }
+        let base = child_args(&parent, None, 40, Path::new("r.json"), None).unwrap();
+        assert_eq!(strings(&base), ["profile", "--seed", "7", "--steps", "40", "--no-tui", "--summary", "r.json"]);
     }
 
     #[test]
     fn child_args_replace_outputs_steps_and_the_changed_flag() {
-        let parent: Vec<OsString> = [
+        let parent = os(&[
             "profile",
             "--workers",
             "1",
@@ -290,20 +333,26 @@ mod tests {
             "stage",
             "--data",
             "imgs",
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
-        let a = child_args(&parent, &Change::Workers(3), 40, Path::new("/tmp/r.json"), None);
-        let a: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();
+            "--slow",
+            "decode=+1ms",
+            "--slow=read=+2ms",
+            "--no-tui",
+            "--no-gpu",
+        ]);
+        let a = child_args(&parent, Some(&Change::Workers(3)), 40, Path::new("/tmp/r.json"), None).unwrap();
         assert_eq!(
-            a,
+            strings(&a),
             [
                 "profile",
-                "--trace-level",
-                "stage",
                 "--data",
                 "imgs",
+                "--trace-level",
+                "stage",
+                "--no-gpu",
+                "--slow",
+                "decode=+1ms",
+                "--slow",
+                "read=+2ms",
                 "--steps",
                 "40",
                 "--no-tui",
@@ -313,15 +362,21 @@ mod tests {
                 "3"
             ]
         );
-        let c = child_args(&parent, &Change::Cache, 40, Path::new("r.json"), Some(Path::new("x.ppk")));
-        let c: Vec<String> = c.iter().map(|x| x.to_string_lossy().into_owned()).collect();
+        let c = child_args(&parent, Some(&cache()), 40, Path::new("r.json"), Some(Path::new("x.ppk"))).unwrap();
+        let c = strings(&c);
         assert!(c.ends_with(&["--data".to_string(), "x.ppk".to_string()]), "{c:?}");
         assert!(c.contains(&"--workers".to_string()) && !c.contains(&"imgs".to_string()), "{c:?}");
     }
 
     #[test]
+    fn child_args_say_why_when_the_parent_arguments_do_not_parse() {
+        let e = child_args(&os(&["profile", "--workers"]), None, 40, Path::new("r.json"), None).unwrap_err();
+        assert!(e.contains("cannot re-read"), "{e}");
+    }
+
+    #[test]
     fn render_has_one_row_per_run_and_says_why_a_run_failed() {
-        let runs = plan(&verdict(vec![advice(Some("--workers 2"), Some(1.5)), advice(Some("--prefetch 4"), None)]));
+        let runs = plan(&verdict(vec![advice(Change::Workers(2), Some(1.5)), advice(Change::Prefetch(4), None)]));
         let results = vec![(Ok(100.0), None), (Ok(150.0), None), (Err("exited with 1: boom".into()), None)];
         let t = render(&runs, &results, 90.0);
         let lines: Vec<&str> = t.lines().collect();

@@ -2,17 +2,28 @@
 //! its command takes, and the command runs. The only module that knows both sides.
 
 use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs};
-use crate::{attach, cache, offline, profile};
+use crate::{attach, cache, check_advice, offline, profile};
 
 /// Runs the command the user asked for (`profile` on the built-in default when none).
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or_else(|| Command::Profile(Box::default())) {
-        Command::Profile(a) => profile::run(&profile_options(*a)).map(|_| ()),
+        Command::Profile(a) => profile(*a),
         Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
         Command::Report(a) => offline::run(&report_options(a)),
         Command::Cache(a) => cache::run(&cache_options(a)),
         Command::DemoData(a) => demo_data(a),
     }
+}
+
+/// `profile`, then `--check-advice`'s follow-up runs when asked for and the run was not stopped.
+fn profile(a: ProfileArgs) -> anyhow::Result<()> {
+    let opts = profile_options(a);
+    let run = profile::run(&opts)?;
+    if opts.check_advice && !run.interrupted {
+        let s = &run.done.summary;
+        check_advice::run(opts.model.as_deref(), opts.steps, &run.data, s, &run.done.verdict());
+    }
+    Ok(())
 }
 
 pub fn profile_options(a: ProfileArgs) -> profile::Options {

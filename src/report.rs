@@ -1,7 +1,7 @@
 //! The plain end-of-run report (for terminals, pipes and CI logs).
 
 use crate::aggregate::Summary;
-use crate::diagnose::Verdict;
+use crate::diagnose::{Limiter, Verdict};
 use crate::units::ms;
 use std::fmt::Write;
 
@@ -153,7 +153,44 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
     );
     let _ = writeln!(o);
-    o.push_str(&crate::diagnose::render(verdict));
+    o.push_str(&render_verdict(verdict));
+    o
+}
+
+/// The verdict as a plain-text block for the end-of-run report.
+pub fn render_verdict(v: &Verdict) -> String {
+    let mut o = String::new();
+    let severity = match v.limiter {
+        Limiter::NotEnoughData { .. } => String::new(),
+        _ => format!(" · input-bound: {}", v.severity.label()),
+    };
+    let _ = writeln!(o, "verdict: {}{severity}", v.limiter.label());
+    let _ = writeln!(o, "  {}", v.headline);
+    if !v.evidence.is_empty() {
+        let _ = writeln!(o, "evidence");
+        for e in &v.evidence {
+            let _ = writeln!(o, "  · {e}");
+        }
+    }
+    if !v.flags.is_empty() {
+        let _ = writeln!(o, "flags");
+        for f in &v.flags {
+            let _ = writeln!(o, "  ! {}", f.describe());
+        }
+    }
+    if !v.advice.is_empty() {
+        let _ = writeln!(o, "advice");
+        for a in &v.advice {
+            // The command when there is one: it is what the reader copies; the words follow.
+            let command = a.change.command();
+            let what = command.as_deref().unwrap_or(&a.action);
+            let gain = a.predicted_speedup.map(|g| format!(": ≈{g:.1}× images/s")).unwrap_or_default();
+            let _ = writeln!(o, "  → {what}{gain} ({})", a.reason);
+            if command.is_some() {
+                let _ = writeln!(o, "    {}", a.action);
+            }
+        }
+    }
     o
 }
 
@@ -316,5 +353,45 @@ mod tests {
         assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");
         assert!(r.contains("0.8750") && r.contains("75.0%"), "{r}");
         assert!(r.contains("validation passes took 30% of the run's wall time"), "{r}");
+    }
+
+    fn verdict(advice: Vec<crate::diagnose::Advice>) -> Verdict {
+        Verdict {
+            limiter: Limiter::Preprocess,
+            severity: crate::diagnose::Severity::High,
+            headline: "the headline".into(),
+            evidence: vec!["first number".into(), "second number".into()],
+            flags: vec![crate::diagnose::Flag::Simulated { what: "--slow resize=+4ms".into() }],
+            advice,
+        }
+    }
+
+    #[test]
+    fn verdict_block_shows_evidence_flags_and_the_command_before_its_words() {
+        use crate::diagnose::{Advice, Change};
+        let workers = Advice {
+            action: "raise loader workers 1 → 2".into(),
+            change: Change::Workers(2),
+            predicted_speedup: Some(1.96),
+            reason: "why".into(),
+        };
+        let local =
+            Advice { change: Change::CopyLocal, predicted_speedup: None, action: "copy".into(), ..workers.clone() };
+        let text = render_verdict(&verdict(vec![workers, local]));
+        assert_eq!(
+            text,
+            "verdict: CPU preprocessing · input-bound: HIGH\n  the headline\nevidence\n  · first number\n  · second number\n\
+             flags\n  ! simulated slowdown active: --slow resize=+4ms (not the real hardware)\n\
+             advice\n  → --workers 2: ≈2.0× images/s (why)\n    raise loader workers 1 → 2\n  → copy (why)\n"
+        );
+    }
+
+    #[test]
+    fn verdict_block_without_enough_data_has_no_severity() {
+        let mut v = verdict(Vec::new());
+        v.limiter = Limiter::NotEnoughData { steps_needed: 3 };
+        v.evidence.clear();
+        v.flags.clear();
+        assert_eq!(render_verdict(&v), "verdict: not enough data\n  the headline\n");
     }
 }

@@ -15,6 +15,39 @@ pub fn ms(v: f64) -> String {
     }
 }
 
+/// Milliseconds with a space before the unit ("2.50 ms"), as the verdict's sentences write
+/// them. Unlike [`ms`], zero and negative values are printed as they are (in µs).
+pub fn ms_spaced(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.1} ms")
+    } else if v >= 0.01 {
+        format!("{v:.2} ms")
+    } else {
+        format!("{:.1} µs", v * 1000.0)
+    }
+}
+
+/// A share (0–1) as a whole percentage: 0.2 → "20%".
+pub fn pct(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
+}
+
+/// Images per second, approximate: "≈12k images/s", "≈240 images/s", "≈9.5 images/s".
+pub fn rate(images_per_s: f64) -> String {
+    let v = images_per_s;
+    if !v.is_finite() {
+        "unlimited".into()
+    } else if v >= 10_000.0 {
+        format!("≈{:.0}k images/s", v / 1000.0)
+    } else if v >= 100.0 {
+        format!("≈{v:.0} images/s")
+    } else {
+        format!("≈{v:.1} images/s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -26,5 +59,27 @@ mod tests {
         for (v, want) in table {
             assert_eq!(ms(v), want, "{v}");
         }
+    }
+
+    #[test]
+    fn spaced_durations_keep_zero_and_pick_readable_units() {
+        let table = [(0.0, "0.0 µs"), (0.005, "5.0 µs"), (2.5, "2.50 ms"), (25.0, "25.0 ms"), (2500.0, "2.50 s")];
+        for (v, want) in table {
+            assert_eq!(ms_spaced(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn rates_round_by_magnitude_and_say_unlimited_for_free_work() {
+        let table = [
+            (f64::INFINITY, "unlimited"),
+            (12_345.0, "≈12k images/s"),
+            (240.4, "≈240 images/s"),
+            (9.54, "≈9.5 images/s"),
+        ];
+        for (v, want) in table {
+            assert_eq!(rate(v), want, "{v}");
+        }
+        assert_eq!(pct(0.2), "20%");
     }
 }

@@ -3,7 +3,7 @@
 //! read from a clock, so every verdict is exact and repeatable.
 
 use pipeprof::aggregate::{Aggregator, RunSettings, Summary};
-use pipeprof::diagnose::{diagnose, Flag, Limiter, Severity};
+use pipeprof::diagnose::{diagnose, Change, Flag, Limiter, Severity};
 use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
 
 const MS: f64 = 1e6;
@@ -119,12 +119,8 @@ fn predicted_worker_gain_matches_a_simulated_rerun() {
     let loader = [(Stage::Read, 0.2, 0.5), (Stage::Decode, 6.0, 1.0), (Stage::Resize, 4.0, 1.0)];
     let one = Sim::new(1, &loader, 5.0).run();
     let v = diagnose(&one);
-    let predicted = v
-        .advice
-        .iter()
-        .find(|a| a.command.as_deref() == Some("--workers 2"))
-        .and_then(|a| a.predicted_speedup)
-        .unwrap_or(0.0);
+    let predicted =
+        v.advice.iter().find(|a| a.change == Change::Workers(2)).and_then(|a| a.predicted_speedup).unwrap_or(0.0);
     let two = Sim::new(2, &loader, 5.0).run();
     let measured = two.images_per_s / one.images_per_s;
     // The rerun also pays one batch of pipeline fill: within 5%.

@@ -2,12 +2,12 @@
 //! The live view rendered without a terminal (ratatui's TestBackend) from hand-built state,
 //! snapshot-tested with insta. Review changed snapshots by eye: they are the screen.
 
+use pipeprof::aggregate::machine::{DeviceSummary, GpuPoint, HostPoint};
 use pipeprof::aggregate::{EpochSummary, RunSettings, Snapshot, StageSummary, StepPoint, StepSplit, Summary};
-use pipeprof::diagnose::{Advice, Flag, Limiter, Severity, Verdict};
+use pipeprof::diagnose::{Advice, Change, Flag, Limiter, Severity, Verdict};
 use pipeprof::tui::state::Focus;
 use pipeprof::tui::{view, State};
 use probes::fsinfo::{FsInfo, FsKind};
-use pipeprof::aggregate::machine::{DeviceSummary, GpuPoint, HostPoint};
 use probes::sampler::GpuStatus;
 use probes::StepRecord;
 use ratatui::backend::TestBackend;
@@ -190,13 +190,14 @@ fn io_verdict() -> Verdict {
         advice: vec![
             Advice {
                 action: "Cache the decoded images on local disk".into(),
-                command: Some("pipeprof cache build --data /mnt/gdrive/imgs".into()),
+                // A command as a summary file from another version might carry it: shown as written.
+                change: Change::Saved(Some("pipeprof cache build --data /mnt/gdrive/imgs".into())),
                 predicted_speedup: Some(2.4),
                 reason: "reads take 62% of the step; a local cache reads at 400 MB/s here".into(),
             },
             Advice {
                 action: "Use more loader workers: reads are off-CPU and overlap".into(),
-                command: Some("--workers 8".into()),
+                change: Change::Workers(8),
                 predicted_speedup: Some(1.8),
                 reason: "4× the workers overlap 4× the reads while 1.4 cores stay idle".into(),
             },
@@ -213,7 +214,7 @@ fn compute_verdict() -> Verdict {
         flags: vec![Flag::ComputeCompetesWithLoader],
         advice: vec![Advice {
             action: "Train on a GPU".into(),
-            command: Some("--device cuda".into()),
+            change: Change::UseDevice("cuda".into()),
             predicted_speedup: None,
             reason: "the data pipeline keeps up; only faster compute helps".into(),
         }],

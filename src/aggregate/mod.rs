@@ -121,6 +121,13 @@ pub struct StageSummary {
     pub per_second: f64,
 }
 
+impl StageSummary {
+    /// Whether these are `stage`'s statistics (`stage` is stored by name, as serialised).
+    pub fn is(&self, stage: probes::stage::Stage) -> bool {
+        self.stage == stage.name()
+    }
+}
+
 /// Where the training loop's time went, per step on average.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]

@@ -1,6 +1,10 @@
 //! Statistics → verdict, evidence, flags and advice with predicted gains. Pure: data in, data
 //! out, no clocks, no I/O, no threads.
 //!
+//! `classify` decides (limiter, severity, flags) from the [`model`]'s capacities and the
+//! [`thresholds`]; `evidence` and `advice` put the decision into words and typed [`Change`]s.
+//! Rendering a verdict belongs to the views (`report`, `tui`).
+//!
 //! # Severity
 //! From the share of step time the training loop spent waiting for its batch (the `wait`
 //! span), with TensorFlow's profiler thresholds: ≥ [`HIGH_WAIT_SHARE`] (20%) HIGH,
@@ -52,11 +56,17 @@
 //!
 //! The first wait of a run includes filling the pipeline; short runs overstate the wait share.
 
+mod advice;
+mod classify;
 mod diagnosed;
+mod evidence;
 pub mod model;
-mod rules;
 #[cfg(test)]
 mod tests;
+pub mod thresholds;
+
+pub use advice::CACHE_FILE;
+pub use thresholds::*;
 
 pub use diagnosed::Diagnosed;
 
@@ -112,17 +122,85 @@ pub enum Flag {
     ValidationHeavy { share: f64 },
 }
 
+/// What an [`Advice`] changes, typed: views render it, `--check-advice` applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// `--workers N`.
+    Workers(usize),
+    /// `--batch-size N`.
+    BatchSize(usize),
+    /// `--prefetch N`.
+    Prefetch(usize),
+    /// Pack the data into a cache with `pipeprof cache`, then train from it.
+    Cache {
+        /// The model file whose input size the images are resized to.
+        model: String,
+        /// The image folder to pack.
+        data: String,
+    },
+    /// `--device D`.
+    UseDevice(String),
+    /// Copy the data set off a network/FUSE mount to a local disk.
+    CopyLocal,
+    /// Resize the images offline to the model's input size.
+    PreResize { width: usize, height: usize },
+    /// Cheaper augmentation, or augmentation on the device.
+    CheaperAugment,
+    /// Send batches as u8, convert to f32 on the device.
+    U8Batches,
+    /// Check that training runs on the device it names.
+    CheckDevice,
+    /// Advice read back from a summary file: only its command text was saved, so it is shown
+    /// as written and never applied.
+    Saved(Option<String>),
+}
+
 /// One concrete action with its predicted effect.
+///
+/// In JSON the change is written as the `command` it stands for (the summary's schema), and
+/// read back as [`Change::Saved`]: verdicts are recomputed from statistics, never from text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "AdviceJson", from = "AdviceJson")]
 pub struct Advice {
     /// What to do, in words.
     pub action: String,
-    /// A command or flag that does it, when there is one.
-    pub command: Option<String>,
+    /// The change that does it.
+    pub change: Change,
     /// Predicted images/s after / before (e.g. 1.8 = 1.8× faster), when the model can say.
     pub predicted_speedup: Option<f64>,
     /// Why this should help, with the number behind the prediction.
     pub reason: String,
+}
+
+/// [`Advice`] as the summary JSON stores it.
+#[derive(Serialize, Deserialize)]
+struct AdviceJson {
+    action: String,
+    command: Option<String>,
+    predicted_speedup: Option<f64>,
+    reason: String,
+}
+
+impl From<Advice> for AdviceJson {
+    fn from(a: Advice) -> AdviceJson {
+        AdviceJson {
+            command: a.change.command(),
+            action: a.action,
+            predicted_speedup: a.predicted_speedup,
+            reason: a.reason,
+        }
+    }
+}
+
+impl From<AdviceJson> for Advice {
+    fn from(a: AdviceJson) -> Advice {
+        Advice {
+            action: a.action,
+            change: Change::Saved(a.command),
+            predicted_speedup: a.predicted_speedup,
+            reason: a.reason,
+        }
+    }
 }
 
 /// The diagnosis of one window (or the whole run).
@@ -139,42 +217,9 @@ pub struct Verdict {
     pub advice: Vec<Advice>,
 }
 
-/// Steps needed before a verdict is given.
-pub const MIN_STEPS: u64 = 5;
-
-/// Wait share at or above which the run is highly input-bound (TensorFlow's profiler).
-pub const HIGH_WAIT_SHARE: f64 = 0.20;
-/// Wait share at or above which the run is moderately input-bound (TensorFlow's profiler).
-pub const MODERATE_WAIT_SHARE: f64 = 0.05;
-/// Transfer share at or above which host→device copies limit (when ≥ the wait share).
-pub const TRANSFER_SHARE: f64 = 0.20;
-/// Share of the loader's wall time off-CPU in `read` at or above which an input-bound run is
-/// I/O-bound.
-pub const IO_OFF_CPU_SHARE: f64 = 0.5;
-/// Machine iowait % that marks an uninstrumented loader as I/O-bound.
-pub const IOWAIT_PCT: f64 = 20.0;
-/// Compute per step under which fixed per-step costs dominate, ms.
-pub const OVERHEAD_STEP_MS: f64 = 5.0;
-/// Share of compute in the batch-independent optimizer step marking a per-step-overhead run.
-pub const FIXED_COST_SHARE: f64 = 0.5;
-/// Mean GPU utilisation % under which a not-input-bound GPU run is overhead-bound.
-pub const GPU_LOW_UTIL_PCT: f64 = 50.0;
-/// Loader capacity / compute capacity under which the run is balanced.
-pub const BALANCED_HEADROOM: f64 = 1.2;
-/// Machine CPU % at or above which the CPU is saturated.
-pub const CPU_SATURATED_PCT: f64 = 90.0;
-/// Machine CPU % under which cores count as idle (too few workers).
-pub const CPU_IDLE_PCT: f64 = 75.0;
-/// Loader share of the process's CPU per image at or above which it competes with CPU compute.
-pub const COMPETE_SHARE: f64 = 0.10;
-/// Share of wall time in validation passes from which it is flagged.
-pub const VALIDATION_SHARE: f64 = 0.10;
-/// Smallest predicted gain worth advising.
-pub const MIN_GAIN: f64 = 1.10;
-
 /// Diagnoses a summary (a window or the whole run).
 pub fn diagnose(s: &Summary) -> Verdict {
-    let f = rules::Facts::new(s);
+    let f = classify::Facts::new(s);
     let sp = &s.split;
     let measured = sp.mean_step_ms.is_finite() && sp.mean_step_ms > 0.0;
     let limiter = if sp.steps < MIN_STEPS || !measured {
@@ -185,7 +230,7 @@ pub fn diagnose(s: &Summary) -> Verdict {
     let flags = f.flags(&limiter);
     if let Limiter::NotEnoughData { steps_needed } = limiter {
         return Verdict {
-            headline: rules::not_enough_headline(steps_needed),
+            headline: evidence::not_enough_headline(steps_needed),
             limiter,
             severity: Severity::Low,
             evidence: Vec::new(),
@@ -218,6 +263,17 @@ impl Limiter {
     }
 }
 
+impl Severity {
+    /// HIGH / moderate / low.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Severity::High => "HIGH",
+            Severity::Moderate => "moderate",
+            Severity::Low => "low",
+        }
+    }
+}
+
 impl Flag {
     /// One line saying what the trap is and what it means.
     pub fn describe(&self) -> String {
@@ -241,40 +297,4 @@ impl Flag {
             ),
         }
     }
-}
-
-/// The verdict as a plain-text block for the end-of-run report.
-pub fn render(v: &Verdict) -> String {
-    use std::fmt::Write;
-    let mut o = String::new();
-    let severity = match v.limiter {
-        Limiter::NotEnoughData { .. } => String::new(),
-        _ => format!(" · input-bound: {}", v.severity.label()),
-    };
-    let _ = writeln!(o, "verdict: {}{severity}", v.limiter.label());
-    let _ = writeln!(o, "  {}", v.headline);
-    if !v.evidence.is_empty() {
-        let _ = writeln!(o, "evidence");
-        for e in &v.evidence {
-            let _ = writeln!(o, "  · {e}");
-        }
-    }
-    if !v.flags.is_empty() {
-        let _ = writeln!(o, "flags");
-        for f in &v.flags {
-            let _ = writeln!(o, "  ! {}", f.describe());
-        }
-    }
-    if !v.advice.is_empty() {
-        let _ = writeln!(o, "advice");
-        for a in &v.advice {
-            let what = a.command.as_deref().unwrap_or(&a.action);
-            let gain = a.predicted_speedup.map(|g| format!(": ≈{g:.1}× images/s")).unwrap_or_default();
-            let _ = writeln!(o, "  → {what}{gain} ({})", a.reason);
-            if a.command.is_some() {
-                let _ = writeln!(o, "    {}", a.action);
-            }
-        }
-    }
-    o
 }

@@ -16,10 +16,12 @@
 //! change (more workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
 //! throughputs, so the model's constant errors cancel.
 
+use super::classify::measured;
 use crate::aggregate::Summary;
+use probes::stage::Stage;
 
 /// Loader stages, per image, in pipeline order.
-pub const LOADER_STAGES: [&str; 4] = ["read", "decode", "resize", "augment"];
+pub const LOADER_STAGES: [Stage; 4] = [Stage::Read, Stage::Decode, Stage::Resize, Stage::Augment];
 
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
 /// (a small file from a local SSD or the page cache).
@@ -35,7 +37,7 @@ pub const CACHE_BYTES_PER_S: f64 = 2e9;
 /// One loader stage's cost per image.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageCost {
-    pub stage: &'static str,
+    pub stage: Stage,
     /// Wall time per image, ms.
     pub wall_ms: f64,
     /// On-CPU time per image, ms (≤ wall).
@@ -159,12 +161,12 @@ impl Pipeline {
         };
         let loader = LOADER_STAGES
             .iter()
-            .filter_map(|name| {
-                let x = s.stages.iter().find(|x| x.stage == *name && x.count > 0)?;
-                let assumed = if *name == "read" { 0.0 } else { 1.0 };
+            .filter_map(|&stage| {
+                let x = measured(s, stage)?;
+                let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
                 let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
                 Some(StageCost {
-                    stage: name,
+                    stage,
                     wall_ms: x.mean_ms.max(0.0),
                     on_cpu_ms: x.mean_ms.max(0.0) * share,
                     measured: x.on_cpu.is_some(),
@@ -173,7 +175,7 @@ impl Pipeline {
             .collect();
         let cpu_device = is_cpu_device(&st.device);
         let batch = st.batch_size.max(1) as f64;
-        let optimizer_ms = s.stages.iter().find(|x| x.stage == "optimizer" && x.count > 0).map(|x| x.mean_ms);
+        let optimizer_ms = measured(s, Stage::Optimizer).map(|x| x.mean_ms);
         let compute_cpu_ms_per_image = if cpu_device {
             // The compute pool and the train thread: their mean CPU use × the step time.
             let cores_used: f64 = m
@@ -217,8 +219,8 @@ impl Pipeline {
         self.loader.iter().map(|x| x.on_cpu_ms).sum()
     }
 
-    pub fn stage(&self, name: &str) -> Option<&StageCost> {
-        self.loader.iter().find(|x| x.stage == name)
+    pub fn stage(&self, stage: Stage) -> Option<&StageCost> {
+        self.loader.iter().find(|x| x.stage == stage)
     }
 
     pub fn capacity(&self) -> Capacity {
@@ -242,8 +244,8 @@ impl Pipeline {
         Some(after / before)
     }
 
-    fn map_stage(mut self, name: &str, f: impl Fn(&mut StageCost)) -> Pipeline {
-        for x in self.loader.iter_mut().filter(|x| x.stage == name) {
+    fn map_stage(mut self, stage: Stage, f: impl Fn(&mut StageCost)) -> Pipeline {
+        for x in self.loader.iter_mut().filter(|x| x.stage == stage) {
             f(x);
         }
         self
@@ -263,8 +265,8 @@ impl Pipeline {
             }
         };
         self.clone()
-            .map_stage("resize", scale(PRE_RESIZED_RESIZE_LEFT))
-            .map_stage("decode", scale(PRE_RESIZED_DECODE_LEFT))
+            .map_stage(Stage::Resize, scale(PRE_RESIZED_RESIZE_LEFT))
+            .map_stage(Stage::Decode, scale(PRE_RESIZED_DECODE_LEFT))
     }
 
     /// Decoded, resized images packed in one local memory-mapped file: read is a copy, decode
@@ -272,15 +274,15 @@ impl Pipeline {
     pub fn cached(&self) -> Pipeline {
         let copy_ms = self.input_bytes / CACHE_BYTES_PER_S * 1000.0;
         self.clone()
-            .map_stage("read", |x| {
+            .map_stage(Stage::Read, |x| {
                 x.wall_ms = copy_ms;
                 x.on_cpu_ms = copy_ms;
             })
-            .map_stage("decode", |x| {
+            .map_stage(Stage::Decode, |x| {
                 x.wall_ms = 0.0;
                 x.on_cpu_ms = 0.0;
             })
-            .map_stage("resize", |x| {
+            .map_stage(Stage::Resize, |x| {
                 x.wall_ms = 0.0;
                 x.on_cpu_ms = 0.0;
             })
@@ -288,7 +290,7 @@ impl Pipeline {
 
     /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.
     pub fn without_augment(&self) -> Pipeline {
-        self.clone().map_stage("augment", |x| {
+        self.clone().map_stage(Stage::Augment, |x| {
             x.wall_ms = 0.0;
             x.on_cpu_ms = 0.0;
         })
@@ -296,7 +298,7 @@ impl Pipeline {
 
     /// Data on a local disk: read's off-CPU wait falls to [`LOCAL_READ_MS`] at most.
     pub fn local_storage(&self) -> Pipeline {
-        self.clone().map_stage("read", |x| {
+        self.clone().map_stage(Stage::Read, |x| {
             let off = x.off_cpu_ms().min(LOCAL_READ_MS);
             x.wall_ms = x.on_cpu_ms + off;
         })

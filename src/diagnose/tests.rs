@@ -2,9 +2,9 @@
 
 use super::model::Pipeline;
 use super::*;
+use crate::aggregate::machine::{DeviceSummary, ThreadSummary};
 use crate::aggregate::{RunSettings, StageSummary, StepSplit};
 use probes::fsinfo::{FsInfo, FsKind};
-use crate::aggregate::machine::{DeviceSummary, ThreadSummary};
 use probes::sampler::GpuStatus;
 
 /// Builds a `Summary` the way the aggregator would fill it, a few numbers at a time.
@@ -231,11 +231,11 @@ fn transfer_bound() -> B {
 }
 
 fn speedup_of(v: &Verdict, command_prefix: &str) -> Option<f64> {
-    v.advice.iter().find(|a| a.command.as_deref().is_some_and(|c| c.starts_with(command_prefix)))?.predicted_speedup
+    v.advice.iter().find(|a| a.change.command().is_some_and(|c| c.starts_with(command_prefix)))?.predicted_speedup
 }
 
 fn has_command(v: &Verdict, command_prefix: &str) -> bool {
-    v.advice.iter().any(|a| a.command.as_deref().is_some_and(|c| c.starts_with(command_prefix)))
+    v.advice.iter().any(|a| a.change.command().is_some_and(|c| c.starts_with(command_prefix)))
 }
 
 // ---- limiter ----
@@ -426,7 +426,7 @@ fn severity_follows_tensorflow_thresholds() {
 fn gpu_present_with_cpu_device_is_unused() {
     let v = compute_bound_gpu().device("cpu").gpu(0.0, Some(false)).verdict();
     assert!(v.flags.contains(&Flag::GpuUnused), "{:?}", v.flags);
-    let a = v.advice.iter().find(|a| a.command.as_deref() == Some("--device cuda"));
+    let a = v.advice.iter().find(|a| a.change == Change::UseDevice("cuda".into()));
     assert!(a.is_some_and(|a| a.predicted_speedup.is_none()), "{:?}", v.advice);
 }
 
@@ -567,18 +567,30 @@ fn throughput_is_the_minimum_capacity() {
 // ---- text ----
 
 #[test]
-fn render_shows_verdict_evidence_flags_and_gains() {
+fn simulated_preprocessing_run_advises_typed_workers() {
     let v = preprocess_one_worker().simulated("--slow resize=+4ms").verdict();
-    let text = render(&v);
-    assert!(text.starts_with("verdict: CPU preprocessing · input-bound: HIGH\n"), "{text}");
-    assert!(text.contains(&v.headline));
-    for e in &v.evidence {
-        assert!(text.contains(e.as_str()), "{text}");
-    }
-    assert!(text.contains("simulated slowdown active: --slow resize=+4ms"), "{text}");
-    assert!(text.contains("→ --workers 2: ≈2.0× images/s ("), "{text}");
-    let not_yet = render(&io_bound().steps(2).verdict());
-    assert!(not_yet.starts_with("verdict: not enough data\n  collecting… 3 more steps"), "{not_yet}");
+    assert_eq!((v.limiter.clone(), v.severity), (Limiter::Preprocess, Severity::High), "{v:#?}");
+    assert!(v.flags.contains(&Flag::Simulated { what: "--slow resize=+4ms".into() }), "{:?}", v.flags);
+    let workers = v.advice.iter().find(|a| matches!(a.change, Change::Workers(_))).expect("workers advice");
+    assert_eq!(workers.change, Change::Workers(2), "{:#?}", v.advice);
+    assert_eq!(workers.change.command().as_deref(), Some("--workers 2"));
+    assert!(workers.predicted_speedup.is_some_and(|g| (1.95..2.05).contains(&g)), "{workers:?}");
+    let not_yet = io_bound().steps(2).verdict();
+    assert_eq!(not_yet.limiter, Limiter::NotEnoughData { steps_needed: 3 });
+    assert!(not_yet.headline.starts_with("collecting… 3 more steps"), "{}", not_yet.headline);
+}
+
+#[test]
+fn advice_json_keeps_the_command_string_and_reads_back_as_saved() {
+    let v = preprocess_one_worker().verdict();
+    let workers = v.advice.iter().find(|a| a.change == Change::Workers(2)).expect("workers advice");
+    let json = serde_json::to_value(workers).unwrap();
+    let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["action", "command", "predicted_speedup", "reason"]);
+    assert_eq!(json["command"], "--workers 2");
+    let back: Advice = serde_json::from_value(json).unwrap();
+    assert_eq!(back.change, Change::Saved(Some("--workers 2".into())));
+    assert_eq!(back.change.command(), workers.change.command());
 }
 
 #[test]
@@ -622,7 +634,7 @@ fn costly_augmentation_counts_as_preprocessing_with_a_predicted_gain() {
     let a = v.advice.iter().find(|a| a.action.contains("augmentation cheaper")).expect("augment advice");
     assert!(a.predicted_speedup.is_some_and(|g| g > 1.5), "{a:?}");
     assert!(a.reason.contains("augment costs 8.00 ms"), "{a:?}");
-    assert!(v.advice.iter().any(|a| a.command.as_deref() == Some("--workers 2")), "{:#?}", v.advice);
+    assert!(v.advice.iter().any(|a| a.change == Change::Workers(2)), "{:#?}", v.advice);
 }
 
 #[test]

@@ -25,8 +25,18 @@ use tracing_subscriber::layer::SubscriberExt;
 /// The training thread's result: how the loop ended.
 type Trainer = JoinHandle<anyhow::Result<train::TrainOutcome>>;
 
-/// Runs `pipeprof profile`; returns the final summary with its verdict.
-pub fn run(opts: &Options) -> anyhow::Result<Diagnosed> {
+/// A finished profile run.
+pub struct Finished {
+    /// The final summary with its verdict.
+    pub done: Diagnosed,
+    /// The data the run read (`--data`, or the demo set).
+    pub data: std::path::PathBuf,
+    /// Stopped early (Ctrl-C, q): the summary covers the steps done so far.
+    pub interrupted: bool,
+}
+
+/// Runs `pipeprof profile`.
+pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     opts.validate()?;
     let (mut cfg, model_name) = config::load_model(opts.model.as_deref())?;
     opts.apply(&mut cfg);
@@ -186,13 +196,13 @@ fn start_trainer(
     })?)
 }
 
-/// The report, the summary file, the outcome's messages and `--check-advice`.
+/// The report, the summary file and the outcome's messages.
 fn finish(
     opts: &Options,
     data: &Prepared,
     done: Diagnosed,
     outcome: anyhow::Result<anyhow::Result<train::TrainOutcome>>,
-) -> anyhow::Result<Diagnosed> {
+) -> anyhow::Result<Finished> {
     let verdict = done.verdict();
     print!("{}", report::render(&done.summary, &verdict));
     if let Some(path) = &opts.summary {
@@ -212,8 +222,5 @@ fn finish(
             done.summary.skipped_count
         );
     }
-    if opts.check_advice && !outcome.interrupted {
-        crate::check_advice::run(opts.model.as_deref(), opts.steps, &data.dir, &done.summary, &verdict);
-    }
-    Ok(done)
+    Ok(Finished { done, data: data.dir.clone(), interrupted: outcome.interrupted })
 }

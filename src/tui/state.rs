@@ -2,10 +2,10 @@
 //! chose (pause, help, focus, chart window). No terminal here: key handling and windowing are
 //! pure and unit-tested, and views render it in tests from hand-built values.
 
+use crate::aggregate::machine::{GpuPoint, HostPoint};
 use crate::aggregate::{Snapshot, StepPoint};
 use crate::diagnose::Verdict;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use crate::aggregate::machine::{GpuPoint, HostPoint};
 use probes::StepRecord;
 
 /// Chart windows ←/→ choose from, seconds.

@@ -9,8 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let out =
-        std::env::args_os().nth(1).map_or_else(|| PathBuf::from(fake_nvml::LIB_NAME), PathBuf::from);
+    let out = std::env::args_os().nth(1).map_or_else(|| PathBuf::from(fake_nvml::LIB_NAME), PathBuf::from);
     match fake_nvml::build_to(&out) {
         Ok(path) => {
             println!("{}", path.display());

@@ -122,9 +122,9 @@ fn advice_line(a: &Advice, width: usize, with_command: bool) -> Line<'static> {
         s.push(Span::raw("  "));
         s.push(Span::styled(g, bold().fg(Color::Green)));
     }
-    if let Some(c) = a.command.as_ref().filter(|_| with_command) {
+    if let Some(c) = a.change.command().filter(|_| with_command) {
         s.push(Span::raw("  "));
-        s.push(Span::styled(c.clone(), Style::default().fg(Color::Cyan)));
+        s.push(Span::styled(c, Style::default().fg(Color::Cyan)));
     }
     clip(Line::from(s), width)
 }
@@ -206,8 +206,8 @@ fn lines(st: &State, width: usize) -> (Vec<Line<'static>>, bool) {
     for a in &v.advice {
         // Focused, the command gets a line of its own: it is meant to be copied whole.
         out.push(advice_line(a, width, false));
-        if let Some(c) = &a.command {
-            let c = truncate_end(c, width.saturating_sub(2));
+        if let Some(c) = a.change.command() {
+            let c = truncate_end(&c, width.saturating_sub(2));
             out.push(Line::styled(format!("  {c}"), Style::default().fg(Color::Cyan)));
         }
         for l in wrap(&a.reason, width.saturating_sub(2)) {

@@ -1,0 +1,320 @@
+//! Advice: one typed [`Change`] per action, its predicted gain from the [`super::model`], and
+//! the sentence saying why. The command line a change stands for is [`Change::command`].
+
+use super::classify::{Facts, OverheadWhy};
+use super::model::{per_s, Pipeline, LOCAL_READ_MS};
+use super::thresholds::*;
+use super::{Advice, Change, Flag, Limiter};
+use crate::units::{ms_spaced as ms, pct, rate};
+use probes::stage::Stage;
+
+/// The packed cache's file name in the advised `pipeprof cache` command.
+pub const CACHE_FILE: &str = "data.ppk";
+
+impl Change {
+    /// The command line or flag that makes this change, when pipeprof has one.
+    pub fn command(&self) -> Option<String> {
+        match self {
+            Change::Workers(n) => Some(format!("--workers {n}")),
+            Change::BatchSize(n) => Some(format!("--batch-size {n}")),
+            Change::Prefetch(n) => Some(format!("--prefetch {n}")),
+            Change::Cache { model, data } => {
+                Some(format!("pipeprof cache --model {model} --data {data} --out {CACHE_FILE}"))
+            }
+            Change::UseDevice(d) => Some(format!("--device {d}")),
+            Change::CopyLocal
+            | Change::PreResize { .. }
+            | Change::CheaperAugment
+            | Change::U8Batches
+            | Change::CheckDevice => None,
+            Change::Saved(c) => c.clone(),
+        }
+    }
+}
+
+/// The model file for `pipeprof cache`: settings carry a display name like
+/// `built-in examples/cnn.toml`; the last word is the path.
+fn model_path(model: &str) -> &str {
+    model.split_whitespace().last().unwrap_or("cnn.toml")
+}
+
+impl Facts<'_> {
+    /// Every piece of advice for this limiter: predicted gains first, largest first.
+    pub fn advice(&self, limiter: &Limiter, flags: &[Flag]) -> Vec<Advice> {
+        let mut out = Vec::new();
+        if matches!(limiter, Limiter::Io | Limiter::Preprocess) {
+            out.extend(self.workers_advice(limiter));
+            out.extend(self.prefetch_advice());
+            if flags.iter().any(|f| matches!(f, Flag::NetworkStorage { .. })) {
+                out.extend(self.local_advice());
+            }
+            out.extend(self.cache_advice());
+            out.extend(self.pre_resize_advice());
+            out.extend(self.augment_advice());
+        }
+        if *limiter == Limiter::Transfer {
+            out.extend(self.u8_advice());
+        }
+        if *limiter == Limiter::Overhead {
+            out.extend(self.batch_advice());
+        }
+        if self.gpu_unused {
+            out.push(self.gpu_advice(limiter));
+        }
+        // Advice without a number keeps its place after those with one.
+        out.sort_by(|a, b| match (a.predicted_speedup, b.predicted_speedup) {
+            (Some(x), Some(y)) => y.total_cmp(&x),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+        out
+    }
+
+    fn gain(&self, after: &Pipeline) -> Option<f64> {
+        self.p.speedup(after).filter(|g| *g >= MIN_GAIN)
+    }
+
+    /// With the CPU device, what more workers take from compute.
+    fn cores_shared_note(&self) -> String {
+        if !self.cpu_device {
+            return String::new();
+        }
+        format!(
+            "; training on the CPU, the workers take cores from compute ({} of compute CPU per image counted)",
+            ms(self.p.compute_cpu_ms_per_image)
+        )
+    }
+
+    fn workers_advice(&self, limiter: &Limiter) -> Option<Advice> {
+        if self.p.loader.is_empty() {
+            return None;
+        }
+        let w = self.s.settings.workers.max(1);
+        let cores = self.p.cores as usize;
+        let max_n = if *limiter == Limiter::Io { cores * IO_WORKERS_PER_CORE } else { cores };
+        let now = self.cap.throughput();
+        let candidates: Vec<(usize, f64)> =
+            (w + 1..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
+        let best = candidates.iter().map(|(_, x)| *x).fold(0.0, f64::max);
+        let (n, x) = candidates.into_iter().find(|(_, x)| *x >= NEAR_BEST_SHARE * best)?;
+        let gain = self.gain(&self.p.with_workers(n))?;
+        let share = self.cores_shared_note();
+        let reason = if *limiter == Limiter::Io {
+            let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.off_cpu_ms());
+            format!(
+                "each read waits {} off-CPU; {n} workers overlap the waits: {} instead of {} if the storage serves parallel reads at the same latency{share}",
+                ms(off),
+                rate(x),
+                rate(now)
+            )
+        } else {
+            let c = self.p.loader_cpu_ms();
+            let needed = c * self.cap.compute / 1000.0;
+            format!(
+                "the loader needs {} of CPU per image: keeping up with the training loop ({}) needs {needed:.1} cores; {:.1} cores free: {} instead of {}{share}",
+                ms(c),
+                rate(self.cap.compute),
+                self.p.free_cores,
+                rate(x),
+                rate(now)
+            )
+        };
+        Some(Advice {
+            action: format!("raise loader workers {w} → {n}"),
+            change: Change::Workers(n),
+            predicted_speedup: Some(gain),
+            reason,
+        })
+    }
+
+    fn prefetch_advice(&self) -> Option<Advice> {
+        let w = self.wait?;
+        let spiky = w.p50_ms <= SPIKY_MEDIAN_SHARE * w.mean_ms || w.p95_ms >= SPIKY_P95_RATIO * w.mean_ms;
+        let busy_ms = self.s.split.transfer_ms + self.s.split.compute_ms;
+        if !spiky || busy_ms <= 0.0 || !self.loader_keeps_up() {
+            return None;
+        }
+        // The loader keeps up on average: a deeper queue absorbs its stalls.
+        let now = per_s(self.p.batch, self.s.split.mean_step_ms);
+        let after = self.cap.throughput();
+        let gain = (after / now).min(self.s.split.mean_step_ms / busy_ms);
+        if !(gain.is_finite() && gain >= MIN_GAIN) {
+            return None;
+        }
+        let spike = w.p95_ms.max(w.max_ms.min(MAX_SPIKE_RATIO * w.p95_ms.max(w.mean_ms)));
+        let depth = (self.s.settings.prefetch + (spike / busy_ms).ceil() as usize)
+            .clamp(*PREFETCH_DEPTH.start(), *PREFETCH_DEPTH.end());
+        Some(Advice {
+            action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),
+            change: Change::Prefetch(depth),
+            predicted_speedup: Some(gain),
+            reason: format!(
+                "the loader keeps up on average ({} vs {} needed) but stalls: the median wait is {}, the mean {}, p95 {}; a deeper queue hides the stalls (at most {})",
+                rate(self.cap.loader()),
+                rate(self.cap.compute),
+                ms(w.p50_ms),
+                ms(w.mean_ms),
+                ms(w.p95_ms),
+                rate(after.min(now * gain))
+            ),
+        })
+    }
+
+    fn local_advice(&self) -> Option<Advice> {
+        let fs = self.remote_fs()?;
+        let r = self.p.stage(Stage::Read)?;
+        let after = self.p.local_storage();
+        Some(Advice {
+            action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
+            change: Change::CopyLocal,
+            predicted_speedup: self.gain(&after),
+            reason: format!(
+                "each read waits {} off-CPU on {}; a local disk answers in about {} or less: {}",
+                ms(r.off_cpu_ms()),
+                fs.fs_type,
+                ms(LOCAL_READ_MS),
+                rate(after.capacity().throughput())
+            ),
+        })
+    }
+
+    fn cache_advice(&self) -> Option<Advice> {
+        let after = self.p.cached();
+        let gain = self.gain(&after)?;
+        let gone: f64 = self
+            .p
+            .loader
+            .iter()
+            .filter(|x| matches!(x.stage, Stage::Read | Stage::Decode | Stage::Resize))
+            .map(|x| x.wall_ms)
+            .sum();
+        let st = &self.s.settings;
+        Some(Advice {
+            action: "pack the decoded, resized images into one local memory-mapped cache".into(),
+            change: Change::Cache { model: model_path(&st.model).to_string(), data: st.data.clone() },
+            predicted_speedup: Some(gain),
+            reason: format!(
+                "removes read, decode and resize ({} per image) for a memory copy: the loader could supply {}, training takes {}",
+                ms(gone),
+                rate(after.capacity().loader()),
+                rate(self.cap.compute)
+            ),
+        })
+    }
+
+    fn pre_resize_advice(&self) -> Option<Advice> {
+        let resize = self.p.stage(Stage::Resize)?;
+        let after = self.p.pre_resized();
+        let gain = self.gain(&after)?;
+        let decode = self.p.stage(Stage::Decode).map_or(0.0, |d| d.wall_ms);
+        let [_, height, width] = self.s.settings.input;
+        Some(Advice {
+            action: format!("pre-resize the images offline to {width}×{height} (e.g. JPEG quality 90)"),
+            change: Change::PreResize { width, height },
+            predicted_speedup: Some(gain),
+            reason: format!(
+                "resize costs {} and decode {} per image; at the input size resize nearly vanishes and decode is assumed to halve (it follows the pixel count, unknown here). PNG→JPEG alone decodes about as fast at the same size: the gain is the smaller images",
+                ms(resize.wall_ms),
+                ms(decode)
+            ),
+        })
+    }
+
+    fn augment_advice(&self) -> Option<Advice> {
+        let aug = self.p.stage(Stage::Augment)?;
+        let after = self.p.without_augment();
+        let gain = self.gain(&after)?;
+        Some(Advice {
+            action: "make augmentation cheaper (fewer or simpler transforms: flips cost far less than rotation/zoom/shear) or run it on the device on whole batches".into(),
+            change: Change::CheaperAugment,
+            predicted_speedup: Some(gain),
+            reason: format!(
+                "augment costs {} per image ({} on-CPU) in the loader; without it the loader could supply {}, training takes {}",
+                ms(aug.wall_ms),
+                ms(aug.on_cpu_ms),
+                rate(after.capacity().loader()),
+                rate(self.cap.compute)
+            ),
+        })
+    }
+
+    fn u8_advice(&self) -> Option<Advice> {
+        let after = self.p.u8_transfer();
+        let gain = self.gain(&after)?;
+        Some(Advice {
+            action: "send batches as u8 and convert to f32 on the device".into(),
+            change: Change::U8Batches,
+            predicted_speedup: Some(gain),
+            reason: format!(
+                "f32 pixels are 4× the bytes of u8: transfer {} → about {} per step if copy time follows bytes",
+                ms(self.p.transfer_ms),
+                ms(after.transfer_ms)
+            ),
+        })
+    }
+
+    fn batch_advice(&self) -> Option<Advice> {
+        let b = self.s.settings.batch_size.max(1);
+        let nb = b * BATCH_GROWTH;
+        let after = self.p.with_batch(nb);
+        let gain = after.as_ref().and_then(|a| self.gain(a));
+        if after.is_some() && gain.is_none() {
+            return None;
+        }
+        let reason = match (&after, self.p.fixed_step_ms()) {
+            (Some(a), Some(fixed)) => format!(
+                "the optimizer step ({}) does not grow with the batch; forward+backward ({} per image) does: {} instead of {} (a lower bound on a GPU, where launch overhead does not grow either). Scale the learning rate with the batch",
+                ms(fixed),
+                ms((self.p.compute_ms - fixed) / self.p.batch),
+                rate(a.capacity().throughput()),
+                rate(self.cap.throughput())
+            ),
+            _ => format!(
+                "{}: more images per step spread the fixed per-step cost (no prediction: the optimizer step, the batch-independent part, was not measured)",
+                match self.overhead {
+                    Some(OverheadWhy::LowGpu(u)) => format!("the GPU is busy only {u:.0}%"),
+                    _ => format!("compute is {} per step", ms(self.p.compute_ms)),
+                }
+            ),
+        };
+        Some(Advice {
+            action: format!("raise the batch size {b} → {nb}"),
+            change: Change::BatchSize(nb),
+            predicted_speedup: gain,
+            reason,
+        })
+    }
+
+    fn gpu_advice(&self, limiter: &Limiter) -> Advice {
+        let names: Vec<&str> = self.s.machine.devices.iter().map(|d| d.name.as_str()).collect();
+        let gpus = if names.is_empty() { "a GPU".to_string() } else { names.join(", ") };
+        if !self.cpu_device {
+            return Advice {
+                action: "check that training really runs on the GPU".into(),
+                change: Change::CheckDevice,
+                predicted_speedup: None,
+                reason: format!(
+                    "device is {} but NVML never saw this process on {gpus} (containers may hide processes from NVML)",
+                    self.s.settings.device
+                ),
+            };
+        }
+        let why = match limiter {
+            Limiter::Overhead => "the model is tiny: per-step overhead dominates, and a GPU may be no faster".to_string(),
+            Limiter::Io | Limiter::Preprocess => {
+                "the loader limits now: the GPU frees the CPU cores compute takes from the loader".to_string()
+            }
+            _ => format!(
+                "compute takes {} of each step on the CPU; the gain depends on the model and cannot be predicted from a CPU run",
+                pct(self.s.split.compute_share)
+            ),
+        };
+        Advice {
+            action: format!("train on the GPU ({gpus})"),
+            change: Change::UseDevice("cuda".into()),
+            predicted_speedup: None,
+            reason: format!("{why} (needs a build with --features cuda)"),
+        }
+    }
+}

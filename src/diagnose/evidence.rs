@@ -1,0 +1,292 @@
+//! The verdict's words: the headline and the 3–5 numbers that decided it. Every threshold named
+//! in a sentence is formatted from the constant the rule compares against.
+
+use super::classify::{measured, Facts, OverheadWhy};
+use super::thresholds::*;
+use super::{Limiter, Severity};
+use crate::units::{ms_spaced as ms, pct, rate};
+use probes::stage::Stage;
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+pub(super) fn not_enough_headline(steps_needed: u64) -> String {
+    if steps_needed > 0 {
+        format!("collecting… {steps_needed} more steps needed for a verdict")
+    } else {
+        "no wait/transfer/compute spans yet: is the training loop instrumented?".into()
+    }
+}
+
+impl Facts<'_> {
+    fn wait_line(&self) -> String {
+        let w = self.s.split.wait_share;
+        let (high, moderate) = (pct(HIGH_WAIT_SHARE), pct(MODERATE_WAIT_SHARE));
+        let rule = match self.severity {
+            Severity::High => format!("HIGH: ≥ {high} per TensorFlow's rule"),
+            Severity::Moderate => format!("moderate: ≥ {moderate} and < {high} per TensorFlow's rule"),
+            Severity::Low => format!("low: < {moderate} per TensorFlow's rule"),
+        };
+        format!(
+            "the training loop waited for data {:.1}% of each step ({} of {}) ({rule})",
+            w * 100.0,
+            ms(self.s.split.wait_ms),
+            ms(self.s.split.mean_step_ms)
+        )
+    }
+
+    fn capacity_line(&self) -> String {
+        let w = self.s.settings.workers.max(1);
+        let shared = if self.cpu_device {
+            format!("; sharing {:.1} cores, both together {}", self.p.free_cores, rate(self.cap.shared_cpu))
+        } else {
+            String::new()
+        };
+        format!(
+            "model: {} {} {}, the training loop could take {}{shared}; measured {:.1} images/s",
+            plural(w, "loader worker"),
+            if w == 1 { "supplies" } else { "supply" },
+            rate(self.cap.loader()),
+            rate(self.cap.compute),
+            self.s.images_per_s
+        )
+    }
+
+    fn cpu_line(&self) -> Option<String> {
+        let g = self.global_cpu?;
+        let proc = self.process_cpu.map(|p| format!(" (this process {p:.0}%, 100% = one core)")).unwrap_or_default();
+        Some(format!(
+            "CPU {g:.0}% busy on {} cores{proc}: {:.1} cores free for this run",
+            self.p.cores as usize, self.p.free_cores
+        ))
+    }
+
+    fn storage_line(&self) -> Option<String> {
+        let m = &self.s.machine;
+        let mut parts = Vec::new();
+        if let Some(fs) = &self.s.data_fs {
+            parts.push(format!("data on {} ({})", fs.fs_type, fs.kind));
+        }
+        if let Some(r) = m.read_bytes_per_s_mean {
+            parts.push(format!("{:.1} MB/s from storage", r / 1e6));
+        }
+        if let Some(w) = m.iowait_mean_pct {
+            parts.push(format!("iowait {w:.0}%"));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
+    fn assumed_note(&self) -> &'static str {
+        if self.p.loader.iter().any(|x| !x.measured) {
+            " (on-CPU share assumed from names)"
+        } else {
+            ""
+        }
+    }
+
+    /// I/O-bound: how much of read is waiting on storage.
+    fn read_wait_line(&self) -> String {
+        let (r_wall, r_off) = self.p.stage(Stage::Read).map_or((0.0, 0.0), |r| (r.wall_ms, r.off_cpu_ms()));
+        let off_share = if r_wall > 0.0 { r_off / r_wall } else { 0.0 };
+        format!(
+            "read is {} off-CPU: {} per image waiting on storage, {} of the loader's {} per image{}",
+            pct(off_share),
+            ms(r_off),
+            pct(self.read_off_share()),
+            ms(self.p.loader_wall_ms()),
+            self.assumed_note()
+        )
+    }
+
+    /// Preprocessing-bound: where the loader's CPU goes, stage by stage.
+    fn loader_cpu_line(&self) -> String {
+        let wall = self.p.loader_wall_ms();
+        let cpu_stages = || self.p.loader.iter().filter(|x| x.stage != Stage::Read);
+        let parts: Vec<String> = cpu_stages()
+            .filter(|x| x.wall_ms > 0.0)
+            .map(|x| format!("{} {} ({} on-CPU)", x.stage.name(), ms(x.wall_ms), pct(x.on_cpu_ms / x.wall_ms)))
+            .collect();
+        let contention: f64 = cpu_stages().map(|x| x.off_cpu_ms()).sum::<f64>();
+        let waiting = if contention >= CORE_WAIT_SHARE * wall && wall > 0.0 {
+            format!("; {} of it waiting for a core", ms(contention))
+        } else {
+            String::new()
+        };
+        format!(
+            "the loader spends {} of CPU per image of {} wall: {}{waiting}; read is only {} off-CPU{}",
+            ms(self.p.loader_cpu_ms()),
+            ms(wall),
+            parts.join(", "),
+            pct(self.read_off_share()),
+            self.assumed_note()
+        )
+    }
+
+    pub fn headline(&self, limiter: &Limiter) -> String {
+        let sp = &self.s.split;
+        let sev = self.severity.label();
+        let waited = format!("{:.1}%", sp.wait_share * 100.0);
+        match limiter {
+            Limiter::Io | Limiter::Preprocess if self.loader_keeps_up() => format!(
+                "Input-bound ({sev}): the loop waited for data {waited} of each step although the loader keeps up on average ({} vs {}): it stalls, mostly in {}",
+                rate(self.cap.loader()),
+                rate(self.cap.compute),
+                if *limiter == Limiter::Io { "storage reads" } else { "CPU preprocessing" }
+            ),
+            Limiter::Io => format!(
+                "Input-bound ({sev}): the loader waits on storage reads; the training loop waited for data {waited} of each step"
+            ),
+            Limiter::Preprocess => format!(
+                "Input-bound ({sev}): CPU preprocessing in the loader (decode/resize) limits training; the loop waited for data {waited} of each step"
+            ),
+            Limiter::Transfer => format!(
+                "Transfer-bound: host→device copies take {} of each step",
+                pct(sp.transfer_share)
+            ),
+            Limiter::Compute => format!(
+                "Compute-bound: the model's computation takes {} of each step; the input pipeline keeps up",
+                pct(sp.compute_share)
+            ),
+            Limiter::Overhead => self.overhead_headline(),
+            Limiter::Balanced => format!(
+                "Balanced: the loader and the training loop run at nearly the same pace (wait {waited} of each step)"
+            ),
+            Limiter::NotEnoughData { steps_needed } => not_enough_headline(*steps_needed),
+        }
+    }
+
+    fn overhead_headline(&self) -> String {
+        match self.overhead {
+            Some(OverheadWhy::LowGpu(u)) => format!(
+                "Per-step overhead: the GPU is busy only {u:.0}% while the loop does not wait for data; the model gives it too little work per step"
+            ),
+            Some(OverheadWhy::FixedCost(share)) => format!(
+                "Per-step overhead: the optimizer step, whatever the batch size, is {} of compute",
+                pct(share)
+            ),
+            _ => format!(
+                "Per-step overhead: {} of compute per step for a tiny model; fixed per-step costs dominate",
+                ms(self.s.split.compute_ms)
+            ),
+        }
+    }
+
+    /// The numbers that decided, the wait share first, at most [`MAX_EVIDENCE`].
+    pub fn evidence(&self, limiter: &Limiter) -> Vec<String> {
+        let mut ev = vec![self.wait_line()];
+        match limiter {
+            Limiter::Io | Limiter::Preprocess => self.input_evidence(limiter, &mut ev),
+            Limiter::Transfer => self.transfer_evidence(&mut ev),
+            Limiter::Compute | Limiter::Balanced => self.compute_evidence(limiter, &mut ev),
+            Limiter::Overhead => self.overhead_evidence(&mut ev),
+            Limiter::NotEnoughData { .. } => {}
+        }
+        if self.loader_competes() && ev.len() < MAX_EVIDENCE {
+            ev.push(format!(
+                "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
+                ms(self.p.loader_cpu_ms()),
+                ms(self.p.compute_cpu_ms_per_image)
+            ));
+        }
+        ev.retain(|l| !l.is_empty());
+        ev.truncate(MAX_EVIDENCE);
+        ev
+    }
+
+    fn input_evidence(&self, limiter: &Limiter, ev: &mut Vec<String>) {
+        if self.p.loader.is_empty() {
+            let iow = self.s.machine.iowait_mean_pct.map(|w| format!("iowait {w:.0}%")).unwrap_or("no iowait".into());
+            ev.push(format!(
+                "the loader has no read/decode/resize spans: I/O vs CPU judged from {iow} and the data's filesystem"
+            ));
+        } else {
+            ev.push(if *limiter == Limiter::Io { self.read_wait_line() } else { self.loader_cpu_line() });
+            ev.push(self.capacity_line());
+        }
+        if *limiter == Limiter::Io {
+            ev.extend(self.storage_line());
+            if self.cpu_saturated() {
+                ev.push(
+                    "the CPU is saturated: part of read's off-CPU time may be waiting for a core, not storage".into(),
+                );
+            }
+        } else {
+            ev.extend(self.cpu_line());
+        }
+    }
+
+    fn transfer_evidence(&self, ev: &mut Vec<String>) {
+        let sp = &self.s.split;
+        let bytes = measured(self.s, Stage::Transfer)
+            .filter(|x| x.bytes > 0)
+            .map(|x| format!(" ({:.1} MB per batch)", x.bytes as f64 / x.count as f64 / 1e6))
+            .unwrap_or_default();
+        ev.push(format!(
+            "host→device copies take {} per step{bytes}, compute {}",
+            ms(sp.transfer_ms),
+            ms(sp.compute_ms)
+        ));
+        ev.push(format!(
+            "transfer {} ≥ {} of the step and ≥ the wait share",
+            pct(sp.transfer_share),
+            pct(TRANSFER_SHARE)
+        ));
+    }
+
+    fn compute_evidence(&self, limiter: &Limiter, ev: &mut Vec<String>) {
+        let sp = &self.s.split;
+        ev.push(format!(
+            "compute takes {} per batch of {} ({} per image), {} of the step",
+            ms(sp.compute_ms),
+            self.s.settings.batch_size,
+            ms(sp.compute_ms / self.p.batch),
+            pct(sp.compute_share)
+        ));
+        let headroom = self.cap.loader() / self.cap.compute;
+        let near = if *limiter == Limiter::Balanced {
+            format!(": under {BALANCED_HEADROOM}×, both sides are near their limit")
+        } else {
+            String::new()
+        };
+        ev.push(format!(
+            "the loader could supply {}, {headroom:.1}× what the training loop takes ({}){near}",
+            rate(self.cap.loader()),
+            rate(self.cap.compute),
+        ));
+        if let Some(u) = self.gpu_util.filter(|_| !self.gpu_unused) {
+            ev.push(format!("GPU busy {u:.0}% on average"));
+        }
+        ev.extend(self.cpu_line());
+    }
+
+    fn overhead_evidence(&self, ev: &mut Vec<String>) {
+        let sp = &self.s.split;
+        ev.push(match self.overhead {
+            Some(OverheadWhy::TinyStep(c)) => format!(
+                "compute is only {} per step (< {OVERHEAD_STEP_MS} ms): fixed per-step costs dominate, not the images",
+                ms(c)
+            ),
+            Some(OverheadWhy::FixedCost(share)) => format!(
+                "the optimizer step, whose cost does not depend on the batch size, is {} of compute (≥ {})",
+                pct(share),
+                pct(FIXED_COST_SHARE)
+            ),
+            Some(OverheadWhy::LowGpu(u)) => format!(
+                "the GPU is busy only {u:.0}% on average (< {GPU_LOW_UTIL_PCT}%) while the loop hardly waits for data"
+            ),
+            None => String::new(),
+        });
+        ev.push(format!(
+            "compute {} per batch of {} ({} per image)",
+            ms(sp.compute_ms),
+            self.s.settings.batch_size,
+            ms(sp.compute_ms / self.p.batch)
+        ));
+        ev.extend(self.cpu_line());
+    }
+}

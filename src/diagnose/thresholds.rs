@@ -1,0 +1,58 @@
+//! Every number a rule compares against, in one place. The prose formats these same constants,
+//! so the words can never disagree with the rule.
+
+/// Steps needed before a verdict is given.
+pub const MIN_STEPS: u64 = 5;
+
+/// Wait share at or above which the run is highly input-bound (TensorFlow's profiler).
+pub const HIGH_WAIT_SHARE: f64 = 0.20;
+/// Wait share at or above which the run is moderately input-bound (TensorFlow's profiler).
+pub const MODERATE_WAIT_SHARE: f64 = 0.05;
+/// Transfer share at or above which host→device copies limit (when ≥ the wait share).
+pub const TRANSFER_SHARE: f64 = 0.20;
+/// Share of the loader's wall time off-CPU in `read` at or above which an input-bound run is
+/// I/O-bound.
+pub const IO_OFF_CPU_SHARE: f64 = 0.5;
+/// Machine iowait % that marks an uninstrumented loader as I/O-bound.
+pub const IOWAIT_PCT: f64 = 20.0;
+/// Compute per step under which fixed per-step costs dominate, ms.
+pub const OVERHEAD_STEP_MS: f64 = 5.0;
+/// Share of compute in the batch-independent optimizer step marking a per-step-overhead run.
+pub const FIXED_COST_SHARE: f64 = 0.5;
+/// Mean GPU utilisation % under which a not-input-bound GPU run is overhead-bound.
+pub const GPU_LOW_UTIL_PCT: f64 = 50.0;
+/// Loader capacity / compute capacity under which the run is balanced.
+pub const BALANCED_HEADROOM: f64 = 1.2;
+/// Machine CPU % at or above which the CPU is saturated (also: this process at this % × cores).
+pub const CPU_SATURATED_PCT: f64 = 90.0;
+/// Machine CPU % under which cores count as idle (too few workers).
+pub const CPU_IDLE_PCT: f64 = 75.0;
+/// Loader share of the process's CPU per image at or above which it competes with CPU compute.
+pub const COMPETE_SHARE: f64 = 0.10;
+/// Share of wall time in validation passes from which it is flagged.
+pub const VALIDATION_SHARE: f64 = 0.10;
+/// Smallest predicted gain worth advising.
+pub const MIN_GAIN: f64 = 1.10;
+
+/// Share of the loader's wall time spent waiting for a core (off-CPU outside `read`) from
+/// which the evidence mentions it.
+pub const CORE_WAIT_SHARE: f64 = 0.2;
+/// Evidence lines at most: the numbers that decided, not everything measured.
+pub const MAX_EVIDENCE: usize = 5;
+
+/// Loader workers per core worth trying for I/O: threads waiting on storage need no core.
+pub const IO_WORKERS_PER_CORE: usize = 4;
+/// The fewest workers reaching this share of the best predicted throughput are advised: more
+/// threads for the last few percent cost memory and contention the model does not see.
+pub const NEAR_BEST_SHARE: f64 = 0.97;
+/// The wait is spiky when its median is at most this share of its mean…
+pub const SPIKY_MEDIAN_SHARE: f64 = 0.25;
+/// …or its p95 at least this many times its mean.
+pub const SPIKY_P95_RATIO: f64 = 3.0;
+/// A stall longer than this many times the p95 (or the mean) is an outlier the prefetch queue
+/// is not sized for.
+pub const MAX_SPIKE_RATIO: f64 = 4.0;
+/// Prefetch depths advised, in batches.
+pub const PREFETCH_DEPTH: std::ops::RangeInclusive<usize> = 2..=64;
+/// Factor the batch size is raised by for a per-step-overhead run.
+pub const BATCH_GROWTH: usize = 4;
