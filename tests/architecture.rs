@@ -15,7 +15,8 @@ const LAYERS: &[&[&str]] = &[
     &["report", "tui", "export"],
     &["session"],
     &["profile", "attach", "offline", "cli"],
-    &["commands", "check_advice"],
+    &["check_advice"],
+    &["commands"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
