@@ -20,41 +20,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tracing::info_span;
 
+/// An ordinary image classifier on an ImageFolder, instrumented for `pipeprof attach`.
+#[derive(Debug, clap::Parser)]
+#[command(name = "train_cnn")]
 struct Args {
+    /// ImageFolder: DIR/<class>/<image>.jpg|png.
+    #[arg(long, value_name = "DIR")]
     data: PathBuf,
+    /// Training steps.
+    #[arg(long, default_value_t = 300)]
     steps: u64,
-    workers: usize,
-    batch: usize,
+    /// Loader threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
+    /// Images per batch.
+    #[arg(long = "batch-size", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    batch: u32,
+    /// Input side in pixels (images are resized to SIZE×SIZE).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(4..=1024))]
     size: u32,
+    /// Wait until this many `pipeprof attach` clients are connected before training.
+    #[arg(long, default_value_t = 0)]
     wait_for_clients: usize,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args { data: PathBuf::new(), steps: 300, workers: 2, batch: 32, size: 32, wait_for_clients: 0 };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--data" => a.data = PathBuf::from(val()?),
-            "--steps" => a.steps = val()?.parse().map_err(|e| format!("--steps: {e}"))?,
-            "--workers" => a.workers = val()?.parse().map_err(|e| format!("--workers: {e}"))?,
-            "--batch-size" => a.batch = val()?.parse().map_err(|e| format!("--batch-size: {e}"))?,
-            "--size" => a.size = val()?.parse().map_err(|e| format!("--size: {e}"))?,
-            "--wait-for-clients" => {
-                a.wait_for_clients = val()?.parse().map_err(|e| format!("--wait-for-clients: {e}"))?
-            }
-            "-h" | "--help" => {
-                return Err("usage: train_cnn --data DIR [--steps N] [--workers N] [--batch-size N] [--size PX] \
-                            [--wait-for-clients N]"
-                    .into())
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    if a.data.as_os_str().is_empty() {
-        return Err("--data DIR is required (an ImageFolder: DIR/<class>/<image>)".into());
-    }
-    Ok(a)
 }
 
 /// (path, label) for every image, classes in sorted folder order.
@@ -131,7 +118,7 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args()?;
+    let args = <Args as clap::Parser>::parse();
     let (files, classes) = scan(&args.data)?;
     if files.is_empty() {
         return Err(format!("no images under {}", args.data.display()).into());
@@ -151,14 +138,31 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    // Loader: workers take batch numbers from a shared counter and send whole batches.
     let files = Arc::new(files);
+    let (rx, workers) = start_loader(&args, files.clone())?;
+
+    train(&args, &session, &rx, files.len(), classes)?;
+    drop(rx);
+    for w in workers {
+        let _ = w.join();
+    }
+    session.finish();
+    Ok(())
+}
+
+type Workers = Vec<std::thread::JoinHandle<()>>;
+
+/// Loader threads: each takes batch numbers from a shared counter and sends whole batches.
+fn start_loader(
+    args: &Args,
+    files: Arc<Vec<(PathBuf, u32)>>,
+) -> std::io::Result<(crossbeam_channel::Receiver<Batch>, Workers)> {
     let next = Arc::new(AtomicU64::new(0));
     let (tx, rx) = crossbeam_channel::bounded::<Batch>(2);
     let mut workers = Vec::new();
-    for w in 0..args.workers.max(1) {
+    for w in 0..args.workers {
         let (files, next, tx) = (files.clone(), next.clone(), tx.clone());
-        let (batch, size, steps) = (args.batch, args.size, args.steps);
+        let (batch, size, steps) = (args.batch as usize, args.size, args.steps);
         workers.push(std::thread::Builder::new().name(format!("loader-{w}")).spawn(move || loop {
             let b = next.fetch_add(1, Ordering::Relaxed);
             if b >= steps {
@@ -178,8 +182,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         })?);
     }
-    drop(tx);
+    Ok((rx, workers))
+}
 
+/// The training loop: every stage a span, every step a record.
+fn train(
+    args: &Args,
+    session: &probes::attach::Session,
+    rx: &crossbeam_channel::Receiver<Batch>,
+    images: usize,
+    classes: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     let dev = Device::Cpu;
     let vm = VarMap::new();
     let model = Model::new(VarBuilder::from_varmap(&vm, DType::F32, &dev), args.size as usize, classes)?;
@@ -221,7 +234,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         };
         session.step(StepRecord {
             step,
-            epoch: (step * args.batch as u64 / files.len() as u64) as u32,
+            epoch: (step * args.batch as u64 / images as u64) as u32,
             images: n as u32,
             loss,
             correct,
@@ -233,10 +246,5 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("step {step}: loss {loss:.4}");
         }
     }
-    drop(rx);
-    for w in workers {
-        let _ = w.join();
-    }
-    session.finish();
     Ok(())
 }
