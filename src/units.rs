@@ -4,28 +4,27 @@
 pub fn ms(v: f64) -> String {
     if !v.is_finite() || v <= 0.0 {
         "0ms".into()
-    } else if v >= 1000.0 {
-        format!("{:.2}s", v / 1000.0)
-    } else if v >= 10.0 {
-        format!("{v:.1}ms")
-    } else if v >= 0.01 {
-        format!("{v:.2}ms")
     } else {
-        format!("{:.1}µs", v * 1000.0)
+        ms_with(v, "")
     }
 }
 
 /// Milliseconds with a space before the unit ("2.50 ms"), as the verdict's sentences write
 /// them. Unlike [`ms`], zero and negative values are printed as they are (in µs).
 pub fn ms_spaced(v: f64) -> String {
+    ms_with(v, " ")
+}
+
+/// `v` ms in s, ms or µs, with `sep` between the number and the unit.
+fn ms_with(v: f64, sep: &str) -> String {
     if v >= 1000.0 {
-        format!("{:.2} s", v / 1000.0)
+        format!("{:.2}{sep}s", v / 1000.0)
     } else if v >= 10.0 {
-        format!("{v:.1} ms")
+        format!("{v:.1}{sep}ms")
     } else if v >= 0.01 {
-        format!("{v:.2} ms")
+        format!("{v:.2}{sep}ms")
     } else {
-        format!("{:.1} µs", v * 1000.0)
+        format!("{:.1}{sep}µs", v * 1000.0)
     }
 }
 

@@ -101,142 +101,30 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let ds = scan(&opts.data)?;
     if opts.progress {
         for p in &ds.problems {
-            eprintln!("warning: {}: {}", p.path.display(), p.reason);
+            crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
         }
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
-    let fp = fingerprint(&ds);
     remove_stale_temps(&opts.out);
     let tmp = Temp { path: temp_path(&opts.out), keep: false };
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
     let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp.path).map_err(werr)?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     w.write_all(&vec![0u8; PIXELS_OFF as usize]).map_err(werr)?;
-
-    let mut meta = Meta { source, model: opts.model.clone(), classes: ds.classes.clone(), ..Meta::default() };
-    let mut labels: Vec<u32> = Vec::with_capacity(ds.samples.len());
-    let mut crcs: Vec<u32> = Vec::with_capacity(ds.samples.len());
+    let meta = Meta { source, model: opts.model.clone(), classes: ds.classes.clone(), ..Meta::default() };
+    let mut out = Written { w, labels: Vec::new(), crcs: Vec::new(), meta };
     let mut progress = Progress::new(opts.progress, ds.samples.len());
-    let chunks = ds.samples.len().div_ceil(CHUNK);
-    let workers = opts.workers.clamp(1, chunks.max(1));
-    let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Decoded)>();
-    let written: Result<(), CacheError> = std::thread::scope(|s| {
-        for t in 0..workers {
-            let (task_rx, done_tx, ds) = (task_rx.clone(), done_tx.clone(), &ds);
-            let spawned = std::thread::Builder::new().name(format!("cache-{t}")).spawn_scoped(s, move || {
-                let mut resizer = Resizer::new();
-                for c in task_rx.iter() {
-                    let part = &ds.samples[c * CHUNK..((c + 1) * CHUNK).min(ds.samples.len())];
-                    let out = part.iter().map(|x| decode_one(&x.path, opts, &mut resizer)).collect();
-                    if done_tx.send((c, out)).is_err() {
-                        return;
-                    }
-                }
-            });
-            spawned.map_err(werr)?;
-        }
-        drop(done_tx);
-        // At most 2 × workers chunks decoded ahead of the writer.
-        let mut next_task = 0;
-        while next_task < chunks.min(2 * workers) {
-            let _ = task_tx.send(next_task);
-            next_task += 1;
-        }
-        let mut ready: BTreeMap<usize, Decoded> = BTreeMap::new();
-        let mut next_write = 0;
-        let mut result = Ok(());
-        while next_write < chunks {
-            let Ok((c, out)) = done_rx.recv() else { break };
-            ready.insert(c, out);
-            while let Some(out) = ready.remove(&next_write) {
-                let base = next_write * CHUNK;
-                for (k, r) in out.into_iter().enumerate() {
-                    let sample = &ds.samples[base + k];
-                    let name = relative(&ds.root, &sample.path).display().to_string();
-                    match r {
-                        Ok(px) => {
-                            if let Err(e) = w.write_all(&px) {
-                                result = Err(werr(e));
-                                break;
-                            }
-                            crcs.push(crc32fast::hash(&px));
-                            labels.push(sample.label);
-                            meta.names.push(name);
-                            if opts.fail_after == Some(labels.len()) {
-                                result = Err(werr(std::io::Error::other("test hook: simulated failure mid-write")));
-                                break;
-                            }
-                            if opts.abort_after == Some(labels.len()) {
-                                let _ = w.flush();
-                                std::process::abort();
-                            }
-                        }
-                        Err(reason) => {
-                            progress.warn(&sample.path, &reason);
-                            meta.skipped.push((sample.path.display().to_string(), reason));
-                        }
-                    }
-                }
-                progress.update(labels.len() + meta.skipped.len(), meta.skipped.len());
-                next_write += 1;
-                if result.is_err() {
-                    break;
-                }
-                if next_task < chunks {
-                    let _ = task_tx.send(next_task);
-                    next_task += 1;
-                }
-            }
-            if result.is_err() {
-                break;
-            }
-        }
-        // Workers stop when the task channel closes.
-        drop(task_tx);
-        result
-    });
+    let written = write_pixels(opts, &ds, &mut out, &mut progress).map_err(werr);
     progress.finish();
     written?;
-    if labels.is_empty() {
-        return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: meta.skipped.len() });
+    if out.labels.is_empty() {
+        return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: out.meta.skipped.len() });
     }
-
-    let image_len = opts.height as u64 * opts.width as u64 * opts.channels as u64;
-    let labels_off = PIXELS_OFF + labels.len() as u64 * image_len;
-    let labels_b: Vec<u8> = labels.iter().flat_map(|l| l.to_le_bytes()).collect();
-    let crcs_b: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
-    let meta_b = meta.encode();
-    let crcs_off = labels_off + labels_b.len() as u64;
-    let meta_off = crcs_off + crcs_b.len() as u64;
-    let header = Header {
-        version: VERSION,
-        height: opts.height,
-        width: opts.width,
-        channels: opts.channels,
-        count: labels.len() as u64,
-        fingerprint: fp,
-        pixels_off: PIXELS_OFF,
-        labels_off,
-        crcs_off,
-        meta_off,
-        meta_len: meta_b.len() as u64,
-        file_len: meta_off + meta_b.len() as u64,
-    };
-    for part in [&labels_b, &crcs_b, &meta_b] {
-        w.write_all(part).map_err(werr)?;
-    }
-    let zero_crc = header.encode(0);
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&Header::crc_input(&zero_crc));
-    hasher.update(&labels_b);
-    hasher.update(&crcs_b);
-    hasher.update(&meta_b);
-    let head: [u8; HEADER_LEN] = header.encode(hasher.finalize());
-    let mut file = w.into_inner().map_err(|e| werr(e.into_error()))?;
+    let header = write_index(opts, fingerprint(&ds), &mut out).map_err(werr)?;
+    let mut file = out.w.into_inner().map_err(|e| werr(e.into_error()))?;
     file.seek(SeekFrom::Start(0)).map_err(werr)?;
-    file.write_all(&head).map_err(werr)?;
+    file.write_all(&header.1).map_err(werr)?;
     file.sync_all().map_err(werr)?;
     drop(file);
     std::fs::rename(&tmp.path, &opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
@@ -249,12 +137,138 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         }
     }
     Ok(BuildReport {
-        images: labels.len(),
+        images: out.labels.len(),
         classes: ds.classes.clone(),
-        skipped: meta.skipped,
-        bytes: header.file_len,
+        skipped: out.meta.skipped,
+        bytes: header.0.file_len,
         secs: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// The file being written and the index of what is in it so far.
+struct Written {
+    w: std::io::BufWriter<File>,
+    labels: Vec<u32>,
+    crcs: Vec<u32>,
+    meta: Meta,
+}
+
+/// Decodes every sample on `opts.workers` threads and writes the pixels in sample order.
+fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: &mut Progress) -> std::io::Result<()> {
+    let chunks = ds.samples.len().div_ceil(CHUNK);
+    let workers = opts.workers.clamp(1, chunks.max(1));
+    let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Decoded)>();
+    std::thread::scope(|s| {
+        for t in 0..workers {
+            let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
+            std::thread::Builder::new().name(format!("cache-{t}")).spawn_scoped(s, move || {
+                let mut resizer = Resizer::new();
+                for c in task_rx.iter() {
+                    let part = &ds.samples[c * CHUNK..((c + 1) * CHUNK).min(ds.samples.len())];
+                    let decoded = part.iter().map(|x| decode_one(&x.path, opts, &mut resizer)).collect();
+                    if done_tx.send((c, decoded)).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        }
+        drop(done_tx);
+        // At most 2 × workers chunks decoded ahead of the writer.
+        let mut next_task = 0;
+        while next_task < chunks.min(2 * workers) {
+            let _ = task_tx.send(next_task);
+            next_task += 1;
+        }
+        let mut ready: BTreeMap<usize, Decoded> = BTreeMap::new();
+        let mut next_write = 0;
+        while next_write < chunks {
+            let Ok((c, decoded)) = done_rx.recv() else { break };
+            ready.insert(c, decoded);
+            while let Some(decoded) = ready.remove(&next_write) {
+                write_chunk(opts, ds, next_write * CHUNK, decoded, out, progress)?;
+                next_write += 1;
+                if next_task < chunks {
+                    let _ = task_tx.send(next_task);
+                    next_task += 1;
+                }
+            }
+        }
+        // Workers stop when the task channel closes (dropped on return).
+        Ok(())
+    })
+}
+
+/// Writes one decoded chunk (samples from `base` on), skipping what failed with a warning.
+fn write_chunk(
+    opts: &BuildOptions,
+    ds: &Dataset,
+    base: usize,
+    decoded: Decoded,
+    out: &mut Written,
+    progress: &mut Progress,
+) -> std::io::Result<()> {
+    for (k, r) in decoded.into_iter().enumerate() {
+        let sample = &ds.samples[base + k];
+        match r {
+            Ok(px) => {
+                out.w.write_all(&px)?;
+                out.crcs.push(crc32fast::hash(&px));
+                out.labels.push(sample.label);
+                out.meta.names.push(relative(&ds.root, &sample.path).display().to_string());
+                if opts.fail_after == Some(out.labels.len()) {
+                    return Err(std::io::Error::other("test hook: simulated failure mid-write"));
+                }
+                if opts.abort_after == Some(out.labels.len()) {
+                    let _ = out.w.flush();
+                    std::process::abort();
+                }
+            }
+            Err(reason) => {
+                progress.warn(&sample.path, &reason);
+                out.meta.skipped.push((sample.path.display().to_string(), reason));
+            }
+        }
+    }
+    progress.update(out.labels.len() + out.meta.skipped.len(), out.meta.skipped.len());
+    Ok(())
+}
+
+/// Appends labels, checksums and metadata; returns the header and its encoded bytes (with the
+/// CRC over header, labels, checksums and metadata), to be written at offset 0.
+fn write_index(opts: &BuildOptions, fp: u64, out: &mut Written) -> std::io::Result<(Header, [u8; HEADER_LEN])> {
+    let image_len = opts.height as u64 * opts.width as u64 * opts.channels as u64;
+    let labels_off = PIXELS_OFF + out.labels.len() as u64 * image_len;
+    let labels_b: Vec<u8> = out.labels.iter().flat_map(|l| l.to_le_bytes()).collect();
+    let crcs_b: Vec<u8> = out.crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+    let meta_b = out.meta.encode();
+    let crcs_off = labels_off + labels_b.len() as u64;
+    let meta_off = crcs_off + crcs_b.len() as u64;
+    let header = Header {
+        version: VERSION,
+        height: opts.height,
+        width: opts.width,
+        channels: opts.channels,
+        count: out.labels.len() as u64,
+        fingerprint: fp,
+        pixels_off: PIXELS_OFF,
+        labels_off,
+        crcs_off,
+        meta_off,
+        meta_len: meta_b.len() as u64,
+        file_len: meta_off + meta_b.len() as u64,
+    };
+    for part in [&labels_b, &crcs_b, &meta_b] {
+        out.w.write_all(part)?;
+    }
+    let zero_crc = header.encode(0);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&Header::crc_input(&zero_crc));
+    hasher.update(&labels_b);
+    hasher.update(&crcs_b);
+    hasher.update(&meta_b);
+    let head = header.encode(hasher.finalize());
+    Ok((header, head))
 }
 
 /// The samples with paths under the canonical root (so relative names and the fingerprint do

@@ -78,19 +78,23 @@ pub enum Units {
     Classes,
 }
 
+/// A TOML value that may be a number or a word (`units = 10` or `units = "classes"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrText {
+    N(i64),
+    S(String),
+}
+
 impl<'de> Deserialize<'de> for Units {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(i64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) if n > 0 => Ok(Units::Fixed(n as usize)),
-            Raw::N(n) => Err(serde::de::Error::custom(format!("units must be at least 1, got {n}"))),
-            Raw::S(s) if s == "classes" => Ok(Units::Classes),
-            Raw::S(s) => Err(serde::de::Error::custom(format!("units must be a number or \"classes\", got \"{s}\""))),
+        match NumOrText::deserialize(d)? {
+            NumOrText::N(n) if n > 0 => Ok(Units::Fixed(n as usize)),
+            NumOrText::N(n) => Err(serde::de::Error::custom(format!("units must be at least 1, got {n}"))),
+            NumOrText::S(s) if s == "classes" => Ok(Units::Classes),
+            NumOrText::S(s) => {
+                Err(serde::de::Error::custom(format!("units must be a number or \"classes\", got \"{s}\"")))
+            }
         }
     }
 }
@@ -217,16 +221,10 @@ impl std::str::FromStr for Workers {
 
 impl<'de> Deserialize<'de> for Workers {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(i64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) if n > 0 => Ok(Workers::Fixed(n as usize)),
-            Raw::N(n) => Err(serde::de::Error::custom(format!("workers must be at least 1, got {n}"))),
-            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        match NumOrText::deserialize(d)? {
+            NumOrText::N(n) if n > 0 => Ok(Workers::Fixed(n as usize)),
+            NumOrText::N(n) => Err(serde::de::Error::custom(format!("workers must be at least 1, got {n}"))),
+            NumOrText::S(s) => s.parse().map_err(serde::de::Error::custom),
         }
     }
 }

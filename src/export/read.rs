@@ -96,80 +96,7 @@ pub fn summary_from_trace(events: &[Value]) -> (Summary, bool) {
     let mut host: std::collections::BTreeMap<u64, HostSample> = Default::default();
     let mut capped = false;
     for e in events {
-        let ph = e["ph"].as_str().unwrap_or("");
-        let name = e["name"].as_str().unwrap_or("");
-        match (ph, name) {
-            ("X", _) => {
-                let Some(stage) = Stage::from_name(name) else { continue };
-                let a = &e["args"];
-                agg.push(&Event::Span(SpanRecord {
-                    stage,
-                    thread: e["tid"].as_u64().unwrap_or(0) as u32,
-                    start_ns: ns(&e["ts"]),
-                    dur_ns: ns(&e["dur"]),
-                    cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
-                    step: num(a, "step"),
-                    sample: num(a, "sample"),
-                    bytes: num(a, "bytes"),
-                }));
-            }
-            ("M", "thread_name") => {
-                let id = e["tid"].as_u64().unwrap_or(0) as u32;
-                if id != 0 {
-                    let n = e["args"]["name"].as_str().unwrap_or("").into();
-                    agg.push(&Event::Thread { id, name: n });
-                }
-            }
-            ("C", "step") => {
-                let a = &e["args"];
-                agg.push(&Event::Step(StepRecord {
-                    step: num(a, "step"),
-                    epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
-                    images: a["images"].as_u64().unwrap_or(0) as u32,
-                    loss: a["loss"].as_f64().unwrap_or(0.0) as f32,
-                    correct: a["correct"].as_u64().unwrap_or(0) as u32,
-                    end_ns: ns(&e["ts"]),
-                    queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
-                    validation: false,
-                }));
-            }
-            ("C", "CPU %") | ("C", "RSS MB") => {
-                let t = ns(&e["ts"]);
-                let h = host.entry(t).or_insert_with(|| HostSample { t_ns: t, ..Default::default() });
-                let a = &e["args"];
-                if name == "CPU %" {
-                    h.process_cpu_pct = a["process"].as_f64().unwrap_or(0.0) as f32;
-                    h.global_cpu_pct = a["machine"].as_f64().unwrap_or(0.0) as f32;
-                } else {
-                    h.rss_bytes = (a["rss"].as_f64().unwrap_or(0.0) * 1e6) as u64;
-                }
-            }
-            ("C", n) if n.starts_with("GPU ") => {
-                let a = &e["args"];
-                let index = n[4..].parse().unwrap_or(0);
-                agg.push(&Event::Gpu(Box::new(GpuSample {
-                    t_ns: ns(&e["ts"]),
-                    status: GpuStatus::Ok,
-                    devices: vec![GpuDevice {
-                        index,
-                        name: format!("GPU {index}"),
-                        util_pct: a["util %"].as_f64().map(|v| v as f32),
-                        mem_used_bytes: a["memory GB"].as_f64().map(|v| (v * 1e9) as u64),
-                        ..Default::default()
-                    }],
-                })));
-            }
-            ("i", "GPU sampling off") => {
-                let reason = e["args"]["reason"].as_str().unwrap_or("off").to_string();
-                agg.push(&Event::Gpu(Box::new(GpuSample::off(ns(&e["ts"]), reason))));
-            }
-            ("i", "skipped file") => agg.push(&Event::Skipped {
-                path: e["args"]["path"].as_str().unwrap_or("?").into(),
-                reason: e["args"]["reason"].as_str().unwrap_or("?").into(),
-            }),
-            ("i", "trace capped") => capped = true,
-            _ => {}
-        }
+        capped |= push_trace_event(&mut agg, &mut host, e);
     }
     for h in host.into_values() {
         agg.push(&Event::Host(Box::new(h)));
@@ -191,6 +118,86 @@ pub fn summary_from_trace(events: &[Value]) -> (Summary, bool) {
         s.events_received = 0;
     }
     (s, capped)
+}
+
+/// Feeds one trace event to the aggregate (host counters are gathered in `host`, one sample
+/// per timestamp); true when the event says the trace was capped.
+fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<u64, HostSample>, e: &Value) -> bool {
+    let ph = e["ph"].as_str().unwrap_or("");
+    let name = e["name"].as_str().unwrap_or("");
+    match (ph, name) {
+        ("X", _) => {
+            let Some(stage) = Stage::from_name(name) else { return false };
+            let a = &e["args"];
+            agg.push(&Event::Span(SpanRecord {
+                stage,
+                thread: e["tid"].as_u64().unwrap_or(0) as u32,
+                start_ns: ns(&e["ts"]),
+                dur_ns: ns(&e["dur"]),
+                cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
+                step: num(a, "step"),
+                sample: num(a, "sample"),
+                bytes: num(a, "bytes"),
+            }));
+        }
+        ("M", "thread_name") => {
+            let id = e["tid"].as_u64().unwrap_or(0) as u32;
+            if id != 0 {
+                let n = e["args"]["name"].as_str().unwrap_or("").into();
+                agg.push(&Event::Thread { id, name: n });
+            }
+        }
+        ("C", "step") => {
+            let a = &e["args"];
+            agg.push(&Event::Step(StepRecord {
+                step: num(a, "step"),
+                epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
+                images: a["images"].as_u64().unwrap_or(0) as u32,
+                loss: a["loss"].as_f64().unwrap_or(0.0) as f32,
+                correct: a["correct"].as_u64().unwrap_or(0) as u32,
+                end_ns: ns(&e["ts"]),
+                queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
+                validation: false,
+            }));
+        }
+        ("C", "CPU %") | ("C", "RSS MB") => {
+            let t = ns(&e["ts"]);
+            let h = host.entry(t).or_insert_with(|| HostSample { t_ns: t, ..Default::default() });
+            let a = &e["args"];
+            if name == "CPU %" {
+                h.process_cpu_pct = a["process"].as_f64().unwrap_or(0.0) as f32;
+                h.global_cpu_pct = a["machine"].as_f64().unwrap_or(0.0) as f32;
+            } else {
+                h.rss_bytes = (a["rss"].as_f64().unwrap_or(0.0) * 1e6) as u64;
+            }
+        }
+        ("C", n) if n.starts_with("GPU ") => {
+            let a = &e["args"];
+            let index = n[4..].parse().unwrap_or(0);
+            agg.push(&Event::Gpu(Box::new(GpuSample {
+                t_ns: ns(&e["ts"]),
+                status: GpuStatus::Ok,
+                devices: vec![GpuDevice {
+                    index,
+                    name: format!("GPU {index}"),
+                    util_pct: a["util %"].as_f64().map(|v| v as f32),
+                    mem_used_bytes: a["memory GB"].as_f64().map(|v| (v * 1e9) as u64),
+                    ..Default::default()
+                }],
+            })));
+        }
+        ("i", "GPU sampling off") => {
+            let reason = e["args"]["reason"].as_str().unwrap_or("off").to_string();
+            agg.push(&Event::Gpu(Box::new(GpuSample::off(ns(&e["ts"]), reason))));
+        }
+        ("i", "skipped file") => agg.push(&Event::Skipped {
+            path: e["args"]["path"].as_str().unwrap_or("?").into(),
+            reason: e["args"]["reason"].as_str().unwrap_or("?").into(),
+        }),
+        ("i", "trace capped") => return true,
+        _ => {}
+    }
+    false
 }
 
 /// Loads a trace or a summary JSON.
