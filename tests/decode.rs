@@ -86,6 +86,10 @@ fn hostile_tree_each_entry_has_its_expected_outcome() {
                 assert!(matches!(e, ImageError::Truncated(_)), "{name}: {e:?}");
                 assert!(e.to_string().starts_with("truncated"), "{name}: {e}");
             }
+            "no_eoi.jpg" if !cfg!(pipeprof_libjpeg) => {
+                // Without libjpeg there is no telling a cut scan from a lost marker: refused.
+                assert!(matches!(got, Err(ImageError::Truncated(_))), "{name}: {got:?}");
+            }
             "no_eoi.jpg" => {
                 let px = got.unwrap();
                 assert_eq!(px.warning, Some(DecodeWarning::MissingEndMarker), "{name}");

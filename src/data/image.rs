@@ -99,7 +99,14 @@ pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Res
         }
     }
     #[cfg(not(pipeprof_libjpeg))]
-    let _ = (width, height);
+    {
+        let _ = (width, height);
+        if format == ImageFormat::Jpeg && !jpeg_has_end_marker(bytes) {
+            // The image crate's decoder fills a cut scan with grey without a word; without
+            // libjpeg's warnings a missing end marker is the only sign, so it is refused.
+            return Err(ImageError::Truncated("no end-of-image marker after the last scan".into()));
+        }
+    }
     decode_with_image(bytes, format, channels)
 }
 
@@ -116,6 +123,15 @@ fn decode_with_image(bytes: &[u8], format: ImageFormat, channels: usize) -> Resu
     decoder.set_limits(limits).map_err(from_image_error)?;
     let img = DynamicImage::from_decoder(decoder).map_err(from_image_error)?;
     Ok(to_pixels(img, channels))
+}
+
+/// Whether an end-of-image marker (FF D9) follows the last start-of-scan (FF DA). Neither
+/// can occur inside compressed data (an FF there is followed by 00 or a restart marker), and an
+/// EXIF thumbnail's markers all come before the main image's last scan.
+#[cfg_attr(pipeprof_libjpeg, allow(dead_code))]
+fn jpeg_has_end_marker(bytes: &[u8]) -> bool {
+    let last_sos = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]);
+    last_sos.is_some_and(|at| bytes[at..].windows(2).any(|w| w == [0xFF, 0xD9]))
 }
 
 fn from_image_error(e: image::ImageError) -> ImageError {
@@ -330,6 +346,16 @@ mod tests {
         hwc_to_chw(&hwc, 3, 2, &mut out);
         let want = [1.0, 0.0, 0.0, 1.0, 0.2, 0.4];
         assert!(out.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{out:?}");
+    }
+
+    #[test]
+    fn end_marker_must_follow_the_last_scan() {
+        let thumb = [0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0xD9];
+        let whole = [&[0xFF, 0xD8][..], &thumb, &[0xFF, 0xDA, 7, 0xFF, 0x00, 8, 0xFF, 0xD9]].concat();
+        assert!(jpeg_has_end_marker(&whole));
+        assert!(jpeg_has_end_marker(&[&whole[..], b"trailing bytes"].concat()));
+        assert!(!jpeg_has_end_marker(&whole[..whole.len() - 2]));
+        assert!(!jpeg_has_end_marker(&thumb[..4]));
     }
 
     #[test]
