@@ -6,7 +6,7 @@ mod common;
 use common::{pipeprof, text};
 
 use pipeprof::cache::{build, BuildOptions, CacheError, Packed};
-use pipeprof::data::image::{decode, Resizer};
+use pipeprof::data::image::{decode_for, Resizer};
 use pipeprof::data::{scan, Loader, LoaderConfig, SampleSource};
 use probes::Probe;
 use serde_json::Value;
@@ -61,7 +61,7 @@ fn cached_pixels_and_labels_are_bitwise_those_of_the_decode_path() {
     assert_eq!(p.classes(), &ds.classes[..]);
     let mut resizer = Resizer::new();
     for (i, s) in ds.samples.iter().enumerate() {
-        let px = decode(&std::fs::read(&s.path).unwrap(), 3).unwrap();
+        let px = decode_for(&std::fs::read(&s.path).unwrap(), 3, 32, 32).unwrap();
         assert_eq!(p.pixels(i), resizer.resize_u8(&px, 32, 32).unwrap(), "image {i}");
         assert_eq!(p.label(i), s.label);
     }

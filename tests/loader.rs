@@ -85,7 +85,7 @@ fn empty_and_missing_folders_are_clear_errors() {
     fs::create_dir(d.path().join("cls")).unwrap();
     fs::write(d.path().join("cls/x.txt"), "").unwrap();
     let e = scan(d.path()).unwrap_err().to_string();
-    assert!(e.contains("no .jpg/.jpeg/.png images") && e.contains("1 other files"), "{e}");
+    assert!(e.contains("no images (.jpg .jpeg .png") && e.contains("1 other files"), "{e}");
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn bad_files_give_reasons_without_panicking() {
     assert_eq!(decode(&[], 3), Err(ImageError::Empty));
     assert_eq!(decode(b"definitely not an image, just some text", 3), Err(ImageError::UnknownFormat));
     let truncated = decode(&bytes[..bytes.len() / 2], 3).unwrap_err();
-    assert!(matches!(truncated, ImageError::Decode(_)), "{truncated:?}");
+    assert!(matches!(truncated, ImageError::Truncated(_)), "{truncated:?}");
     let bomb = decode(&png_header_only(100_000, 100_000), 3).unwrap_err();
     assert!(matches!(bomb, ImageError::TooLarge { width: 100_000, .. }), "{bomb:?}");
     assert!(bomb.to_string().contains("decompression bomb"));
@@ -134,7 +134,13 @@ fn sixteen_bit_gray_alpha_and_cmyk_are_converted_with_correct_scaling() {
 
 #[test]
 fn resize_fills_chw_planes_in_unit_range() {
-    let px = pipeprof::data::image::Pixels { width: 4, height: 2, channels: 3, data: [255u8, 0, 51].repeat(8) };
+    let px = pipeprof::data::image::Pixels {
+        width: 4,
+        height: 2,
+        channels: 3,
+        data: [255u8, 0, 51].repeat(8),
+        warning: None,
+    };
     let mut out = vec![0f32; 3 * 3 * 3];
     Resizer::new().resize_into(&px, 3, 3, &mut out).unwrap();
     assert!(out[..9].iter().all(|v| (*v - 1.0).abs() < 1e-6));

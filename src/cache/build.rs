@@ -3,7 +3,7 @@
 
 use super::format::{fingerprint, relative, Header, Meta, HEADER_LEN, PIXELS_OFF, VERSION};
 use super::CacheError;
-use crate::data::image::{decode, Resizer};
+use crate::data::image::{decode_for, Resizer};
 use crate::data::{scan, Dataset};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -90,7 +90,7 @@ type Decoded = Vec<Result<Vec<u8>, String>>;
 /// conversion; the error text matches the loader's skip reasons.
 fn decode_one(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let px = decode(&bytes, opts.channels as usize).map_err(|e| e.to_string())?;
+    let px = decode_for(&bytes, opts.channels as usize, opts.width, opts.height).map_err(|e| e.to_string())?;
     resizer.resize_u8(&px, opts.width, opts.height).map(<[u8]>::to_vec).map_err(|e| e.to_string())
 }
 

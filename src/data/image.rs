@@ -1,7 +1,12 @@
 //! Decode (with limits) and resize one image into the model's f32 CHW layout.
+//!
+//! JPEGs are decoded by the system libjpeg-turbo when the build found it (`cfg(pipeprof_libjpeg)`,
+//! see build.rs): one header parse, scaled IDCT down to the smallest 1/2, 1/4 or 1/8 size that
+//! still covers the target, straight into the interleaved RGB (or luma) buffer the resizer
+//! reads. Every other format, and JPEGs without libjpeg, go through the `image` crate.
 
 use fast_image_resize as fr;
-use image::{DynamicImage, ImageReader};
+use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader};
 use std::io::Cursor;
 
 /// Images above this many pixels are refused from their header (decompression bombs).
@@ -11,56 +16,141 @@ pub const MAX_PIXELS: u64 = 64 * 1024 * 1024;
 pub enum ImageError {
     #[error("empty file (0 bytes)")]
     Empty,
-    #[error("not a JPEG or PNG file (unrecognised header)")]
+    #[error("not a supported image (JPEG, PNG, BMP, PPM/PGM, TIFF, WebP, GIF): unrecognised header")]
     UnknownFormat,
     #[error("{width}×{height} = {mp:.0} megapixels exceeds the {limit} MP limit (decompression bomb?): refused before decoding")]
     TooLarge { width: u32, height: u32, mp: f64, limit: u64 },
     #[error("zero-sized image ({0}×{1})")]
     ZeroSize(u32, u32),
+    /// The file ends inside its compressed data: the decoder would fill the rest with grey.
+    #[error("truncated: {0} (an interrupted copy or download?); re-fetch the file or delete it")]
+    Truncated(String),
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
     #[error("cannot decode: {0}")]
     Decode(String),
     #[error("cannot resize: {0}")]
     Resize(String),
 }
 
+/// Something odd about a file that still decoded completely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeWarning {
+    /// A JPEG whose compressed data is all there but whose final end-of-image marker is not.
+    MissingEndMarker,
+}
+
+impl std::fmt::Display for DecodeWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeWarning::MissingEndMarker => f.write_str(
+                "JPEG without its end-of-image marker (truncated by 2 bytes?): all pixel data present, loaded",
+            ),
+        }
+    }
+}
+
 /// Decoded 8-bit pixels, interleaved, 1 or 3 channels.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Pixels {
     pub width: u32,
     pub height: u32,
     pub channels: usize,
     pub data: Vec<u8>,
+    /// Set when the file decoded completely but is not quite well-formed.
+    pub warning: Option<DecodeWarning>,
 }
 
-/// Decodes JPEG or PNG bytes into 8-bit pixels with `channels` (1 or 3) channels.
+/// The formats `decode` accepts (torchvision's ImageFolder list, plus GIF's first frame).
+pub const FORMATS: [ImageFormat; 7] = [
+    ImageFormat::Jpeg,
+    ImageFormat::Png,
+    ImageFormat::Bmp,
+    ImageFormat::Pnm,
+    ImageFormat::Tiff,
+    ImageFormat::WebP,
+    ImageFormat::Gif,
+];
+
+/// Decodes an image at full size into 8-bit pixels with `channels` (1 or 3) channels.
 ///
 /// 16-bit samples are scaled (65535 → 255), grayscale is replicated to RGB, alpha is dropped
 /// (as PIL's `convert("RGB")`), palette and CMYK are converted to RGB by the decoders.
 pub fn decode(bytes: &[u8], channels: usize) -> Result<Pixels, ImageError> {
+    decode_for(bytes, channels, 0, 0)
+}
+
+/// As [`decode`], for an image that will be resized to `width`×`height`: a JPEG at least twice
+/// that size on both axes is decoded at the smallest 1/2^k scale (k ≤ 3) that still covers it,
+/// 4–64× fewer pixels to reconstruct. 0 for either size decodes at full size.
+pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Result<Pixels, ImageError> {
     if bytes.is_empty() {
         return Err(ImageError::Empty);
     }
-    let reader =
-        ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| ImageError::Decode(e.to_string()))?;
-    let Some(format) = reader.format() else {
-        return Err(ImageError::UnknownFormat);
-    };
-    if !matches!(format, image::ImageFormat::Jpeg | image::ImageFormat::Png) {
+    let format = image::guess_format(bytes).map_err(|_| ImageError::UnknownFormat)?;
+    if !FORMATS.contains(&format) {
         return Err(ImageError::UnknownFormat);
     }
-    // Header only: the frame is not allocated until the size is known to be sane.
-    let (width, height) = ImageReader::with_format(Cursor::new(bytes), format)
-        .into_dimensions()
-        .map_err(|e| ImageError::Decode(e.to_string()))?;
+    let channels = if channels == 1 { 1 } else { 3 };
+    #[cfg(pipeprof_libjpeg)]
+    if format == ImageFormat::Jpeg {
+        if let Some(px) = libjpeg::decode(bytes, channels, width, height)? {
+            return Ok(px);
+        }
+    }
+    #[cfg(not(pipeprof_libjpeg))]
+    {
+        let _ = (width, height);
+        if format == ImageFormat::Jpeg && !jpeg_has_end_marker(bytes) {
+            // The image crate's decoder fills a cut scan with grey without a word; without
+            // libjpeg's warnings a missing end marker is the only sign, so it is refused.
+            return Err(ImageError::Truncated("no end-of-image marker after the last scan".into()));
+        }
+    }
+    decode_with_image(bytes, format, channels)
+}
+
+/// The `image` crate's decoder: one header parse, limits set from it before any pixel is
+/// allocated; RGB8/L8 frames are moved, not copied.
+fn decode_with_image(bytes: &[u8], format: ImageFormat, channels: usize) -> Result<Pixels, ImageError> {
+    let mut decoder = ImageReader::with_format(Cursor::new(bytes), format).into_decoder().map_err(from_image_error)?;
+    let (width, height) = decoder.dimensions();
     check_size(width, height)?;
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     let mut limits = image::Limits::default();
     limits.max_image_width = Some(width);
     limits.max_image_height = Some(height);
     limits.max_alloc = Some(MAX_PIXELS * 8);
-    reader.limits(limits);
-    let img = reader.decode().map_err(|e| ImageError::Decode(e.to_string()))?;
+    decoder.set_limits(limits).map_err(from_image_error)?;
+    let img = DynamicImage::from_decoder(decoder).map_err(from_image_error)?;
     Ok(to_pixels(img, channels))
+}
+
+/// Whether an end-of-image marker (FF D9) follows the last start-of-scan (FF DA). Neither
+/// can occur inside compressed data (an FF there is followed by 00 or a restart marker), and an
+/// EXIF thumbnail's markers all come before the main image's last scan.
+#[cfg_attr(pipeprof_libjpeg, allow(dead_code))]
+fn jpeg_has_end_marker(bytes: &[u8]) -> bool {
+    let last_sos = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]);
+    last_sos.is_some_and(|at| bytes[at..].windows(2).any(|w| w == [0xFF, 0xD9]))
+}
+
+fn from_image_error(e: image::ImageError) -> ImageError {
+    match e {
+        image::ImageError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            ImageError::Truncated("the file ends before its image data does".into())
+        }
+        image::ImageError::Limits(l) => ImageError::Decode(l.to_string()),
+        other => {
+            let text = other.to_string();
+            // zune-jpeg and the PNG decoder say "premature end"/"unexpected EOF" in their own words.
+            let lower = text.to_ascii_lowercase();
+            if lower.contains("premature end") || lower.contains("unexpected eof") || lower.contains("no more bytes") {
+                ImageError::Truncated(text)
+            } else {
+                ImageError::Decode(text)
+            }
+        }
+    }
 }
 
 fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
@@ -77,7 +167,111 @@ fn check_size(width: u32, height: u32) -> Result<(), ImageError> {
 fn to_pixels(img: DynamicImage, channels: usize) -> Pixels {
     let (width, height) = (img.width(), img.height());
     let data = if channels == 1 { img.into_luma8().into_raw() } else { img.into_rgb8().into_raw() };
-    Pixels { width, height, channels: if channels == 1 { 1 } else { 3 }, data }
+    Pixels { width, height, channels, data, warning: None }
+}
+
+#[cfg(pipeprof_libjpeg)]
+mod libjpeg {
+    //! The FFI to src/data/jpeg/shim.c, which owns every libjpeg call (and its longjmp).
+
+    use super::{check_size, DecodeWarning, ImageError, Pixels, MAX_PIXELS};
+    use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong, c_void, CStr};
+
+    const OK: c_int = 0;
+    const TOO_LARGE: c_int = 2;
+    const NO_BUFFER: c_int = 3;
+    const UNSUPPORTED: c_int = 4;
+    const W_DATA_ENDED: c_uint = 1;
+    const W_EOF: c_uint = 2;
+    const W_CORRUPT: c_uint = 4;
+
+    #[repr(C)]
+    struct Result {
+        width: c_uint,
+        height: c_uint,
+        out_w: c_uint,
+        out_h: c_uint,
+        out_c: c_uint,
+        warnings: c_uint,
+        msg: [c_char; 200],
+    }
+
+    type Alloc = extern "C" fn(ctx: *mut c_void, len: usize) -> *mut u8;
+
+    extern "C" {
+        fn pp_jpeg_decode(
+            buf: *const u8,
+            len: c_ulong,
+            target_w: c_uint,
+            target_h: c_uint,
+            gray: c_int,
+            max_pixels: c_ulonglong,
+            alloc: Alloc,
+            ctx: *mut c_void,
+            r: *mut Result,
+        ) -> c_int;
+    }
+
+    /// Sizes the Rust buffer libjpeg writes into; null (an error in C) if the size is absurd.
+    extern "C" fn alloc(ctx: *mut c_void, len: usize) -> *mut u8 {
+        // SAFETY: ctx is the &mut Vec<u8> passed to pp_jpeg_decode below, alive for the call.
+        let v = unsafe { &mut *(ctx as *mut Vec<u8>) };
+        if len as u64 > MAX_PIXELS * 3 || v.try_reserve_exact(len).is_err() {
+            return std::ptr::null_mut();
+        }
+        v.resize(len, 0);
+        v.as_mut_ptr()
+    }
+
+    /// `Ok(None)`: a JPEG libjpeg does not convert itself (CMYK/YCCK); decode it elsewhere.
+    pub(super) fn decode(
+        bytes: &[u8],
+        channels: usize,
+        width: u32,
+        height: u32,
+    ) -> std::result::Result<Option<Pixels>, ImageError> {
+        let mut data: Vec<u8> = Vec::new();
+        let mut r = Result { width: 0, height: 0, out_w: 0, out_h: 0, out_c: 0, warnings: 0, msg: [0; 200] };
+        let len = c_ulong::try_from(bytes.len()).map_err(|_| ImageError::Decode("file too large".into()))?;
+        // SAFETY: bytes outlives the call; the shim writes only into r and into the buffer
+        // `alloc` returned (sized by it), and keeps no pointer after returning.
+        let rc = unsafe {
+            pp_jpeg_decode(
+                bytes.as_ptr(),
+                len,
+                width,
+                height,
+                c_int::from(channels == 1),
+                MAX_PIXELS,
+                alloc,
+                &mut data as *mut Vec<u8> as *mut c_void,
+                &mut r,
+            )
+        };
+        match rc {
+            OK => {}
+            TOO_LARGE => {
+                check_size(r.width, r.height)?;
+                return Err(ImageError::Decode("image too large".into()));
+            }
+            NO_BUFFER => return Err(ImageError::Decode(format!("cannot allocate {}×{}", r.out_w, r.out_h))),
+            UNSUPPORTED => return Ok(None),
+            _ => {
+                // SAFETY: the shim always NUL-terminates msg (format_message or memset).
+                let msg = unsafe { CStr::from_ptr(r.msg.as_ptr()) }.to_string_lossy().into_owned();
+                return Err(ImageError::Decode(msg));
+            }
+        }
+        check_size(r.width, r.height)?;
+        if r.warnings & W_DATA_ENDED != 0 {
+            return Err(ImageError::Truncated("the JPEG data ends inside its compressed image".into()));
+        }
+        if r.warnings & W_CORRUPT != 0 {
+            return Err(ImageError::Corrupt("invalid compressed JPEG data (bad Huffman code)".into()));
+        }
+        let warning = (r.warnings & W_EOF != 0).then_some(DecodeWarning::MissingEndMarker);
+        Ok(Some(Pixels { width: r.out_w, height: r.out_h, channels: r.out_c as usize, data, warning }))
+    }
 }
 
 /// Resizes with a reusable `fast_image_resize` resizer and writes f32 CHW in [0, 1].
@@ -152,6 +346,16 @@ mod tests {
         hwc_to_chw(&hwc, 3, 2, &mut out);
         let want = [1.0, 0.0, 0.0, 1.0, 0.2, 0.4];
         assert!(out.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{out:?}");
+    }
+
+    #[test]
+    fn end_marker_must_follow_the_last_scan() {
+        let thumb = [0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0xD9];
+        let whole = [&[0xFF, 0xD8][..], &thumb, &[0xFF, 0xDA, 7, 0xFF, 0x00, 8, 0xFF, 0xD9]].concat();
+        assert!(jpeg_has_end_marker(&whole));
+        assert!(jpeg_has_end_marker(&[&whole[..], b"trailing bytes"].concat()));
+        assert!(!jpeg_has_end_marker(&whole[..whole.len() - 2]));
+        assert!(!jpeg_has_end_marker(&thumb[..4]));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! [`Dataset`] (read → decode → resize, each a span).
 
 use super::augment;
-use super::image::{decode, hwc_to_chw, Resizer};
+use super::image::{decode_for, hwc_to_chw, Resizer};
 use super::plan::{EpochOrder, LoaderConfig, Plan};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
@@ -259,7 +259,7 @@ fn load_one(
         if let Some(s) = extra_for(&cfg.slow, Stage::Decode) {
             s.apply();
         }
-        decode(&bytes, cfg.channels).map_err(|e| e.to_string())?
+        decode_for(&bytes, cfg.channels, cfg.width, cfg.height).map_err(|e| e.to_string())?
     };
     let Some(buf) = aug else {
         let _g = info_span!("resize", step, sample).entered();

@@ -1,12 +1,13 @@
 //! ImageFolder scan: one sub-folder per class, labels in sorted name order.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// File extensions the loader decodes (compared case-insensitively).
-pub const EXTENSIONS: [&str; 3] = ["jpg", "jpeg", "png"];
+/// File extensions the loader decodes (compared case-insensitively): torchvision's ImageFolder
+/// list, plus GIF (its first frame).
+pub const EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp", "gif"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
@@ -18,7 +19,7 @@ pub enum ScanError {
     List { path: PathBuf, source: std::io::Error },
     #[error("no class folders in {0}: expected DIR/<class>/<image>.jpg (one sub-folder per class)")]
     NoClasses(PathBuf),
-    #[error("no .jpg/.jpeg/.png images under {0} ({1} other files ignored)")]
+    #[error("no images (.jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp .gif) under {0} ({1} other files ignored)")]
     NoImages(PathBuf, usize),
 }
 
@@ -44,11 +45,23 @@ pub struct Dataset {
     pub samples: Vec<Sample>,
     /// Files with other extensions, ignored.
     pub ignored: usize,
+    /// The files inside class folders among `ignored`, by lower-cased extension (".txt";
+    /// "(none)" for a name without one).
+    pub ignored_by_ext: BTreeMap<String, usize>,
     /// Unreadable folders, symlink loops.
     pub problems: Vec<ScanProblem>,
 }
 
 impl Dataset {
+    /// "3 .txt, 1 .heic": the ignored files in class folders, most frequent first; `None` if
+    /// there were none.
+    pub fn ignored_summary(&self) -> Option<String> {
+        let mut v: Vec<(&String, &usize)> = self.ignored_by_ext.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = v.iter().map(|(ext, n)| format!("{n} {ext}")).collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
     /// Images per class, in label order.
     pub fn class_counts(&self) -> Vec<usize> {
         let mut counts = vec![0; self.classes.len()];
@@ -143,7 +156,11 @@ fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>,
         match fs::metadata(&path) {
             Ok(m) if m.is_dir() => walk(&path, visited, files, ds),
             Ok(_) if has_image_extension(&path) => files.push(path),
-            Ok(_) => ds.ignored += 1,
+            Ok(_) => {
+                ds.ignored += 1;
+                let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy().to_lowercase()));
+                *ds.ignored_by_ext.entry(ext.unwrap_or_else(|| "(none)".into())).or_default() += 1;
+            }
             Err(e) => ds.problems.push(ScanProblem { path, reason: format!("broken link or unreadable: {e}") }),
         }
     }

@@ -24,10 +24,12 @@ pub fn split(ds: &Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset) {
         classes: ds.classes.clone(),
         samples: ds.samples.iter().zip(&held).filter(|(_, h)| **h == keep).map(|(s, _)| s.clone()).collect(),
         ignored: 0,
+        ignored_by_ext: Default::default(),
         problems: Vec::new(),
     };
     let mut train = part(false);
     train.ignored = ds.ignored;
+    train.ignored_by_ext = ds.ignored_by_ext.clone();
     train.problems = ds.problems.clone();
     (train, part(true))
 }
