@@ -30,7 +30,10 @@ pub struct FollowUp {
 
 /// Whether pipeprof can make this change itself, in a follow-up run.
 pub fn applicable(change: &Change) -> bool {
-    matches!(change, Change::Workers(_) | Change::BatchSize(_) | Change::Prefetch(_) | Change::Cache { .. })
+    // `--device cpu` always runs; another device only where this build and machine have one,
+    // which the main run's own device already proved or did not.
+    let cpu = matches!(change, Change::UseDevice(d) if d == "cpu");
+    cpu || matches!(change, Change::Workers(_) | Change::BatchSize(_) | Change::Prefetch(_) | Change::Cache { .. })
 }
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
@@ -70,6 +73,7 @@ fn child_settings(
         Some(Change::BatchSize(b)) => ("batch_size", n(b)),
         Some(Change::Prefetch(p)) => ("prefetch", n(p)),
         Some(Change::Cache { .. }) => ("data", Some(cache.map(|c| c.as_os_str().to_owned()).unwrap_or_default())),
+        Some(Change::UseDevice(d)) => ("device", Some(OsString::from(d))),
         // Not applicable (see `applicable`): the child runs unchanged.
         Some(_) => return set,
     });
@@ -294,6 +298,12 @@ mod tests {
     }
 
     #[test]
+    fn staying_on_the_cpu_is_checked_but_another_device_is_not_assumed() {
+        assert!(applicable(&Change::UseDevice("cpu".into())));
+        assert!(!applicable(&Change::UseDevice("cuda".into())));
+    }
+
+    #[test]
     fn advice_read_back_from_a_file_is_never_applied() {
         let v = verdict(vec![advice(Change::Saved(Some("--workers 4".into())), Some(2.0))]);
         assert_eq!(plan(&v).len(), 1, "only the baseline");
@@ -307,6 +317,7 @@ mod tests {
             (Change::BatchSize(128), vec!["--batch-size", "128"]),
             (Change::Prefetch(6), vec!["--prefetch", "6"]),
             (cache(), vec!["--data", "x.ppk"]),
+            (Change::UseDevice("cpu".into()), vec!["--device", "cpu"]),
         ];
         for (change, tail) in table {
             let a = child_args(&parent, Some(&change), 40, Path::new("r.json"), Some(Path::new("x.ppk"))).unwrap();

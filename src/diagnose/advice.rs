@@ -57,6 +57,7 @@ impl Facts<'_> {
         }
         if *limiter == Limiter::Overhead {
             out.extend(self.batch_advice());
+            out.extend(self.cpu_device_advice());
         }
         if self.gpu_unused {
             out.push(self.gpu_advice(limiter));
@@ -283,6 +284,24 @@ impl Facts<'_> {
             change: Change::BatchSize(nb),
             predicted_speedup: gain,
             reason,
+        })
+    }
+
+    /// A model too small for its GPU: the per-step launch and synchronisation cost does not
+    /// shrink on a faster device, and the CPU has none of it. No prediction: the CPU's speed on
+    /// this model was not measured (`--check-advice` measures it).
+    fn cpu_device_advice(&self) -> Option<Advice> {
+        if self.cpu_device {
+            return None;
+        }
+        Some(Advice {
+            action: "or stay on the CPU".into(),
+            change: Change::UseDevice("cpu".into()),
+            predicted_speedup: None,
+            reason: format!(
+                "per-step overhead dominates ({} of compute per step): kernel launches and device syncs cost the same for a tiny model, and a CPU step has none",
+                ms(self.p.compute_ms)
+            ),
         })
     }
 

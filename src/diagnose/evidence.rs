@@ -186,6 +186,12 @@ impl Facts<'_> {
             Limiter::Overhead => self.overhead_evidence(&mut ev),
             Limiter::NotEnoughData { .. } => {}
         }
+        if matches!(limiter, Limiter::Io | Limiter::Preprocess) {
+            // Right after the wait share, so truncation keeps it: it is the user's question.
+            if let Some(line) = self.gpu_idle_line() {
+                ev.insert(1, line);
+            }
+        }
         if self.loader_competes() && ev.len() < MAX_EVIDENCE {
             ev.push(format!(
                 "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
@@ -196,6 +202,17 @@ impl Facts<'_> {
         ev.retain(|l| !l.is_empty());
         ev.truncate(MAX_EVIDENCE);
         ev
+    }
+
+    /// On an input-bound GPU run: how idle the GPU was while the loop waited (NVML's
+    /// utilisation is the share of time a kernel ran, so idle = 100 − utilisation).
+    fn gpu_idle_line(&self) -> Option<String> {
+        let u = self.gpu_util.filter(|_| self.gpu_present && !self.cpu_device && !self.gpu_unused)?;
+        Some(format!(
+            "the GPU was idle {:.0}% of the time while the loop waited for data {} of each step",
+            (100.0 - u).clamp(0.0, 100.0),
+            pct(self.s.split.wait_share)
+        ))
     }
 
     fn input_evidence(&self, limiter: &Limiter, ev: &mut Vec<String>) {

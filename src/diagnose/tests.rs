@@ -654,3 +654,33 @@ fn diagnosis_is_deterministic_and_finite_on_an_empty_summary() {
     assert_eq!(v, diagnose(&Summary::default()));
     assert_eq!(v.limiter, Limiter::NotEnoughData { steps_needed: MIN_STEPS });
 }
+
+// ---- GPU evidence ----
+
+#[test]
+fn input_bound_gpu_run_states_how_idle_the_gpu_was_while_the_loop_waited() {
+    for (b, idle) in [(io_bound(), "idle 90%"), (preprocess_one_worker(), "idle 93%")] {
+        let v = b.verdict();
+        assert!(matches!(v.limiter, Limiter::Io | Limiter::Preprocess), "{:?}", v.limiter);
+        let line = v.evidence.get(1).expect("a second evidence line");
+        assert!(line.contains(idle) && line.contains("while the loop waited for data"), "{line}");
+    }
+}
+
+#[test]
+fn no_gpu_idle_line_on_a_cpu_device_or_without_nvml() {
+    let cpu = io_bound().device("cpu").verdict();
+    assert!(!cpu.evidence.iter().any(|l| l.contains("GPU was idle")), "{:?}", cpu.evidence);
+    let mut unknown = io_bound();
+    unknown.0.machine.devices.clear();
+    assert!(!unknown.verdict().evidence.iter().any(|l| l.contains("GPU was idle")));
+}
+
+#[test]
+fn tiny_model_on_a_gpu_is_also_advised_to_stay_on_the_cpu_and_not_on_a_cpu_device() {
+    let v = tiny_model().verdict();
+    let stay = v.advice.iter().find(|a| a.change == Change::UseDevice("cpu".into()));
+    assert!(stay.is_some_and(|a| a.predicted_speedup.is_none() && a.reason.contains("per-step overhead")), "{v:#?}");
+    let on_cpu = tiny_model().device("cpu").gpu(0.0, None).verdict();
+    assert!(!on_cpu.advice.iter().any(|a| a.change == Change::UseDevice("cpu".into())), "{on_cpu:#?}");
+}
