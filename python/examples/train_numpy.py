@@ -25,6 +25,8 @@ from PIL import Image
 import pipeprof
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
+#: Batches the loader may have ready ahead of the training loop.
+PREFETCH = 2
 
 
 def parse_args(argv=None):
@@ -34,7 +36,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=2, help="loader worker processes")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--size", type=int, default=32, help="images are resized to SIZE x SIZE")
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"], default=None)
     p.add_argument("--wait-for-clients", type=int, default=0, help="start training once N viewers attached")
     a = p.parse_args(argv)
@@ -44,7 +46,7 @@ def parse_args(argv=None):
 
 
 def scan(root):
-    """(path, label) for every image, classes in sorted folder order."""
+    """(path, label) for every image, and the class names in sorted folder order."""
     try:
         classes = sorted(e.path for e in os.scandir(root) if e.is_dir())
     except OSError as e:
@@ -55,7 +57,7 @@ def scan(root):
             if e.name.lower().endswith(EXTENSIONS):
                 files.append((e.path, label))
     files.sort()
-    return files, len(classes)
+    return files, [os.path.basename(c) for c in classes]
 
 
 def load(path, size, index):
@@ -78,6 +80,9 @@ def put_while_parent_lives(out, item, parent):
             return True
         except queue.Full:
             if os.getppid() != parent:
+                # Batches still buffered for the dead trainer would hold this process at
+                # exit (the queue's feeder thread is joined then): drop them.
+                out.cancel_join_thread()
                 return False
 
 
@@ -125,7 +130,9 @@ def main(argv=None):
             "model": "python/examples/train_numpy.py",
             "data": os.path.abspath(a.data),
             "images": len(files),
+            "classes": classes,
             "workers": a.workers,
+            "prefetch": PREFETCH,
             "batch_size": a.batch_size,
             "device": "cpu",
             "input": [3, a.size, a.size],
@@ -138,7 +145,7 @@ def main(argv=None):
         pipeprof.wait_for_clients(a.wait_for_clients)
 
     next_batch = ctx.Value("q", 0)
-    batches = ctx.Queue(maxsize=2)
+    batches = ctx.Queue(maxsize=PREFETCH)
     workers = [
         ctx.Process(
             target=loader_worker,
@@ -153,8 +160,8 @@ def main(argv=None):
 
     rng = np.random.default_rng(0)
     n_in = 3 * a.size * a.size
-    weights = (rng.standard_normal((n_in, classes)) * 0.01).astype(np.float32)
-    bias = np.zeros(classes, np.float32)
+    weights = (rng.standard_normal((n_in, len(classes))) * 0.01).astype(np.float32)
+    bias = np.zeros(len(classes), np.float32)
     images_per_epoch = len(files)
     for step in range(a.steps):
         queued = batches.qsize()
