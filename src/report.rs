@@ -320,8 +320,10 @@ mod tests {
     fn report_lists_loader_threads_with_their_on_cpu_share() {
         use crate::aggregate::LoaderThread;
         let t = |name: &str, busy_ms, on_cpu| LoaderThread { thread: 1, name: name.into(), spans: 40, busy_ms, on_cpu };
-        let mut s = Summary::default();
-        s.loader_threads = vec![t("loader-1 (pid 42)", 300.0, Some(0.12)), t("loader-0 (pid 41)", 120.0, Some(0.95))];
+        let mut s = Summary {
+            loader_threads: vec![t("loader-1 (pid 42)", 300.0, Some(0.12)), t("loader-0 (pid 41)", 120.0, Some(0.95))],
+            ..Default::default()
+        };
         let r = render(&s);
         let line = |name: &str| r.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
         assert!(line("loader-1 (pid 42)").contains("12%"), "{r}");
