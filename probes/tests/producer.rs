@@ -52,6 +52,22 @@ fn worker_spans_reach_viewers_and_a_silent_worker_does_not_hold_up_the_end() {
     wp.send(Event::Thread { id: 1, name: "loader-0 (pid 4242)".into() });
     wp.send_spans((0..5).map(|i| span(1, i)).collect());
     worker.finish();
+    let (mut names, mut spans) = (Vec::new(), Vec::new());
+    viewer.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // One frame into `names` / `spans`; false at the run's end.
+    let mut read_into = |names: &mut Vec<(u32, String)>, spans: &mut Vec<SpanRecord>| {
+        match wire::read_frame(&mut viewer).unwrap() {
+            Frame::Event(WireEvent::Thread { id, name }) => names.push((id, name)),
+            Frame::Spans(v) => spans.extend(v),
+            Frame::End(_) => return false,
+            _ => {}
+        }
+        true
+    };
+    while names.is_empty() || spans.len() < 5 {
+        read_into(&mut names, &mut spans);
+    }
+    // It relayed, so it was counted; it finished, so the count goes back to zero.
     until("the relay to end", || session.producers() == 0);
     // Producers are not viewers.
     assert_eq!(session.clients(), 1);
@@ -60,16 +76,7 @@ fn worker_spans_reach_viewers_and_a_silent_worker_does_not_hold_up_the_end() {
     let silent = producer::connect(&addr, identity("silent"), 64).unwrap();
     until("the silent worker", || session.producers() == 1);
     session.finish();
-
-    let (mut names, mut spans) = (Vec::new(), Vec::new());
-    loop {
-        match wire::read_frame(&mut viewer).unwrap() {
-            Frame::Event(WireEvent::Thread { id, name }) => names.push((id, name)),
-            Frame::Spans(v) => spans.extend(v),
-            Frame::End(_) => break,
-            _ => {}
-        }
-    }
+    while read_into(&mut names, &mut spans) {}
     assert_eq!(names.len(), 1, "{names:?}");
     assert_eq!(names[0].1, "loader-0 (pid 4242)");
     assert_eq!(spans.len(), 5);

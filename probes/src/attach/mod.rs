@@ -242,7 +242,9 @@ impl Session {
         self.server.lock().map(|s| s.stats()).unwrap_or_default()
     }
 
-    /// Worker processes sending their spans into this run now (see [`producer`]).
+    /// Worker processes sending their spans into this run now (see [`producer`]), counting
+    /// connections whose handshake is not read yet: zero means every worker that connected
+    /// has had all it sent relayed.
     pub fn producers(&self) -> usize {
         self.server.lock().map(|s| s.producers()).unwrap_or(0)
     }

@@ -61,7 +61,9 @@ struct Shared {
     clients: Mutex<Vec<Client>>,
     stats: Mutex<ServerStats>,
     connected: AtomicU64,
-    /// Producers (worker processes) relaying into this run now.
+    /// Producers (worker processes) relaying into this run now, plus connections whose
+    /// handshake is not read yet (they may be producers: a worker that connected, sent
+    /// everything and exited must still count until its frames are relayed).
     producers: AtomicU64,
     /// Threads relaying a producer: not joined at shutdown (a worker may outlive the run).
     relay_threads: Mutex<Vec<std::thread::ThreadId>>,
@@ -144,10 +146,15 @@ impl Server {
         let hello = self.hello.lock().map(|h| h.clone()).ok();
         let probe = self.probe.clone();
         let n = self.shared.connected.fetch_add(1, Ordering::Relaxed);
+        self.shared.producers.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new().name(format!("pp-client-{n}")).spawn(move || {
             let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
             let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-            match wire::check_peer_hello(&mut conn) {
+            let peer = wire::check_peer_hello(&mut conn);
+            if !matches!(peer, Ok(wire::Peer::Producer)) {
+                shared.producers.fetch_sub(1, Ordering::SeqCst);
+            }
+            match peer {
                 Ok(wire::Peer::Viewer) => {}
                 Ok(wire::Peer::Producer) => {
                     // A worker process: it may stay quiet for long (no read timeout), and it
@@ -159,12 +166,12 @@ impl Server {
                     // Checked after registering: `join` sets `stopping` before it reads the
                     // list, so a producer arriving during shutdown is either skipped or leaves.
                     if shared.stopping.load(Ordering::SeqCst) {
+                        shared.producers.fetch_sub(1, Ordering::SeqCst);
                         conn.shutdown();
                         return;
                     }
-                    shared.producers.fetch_add(1, Ordering::Relaxed);
                     let r = super::producer::relay(&mut std::io::BufReader::new(&mut conn), &probe);
-                    shared.producers.fetch_sub(1, Ordering::Relaxed);
+                    shared.producers.fetch_sub(1, Ordering::SeqCst);
                     if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
                         eprintln!(
                             "pipeprof probes: worker {} (pid {}) stopped sending: {e}",
@@ -204,6 +211,9 @@ impl Server {
             }
             conn.shutdown();
         });
+        if spawned.is_err() {
+            self.shared.producers.fetch_sub(1, Ordering::SeqCst);
+        }
         if let (Ok(h), Ok(mut w)) = (spawned, self.writers.lock()) {
             w.retain(|h| !h.is_finished());
             w.push(h);
@@ -225,9 +235,10 @@ impl Server {
         self.shared.clients.lock().map(|c| c.len()).unwrap_or(0)
     }
 
-    /// Producers (worker processes) relaying into the run now.
+    /// Producers (worker processes) relaying into the run now, counting connections whose
+    /// handshake is not read yet.
     pub fn producers(&self) -> usize {
-        self.shared.producers.load(Ordering::Relaxed) as usize
+        self.shared.producers.load(Ordering::SeqCst) as usize
     }
 
     /// Counters so far.
