@@ -123,6 +123,7 @@ def wait_for_clients(n=1, timeout=None):
 
 def name_thread(name):
     """Names the calling thread in the viewer (default: its Python thread name)."""
+    _flush_at_thread_end()
     _native.name_thread(str(name))
 
 
@@ -135,8 +136,18 @@ def name_process(name):
     _process_name = str(name)
 
 
+_THREAD = threading.local()
+
+
+def _flush_at_thread_end():
+    # Freed while CPython clears the ending thread's state, before join() returns.
+    if getattr(_THREAD, "flusher", None) is None:
+        _THREAD.flusher = _native.ThreadFlusher()
+
+
 def _thread_name():
     # Called once per thread, at its first span.
+    _flush_at_thread_end()
     t = threading.current_thread().name
     if _native.role() != "worker":
         return t

@@ -424,9 +424,32 @@ impl Span {
     }
 }
 
+/// Sends its thread's batched spans when it is freed. One lives in a `threading.local` per
+/// Python thread: CPython frees it while clearing the ending thread's state, before
+/// `Thread.join()` returns, whereas Rust's thread-local destructors (the Layer's own flush)
+/// run only after that, when the OS thread exits, and could lose the last batch to a
+/// `finish()` that came first.
+#[pyclass(module = "pipeprof._native")]
+struct ThreadFlusher;
+
+#[pymethods]
+impl ThreadFlusher {
+    #[new]
+    fn new() -> Self {
+        ThreadFlusher
+    }
+}
+
+impl Drop for ThreadFlusher {
+    fn drop(&mut self) {
+        probes::flush_thread();
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Span>()?;
+    m.add_class::<ThreadFlusher>()?;
     for f in [
         wrap_pyfunction!(init, m)?,
         wrap_pyfunction!(connect_worker, m)?,
