@@ -96,6 +96,7 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         pct(s.loader_busy),
         s.mean_queued
     );
+    render_loader_threads(&mut o, s);
     if !s.epochs.is_empty() {
         // Keras' columns: val_loss / val_accuracy only when a validation pass ran.
         let val = s.epochs.iter().any(|e| e.val_loss.is_some());
@@ -192,6 +193,34 @@ pub fn render_verdict(v: &Verdict) -> String {
         }
     }
     o
+}
+
+/// Loader threads listed one per line; more are summed in one line.
+const LOADER_THREADS_LISTED: usize = 12;
+
+/// Each loader thread (worker processes' included) with its on/off-CPU split: one slow
+/// worker, or workers all off CPU (waiting on storage), show up here.
+fn render_loader_threads(o: &mut String, s: &Summary) {
+    // One thread is the whole loader: the stage table already says it all.
+    if s.loader_threads.len() < 2 {
+        return;
+    }
+    let width = s.loader_threads.iter().take(LOADER_THREADS_LISTED).map(|t| t.name.chars().count()).max().unwrap_or(0);
+    for t in s.loader_threads.iter().take(LOADER_THREADS_LISTED) {
+        let _ = writeln!(
+            o,
+            "  {:<width$}  {:>7} spans  busy {:>9}  on-CPU {:>4}",
+            t.name,
+            t.spans,
+            ms(t.busy_ms),
+            t.on_cpu.map(pct).unwrap_or_else(|| "-".into())
+        );
+    }
+    let rest = &s.loader_threads[s.loader_threads.len().min(LOADER_THREADS_LISTED)..];
+    if !rest.is_empty() {
+        let busy: f64 = rest.iter().map(|t| t.busy_ms).sum();
+        let _ = writeln!(o, "  … and {} more threads, busy {} in all", rest.len(), ms(busy));
+    }
 }
 
 fn mb(bytes: f64) -> String {
@@ -322,6 +351,24 @@ mod tests {
         assert!(r.contains("a/b.png: truncated"), "{r}");
         assert!(r.contains("7 dropped"), "{r}");
         assert!(!r.contains("val_loss"), "no validation, no columns: {r}");
+    }
+
+    #[test]
+    fn report_lists_loader_threads_with_their_on_cpu_share() {
+        use crate::aggregate::LoaderThread;
+        let t = |name: &str, busy_ms, on_cpu| LoaderThread { thread: 1, name: name.into(), spans: 40, busy_ms, on_cpu };
+        let mut s = Summary {
+            loader_threads: vec![t("loader-1 (pid 42)", 300.0, Some(0.12)), t("loader-0 (pid 41)", 120.0, Some(0.95))],
+            ..Default::default()
+        };
+        let r = render(&s);
+        let line = |name: &str| r.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
+        assert!(line("loader-1 (pid 42)").contains("12%"), "{r}");
+        assert!(line("loader-0 (pid 41)").contains("95%") && line("loader-0").contains("40 spans"), "{r}");
+        for i in 0..20 {
+            s.loader_threads.push(t(&format!("w{i}"), 1.0, None));
+        }
+        assert!(render(&s).contains("… and 10 more threads"), "{}", render(&s));
     }
 
     #[test]

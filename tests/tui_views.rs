@@ -420,6 +420,21 @@ fn screen_states_paused_stopping_help_focus() {
 }
 
 #[test]
+fn stage_table_lists_worker_threads_with_their_on_cpu_split() {
+    use pipeprof::aggregate::LoaderThread;
+    let mut st = io_bound();
+    let t = |thread, name: &str, on_cpu| LoaderThread { thread, name: name.into(), spans: 40, busy_ms: 9000.0, on_cpu };
+    st.snap.summary.loader_threads = vec![t(7, "loader-0 (pid 41)", Some(0.04)), t(9, "loader-1 (pid 42)", Some(0.9))];
+    let out = panel(120, 16, &st, view::render_stages);
+    let line = |k: &str| out.lines().find(|l| l.contains(k)).unwrap_or_default().to_string();
+    assert!(line("↳ loader-0").contains("4%") && line("↳ loader-0").contains("40"), "{out}");
+    assert!(line("↳ loader-1").contains("90%"), "{out}");
+    // A single loader thread is the whole loader: no extra rows.
+    st.snap.summary.loader_threads.truncate(1);
+    assert!(!panel(120, 16, &st, view::render_stages).contains('↳'));
+}
+
+#[test]
 fn tiny_terminal_gets_a_notice() {
     let out = screen(&compute_bound(), 30, 8);
     assert!(out.contains("needs"), "{out}");

@@ -83,13 +83,12 @@ impl Local {
         }
         let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
         self.thread = id;
-        let name = match std::thread::current().name() {
+        let given = NAME.try_with(|n| n.borrow_mut().take()).ok().flatten();
+        let name = match given.as_deref().or(std::thread::current().name()) {
             Some(n) => n.to_string(),
             None => format!("thread-{id}"),
         };
-        if let Ok(mut names) = THREAD_NAMES.lock() {
-            names.push((id, name.clone()));
-        }
+        remember_name(id, &name);
         // Never blocks, like every send from here: a lost name is still in the registry.
         probe.send(Event::Thread { id, name: name.into_boxed_str() });
         id
@@ -114,6 +113,60 @@ thread_local! {
             last_exit: (0, 0),
         })
     };
+}
+
+thread_local! {
+    /// A name given with [`name_thread`], used when the thread announces itself.
+    static NAME: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// A new probes thread id for a thread called `name`, in the registry [`thread_names`]
+/// reads. The Layer calls it for each thread's first span; the attach server calls it for
+/// the threads of the worker processes it relays, so their ids never collide with ours.
+pub fn register_thread(name: &str) -> u32 {
+    let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    remember_name(id, name);
+    id
+}
+
+/// Set in a forked child: there the registry's lock may have been held by a parent thread
+/// at the moment of the fork, so it is only ever tried, never waited for.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn remember_name(id: u32, name: &str) {
+    let names = if FORKED.load(Ordering::Relaxed) { THREAD_NAMES.try_lock().ok() } else { THREAD_NAMES.lock().ok() };
+    if let Some(mut names) = names {
+        names.push((id, name.to_string()));
+    }
+}
+
+/// Names the calling thread in every view. Threads that Rust's std did not start (a Python
+/// thread, a C library's) have no name std knows. A thread that has already sent spans
+/// gets a new id under the new name; its earlier spans keep the old one.
+pub fn name_thread(name: &str) {
+    let _ = NAME.try_with(|n| *n.borrow_mut() = Some(name.to_string()));
+    with_local(|l| l.thread = 0);
+}
+
+/// In a child process right after `fork`: forget what the calling thread inherited from the
+/// parent. Its buffered spans are the parent's (the parent sends them), and its id and the
+/// thread registry are the parent's; nothing is sent to the parent's channel, whose reader
+/// does not exist in the child.
+pub fn forget_inherited_after_fork() {
+    with_local(|l| {
+        l.buf.clear();
+        // The parent's channel: never sent to again, never dropped here either (dropping a
+        // sender can wake a receiver through a lock another parent thread may have held).
+        if let Some(p) = l.probe.take() {
+            std::mem::forget(p);
+        }
+        l.thread = 0;
+        l.open = [None; SLOTS];
+    });
+    FORKED.store(true, Ordering::Relaxed);
+    if let Ok(mut names) = THREAD_NAMES.try_lock() {
+        names.clear();
+    }
 }
 
 fn with_local<R>(f: impl FnOnce(&mut Local) -> R) -> Option<R> {

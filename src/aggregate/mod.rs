@@ -17,6 +17,12 @@ pub const MAX_SKIPPED_LISTED: usize = 200;
 /// Version of the summary JSON schema.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 
+/// Threads with their own loader statistics; later ones are counted together (a run whose
+/// worker processes restart every epoch brings new threads each time).
+pub const MAX_LOADER_THREADS: usize = 256;
+/// The id under which threads past [`MAX_LOADER_THREADS`] are counted.
+pub const OTHER_THREADS: u32 = u32::MAX;
+
 /// Recent per-step timings kept for charts.
 pub const RECENT_POINTS: usize = 1024;
 
@@ -165,6 +171,28 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// One thread's loader stages (read, decode, resize, augment): a loader worker, in this
+/// process or in a worker process of the run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoaderThread {
+    pub thread: u32,
+    pub name: String,
+    /// Loader-stage spans it closed.
+    pub spans: u64,
+    /// Wall time inside them, ms.
+    pub busy_ms: f64,
+    /// On-CPU share of that time where measured (0–1): low = waiting on I/O or the scheduler.
+    pub on_cpu: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct ThreadLoad {
+    spans: u64,
+    wall_ns: u64,
+    cpu_ns: u64,
+    cpu_wall_ns: u64,
+}
+
 /// A point-in-time view of the run: what reports, the summary JSON and views read.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -187,6 +215,8 @@ pub struct Summary {
     pub events_received: u64,
     pub events_dropped: u64,
     pub threads: BTreeMap<u32, String>,
+    /// Each loader thread's share of the loader work, busiest first.
+    pub loader_threads: Vec<LoaderThread>,
     /// Mean batches waiting in the prefetch queue when a step took its batch.
     pub mean_queued: f64,
     /// What the host and GPU samplers saw.
@@ -223,6 +253,7 @@ pub struct Aggregator {
     settings: RunSettings,
     stages: Vec<StageAgg>,
     threads: BTreeMap<u32, String>,
+    loader_threads: BTreeMap<u32, ThreadLoad>,
     epochs: BTreeMap<u32, EpochAgg>,
     recent: VecDeque<StepRecord>,
     steps: u64,
@@ -252,6 +283,7 @@ impl Aggregator {
             settings,
             stages: Stage::ALL.iter().map(|_| StageAgg::new()).collect(),
             threads: BTreeMap::new(),
+            loader_threads: BTreeMap::new(),
             epochs: BTreeMap::new(),
             recent: VecDeque::with_capacity(RECENT_STEPS),
             steps: 0,
@@ -343,6 +375,9 @@ impl Aggregator {
         match ev {
             Event::Span(s) => {
                 self.stages[s.stage.index()].push(s);
+                if s.stage.is_loader() {
+                    self.push_loader_thread(s);
+                }
                 self.see(s.start_ns, s.end_ns());
                 if s.stage == Stage::Wait {
                     self.train_start_ns = self.train_start_ns.min(s.start_ns);
@@ -397,6 +432,38 @@ impl Aggregator {
             }
             Event::Finish | Event::Spans(_) => {}
         }
+    }
+
+    fn push_loader_thread(&mut self, s: &SpanRecord) {
+        let known = self.loader_threads.contains_key(&s.thread);
+        let id = if known || self.loader_threads.len() < MAX_LOADER_THREADS { s.thread } else { OTHER_THREADS };
+        let t = self.loader_threads.entry(id).or_default();
+        t.spans += 1;
+        t.wall_ns += s.dur_ns;
+        if s.cpu_ns != NONE {
+            t.cpu_ns += s.cpu_ns.min(s.dur_ns);
+            t.cpu_wall_ns += s.dur_ns;
+        }
+    }
+
+    fn loader_threads(&self) -> Vec<LoaderThread> {
+        let mut v: Vec<LoaderThread> = self
+            .loader_threads
+            .iter()
+            .map(|(&id, t)| LoaderThread {
+                thread: id,
+                name: match self.threads.get(&id) {
+                    Some(n) => n.clone(),
+                    None if id == OTHER_THREADS => "other threads".to_string(),
+                    None => format!("thread-{id}"),
+                },
+                spans: t.spans,
+                busy_ms: t.wall_ns as f64 / 1e6,
+                on_cpu: (t.cpu_wall_ns > 0).then(|| (t.cpu_ns as f64 / t.cpu_wall_ns as f64).min(1.0)),
+            })
+            .collect();
+        v.sort_by(|a, b| b.busy_ms.total_cmp(&a.busy_ms).then(a.name.cmp(&b.name)));
+        v
     }
 
     pub fn has_thread(&self, id: u32) -> bool {
@@ -489,6 +556,7 @@ impl Aggregator {
             events_received: self.received,
             events_dropped: self.dropped,
             threads: self.threads.clone(),
+            loader_threads: self.loader_threads(),
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
             machine: self.machine.summary(),
             data_fs: self.data_fs.clone(),
@@ -515,6 +583,49 @@ mod tests {
 
     fn step(step: u64, epoch: u32, loss: f32, correct: u32, end: u64) -> Event {
         Event::Step(StepRecord { step, epoch, images: 4, loss, correct, end_ns: end, queued: 1, validation: false })
+    }
+
+    fn on_thread(thread: u32, stage: Stage, dur: u64, cpu: u64) -> Event {
+        Event::Span(SpanRecord {
+            stage,
+            thread,
+            start_ns: 1,
+            dur_ns: dur,
+            cpu_ns: cpu,
+            step: NONE,
+            sample: 0,
+            bytes: NONE,
+        })
+    }
+
+    #[test]
+    fn loader_work_is_split_per_thread_with_its_on_cpu_share() {
+        let mut a = Aggregator::new(RunSettings { workers: 2, ..Default::default() });
+        a.push(&Event::Thread { id: 7, name: "loader-0 (pid 41)".into() });
+        a.push(&Event::Thread { id: 9, name: "loader-1 (pid 42)".into() });
+        for _ in 0..4 {
+            a.push(&on_thread(7, Stage::Decode, 1_000_000, 900_000));
+            a.push(&on_thread(9, Stage::Read, 3_000_000, 300_000));
+        }
+        // The training thread's stages are not loader work.
+        a.push(&on_thread(1, Stage::Wait, 5_000_000, NONE));
+        let t = a.summary().loader_threads;
+        assert_eq!(t.len(), 2, "{t:?}");
+        assert_eq!((t[0].name.as_str(), t[0].spans, t[0].busy_ms), ("loader-1 (pid 42)", 4, 12.0));
+        assert_eq!(t[0].on_cpu, Some(0.1), "busiest first: the one waiting on reads");
+        assert_eq!((t[1].name.as_str(), t[1].on_cpu), ("loader-0 (pid 41)", Some(0.9)));
+    }
+
+    #[test]
+    fn loader_threads_are_bounded() {
+        let mut a = Aggregator::new(RunSettings::default());
+        for id in 0..(MAX_LOADER_THREADS as u32 + 10) {
+            a.push(&on_thread(id, Stage::Decode, 1_000, NONE));
+        }
+        let t = a.summary().loader_threads;
+        assert_eq!(t.len(), MAX_LOADER_THREADS + 1);
+        let other = t.iter().find(|x| x.thread == OTHER_THREADS).unwrap();
+        assert_eq!((other.name.as_str(), other.spans, other.on_cpu), ("other threads", 10, None));
     }
 
     #[test]

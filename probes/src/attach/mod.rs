@@ -14,6 +14,7 @@
 //! `pipeprof-<uid>` folder in the temp dir), mode 0600; or on TCP with `PIPEPROF_LISTEN` /
 //! [`Options::listen`], loopback only unless [`Options::allow_remote`] says otherwise.
 
+pub mod producer;
 pub mod server;
 pub mod wire;
 
@@ -147,6 +148,13 @@ pub fn init(opts: Options) -> Result<Session, AttachError> {
     let (probe, rx) = Probe::new(opts.capacity.max(1));
     let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
     tracing::subscriber::set_global_default(sub).map_err(|_| AttachError::SubscriberSet)?;
+    start(opts, probe, rx)
+}
+
+/// Starts the samplers and the server over a channel the caller made, for a program that
+/// installs its own subscriber with a [`ProbeLayer`] on `probe` (the Python bindings do:
+/// their layer is swapped for a producer's in a forked worker). `opts.capacity` is unused.
+pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>) -> Result<Session, AttachError> {
     let hello = wire::Hello {
         version: wire::VERSION,
         pid: std::process::id(),
@@ -232,6 +240,13 @@ impl Session {
     /// The server's counters so far (slow clients cut off, bad handshakes).
     pub fn stats(&self) -> wire::ServerStats {
         self.server.lock().map(|s| s.stats()).unwrap_or_default()
+    }
+
+    /// Worker processes sending their spans into this run now (see [`producer`]), counting
+    /// connections whose handshake is not read yet: zero means every worker that connected
+    /// has had all it sent relayed.
+    pub fn producers(&self) -> usize {
+        self.server.lock().map(|s| s.producers()).unwrap_or(0)
     }
 
     /// Clients attached now.

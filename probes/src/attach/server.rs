@@ -61,6 +61,12 @@ struct Shared {
     clients: Mutex<Vec<Client>>,
     stats: Mutex<ServerStats>,
     connected: AtomicU64,
+    /// Producers (worker processes) relaying into this run now, plus connections whose
+    /// handshake is not read yet (they may be producers: a worker that connected, sent
+    /// everything and exited must still count until its frames are relayed).
+    producers: AtomicU64,
+    /// Threads relaying a producer: not joined at shutdown (a worker may outlive the run).
+    relay_threads: Mutex<Vec<std::thread::ThreadId>>,
     stopping: AtomicBool,
     /// The last GPU sample: the "GPU sampling off" notice is sent once at start, and a client
     /// that attaches later must still see it.
@@ -73,6 +79,8 @@ pub struct Server {
     fanout: Option<JoinHandle<()>>,
     writers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     hello: Arc<Mutex<Hello>>,
+    /// Where producers' events go: the run's own channel.
+    probe: Probe,
 }
 
 impl Server {
@@ -80,6 +88,7 @@ impl Server {
     pub fn start(rx: Receiver<Event>, probe: Probe, hello: Hello) -> std::io::Result<Server> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
+        let relay_probe = probe.clone();
         let fanout = std::thread::Builder::new().name("pp-server".into()).spawn(move || {
             while let Ok(ev) = rx.recv() {
                 if ev == Event::Finish {
@@ -122,6 +131,7 @@ impl Server {
             fanout: Some(fanout),
             writers: Arc::new(Mutex::new(Vec::new())),
             hello: Arc::new(Mutex::new(hello)),
+            probe: relay_probe,
         })
     }
 
@@ -134,17 +144,51 @@ impl Server {
         let (tx, rx) = crossbeam_channel::bounded::<Arc<Vec<u8>>>(CLIENT_QUEUE);
         let shared = self.shared.clone();
         let hello = self.hello.lock().map(|h| h.clone()).ok();
+        let probe = self.probe.clone();
         let n = self.shared.connected.fetch_add(1, Ordering::Relaxed);
+        self.shared.producers.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new().name(format!("pp-client-{n}")).spawn(move || {
             let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
             let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-            if let Err(e) = wire::check_client_hello(&mut conn) {
-                eprintln!("pipeprof probes: refused a connection: {e}");
-                if let Ok(mut st) = shared.stats.lock() {
-                    st.bad_handshakes += 1;
+            let peer = wire::check_peer_hello(&mut conn);
+            if !matches!(peer, Ok(wire::Peer::Producer)) {
+                shared.producers.fetch_sub(1, Ordering::SeqCst);
+            }
+            match peer {
+                Ok(wire::Peer::Viewer) => {}
+                Ok(wire::Peer::Producer) => {
+                    // A worker process: it may stay quiet for long (no read timeout), and it
+                    // is never joined at shutdown, so a live child cannot hold up the run's end.
+                    let _ = conn.set_read_timeout(None);
+                    if let Ok(mut t) = shared.relay_threads.lock() {
+                        t.push(std::thread::current().id());
+                    }
+                    // Checked after registering: `join` sets `stopping` before it reads the
+                    // list, so a producer arriving during shutdown is either skipped or leaves.
+                    if shared.stopping.load(Ordering::SeqCst) {
+                        shared.producers.fetch_sub(1, Ordering::SeqCst);
+                        conn.shutdown();
+                        return;
+                    }
+                    let r = super::producer::relay(&mut std::io::BufReader::new(&mut conn), &probe);
+                    shared.producers.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
+                        eprintln!(
+                            "pipeprof probes: worker {} (pid {}) stopped sending: {e}",
+                            r.hello.program, r.hello.pid
+                        );
+                    }
+                    conn.shutdown();
+                    return;
                 }
-                conn.shutdown();
-                return;
+                Err(e) => {
+                    eprintln!("pipeprof probes: refused a connection: {e}");
+                    if let Ok(mut st) = shared.stats.lock() {
+                        st.bad_handshakes += 1;
+                    }
+                    conn.shutdown();
+                    return;
+                }
             }
             let Some(mut hello) = hello else { return };
             hello.threads = crate::layer::thread_names();
@@ -167,6 +211,9 @@ impl Server {
             }
             conn.shutdown();
         });
+        if spawned.is_err() {
+            self.shared.producers.fetch_sub(1, Ordering::SeqCst);
+        }
         if let (Ok(h), Ok(mut w)) = (spawned, self.writers.lock()) {
             w.retain(|h| !h.is_finished());
             w.push(h);
@@ -188,6 +235,12 @@ impl Server {
         self.shared.clients.lock().map(|c| c.len()).unwrap_or(0)
     }
 
+    /// Producers (worker processes) relaying into the run now, counting connections whose
+    /// handshake is not read yet.
+    pub fn producers(&self) -> usize {
+        self.shared.producers.load(Ordering::SeqCst) as usize
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> ServerStats {
         self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default()
@@ -196,13 +249,16 @@ impl Server {
     /// Stops after the fan-out has seen [`Event::Finish`]: clients get the End frame, then
     /// their connections close.
     pub fn join(&mut self) {
-        self.shared.stopping.store(true, Ordering::Relaxed);
+        self.shared.stopping.store(true, Ordering::SeqCst);
         if let Some(f) = self.fanout.take() {
             let _ = f.join();
         }
         let writers: Vec<JoinHandle<()>> = self.writers.lock().map(|mut w| w.drain(..).collect()).unwrap_or_default();
+        let relays = self.shared.relay_threads.lock().map(|t| t.clone()).unwrap_or_default();
         for w in writers {
-            let _ = w.join();
+            if !relays.contains(&w.thread().id()) {
+                let _ = w.join();
+            }
         }
     }
 }

@@ -5,6 +5,10 @@
 //! [`Frame::Hello`]. Then frames flow server → client: `[u32 LE length][u8 tag][payload]`,
 //! length counting the tag. Span batches are binary (53 bytes per span); the rare events
 //! (threads, steps, samples, skipped files) are JSON.
+//!
+//! A producer (a worker process of the profiled program) opens with [`PRODUCER_MAGIC`]
+//! instead, sends its own [`Frame::Hello`], then the same frames client → server; the server
+//! relays them into its run (see [`super::producer`]).
 
 use crate::event::{Event, SpanRecord};
 use crate::sampler::{GpuSample, HostSample};
@@ -15,6 +19,8 @@ use std::io::{Read, Write};
 
 /// Starts every connection.
 pub const MAGIC: &[u8; 4] = b"PPRF";
+/// Starts a producer's connection: a process sending its spans into another's run.
+pub const PRODUCER_MAGIC: &[u8; 4] = b"PPRP";
 /// Protocol version; both sides must agree.
 pub const VERSION: u16 = 1;
 /// Largest frame accepted: a decoder never allocates more than this for one frame.
@@ -280,6 +286,38 @@ pub fn check_client_hello(r: &mut impl Read) -> Result<(), WireError> {
     Ok(())
 }
 
+/// Who opened a connection to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// A viewer (`pipeprof attach`): receives the run's frames.
+    Viewer,
+    /// A producer (a worker process): sends frames into the run.
+    Producer,
+}
+
+/// A producer's half of the handshake (its [`Frame::Hello`] follows).
+pub fn producer_hello(w: &mut impl Write) -> std::io::Result<()> {
+    let mut b = PRODUCER_MAGIC.to_vec();
+    b.extend(VERSION.to_le_bytes());
+    w.write_all(&b)
+}
+
+/// The server's check of a peer's handshake: a viewer or a producer of this version.
+pub fn check_peer_hello(r: &mut impl Read) -> Result<Peer, WireError> {
+    let mut b = [0u8; 6];
+    r.read_exact(&mut b).map_err(|_| WireError::Truncated)?;
+    let peer = match &b[..4] {
+        m if m == MAGIC => Peer::Viewer,
+        m if m == PRODUCER_MAGIC => Peer::Producer,
+        _ => return Err(WireError::BadMagic),
+    };
+    let theirs = u16::from_le_bytes([b[4], b[5]]);
+    if theirs != VERSION {
+        return Err(WireError::Version { theirs });
+    }
+    Ok(peer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +376,19 @@ mod tests {
         let mut ok = Vec::new();
         client_hello(&mut ok).unwrap();
         assert_eq!(check_client_hello(&mut &ok[..]), Ok(()));
+    }
+
+    #[test]
+    fn peer_handshake_tells_viewers_from_producers() {
+        let (mut v, mut p) = (Vec::new(), Vec::new());
+        client_hello(&mut v).unwrap();
+        producer_hello(&mut p).unwrap();
+        assert_eq!(check_peer_hello(&mut &v[..]), Ok(Peer::Viewer));
+        assert_eq!(check_peer_hello(&mut &p[..]), Ok(Peer::Producer));
+        assert_eq!(check_peer_hello(&mut &b"PPRX\x01\x00"[..]), Err(WireError::BadMagic));
+        assert_eq!(check_peer_hello(&mut &b"PPRP\x07\x00"[..]), Err(WireError::Version { theirs: 7 }));
+        assert_eq!(check_peer_hello(&mut &b"PPR"[..]), Err(WireError::Truncated));
+        // A producer is not a viewer: the viewer-only check still refuses it.
+        assert_eq!(check_client_hello(&mut &p[..]), Err(WireError::BadMagic));
     }
 }

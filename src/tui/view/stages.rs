@@ -16,9 +16,20 @@ const SUB_STAGES: [&str; 3] = ["forward", "backward", "optimizer"];
 /// Screens this wide also get p50 and max.
 const WIDE: u16 = 110;
 
-/// Rows the table wants: title rule, column header, one per stage.
+/// Loader threads drawn under the stages (the busiest), when there are several.
+const THREADS_SHOWN: usize = 8;
+
+/// Rows the table wants: title rule, column header, one per stage, one per loader thread.
 pub(super) fn rows(st: &State) -> u16 {
-    2 + st.snap.summary.stages.len().max(1) as u16
+    2 + st.snap.summary.stages.len().max(1) as u16 + thread_rows(&st.snap.summary).len() as u16
+}
+
+/// The loader threads worth a row: one thread is the whole loader, the stages say it all.
+fn thread_rows(s: &Summary) -> &[crate::aggregate::LoaderThread] {
+    if s.loader_threads.len() < 2 {
+        return &[];
+    }
+    &s.loader_threads[..s.loader_threads.len().min(THREADS_SHOWN)]
 }
 
 fn is_loader(name: &str) -> bool {
@@ -127,6 +138,25 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         cells.push(right(fmt_rate(x.per_second)));
         Row::new(cells)
     });
+    // Each loader thread (a worker process's included): its share of worker time and its
+    // on/off-CPU split, so one slow or I/O-bound worker stands out.
+    let run_ms = s.elapsed_s * 1000.0;
+    let threads = thread_rows(s).iter().map(|t| {
+        let mut cells = vec![
+            Cell::from(Span::styled(super::truncate_end(&format!("↳ {}", t.name), 11), dim())),
+            right(t.spans.to_string()),
+            right(fmt_ms(if t.spans > 0 { t.busy_ms / t.spans as f64 } else { 0.0 })),
+        ];
+        let blanks = if wide { 3 } else { 1 };
+        cells.extend((0..blanks).map(|_| Cell::from("")));
+        // Of the run's time: how busy this one thread was.
+        let sh = if run_ms > 0.0 { t.busy_ms / run_ms } else { 0.0 };
+        cells.push(Cell::from(Line::styled(fmt_share(sh.min(1.0)), dim()).right_aligned()));
+        cells.push(Cell::from(cpu_bar(t.on_cpu, bar_w as usize)));
+        cells.push(Cell::from(""));
+        Row::new(cells)
+    });
+    let rows = rows.chain(threads);
     let table = Table::new(rows, widths.into_iter().map(Constraint::Length))
         .header(Row::new(header).style(bold()))
         .column_spacing(1)

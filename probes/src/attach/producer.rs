@@ -1,0 +1,321 @@
+//! Producers: worker processes that send their spans into another process's run.
+//!
+//! A training program's loader often runs in child processes (Python `multiprocessing`,
+//! PyTorch `DataLoader` workers). Each child connects to the parent's attach server as a
+//! producer ([`wire::PRODUCER_MAGIC`]), says who it is with a [`Frame::Hello`], then sends
+//! the same frames a viewer would receive. The parent relays them into its own channel:
+//! every viewer sees the workers' spans as threads of the run, under ids the parent assigns.
+//!
+//! Neither side ever waits for the other: the child's spans go through its own bounded
+//! channel to a writer thread, and the parent reads each producer on its own thread and
+//! forwards without blocking. A child that dies is a connection that closes.
+
+use super::wire::{self, Frame, Hello, WireError, WireEvent};
+use super::{io, AttachError};
+use crate::event::Event;
+use crate::probe::Probe;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use std::collections::HashMap;
+use std::io::{BufWriter, Read, Write};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Threads one producer may announce; later ones share one id (a bound on hostile input).
+pub const MAX_PRODUCER_THREADS: usize = 1024;
+
+/// How long a producer's writes may block before it gives up on the parent.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Buffered frames are written out when the channel has been idle this long.
+const IDLE_FLUSH: Duration = Duration::from_millis(20);
+
+/// The sending end in a worker process. Dropping it finishes like [`Producer::finish`].
+pub struct Producer {
+    probe: Probe,
+    writer: Option<JoinHandle<()>>,
+}
+
+/// What the writer thread writes to: a Unix or TCP stream.
+trait Stream: Write + Send + 'static {}
+impl<T: Write + Send + 'static> Stream for T {}
+
+/// Connects to the server at `address` (a socket path, or HOST:PORT) as a producer and
+/// starts the writer thread. `identity.pid` and `identity.program` name this process in the
+/// parent's views.
+pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Producer, AttachError> {
+    let mut out: Box<dyn Stream> = if address.contains('/') {
+        let s = std::os::unix::net::UnixStream::connect(address).map_err(io(format!("connect to {address}")))?;
+        s.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
+        Box::new(s)
+    } else {
+        let a = super::check_listen(address, true)?;
+        let s = std::net::TcpStream::connect(a).map_err(io(format!("connect to {address}")))?;
+        s.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
+        Box::new(s)
+    };
+    wire::producer_hello(&mut out).map_err(io("send the producer handshake"))?;
+    out.write_all(&wire::encode(&Frame::Hello(identity))).map_err(io("send the producer hello"))?;
+    let (probe, rx) = Probe::new(capacity.max(1));
+    let writer = std::thread::Builder::new()
+        .name("pp-producer".into())
+        .spawn(move || write_frames(rx, BufWriter::with_capacity(1 << 16, out)))
+        .map_err(io("start the producer thread"))?;
+    Ok(Producer { probe, writer: Some(writer) })
+}
+
+/// Encodes events until [`Event::Finish`] or a write fails (the parent is gone: the channel
+/// is dropped, and further sends count as dropped events).
+fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
+    loop {
+        let ev = match rx.recv_timeout(IDLE_FLUSH) {
+            Ok(ev) => ev,
+            Err(RecvTimeoutError::Timeout) => {
+                if out.flush().is_err() {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => Event::Finish,
+        };
+        if ev == Event::Finish {
+            let _ = out.write_all(&wire::encode(&Frame::End(Default::default())));
+            let _ = out.flush();
+            return;
+        }
+        if let Some(frame) = Frame::from_event(&ev) {
+            if out.write_all(&wire::encode(&frame)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Producer {
+    /// The probe whose events go to the parent: give it to a [`crate::ProbeLayer`].
+    pub fn probe(&self) -> Probe {
+        self.probe.clone()
+    }
+
+    /// Sends what is buffered, tells the parent this producer is done, and waits for the
+    /// writer (at most its write timeout when the parent stopped reading).
+    pub fn finish(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        crate::layer::flush_thread();
+        if let Some(w) = self.writer.take() {
+            if !w.is_finished() {
+                self.probe.send_blocking(Event::Finish);
+            }
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What the server learned from one producer connection.
+#[derive(Debug, PartialEq)]
+pub struct Relayed {
+    /// The producer's hello.
+    pub hello: Hello,
+    /// Span records forwarded.
+    pub spans: u64,
+    /// How the connection ended: `None` = the producer said it was done.
+    pub error: Option<WireError>,
+}
+
+/// Maps a producer's thread ids to ids of this process ([`crate::layer::register_thread`]).
+struct Threads {
+    label: String,
+    map: HashMap<u32, u32>,
+    overflow: Option<u32>,
+}
+
+impl Threads {
+    fn id(&mut self, theirs: u32, name: Option<&str>, probe: &Probe) -> u32 {
+        if let Some(&ours) = self.map.get(&theirs) {
+            if name.is_none() {
+                return ours;
+            }
+        }
+        if self.map.len() >= MAX_PRODUCER_THREADS && !self.map.contains_key(&theirs) {
+            let label = &self.label;
+            return *self.overflow.get_or_insert_with(|| announce(probe, &format!("{label} (other threads)")));
+        }
+        let full = match name {
+            Some(n) => n.to_string(),
+            None => format!("{} thread-{theirs}", self.label),
+        };
+        let ours = announce(probe, &full);
+        self.map.insert(theirs, ours);
+        ours
+    }
+}
+
+fn announce(probe: &Probe, name: &str) -> u32 {
+    let id = crate::layer::register_thread(name);
+    probe.send(Event::Thread { id, name: name.into() });
+    id
+}
+
+/// The server's side: reads one producer's frames (after its handshake) and forwards them
+/// into `probe` without ever blocking on it. Returns when the producer finishes, its
+/// connection drops, or it sends something malformed.
+pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
+    let hello = match wire::read_frame(conn) {
+        Ok(Frame::Hello(h)) => h,
+        Ok(_) => {
+            let why = "a producer must say hello first".to_string();
+            let error = Some(WireError::Malformed { what: "hello", why });
+            return Relayed { hello: empty_hello(), spans: 0, error };
+        }
+        Err(e) => return Relayed { hello: empty_hello(), spans: 0, error: Some(e) },
+    };
+    let label = format!("{} (pid {})", hello.program, hello.pid);
+    let mut threads = Threads { label, map: HashMap::new(), overflow: None };
+    let mut spans = 0u64;
+    let error = loop {
+        match wire::read_frame(conn) {
+            Ok(Frame::Spans(mut v)) => {
+                for s in &mut v {
+                    s.thread = threads.id(s.thread, None, probe);
+                }
+                spans += v.len() as u64;
+                probe.send_spans(v);
+            }
+            Ok(Frame::Event(WireEvent::Thread { id, name })) => {
+                threads.id(id, Some(&name), probe);
+            }
+            Ok(Frame::Event(WireEvent::Step(s))) => probe.send(Event::Step(s)),
+            Ok(Frame::Event(WireEvent::Skipped { path, reason })) => {
+                probe.send(Event::Skipped { path: path.into(), reason: reason.into() })
+            }
+            // The parent samples the machine itself; a worker's samples would be counted twice.
+            Ok(Frame::Event(WireEvent::Host(_) | WireEvent::Gpu(_))) => {}
+            Ok(Frame::End(_)) => break None,
+            Ok(Frame::Hello(_)) => {
+                let why = "a second hello".to_string();
+                break Some(WireError::Malformed { what: "hello", why });
+            }
+            Err(e) => break Some(e),
+        }
+    };
+    Relayed { hello, spans, error }
+}
+
+fn empty_hello() -> Hello {
+    Hello { version: wire::VERSION, pid: 0, program: String::new(), settings: serde_json::Value::Null, threads: vec![] }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::SpanRecord;
+    use crate::stage::Stage;
+    use crate::NONE;
+
+    fn span(thread: u32) -> SpanRecord {
+        SpanRecord {
+            stage: Stage::Decode,
+            thread,
+            start_ns: 1,
+            dur_ns: 2,
+            cpu_ns: 1,
+            step: NONE,
+            sample: 5,
+            bytes: NONE,
+        }
+    }
+
+    fn hello() -> Frame {
+        Frame::Hello(Hello {
+            version: wire::VERSION,
+            pid: 77,
+            program: "worker-0".into(),
+            settings: serde_json::Value::Null,
+            threads: vec![],
+        })
+    }
+
+    fn stream(frames: &[Frame]) -> Vec<u8> {
+        frames.iter().flat_map(wire::encode).collect()
+    }
+
+    fn received(rx: &Receiver<Event>) -> (Vec<(u32, String)>, Vec<SpanRecord>) {
+        let (mut names, mut spans) = (Vec::new(), Vec::new());
+        for ev in rx.try_iter() {
+            match ev {
+                Event::Thread { id, name } => names.push((id, name.to_string())),
+                Event::Spans(v) => spans.extend(v),
+                _ => {}
+            }
+        }
+        (names, spans)
+    }
+
+    #[test]
+    fn relayed_threads_get_fresh_ids_and_their_names() {
+        let (probe, rx) = Probe::new(64);
+        let bytes = stream(&[
+            hello(),
+            Frame::Event(WireEvent::Thread { id: 1, name: "worker-0".into() }),
+            Frame::Spans(vec![span(1), span(1)]),
+            // A thread whose name never arrived still gets an id, labelled by its process.
+            Frame::Spans(vec![span(9)]),
+            Frame::End(Default::default()),
+        ]);
+        let r = relay(&mut &bytes[..], &probe);
+        assert_eq!((r.spans, r.error, r.hello.pid), (3, None, 77));
+        let (names, spans) = received(&rx);
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert_eq!(names[0].1, "worker-0");
+        assert_eq!(names[1].1, "worker-0 (pid 77) thread-9");
+        assert_eq!(spans.iter().map(|s| s.thread).collect::<Vec<_>>(), vec![names[0].0, names[0].0, names[1].0]);
+        // The ids come from this process's counter and registry, so they cannot collide with
+        // this process's own threads or another producer's.
+        assert_ne!(names[0].0, names[1].0);
+        let registry = crate::layer::thread_names();
+        assert!(names.iter().all(|n| registry.contains(n)), "{registry:?}");
+    }
+
+    #[test]
+    fn a_producer_that_dies_or_lies_ends_its_relay_with_a_reason() {
+        let (probe, rx) = Probe::new(64);
+        // Killed mid-frame: what arrived whole is kept, the relay ends.
+        let mut cut = stream(&[hello(), Frame::Spans(vec![span(1)]), Frame::Spans(vec![span(1)])]);
+        cut.truncate(cut.len() - 10);
+        let r = relay(&mut &cut[..], &probe);
+        assert_eq!((r.spans, r.error), (1, Some(WireError::Truncated)));
+        assert_eq!(received(&rx).1.len(), 1);
+        // No hello first.
+        let r = relay(&mut &stream(&[Frame::Spans(vec![span(1)])])[..], &probe);
+        assert!(matches!(r.error, Some(WireError::Malformed { what: "hello", .. })), "{r:?}");
+        // Closed between frames.
+        let r = relay(&mut &stream(&[hello()])[..], &probe);
+        assert_eq!(r.error, Some(WireError::Closed));
+        // Samples from a worker are not the parent's machine: not forwarded.
+        let host = Frame::Event(WireEvent::Host(Default::default()));
+        let r = relay(&mut &stream(&[hello(), host, Frame::End(Default::default())])[..], &probe);
+        assert_eq!(r.error, None);
+        assert_eq!(rx.try_iter().count(), 0);
+    }
+
+    #[test]
+    fn thread_ids_per_producer_are_bounded() {
+        let (probe, rx) = Probe::new(4 * MAX_PRODUCER_THREADS);
+        let mut frames = vec![hello()];
+        frames.extend((0..MAX_PRODUCER_THREADS as u32 + 50).map(|t| Frame::Spans(vec![span(t)])));
+        frames.push(Frame::End(Default::default()));
+        let r = relay(&mut &stream(&frames)[..], &probe);
+        assert_eq!(r.error, None);
+        let (names, spans) = received(&rx);
+        assert_eq!(names.len(), MAX_PRODUCER_THREADS + 1, "the rest share one id");
+        assert_eq!(spans.len(), MAX_PRODUCER_THREADS + 50);
+    }
+}

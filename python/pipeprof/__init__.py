@@ -1,0 +1,224 @@
+"""pipeprof for Python: let ``pipeprof attach`` watch your training loop live.
+
+Three calls, like the Rust probes crate::
+
+    import pipeprof
+    pipeprof.init(program="train", settings={"batch_size": 32, "workers": 4})
+    with pipeprof.span("decode", sample=i):      # also @pipeprof.span("decode")
+        ...
+    pipeprof.step(step=k, epoch=e, images=32, loss=0.7, correct=20)
+
+Spans are timed by the probes crate's tracing Layer (thread CPU time included for the
+loader stages and ``transfer``) and served by its attach server. Worker processes, forked
+or spawned (``multiprocessing``, PyTorch ``DataLoader`` workers), send their spans to the
+parent's server on their own: nothing to call in the worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import sys
+import threading
+
+from . import _native
+from ._native import Span, dropped, flush, now_ns, stages
+
+__all__ = [
+    "init",
+    "span",
+    "step",
+    "finish",
+    "flush",
+    "now_ns",
+    "name_process",
+    "name_thread",
+    "address",
+    "role",
+    "clients",
+    "workers",
+    "wait_for_clients",
+    "dropped",
+    "stages",
+    "STAGES",
+]
+
+#: The parent's attach address, inherited by worker processes.
+ADDRESS_ENV = "PIPEPROF_PARENT"
+#: The parent's pid: a process with the address but another pid is a worker.
+PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
+
+#: Stage names a span may have, in pipeline order.
+STAGES = tuple(stages())
+
+#: ``span("decode", sample=i)``: a context manager, and a decorator when called on a function.
+span = Span
+
+_process_name = None
+
+
+def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
+    """Starts serving ``pipeprof attach`` from this process; returns the address.
+
+    ``settings`` is shown by the viewer (keys it knows: ``model``, ``data``, ``images``,
+    ``workers``, ``batch_size``, ``device``, ``cores``, ``input``). ``listen="127.0.0.1:7070"``
+    serves TCP instead of a Unix socket. ``sample=False`` turns the host/GPU samplers off.
+
+    In a worker process of an instrumented run this does nothing and returns None: the
+    worker already sends to its parent.
+    """
+    if _worker_of_a_run():
+        _connect_worker()
+        return None
+    if program is None:
+        program = os.path.basename(sys.argv[0] or "") or "python"
+    text = json.dumps(settings or {}, default=str)
+    addr = _native.init(program, text, listen, sample, hz)
+    os.environ[ADDRESS_ENV] = addr
+    os.environ[PARENT_PID_ENV] = str(os.getpid())
+    atexit.register(finish)
+    return addr
+
+
+def step(step, *, epoch=0, images=0, loss=0.0, correct=0, queued=0, validation=False):
+    """Reports one finished training step (``validation=True`` for a validation batch)."""
+    _native.step(step, epoch, images, float(loss), correct, queued, validation)
+
+
+def finish(workers_timeout=1.0):
+    """Ends this process's part: viewers see "run ended"; a worker sends what it buffered.
+
+    The parent first gives its connected workers up to ``workers_timeout`` seconds to
+    deliver their last spans. Called at exit on its own; safe to call twice.
+    """
+    _native.finish(workers_timeout)
+
+
+def address():
+    """Where ``pipeprof attach`` connects (a socket path or HOST:PORT), or None."""
+    return _native.address()
+
+
+def role():
+    """``"parent"`` (serving), ``"worker"`` (sending to a parent) or ``"off"``."""
+    return _native.role()
+
+
+def clients():
+    """Viewers attached now."""
+    return _native.clients()
+
+
+def workers():
+    """Worker processes connected now."""
+    return _native.workers()
+
+
+def wait_for_clients(n=1, timeout=None):
+    """Waits until ``n`` viewers are attached (or ``timeout`` seconds pass); True if they are."""
+    return _native.wait_for_clients(n, timeout)
+
+
+def name_thread(name):
+    """Names the calling thread in the viewer (default: its Python thread name)."""
+    _flush_at_thread_end()
+    _native.name_thread(str(name))
+
+
+def name_process(name):
+    """Names this worker process in the viewer (default: its multiprocessing name).
+
+    Threads that already made spans keep their names; call it before the first span.
+    """
+    global _process_name
+    _process_name = str(name)
+
+
+_THREAD = threading.local()
+
+
+def _flush_at_thread_end():
+    # Freed while CPython clears the ending thread's state, before join() returns.
+    if getattr(_THREAD, "flusher", None) is None:
+        _THREAD.flusher = _native.ThreadFlusher()
+
+
+def _thread_name():
+    # Called once per thread, at its first span.
+    _flush_at_thread_end()
+    t = threading.current_thread().name
+    if _native.role() != "worker":
+        return t
+    proc = _process_name
+    if proc is None:
+        mp = sys.modules.get("multiprocessing")
+        proc = mp.current_process().name if mp is not None else "worker"
+    label = f"{proc} (pid {os.getpid()})"
+    return label if t == "MainThread" else f"{label} {t}"
+
+
+def _decorate(sp, func):
+    stage, step_, sample, nbytes = sp.stage, sp.step, sp.sample, sp.bytes
+
+    @functools.wraps(func)
+    def timed(*args, **kwargs):
+        with Span(stage, step=step_, sample=sample, bytes=nbytes):
+            return func(*args, **kwargs)
+
+    return timed
+
+
+def _worker_of_a_run():
+    addr = os.environ.get(ADDRESS_ENV)
+    parent = os.environ.get(PARENT_PID_ENV)
+    return bool(addr) and parent != str(os.getpid())
+
+
+def _connect_worker(after_fork=False):
+    # After a fork the role is inherited ("parent", or "worker" in a grandchild): connect anew.
+    if _native.role() == "worker" and not after_fork:
+        return
+    try:
+        _native.connect_worker(os.environ.get(ADDRESS_ENV, ""), "worker")
+    except RuntimeError as e:
+        # The parent may be gone: the worker's own work goes on, unprofiled.
+        print(f"pipeprof: {e}; this worker's spans are not recorded", file=sys.stderr)
+        return
+    _finish_at_exit()
+
+
+class _ExitHookOwner:
+    """multiprocessing keeps after-fork hooks only while their owner object lives."""
+
+
+_EXIT_HOOK_OWNER = _ExitHookOwner()
+
+
+def _finish_at_exit():
+    atexit.register(finish)
+    if sys.modules.get("multiprocessing") is None:
+        return
+    from multiprocessing import util
+
+    # multiprocessing children leave through os._exit(), past atexit; finalizers with an
+    # exit priority still run (this one last). Process._bootstrap clears the finalizers
+    # before running the target, then runs the after-fork hooks: register again there.
+    util.Finalize(None, finish, exitpriority=-100)
+    util.register_after_fork(_EXIT_HOOK_OWNER, lambda _: util.Finalize(None, finish, exitpriority=-100))
+
+
+def _after_fork_in_child():
+    global _process_name
+    _process_name = None
+    if _native.role() != "off" or _worker_of_a_run():
+        _connect_worker(after_fork=True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# A spawned worker (multiprocessing "spawn"/"forkserver", a DataLoader with that context)
+# imports this module fresh: it connects to the parent named in its environment.
+if _worker_of_a_run():
+    _connect_worker()

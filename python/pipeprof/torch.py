@@ -1,0 +1,124 @@
+"""PyTorch: wrap a DataLoader so every step is profiled.
+
+    import pipeprof, pipeprof.torch
+    pipeprof.init(program="train", settings={"batch_size": 64, "workers": 8, "device": "cuda"})
+    loader = pipeprof.torch.profile(DataLoader(ds, batch_size=64, num_workers=8), device="cuda")
+    for xs, ys in loader:            # wait: next(); transfer: .to(device); compute: your body
+        loss = train_step(xs, ys)
+        loader.report(loss=loss.item())
+
+torch is imported only to synchronise CUDA when asked (``sync=True``); this module works
+with anything that iterates like a DataLoader and holds objects with ``.to(device)``.
+"""
+
+from __future__ import annotations
+
+import pipeprof
+
+
+class NameWorker:
+    """A DataLoader ``worker_init_fn`` that names each worker ``loader-<id>`` in the viewer,
+    then calls the loader's own ``worker_init_fn``. A class, not a closure, so that spawned
+    workers can unpickle it."""
+
+    def __init__(self, inner=None):
+        self.inner = inner
+
+    def __call__(self, worker_id):
+        pipeprof.name_process(f"loader-{worker_id}")
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def _to_device(batch, device, non_blocking):
+    if hasattr(batch, "to"):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [_to_device(v, device, non_blocking) for v in batch]
+        return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
+    return batch
+
+
+def _batch_size(batch):
+    first = batch
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    shape = getattr(first, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    try:
+        return len(first)
+    except TypeError:
+        return 0
+
+
+class ProfiledLoader:
+    """Iterates like the wrapped loader; times ``wait`` (the ``next()`` call), ``transfer``
+    (moving the batch to ``device``) and ``compute`` (your loop body, until the next
+    ``next()``), and reports a step record after each batch."""
+
+    def __init__(self, loader, device=None, non_blocking=False, sync=False, start_step=0):
+        self.loader = loader
+        self.device = device
+        self.non_blocking = non_blocking
+        self.sync = sync
+        self.step = start_step
+        self.epoch = -1
+        self._loss = 0.0
+        self._correct = 0
+        if getattr(loader, "num_workers", 0) and hasattr(loader, "worker_init_fn"):
+            if not isinstance(loader.worker_init_fn, NameWorker):
+                loader.worker_init_fn = NameWorker(loader.worker_init_fn)
+
+    def __len__(self):
+        return len(self.loader)
+
+    def report(self, loss=None, correct=None):
+        """The current step's loss and correct predictions, for its step record."""
+        if loss is not None:
+            self._loss = float(loss)
+        if correct is not None:
+            self._correct = int(correct)
+
+    def _synchronize(self):
+        if self.sync and self.device is not None and str(self.device).startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+
+    def __iter__(self):
+        self.epoch += 1
+        it = iter(self.loader)
+        while True:
+            with pipeprof.span("wait", step=self.step):
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+            if self.device is not None:
+                with pipeprof.span("transfer", step=self.step):
+                    batch = _to_device(batch, self.device, self.non_blocking)
+                    self._synchronize()
+            self._loss, self._correct = 0.0, 0
+            with pipeprof.span("compute", step=self.step):
+                yield batch
+                # CUDA runs asynchronously: without a sync the body's kernels would be
+                # charged to the next wait.
+                self._synchronize()
+            pipeprof.step(
+                self.step,
+                epoch=self.epoch,
+                images=_batch_size(batch),
+                loss=self._loss,
+                correct=self._correct,
+            )
+            self.step += 1
+
+
+def profile(loader, device=None, non_blocking=False, sync=False, start_step=0):
+    """Wraps ``loader`` (a ``torch.utils.data.DataLoader`` or any iterable of batches)."""
+    return ProfiledLoader(loader, device=device, non_blocking=non_blocking, sync=sync, start_step=start_step)

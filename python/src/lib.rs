@@ -1,0 +1,473 @@
+//! `pipeprof._native`: the probes crate seen from Python.
+//!
+//! Everything that measures, batches, encodes and serves is the probes crate: Python spans
+//! are real `tracing` spans timed by [`probes::ProbeLayer`] (thread CPU time included), the
+//! server is [`probes::attach`], and a worker process sends through
+//! [`probes::attach::producer`]. This file only holds the process-wide state and the
+//! Python-facing types; `pipeprof/__init__.py` adds the Pythonic surface (fork hooks,
+//! decorators, exit handlers).
+//!
+//! The layer is wrapped in a `reload` layer because a forked worker inherits the parent's
+//! global subscriber (it cannot be installed twice) but must send to its own producer.
+//!
+//! Span and step calls keep the GIL: each is a few hundred nanoseconds, less than releasing
+//! and retaking it, and holding it means no span callback is ever in flight while Python
+//! forks (fork runs with the GIL held), so a child never inherits a half-taken lock.
+
+use probes::attach::{self, producer, wire, Options, Session};
+use probes::sampler::SamplerConfig;
+use probes::{clock, Event, Probe, ProbeLayer, Stage, StepRecord};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::cell::Cell;
+use std::sync::Mutex;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::{reload, Registry};
+
+type LayerHandle = reload::Handle<ProbeLayer, Registry>;
+
+/// What this process is to pipeprof.
+enum Role {
+    /// Not initialised: spans are created but go nowhere.
+    Off,
+    /// The profiled program: serves `pipeprof attach`.
+    Parent(Session),
+    /// A worker process: sends to its parent's server.
+    Worker(producer::Producer),
+}
+
+struct State {
+    role: Role,
+    layer: Option<LayerHandle>,
+    probe: Option<Probe>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State { role: Role::Off, layer: None, probe: None });
+
+thread_local! {
+    /// Whether this thread has given the Layer its Python name.
+    static NAMED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn state() -> PyResult<std::sync::MutexGuard<'static, State>> {
+    STATE.lock().map_err(|_| PyRuntimeError::new_err("pipeprof: internal state poisoned by an earlier panic"))
+}
+
+/// Points the Layer at `probe`, installing the global subscriber the first time.
+fn route_to(st: &mut State, probe: Probe) -> PyResult<()> {
+    match &st.layer {
+        Some(handle) => handle
+            .modify(|l| {
+                // The old layer's probe may be a forked parent's: never dropped here (see
+                // `probes::layer::forget_inherited_after_fork`).
+                std::mem::forget(std::mem::replace(l, ProbeLayer::new(probe.clone())));
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("pipeprof: cannot switch the span layer: {e}")))?,
+        None => {
+            let (layer, handle) = reload::Layer::new(ProbeLayer::new(probe.clone()));
+            let sub = tracing_subscriber::registry().with(layer);
+            tracing::subscriber::set_global_default(sub).map_err(|_| {
+                PyRuntimeError::new_err(
+                    "pipeprof: another Rust extension in this process installed a global tracing subscriber; \
+                     pipeprof cannot time spans next to it",
+                )
+            })?;
+            st.layer = Some(handle);
+        }
+    }
+    if let Some(old) = st.probe.replace(probe) {
+        std::mem::forget(old);
+    }
+    Ok(())
+}
+
+/// Starts the attach server in this process; returns the address `pipeprof attach` uses.
+#[pyfunction]
+#[pyo3(signature = (program, settings_json, listen=None, sample=true, hz=5.0, capacity=probes::DEFAULT_CAPACITY))]
+fn init(
+    py: Python<'_>,
+    program: &str,
+    settings_json: &str,
+    listen: Option<String>,
+    sample: bool,
+    hz: f64,
+    capacity: usize,
+) -> PyResult<String> {
+    let settings: serde_json::Value = serde_json::from_str(settings_json)
+        .map_err(|e| PyValueError::new_err(format!("pipeprof.init: settings are not JSON: {e}")))?;
+    let mut st = state()?;
+    match &st.role {
+        Role::Parent(s) => return Ok(s.address().to_string()),
+        Role::Worker(_) => {
+            return Err(PyRuntimeError::new_err(
+                "pipeprof.init: this process is a worker of an instrumented run; its spans already go to the parent",
+            ))
+        }
+        Role::Off => {}
+    }
+    let (probe, rx) = Probe::new(capacity.max(1));
+    route_to(&mut st, probe.clone())?;
+    let mut opts = Options::new(program);
+    opts.settings = settings;
+    if listen.is_some() {
+        opts.listen = listen;
+    }
+    opts.sampler = sample.then(|| SamplerConfig { hz, ..SamplerConfig::default() });
+    let session = py
+        .detach(move || attach::start(opts, probe, rx))
+        .map_err(|e| PyRuntimeError::new_err(format!("pipeprof.init: {e}")))?;
+    let address = session.address().to_string();
+    st.role = Role::Parent(session);
+    Ok(address)
+}
+
+/// In a worker process (right after fork, or at start in a spawned one): send this
+/// process's spans to the server at `address`. Whatever was inherited from a forked parent
+/// is forgotten, never shut down: its threads do not exist in the child.
+#[pyfunction]
+#[pyo3(signature = (address, program, capacity=probes::DEFAULT_CAPACITY))]
+fn connect_worker(py: Python<'_>, address: String, program: String, capacity: usize) -> PyResult<()> {
+    let mut st = state()?;
+    match std::mem::replace(&mut st.role, Role::Off) {
+        Role::Parent(s) => std::mem::forget(s),
+        Role::Worker(p) => std::mem::forget(p),
+        Role::Off => {}
+    }
+    probes::layer::forget_inherited_after_fork();
+    NAMED.with(|n| n.set(false));
+    let hello = wire::Hello {
+        version: wire::VERSION,
+        pid: std::process::id(),
+        program,
+        settings: serde_json::Value::Null,
+        threads: Vec::new(),
+    };
+    let prod = match py.detach(move || producer::connect(&address, hello, capacity)) {
+        Ok(p) => p,
+        Err(e) => {
+            // Spans made from now on are dropped at once instead of filling the parent's
+            // channel, which nobody reads in this process.
+            let (nowhere, _) = Probe::new(1);
+            route_to(&mut st, nowhere)?;
+            return Err(PyRuntimeError::new_err(format!("pipeprof worker: {e}")));
+        }
+    };
+    route_to(&mut st, prod.probe())?;
+    st.role = Role::Worker(prod);
+    Ok(())
+}
+
+/// Ends this process's part: a parent tells every viewer the run ended; a worker sends what
+/// it buffered and says it is done. Safe to call twice.
+///
+/// A parent first gives connected workers up to `workers_timeout` seconds to finish
+/// sending (a worker that exited a moment ago may still have spans in flight); one that
+/// is alive and silent, or stopped, costs at most that, never a hang.
+#[pyfunction]
+#[pyo3(signature = (workers_timeout=1.0))]
+fn finish(py: Python<'_>, workers_timeout: f64) -> PyResult<()> {
+    let role = std::mem::replace(&mut state()?.role, Role::Off);
+    probes::flush_thread();
+    py.detach(move || match role {
+        Role::Parent(s) => {
+            let t = if workers_timeout.is_finite() { workers_timeout.clamp(0.0, 3600.0) } else { 0.0 };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(t);
+            while s.producers() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            s.finish()
+        }
+        Role::Worker(p) => p.finish(),
+        Role::Off => {}
+    });
+    Ok(())
+}
+
+/// "parent", "worker" or "off".
+#[pyfunction]
+fn role() -> PyResult<&'static str> {
+    Ok(match state()?.role {
+        Role::Off => "off",
+        Role::Parent(_) => "parent",
+        Role::Worker(_) => "worker",
+    })
+}
+
+/// The attach address (parent only).
+#[pyfunction]
+fn address() -> PyResult<Option<String>> {
+    Ok(match &state()?.role {
+        Role::Parent(s) => Some(s.address().to_string()),
+        _ => None,
+    })
+}
+
+/// Viewers attached now (parent only; 0 elsewhere).
+#[pyfunction]
+fn clients() -> PyResult<usize> {
+    Ok(match &state()?.role {
+        Role::Parent(s) => s.clients(),
+        _ => 0,
+    })
+}
+
+/// Waits (without the GIL) until `n` viewers are attached or `timeout` seconds pass;
+/// returns whether they are. Parent only.
+#[pyfunction]
+#[pyo3(signature = (n=1, timeout=None))]
+fn wait_for_clients(py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<bool> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + std::time::Duration::from_secs_f64(t.max(0.0)));
+    loop {
+        let enough = match &state()?.role {
+            Role::Parent(s) => s.clients() >= n,
+            _ => return Err(PyRuntimeError::new_err("pipeprof.wait_for_clients: call pipeprof.init() first")),
+        };
+        if enough {
+            return Ok(true);
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Ok(false);
+        }
+        py.check_signals()?;
+        py.detach(|| std::thread::sleep(std::time::Duration::from_millis(5)));
+    }
+}
+
+/// Worker processes connected now (parent only; 0 elsewhere).
+#[pyfunction]
+fn workers() -> PyResult<usize> {
+    Ok(match &state()?.role {
+        Role::Parent(s) => s.producers(),
+        _ => 0,
+    })
+}
+
+/// Events dropped so far because the channel was full.
+#[pyfunction]
+fn dropped() -> PyResult<u64> {
+    Ok(state()?.probe.as_ref().map_or(0, Probe::dropped))
+}
+
+/// Sends the calling thread's batched spans now.
+#[pyfunction]
+fn flush() {
+    probes::flush_thread();
+}
+
+/// Monotonic nanoseconds, the clock every event uses.
+#[pyfunction]
+fn now_ns() -> u64 {
+    clock::now_ns()
+}
+
+/// Names the calling thread in every view.
+#[pyfunction]
+fn name_thread(name: &str) {
+    probes::layer::name_thread(name);
+    NAMED.with(|n| n.set(true));
+}
+
+/// Reports one finished training step.
+#[pyfunction]
+#[pyo3(signature = (step, epoch=0, images=0, loss=0.0, correct=0, queued=0, validation=false, end_ns=None))]
+#[allow(clippy::too_many_arguments)]
+fn step(
+    step: u64,
+    epoch: u32,
+    images: u32,
+    loss: f64,
+    correct: u32,
+    queued: u32,
+    validation: bool,
+    end_ns: Option<u64>,
+) -> PyResult<()> {
+    // The wire carries steps as JSON, where a NaN or infinite loss would not decode: a
+    // diverged run still reports its steps, with the largest finite loss.
+    let loss = if loss.is_finite() { loss as f32 } else { f32::MAX };
+    let rec = StepRecord {
+        step,
+        epoch,
+        images,
+        loss,
+        correct,
+        end_ns: end_ns.unwrap_or_else(clock::now_ns),
+        queued,
+        validation,
+    };
+    if let Some(p) = &state()?.probe {
+        p.send(Event::Step(rec));
+    }
+    Ok(())
+}
+
+/// The stage names a span may have.
+#[pyfunction]
+fn stages() -> Vec<&'static str> {
+    Stage::ALL.iter().map(|s| s.name()).collect()
+}
+
+macro_rules! stage_span {
+    ($name:literal, $f:expr) => {
+        tracing::info_span!($name, step = $f.step, sample = $f.sample, bytes = $f.bytes)
+    };
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    step: Option<u64>,
+    sample: Option<u64>,
+    bytes: Option<u64>,
+}
+
+/// A real tracing span, one call site per stage (tracing needs static names).
+fn new_span(stage: Stage, f: Fields) -> tracing::Span {
+    match stage {
+        Stage::Read => stage_span!("read", f),
+        Stage::Decode => stage_span!("decode", f),
+        Stage::Resize => stage_span!("resize", f),
+        Stage::Augment => stage_span!("augment", f),
+        Stage::Wait => stage_span!("wait", f),
+        Stage::Transfer => stage_span!("transfer", f),
+        Stage::Compute => stage_span!("compute", f),
+        Stage::Forward => stage_span!("forward", f),
+        Stage::Backward => stage_span!("backward", f),
+        Stage::Optimizer => stage_span!("optimizer", f),
+        Stage::Validate => stage_span!("validate", f),
+    }
+}
+
+/// Gives the calling thread its Python name (once per thread): Python threads are not
+/// started by Rust, so the Layer would only know them as `thread-N`.
+fn name_this_thread(py: Python<'_>) {
+    if NAMED.with(|n| n.replace(true)) {
+        return;
+    }
+    let name = py
+        .import("pipeprof")
+        .and_then(|m| m.getattr("_thread_name"))
+        .and_then(|f| f.call0())
+        .and_then(|n| n.extract::<String>());
+    if let Ok(n) = name {
+        probes::layer::name_thread(&n);
+    }
+}
+
+/// A timed stage: `with pipeprof.span("decode", sample=i): ...`, or as a decorator.
+#[pyclass(module = "pipeprof._native")]
+struct Span {
+    stage: Stage,
+    fields: Fields,
+    open: Option<tracing::Span>,
+}
+
+#[pymethods]
+impl Span {
+    #[new]
+    #[pyo3(signature = (stage, *, step=None, sample=None, bytes=None))]
+    fn new(stage: &str, step: Option<u64>, sample: Option<u64>, bytes: Option<u64>) -> PyResult<Self> {
+        let stage = Stage::from_name(stage).ok_or_else(|| {
+            let names: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+            PyValueError::new_err(format!("pipeprof.span: unknown stage {stage:?}; stages are {}", names.join(", ")))
+        })?;
+        Ok(Span { stage, fields: Fields { step, sample, bytes }, open: None })
+    }
+
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        if slf.open.is_some() {
+            return Err(PyRuntimeError::new_err("pipeprof.span: this span is already open; make a new one"));
+        }
+        name_this_thread(slf.py());
+        let span = new_span(slf.stage, slf.fields);
+        span.with_subscriber(|(id, d)| d.enter(id));
+        slf.open = Some(span);
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
+        if let Some(span) = self.open.take() {
+            span.with_subscriber(|(id, d)| d.exit(id));
+        }
+        false
+    }
+
+    /// As a decorator: every call of the function is one span of this stage.
+    fn __call__(slf: &Bound<'_, Self>, func: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        Ok(py.import("pipeprof")?.getattr("_decorate")?.call1((slf, func))?.unbind())
+    }
+
+    /// The stage name.
+    #[getter]
+    fn stage(&self) -> &'static str {
+        self.stage.name()
+    }
+
+    #[getter]
+    fn step(&self) -> Option<u64> {
+        self.fields.step
+    }
+
+    #[getter]
+    fn sample(&self) -> Option<u64> {
+        self.fields.sample
+    }
+
+    #[getter]
+    fn bytes(&self) -> Option<u64> {
+        self.fields.bytes
+    }
+
+    fn __repr__(&self) -> String {
+        format!("pipeprof.span({:?}, step={:?}, sample={:?})", self.stage.name(), self.fields.step, self.fields.sample)
+    }
+}
+
+/// Sends its thread's batched spans when it is freed. One lives in a `threading.local` per
+/// Python thread: CPython frees it while clearing the ending thread's state, before
+/// `Thread.join()` returns, whereas Rust's thread-local destructors (the Layer's own flush)
+/// run only after that, when the OS thread exits, and could lose the last batch to a
+/// `finish()` that came first.
+#[pyclass(module = "pipeprof._native")]
+struct ThreadFlusher;
+
+#[pymethods]
+impl ThreadFlusher {
+    #[new]
+    fn new() -> Self {
+        ThreadFlusher
+    }
+}
+
+impl Drop for ThreadFlusher {
+    fn drop(&mut self) {
+        probes::flush_thread();
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Span>()?;
+    m.add_class::<ThreadFlusher>()?;
+    for f in [
+        wrap_pyfunction!(init, m)?,
+        wrap_pyfunction!(connect_worker, m)?,
+        wrap_pyfunction!(finish, m)?,
+        wrap_pyfunction!(role, m)?,
+        wrap_pyfunction!(address, m)?,
+        wrap_pyfunction!(clients, m)?,
+        wrap_pyfunction!(workers, m)?,
+        wrap_pyfunction!(wait_for_clients, m)?,
+        wrap_pyfunction!(dropped, m)?,
+        wrap_pyfunction!(flush, m)?,
+        wrap_pyfunction!(now_ns, m)?,
+        wrap_pyfunction!(name_thread, m)?,
+        wrap_pyfunction!(step, m)?,
+        wrap_pyfunction!(stages, m)?,
+    ] {
+        m.add_function(f)?;
+    }
+    m.add("PROTOCOL_VERSION", wire::VERSION)?;
+    Ok(())
+}

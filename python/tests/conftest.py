@@ -1,0 +1,97 @@
+"""Helpers: run a scenario script in its own process (init is once per process) and watch
+it with the real `pipeprof attach` binary."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# A hang guard, not a timing: a scenario that has not ended by then is stuck.
+HANG_S = 120
+
+
+def pipeprof_bin():
+    p = Path(os.environ.get("PIPEPROF_BIN", REPO / "target" / "release" / "pipeprof"))
+    if not p.exists():
+        pytest.fail(f"{p} missing: build it with `cargo build --release` (scripts/test.sh does), or set PIPEPROF_BIN")
+    return str(p)
+
+
+class Run:
+    """A scenario process and the runtime folder it serves from."""
+
+    def __init__(self, tmp_path, code, args=()):
+        self.tmp = tmp_path
+        runtime = tmp_path / "run"
+        runtime.mkdir(mode=0o700)
+        self.env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")
+        for k in ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_LISTEN"):
+            self.env.pop(k, None)
+        script = tmp_path / "scenario.py"
+        script.write_text(textwrap.dedent(code))
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.env,
+            text=True,
+            cwd=tmp_path,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("attach: "):
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"the scenario did not print its address first: {line!r}\n{out}\n{err}")
+        self.address = line.strip().removeprefix("attach: ")
+
+    def attach(self, *args):
+        """`pipeprof attach ADDR --once --summary FILE ARGS`: (summary dict, stdout, stderr)."""
+        out_json = self.tmp / "summary.json"
+        cmd = [pipeprof_bin(), "attach", self.address, "--once", "--summary", str(out_json), *args]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail("pipeprof attach did not end: the run never said it ended")
+        assert p.returncode == 0, p.stderr
+        return json.loads(out_json.read_text()), p.stdout, p.stderr
+
+    def wait(self):
+        """The scenario's exit: (returncode, stdout after the address line, stderr)."""
+        try:
+            out, err = self.proc.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"the scenario hung:\n{out}\n{err}")
+        return self.proc.returncode, out, err
+
+
+def stage(summary, name):
+    """A stage's entry in the summary JSON ({} when it never ran)."""
+    return next((s for s in summary["stages"] if s["stage"] == name), {})
+
+
+def count(summary, name):
+    return stage(summary, name).get("count", 0)
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    runs = []
+
+    def start(code, args=()):
+        r = Run(tmp_path, code, args)
+        runs.append(r)
+        return r
+
+    yield start
+    for r in runs:
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.communicate()

@@ -1,0 +1,119 @@
+"""The PyTorch DataLoader wrapper and the Keras callback, driven by stand-ins for torch and
+keras (neither is a dependency): their stages and steps arrive through attach."""
+
+import json
+
+from conftest import count
+
+TORCH = """
+    import json, sys, types
+    import pipeprof, pipeprof.torch
+
+    syncs = []
+    fake_torch = types.ModuleType("torch")
+    fake_torch.cuda = types.SimpleNamespace(synchronize=lambda: syncs.append(1))
+    sys.modules["torch"] = fake_torch  # what `import torch` finds inside the wrapper
+
+    class Tensor:
+        def __init__(self, shape, device="cpu"):
+            self.shape, self.device = shape, device
+        def to(self, device, non_blocking=False):
+            return Tensor(self.shape, device)
+
+    inits = []
+    class Loader:
+        # What the wrapper uses of a DataLoader: iteration, len, num_workers, worker_init_fn.
+        num_workers = 2
+        def __init__(self):
+            self.worker_init_fn = inits.append
+        def __iter__(self):
+            return iter([(Tensor((4, 3, 8, 8)), Tensor((4,))) for _ in range(5)])
+        def __len__(self):
+            return 5
+
+    addr = pipeprof.init(program="pytest-torch", settings={"batch_size": 4}, sample=False)
+    print("attach:", addr, flush=True)
+    pipeprof.wait_for_clients(1)
+    loader = pipeprof.torch.profile(Loader(), device="cuda:0", sync=True)
+    devices = []
+    for epoch in range(2):
+        for xs, ys in loader:
+            devices.append((xs.device, ys.device))
+            loader.report(loss=0.5, correct=3)
+    loader.loader.worker_init_fn(3)      # what a worker process runs first
+    checks = {
+        "devices": sorted(set(devices)),
+        "syncs": len(syncs),
+        "inner_init_called": inits,
+        "process_name": pipeprof._process_name,
+        "len": len(loader),
+    }
+    pipeprof.finish()
+    print(json.dumps(checks), flush=True)
+"""
+
+
+def test_dataloader_wrapper_times_wait_transfer_compute_and_reports_steps(scenario):
+    run = scenario(TORCH)
+    s, out, err = run.attach()
+    assert s["steps"] == 10 and s["images"] == 40, s
+    # One wait per batch plus the one that found each epoch's end.
+    assert count(s, "wait") == 12 and count(s, "transfer") == 10 and count(s, "compute") == 10
+    assert [e["epoch"] for e in s["epochs"]] == [1, 2]
+    assert s["last_loss"] == 0.5 and s["epochs"][0]["accuracy"] == 0.75
+    code, out, err = run.wait()
+    assert code == 0, err
+    checks = json.loads(out.strip().splitlines()[-1])
+    assert checks["devices"] == [["cuda:0", "cuda:0"]]
+    assert checks["syncs"] == 20, "after each transfer and each step's compute"
+    assert checks["inner_init_called"] == [3] and checks["process_name"] == "loader-3"
+    assert checks["len"] == 5
+
+
+KERAS = """
+    import json, sys, types
+    import pipeprof, pipeprof.keras
+
+    class Callback:
+        # keras.callbacks.Callback's surface that fit() relies on.
+        def __init__(self):
+            self.model = None
+            self.params = {}
+        def on_epoch_begin(self, epoch, logs=None): pass
+        def on_train_batch_begin(self, batch, logs=None): pass
+        def on_train_batch_end(self, batch, logs=None): pass
+        def on_epoch_end(self, epoch, logs=None): pass
+        def on_train_end(self, logs=None): pass
+
+    fake = types.ModuleType("keras")
+    fake.callbacks = types.SimpleNamespace(Callback=Callback)
+    sys.modules["keras"] = fake
+
+    addr = pipeprof.init(program="pytest-keras", settings={"batch_size": 8}, sample=False)
+    print("attach:", addr, flush=True)
+    pipeprof.wait_for_clients(1)
+    cb = pipeprof.keras.callback(batch_size=8)
+    # The order model.fit calls them in, two epochs of three batches.
+    for epoch in range(2):
+        cb.on_epoch_begin(epoch)
+        for b in range(3):
+            cb.on_train_batch_begin(b)
+            cb.on_train_batch_end(b, {"loss": 1.0 - 0.1 * b, "accuracy": 0.25})
+        cb.on_epoch_end(epoch, {"loss": 0.8})
+    cb.on_train_end()
+    print(json.dumps({"is_callback": isinstance(cb, Callback), "model": cb.model}), flush=True)
+    pipeprof.finish()
+"""
+
+
+def test_keras_callback_times_wait_and_compute_and_reports_steps(scenario):
+    run = scenario(KERAS)
+    s, out, err = run.attach()
+    assert s["steps"] == 6 and s["images"] == 48, s
+    # Before each batch, plus the wait opened after each epoch's last batch.
+    assert count(s, "compute") == 6 and count(s, "wait") == 8, s["stages"]
+    assert [e["epoch"] for e in s["epochs"]] == [1, 2]
+    assert abs(s["last_loss"] - 0.8) < 1e-6 and s["epochs"][0]["accuracy"] == 0.25
+    code, out, err = run.wait()
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"is_callback": True, "model": None}
