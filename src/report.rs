@@ -361,14 +361,18 @@ mod tests {
             loader_threads: vec![t("loader-1 (pid 42)", 300.0, Some(0.12)), t("loader-0 (pid 41)", 120.0, Some(0.95))],
             ..Default::default()
         };
-        let r = render(&s);
+        let r = render(&s, &crate::diagnose::diagnose(&s));
         let line = |name: &str| r.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
         assert!(line("loader-1 (pid 42)").contains("12%"), "{r}");
         assert!(line("loader-0 (pid 41)").contains("95%") && line("loader-0").contains("40 spans"), "{r}");
         for i in 0..20 {
             s.loader_threads.push(t(&format!("w{i}"), 1.0, None));
         }
-        assert!(render(&s).contains("… and 10 more threads"), "{}", render(&s));
+        assert!(
+            render(&s, &crate::diagnose::diagnose(&s)).contains("… and 10 more threads"),
+            "{}",
+            render(&s, &crate::diagnose::diagnose(&s))
+        );
     }
 
     #[test]
