@@ -146,6 +146,9 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
     } else {
         let _ = writeln!(o, "skipped files: 0");
     }
+    if !st.ignored.is_empty() {
+        let _ = writeln!(o, "ignored (not images pipeprof reads): {}", st.ignored);
+    }
     let _ = writeln!(
         o,
         "events: {} received, {} dropped{}",
@@ -444,5 +447,15 @@ mod tests {
         v.evidence.clear();
         v.flags.clear();
         assert_eq!(render_verdict(&v), "verdict: not enough data\n  the headline\n");
+    }
+
+    #[test]
+    fn ignored_files_are_counted_by_extension_only_when_there_are_some() {
+        let mut s = Summary::default();
+        let none = render(&s, &crate::diagnose::diagnose(&s));
+        assert!(!none.contains("ignored"), "{none}");
+        s.settings.ignored = "3 .txt, 1 .heic".into();
+        let some = render(&s, &crate::diagnose::diagnose(&s));
+        assert!(some.contains("ignored (not images pipeprof reads): 3 .txt, 1 .heic"), "{some}");
     }
 }

@@ -52,6 +52,7 @@ fn settings() -> RunSettings {
         params: 406_820,
         simulated: Vec::new(),
         auto_workers: Vec::new(),
+        ..RunSettings::default()
     }
 }
 

@@ -76,6 +76,10 @@ pub struct RunSettings {
     pub simulated: Vec<String>,
     /// How `--workers auto` chose the worker count, step by step (empty for a fixed count).
     pub auto_workers: Vec<String>,
+    /// Files in class folders that are not images pipeprof reads, by extension ("3 .txt,
+    /// 1 .heic"); empty when there were none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub ignored: String,
 }
 
 struct StageAgg {

@@ -17,6 +17,8 @@ pub struct Prepared {
     /// The training samples (the folder less its validation share, or the cache).
     pub train: DataSource,
     pub val: Option<Dataset>,
+    /// Files in class folders that are not images, by extension ("3 .txt, 1 .heic").
+    pub ignored: Option<String>,
 }
 
 /// `--data`, or the demo set (written on first use).
@@ -39,8 +41,13 @@ fn data_dir(opts: &Options) -> anyhow::Result<PathBuf> {
 pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::Result<Prepared> {
     let dir = data_dir(opts)?;
     let src = DataSource::open(&dir)?;
+    let mut ignored = None;
     let (train, val) = match src {
         DataSource::Folder(f) => {
+            ignored = f.ignored_summary();
+            if let Some(i) = &ignored {
+                crate::progress::warn(&format!("ignored in class folders (not images pipeprof reads): {i}"));
+            }
             for p in &f.problems {
                 crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
             }
@@ -73,7 +80,7 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
             (DataSource::Packed(p), None)
         }
     };
-    Ok(Prepared { dir, train, val })
+    Ok(Prepared { dir, train, val, ignored })
 }
 
 /// The training set and the validation set, if any: `--val-data` (same classes required), or
@@ -136,5 +143,6 @@ pub fn settings(
         params,
         simulated: opts.simulated(),
         auto_workers: Vec::new(),
+        ignored: data.ignored.clone().unwrap_or_default(),
     }
 }
