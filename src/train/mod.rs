@@ -67,6 +67,52 @@ impl Opt {
     }
 }
 
+/// Where the loop waits for the device. CUDA returns from a kernel launch at once, so without a
+/// wait a span measures only the launches and the next span absorbs the device time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSync {
+    /// At the end of transfer, forward, backward and optimizer: each span is device time.
+    Phase,
+    /// Only where the step reads its loss back: compute is right as a whole, its parts are not,
+    /// and the CPU may queue the next phase's kernels while the device works (the cost of
+    /// `Phase` is the difference between the two).
+    Step,
+}
+
+impl GpuSync {
+    /// `PIPEPROF_GPU_SYNC=phase|step` (default phase); an environment variable so that a
+    /// measurement of its cost needs no new command-line flag.
+    pub fn from_env() -> anyhow::Result<GpuSync> {
+        match std::env::var("PIPEPROF_GPU_SYNC") {
+            Err(std::env::VarError::NotPresent) => Ok(GpuSync::Phase),
+            Ok(v) => GpuSync::parse(&v),
+            Err(e) => anyhow::bail!("PIPEPROF_GPU_SYNC: {e}; use phase or step"),
+        }
+    }
+
+    fn parse(s: &str) -> anyhow::Result<GpuSync> {
+        match s.trim() {
+            "" | "phase" => Ok(GpuSync::Phase),
+            "step" => Ok(GpuSync::Step),
+            other => anyhow::bail!("PIPEPROF_GPU_SYNC={other:?}: use phase or step"),
+        }
+    }
+}
+
+/// Ends a phase: on CUDA with [`GpuSync::Phase`], waits until the device has run everything
+/// queued so far. On the CPU backend the work is already done and this costs one comparison.
+fn phase_done(dev: &Device, sync: GpuSync) -> candle_core::Result<()> {
+    if sync == GpuSync::Phase && dev.is_cuda() {
+        dev.synchronize()?;
+    }
+    Ok(())
+}
+
+/// Bytes a batch moves to the device: f32 pixels and u32 labels.
+fn batch_bytes(pixels: usize, labels: usize) -> u64 {
+    (pixels * std::mem::size_of::<f32>() + labels * std::mem::size_of::<u32>()) as u64
+}
+
 /// Testing and simulation hooks of the loop.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
@@ -155,6 +201,7 @@ pub fn train(
     let mut out = TrainOutcome::default();
     let mut k = 0u64;
     let mut auto = hooks.auto_workers.clone();
+    let sync = GpuSync::from_env()?;
     loop {
         let step_start = std::time::Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -182,9 +229,13 @@ pub fn train(
         }
         let n = batch.len();
         let (xs, ys) = {
-            let _g = info_span!("transfer", step = batch.step, bytes = (batch.pixels.len() * 4) as u64).entered();
+            // `bytes` over the span's duration is the achieved host→device bandwidth.
+            let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
+            let _g = info_span!("transfer", step = batch.step, bytes).entered();
             let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
             let ys = Tensor::from_vec(batch.labels, n, dev)?;
+            // From pageable memory the copy may still be in flight when from_vec returns:
+            // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
             dev.synchronize()?;
             if let Some(s) = &slow_transfer {
                 s.apply();
@@ -200,15 +251,19 @@ pub fn train(
                 let _g = info_span!("forward", step = batch.step).entered();
                 let logits = model.forward(&xs, true)?;
                 let loss = candle_nn::loss::cross_entropy(&logits, &ys)?;
+                phase_done(dev, sync)?;
                 (logits, loss)
             };
             let grads = {
                 let _g = info_span!("backward", step = batch.step).entered();
-                loss.backward()?
+                let grads = loss.backward()?;
+                phase_done(dev, sync)?;
+                grads
             };
             {
                 let _g = info_span!("optimizer", step = batch.step).entered();
                 opt.step(&grads)?;
+                phase_done(dev, sync)?;
             }
             // Reading the values back waits for the device: the span covers the real work.
             let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
@@ -313,6 +368,22 @@ mod tests {
         // Kaiming: std ≈ sqrt(2 / (3·3·3)) ≈ 0.27 for the first conv.
         let std = (a.iter().map(|v| v * v).sum::<f32>() / a.len() as f32).sqrt();
         assert!((0.2..0.35).contains(&std), "{std}");
+    }
+
+    #[test]
+    fn gpu_sync_parses_phase_and_step_and_rejects_the_rest() {
+        assert_eq!(GpuSync::parse("").unwrap(), GpuSync::Phase);
+        assert_eq!(GpuSync::parse("phase").unwrap(), GpuSync::Phase);
+        assert_eq!(GpuSync::parse(" step ").unwrap(), GpuSync::Step);
+        let e = GpuSync::parse("kernel").unwrap_err().to_string();
+        assert!(e.contains("PIPEPROF_GPU_SYNC") && e.contains("phase or step"), "{e}");
+    }
+
+    #[test]
+    fn batch_bytes_count_f32_pixels_and_u32_labels() {
+        // 32 images of 3×150×150 and their labels.
+        assert_eq!(batch_bytes(32 * 3 * 150 * 150, 32), 32 * 3 * 150 * 150 * 4 + 32 * 4);
+        assert_eq!(batch_bytes(0, 0), 0);
     }
 
     #[test]
