@@ -108,6 +108,94 @@ fn phase_done(dev: &Device, sync: GpuSync) -> candle_core::Result<()> {
     Ok(())
 }
 
+/// How a batch's pixels reach the device: `Tensor::from_vec`, which copies from pageable memory
+/// (the driver stages it through a pinned buffer of its own), or, with `PIPEPROF_PINNED=1` on
+/// CUDA, through one page-locked buffer of ours, reused while batches keep their size. Both are
+/// here so that the GPU check can measure which is faster; pageable is the default.
+struct Upload {
+    #[cfg(feature = "cuda")]
+    staging: Option<pinned::Staging>,
+}
+
+impl Upload {
+    fn new(dev: &Device) -> anyhow::Result<Upload> {
+        let pinned = Upload::parse_pinned(std::env::var("PIPEPROF_PINNED"))?;
+        // Only CUDA has page-locked host memory; elsewhere the setting changes nothing.
+        #[cfg(not(feature = "cuda"))]
+        let _ = (pinned, dev);
+        Ok(Upload {
+            #[cfg(feature = "cuda")]
+            staging: (pinned && dev.is_cuda()).then(pinned::Staging::default),
+        })
+    }
+
+    fn parse_pinned(v: Result<String, std::env::VarError>) -> anyhow::Result<bool> {
+        match v {
+            Err(std::env::VarError::NotPresent) => Ok(false),
+            Ok(v) if v.trim() == "1" => Ok(true),
+            Ok(v) if v.trim() == "0" || v.trim().is_empty() => Ok(false),
+            Ok(v) => anyhow::bail!("PIPEPROF_PINNED={v:?}: use 1 (pinned) or 0 (pageable)"),
+            Err(e) => anyhow::bail!("PIPEPROF_PINNED: {e}; use 1 or 0"),
+        }
+    }
+
+    fn pixels(
+        &mut self,
+        pixels: Vec<f32>,
+        shape: (usize, usize, usize, usize),
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let (Some(staging), Device::Cuda(cuda)) = (self.staging.as_mut(), dev) {
+            return staging.upload(cuda, &pixels, shape);
+        }
+        Tensor::from_vec(pixels, shape, dev)
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod pinned {
+    use candle_core::cuda::cudarc::driver::PinnedHostSlice;
+    use candle_core::cuda::{CudaDevice, CudaStorage, WrapErr};
+    use candle_core::op::BackpropOp;
+    use candle_core::{Shape, Storage, Tensor};
+
+    /// One page-locked buffer (allocating one costs milliseconds: not per batch).
+    #[derive(Default)]
+    pub struct Staging {
+        buf: Option<PinnedHostSlice<f32>>,
+    }
+
+    impl Staging {
+        /// Copies `data` into the pinned buffer, then to a new device buffer of `shape`.
+        pub fn upload(
+            &mut self,
+            dev: &CudaDevice,
+            data: &[f32],
+            shape: impl Into<Shape>,
+        ) -> candle_core::Result<Tensor> {
+            let stream = dev.cuda_stream();
+            let buf = match &mut self.buf {
+                Some(b) if b.len() == data.len() => b,
+                slot => {
+                    // Free the old buffer before taking a new one.
+                    *slot = None;
+                    // SAFETY: every element is written below before the device reads any.
+                    let b = unsafe { stream.context().alloc_pinned::<f32>(data.len()) }.w()?;
+                    slot.insert(b)
+                }
+            };
+            // Waits for the previous copy out of this buffer to finish before overwriting it.
+            buf.as_mut_slice().w()?.copy_from_slice(data);
+            // SAFETY: the copy below overwrites every element.
+            let mut dst = unsafe { stream.alloc::<f32>(data.len()) }.w()?;
+            stream.memcpy_htod(&*buf, &mut dst).w()?;
+            let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
+            Ok(Tensor::from_storage(storage, shape, BackpropOp::none(), false))
+        }
+    }
+}
+
 /// Bytes a batch moves to the device: f32 pixels and u32 labels.
 fn batch_bytes(pixels: usize, labels: usize) -> u64 {
     (pixels * std::mem::size_of::<f32>() + labels * std::mem::size_of::<u32>()) as u64
@@ -202,6 +290,7 @@ pub fn train(
     let mut k = 0u64;
     let mut auto = hooks.auto_workers.clone();
     let sync = GpuSync::from_env()?;
+    let mut upload = Upload::new(dev)?;
     loop {
         let step_start = std::time::Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -232,7 +321,7 @@ pub fn train(
             // `bytes` over the span's duration is the achieved host→device bandwidth.
             let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
             let _g = info_span!("transfer", step = batch.step, bytes).entered();
-            let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
+            let xs = upload.pixels(batch.pixels, (n, c, h, w), dev)?;
             let ys = Tensor::from_vec(batch.labels, n, dev)?;
             // From pageable memory the copy may still be in flight when from_vec returns:
             // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
@@ -377,6 +466,24 @@ mod tests {
         assert_eq!(GpuSync::parse(" step ").unwrap(), GpuSync::Step);
         let e = GpuSync::parse("kernel").unwrap_err().to_string();
         assert!(e.contains("PIPEPROF_GPU_SYNC") && e.contains("phase or step"), "{e}");
+    }
+
+    #[test]
+    fn pinned_setting_is_1_or_0_and_pageable_by_default() {
+        use std::env::VarError;
+        assert!(!Upload::parse_pinned(Err(VarError::NotPresent)).unwrap());
+        assert!(Upload::parse_pinned(Ok("1".into())).unwrap());
+        assert!(!Upload::parse_pinned(Ok("0".into())).unwrap());
+        let e = Upload::parse_pinned(Ok("yes".into())).unwrap_err().to_string();
+        assert!(e.contains("PIPEPROF_PINNED") && e.contains("use 1"), "{e}");
+    }
+
+    #[test]
+    fn pageable_upload_on_the_cpu_keeps_the_pixels_and_shape() {
+        let mut up = Upload::new(&Device::Cpu).unwrap();
+        let xs = up.pixels((0..24).map(|v| v as f32).collect(), (2, 3, 2, 2), &Device::Cpu).unwrap();
+        assert_eq!(xs.dims(), &[2, 3, 2, 2]);
+        assert_eq!(xs.flatten_all().unwrap().to_vec1::<f32>().unwrap()[23], 23.0);
     }
 
     #[test]
