@@ -7,6 +7,7 @@
 #   mlp-*         784-128-10 MLP on 28×28 digits, batch 32, from a packed cache: CPU vs GPU
 #                 (the GPU run with --check-advice), and the GPU run with PIPEPROF_GPU_SYNC=step
 #                 (what waiting for the device after every phase costs)
+#                 ...and the CNN with PIPEPROF_PINNED=1 (page-locked staging vs pageable copies)
 #   decode-*      1024×768 JPEG photos into a small CNN: 1 loader worker, then --workers auto
 #   cnn-large-*   a 42.5 M-parameter CNN at 150×150 (examples/cnn_large.toml): CPU vs GPU
 #   io-throttled  --throttle-read 1MB/s: I/O-bound, GPU idle
@@ -179,6 +180,7 @@ run decode-auto $GPU 90 -- "${SMALL[@]}" --data "$DATA/photos" --workers auto --
 run cnn-large-cpu cpu 120 -- "${LARGE[@]}" --steps "$(pick 8 2)"
 run cnn-large-gpu $GPU 90 -- "${LARGE[@]}" --steps "$(pick 200 2)" --trace "$OUT_DIR/cnn-large-gpu.trace.json" "${T[@]}"
 run cnn-large-gpu-sync-step $GPU 60 PIPEPROF_GPU_SYNC=step -- "${LARGE[@]}" --steps "$(pick 200 2)"
+run cnn-large-gpu-pinned $GPU 60 PIPEPROF_PINNED=1 -- "${LARGE[@]}" --steps "$(pick 200 2)"
 run io-throttled $GPU 60 -- "${SMALL[@]}" --data "$DATA/shapes150" --workers 4 --throttle-read 1MB/s --steps "$(pick 30 6)"
 run gpu-unused cpu 60 -- "${SMALL[@]}" --data "$DATA/shapes150" --workers 4 --steps "$(pick 60 15)"
 say "all runs done in $(($(date +%s) - START))s"
@@ -197,7 +199,7 @@ def name_of(v):
 def pct(x):
     return "-" if x is None else f"{100 * x:.0f}"
 
-rows, notes, ips = [], [], {}
+rows, notes, ips, h2ds, links = [], [], {}, {}, {}
 for line in open(runs):
     name, device, rc, secs, envs = (line.rstrip("\n").split("\t") + [""] * 5)[:5]
     path = os.path.join(out, name + ".summary.json")
@@ -213,7 +215,8 @@ for line in open(runs):
     tr = stages.get("transfer")
     h2d = "-"
     if device != "cpu" and tr and tr.get("total_ms", 0) > 0 and tr.get("bytes", 0) > 0:
-        h2d = f"{tr['bytes'] / (tr['total_ms'] / 1e3) / 1e9:.2f}"
+        h2ds[name] = tr["bytes"] / (tr["total_ms"] / 1e3) / 1e9
+        h2d = f"{h2ds[name]:.2f}"
     m = s.get("machine") or {}
     devs = m.get("devices") or []
     gpu = "-"
@@ -226,7 +229,8 @@ for line in open(runs):
         if d.get("pcie_gen_max"):
             link = f" PCIe gen {d.get('pcie_gen_current_peak')}/{d['pcie_gen_max']} x{d.get('pcie_width_current_peak')}/{d.get('pcie_width_max')}"
             if d.get("pcie_link_max_bytes_per_s"):
-                link += f" = {d['pcie_link_max_bytes_per_s'] / 1e9:.1f} GB/s"
+                links[name] = d["pcie_link_max_bytes_per_s"] / 1e9
+                link += f" = {links[name]:.1f} GB/s"
         notes.append(f"{name}: GPU {d.get('name')}: this process on it {d.get('this_process_on_gpu')}"
                      f" ({d.get('process_match')}), its memory peak "
                      f"{'-' if mem is None else f'{mem / 1e6:.0f} MB'};{link}")
@@ -260,6 +264,10 @@ ratio("cnn-large-gpu", "cnn-large-cpu", "42.5 M CNN, gpu row over cpu row")
 ratio("decode-auto", "decode-1worker", "decode-bound, --workers auto over 1")
 ratio("mlp-gpu", "mlp-gpu-sync-step", "MLP, sync per phase over per step (1 = free)")
 ratio("cnn-large-gpu", "cnn-large-gpu-sync-step", "CNN, sync per phase over per step (1 = free)")
+for n in ("cnn-large-gpu", "cnn-large-gpu-pinned"):
+    if n in h2ds:
+        link = f" of the link's {links[n]:.1f} GB/s" if n in links else ""
+        print(f"host→device, {n}: {h2ds[n]:.2f} GB/s{link}")
 print()
 for n in notes:
     print(n)
