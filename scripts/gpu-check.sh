@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue 15: every scenario with one pipeprof binary, in one go, then a table.
 #
-#   scripts/gpu-check.sh [--cpu-only] [--out DIR] [--budget SECONDS] BINARY
+#   scripts/gpu-check.sh [--cpu-only] [--out DIR] [--data-dir DIR] [--budget SECONDS] BINARY
 #
 # Scenarios (data made by the binary's own demo-data):
 #   mlp-*         784-128-10 MLP on 28×28 digits, batch 32, from a packed cache: CPU vs GPU
@@ -16,7 +16,9 @@
 # --cpu-only: the "gpu" rows run on the CPU too, with fewer steps (tests this script without a
 # GPU). --budget: seconds for all runs (default 480, under the GPU machine's 10 minutes per
 # command); each run's time limit is cut to what is left, and runs past it are skipped.
-# DIR defaults to $OUT when set, else ./gpu-check-out. Needs python3 for the table.
+# DIR defaults to $OUT when set, else ./gpu-check-out. The generated images (≈ 40 MB) go to
+# --data-dir (default: a folder under ${TMPDIR:-/tmp}), not DIR, so that DIR stays small enough
+# to come back from the GPU machine. Needs python3 for the table.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +26,7 @@ CPU_ONLY=0
 OUT_DIR=${OUT:-$PWD/gpu-check-out}
 BIN=
 BUDGET=480
+DATA=
 START=$(date +%s)
 
 die() {
@@ -43,13 +46,18 @@ while [[ $# -gt 0 ]]; do
         OUT_DIR=$2
         shift 2
         ;;
+    --data-dir)
+        [[ $# -ge 2 ]] || die "--data-dir needs a folder"
+        DATA=$2
+        shift 2
+        ;;
     --budget)
         [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || die "--budget needs a number of seconds"
         BUDGET=$2
         shift 2
         ;;
     -h | --help)
-        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     -*) die "unknown option '$1' (see --help)" ;;
@@ -60,13 +68,15 @@ while [[ $# -gt 0 ]]; do
         ;;
     esac
 done
-[[ -n $BIN ]] || die "usage: scripts/gpu-check.sh [--cpu-only] [--out DIR] BINARY"
+[[ -n $BIN ]] || die "usage: scripts/gpu-check.sh [--cpu-only] [--out DIR] [--data-dir DIR] [--budget SECONDS] BINARY"
 [[ -x $BIN ]] || die "'$BIN' is not an executable file"
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 command -v python3 >/dev/null || die "python3 is needed for the table"
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
-DATA=$OUT_DIR/data
+if [[ $CPU_ONLY == 1 ]]; then SCALE=4; else SCALE=1; fi
+# The scale is in the name: --cpu-only makes smaller sets, and each set is made once.
+DATA=${DATA:-${TMPDIR:-/tmp}/pipeprof-gpu-check-data-$SCALE}
 mkdir -p "$DATA"
 
 # The CUDA libraries: PyTorch's pip wheels (nvidia/cu13/lib in site-packages) and the toolkit.
@@ -111,7 +121,6 @@ demo() {
     "$BIN" demo-data "$dir" "$@" >/dev/null
     touch "$dir/.done"
 }
-if [[ $CPU_ONLY == 1 ]]; then SCALE=4; else SCALE=1; fi
 # Ten digit classes for 784-128-10 from two demo sets (demo-data draws at most 6 shapes): the
 # second set's folders are renamed, so the same shapes carry other labels. Timing does not care.
 if [[ ! -f $DATA/digits/.done ]]; then
