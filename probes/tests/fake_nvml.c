@@ -15,12 +15,21 @@
  *                             (default 50)
  *   FAKE_NVML_MEM_UTIL=...    memory utilisation %, same rules (default 20)
  *   FAKE_NVML_MEM_TOTAL_MIB=N memory per device (default 16384); used = 1024 MiB * (index + 1)
- *   FAKE_NVML_PID=P           process P has a compute context on device 0 (and only there)
+ *   FAKE_NVML_PID=P[,Q,...]   processes with a compute context on device 0 (and only there)
+ *   FAKE_NVML_PID_MEM_MIB=N   device memory each of them uses (default 512); "na" = NVML's
+ *                             "not available" value (as under MIG or without permission)
+ *   FAKE_NVML_PCIE_GEN_MAX=N  PCIe generation the link can reach (default 4)
+ *   FAKE_NVML_PCIE_GEN_CUR=N  PCIe generation in use now (default 1: an idle GPU saves power)
+ *   FAKE_NVML_PCIE_WIDTH_MAX=N  PCIe lanes the link can use (default 16)
+ *   FAKE_NVML_PCIE_WIDTH_CUR=N  PCIe lanes in use now (default 16)
  *   FAKE_NVML_NO_POWER=1      nvmlDeviceGetPowerUsage returns NVML_ERROR_NOT_SUPPORTED
  *   FAKE_NVML_PCIE_RX_KBS=N   PCIe receive throughput in KB/s (default 1000)
  *   FAKE_NVML_PCIE_TX_KBS=N   PCIe transmit throughput in KB/s (default 500)
  *
  * Devices are named "Fake GPU 0", "Fake GPU 1", ...
+ *
+ * Compiled with -DFAKE_NVML_OLD_DRIVER it leaves out the PCIe link functions and
+ * nvmlDeviceGetComputeRunningProcesses_v3, as a driver older than the bindings would.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +89,9 @@ static unsigned int device_count = 1;
 static unsigned int util_seq[MAX_SEQ], util_len;
 static unsigned int mem_util_seq[MAX_SEQ], mem_util_len;
 static unsigned long long mem_total_mib = 16384;
-static unsigned int fake_pid;
+static unsigned int fake_pids[MAX_SEQ], fake_pid_count;
+static unsigned long long fake_pid_mem;
+static unsigned int pcie_gen_max, pcie_gen_cur, pcie_width_max, pcie_width_cur;
 static int no_power;
 static unsigned int pcie_rx_kbs = 1000, pcie_tx_kbs = 500;
 
@@ -126,7 +137,19 @@ nvmlReturn_t nvmlInit_v2(void) {
     util_len = parse_seq("FAKE_NVML_UTIL", util_seq, 50);
     mem_util_len = parse_seq("FAKE_NVML_MEM_UTIL", mem_util_seq, 20);
     mem_total_mib = env_u64("FAKE_NVML_MEM_TOTAL_MIB", 16384);
-    fake_pid = (unsigned int)env_u64("FAKE_NVML_PID", 0);
+    fake_pid_count = parse_seq("FAKE_NVML_PID", fake_pids, 0);
+    if (fake_pid_count == 1 && fake_pids[0] == 0) fake_pid_count = 0;
+    {
+        const char *m = getenv("FAKE_NVML_PID_MEM_MIB");
+        /* nvml.h's NVML_VALUE_NOT_AVAILABLE for an unsigned long long. */
+        fake_pid_mem = (m != NULL && strcmp(m, "na") == 0)
+                           ? 0xFFFFFFFFFFFFFFFFULL
+                           : env_u64("FAKE_NVML_PID_MEM_MIB", 512) * 1024ULL * 1024ULL;
+    }
+    pcie_gen_max = (unsigned int)env_u64("FAKE_NVML_PCIE_GEN_MAX", 4);
+    pcie_gen_cur = (unsigned int)env_u64("FAKE_NVML_PCIE_GEN_CUR", 1);
+    pcie_width_max = (unsigned int)env_u64("FAKE_NVML_PCIE_WIDTH_MAX", 16);
+    pcie_width_cur = (unsigned int)env_u64("FAKE_NVML_PCIE_WIDTH_CUR", 16);
     no_power = env_u64("FAKE_NVML_NO_POWER", 0) != 0;
     pcie_rx_kbs = (unsigned int)env_u64("FAKE_NVML_PCIE_RX_KBS", 1000);
     pcie_tx_kbs = (unsigned int)env_u64("FAKE_NVML_PCIE_TX_KBS", 500);
@@ -241,21 +264,45 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int 
     return NVML_SUCCESS;
 }
 
+#ifndef FAKE_NVML_OLD_DRIVER
+static nvmlReturn_t link_value(nvmlDevice_t device, unsigned int *out, unsigned int v) {
+    if (!valid(device) || out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = v;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    return link_value(device, gen, pcie_gen_max);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    return link_value(device, gen, pcie_gen_cur);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    return link_value(device, width, pcie_width_max);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    return link_value(device, width, pcie_width_cur);
+}
+
 /* Called first with *count = 0 (and maybe NULL infos) to learn the size, as NVML does. */
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
     if (!valid(device) || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int n = (fake_pid != 0 && device->index == 0) ? 1 : 0;
+    unsigned int n = device->index == 0 ? fake_pid_count : 0;
     if (*count < n || (n > 0 && infos == NULL)) {
         *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     *count = n;
-    if (n == 1) {
-        infos[0].pid = fake_pid;
-        infos[0].usedGpuMemory = 512ULL * 1024ULL * 1024ULL;
-        infos[0].gpuInstanceId = 0xFFFFFFFFu;
-        infos[0].computeInstanceId = 0xFFFFFFFFu;
+    for (unsigned int i = 0; i < n; i++) {
+        infos[i].pid = fake_pids[i];
+        infos[i].usedGpuMemory = fake_pid_mem;
+        infos[i].gpuInstanceId = 0xFFFFFFFFu;
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
     }
     return NVML_SUCCESS;
 }
+#endif

@@ -2,7 +2,7 @@
 //! The GPU sampler through the real nvml-wrapper, against the fake NVML driver in
 //! `fake_nvml.c` (scripted with `FAKE_NVML_*` environment variables).
 
-use probes::sampler::{self, GpuInitError, GpuSample, GpuSampler, GpuStatus, SamplerConfig};
+use probes::sampler::{self, GpuInitError, GpuSample, GpuSampler, GpuStatus, ProcessMatch, SamplerConfig};
 use probes::{Event, Probe};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -21,6 +21,11 @@ const VARS: &[&str] = &[
     "FAKE_NVML_NO_POWER",
     "FAKE_NVML_PCIE_RX_KBS",
     "FAKE_NVML_PCIE_TX_KBS",
+    "FAKE_NVML_PID_MEM_MIB",
+    "FAKE_NVML_PCIE_GEN_MAX",
+    "FAKE_NVML_PCIE_GEN_CUR",
+    "FAKE_NVML_PCIE_WIDTH_MAX",
+    "FAKE_NVML_PCIE_WIDTH_CUR",
 ];
 
 fn fake_lib() -> &'static Path {
@@ -82,6 +87,69 @@ fn this_process_is_seen_only_on_the_device_that_lists_its_pid() {
     let s = open().sample();
     assert_eq!(s.devices[0].this_process_on_gpu, Some(true));
     assert_eq!(s.devices[1].this_process_on_gpu, Some(false));
+}
+
+fn old_driver_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu_sampler");
+        fake_nvml::build_old_driver(&dir).unwrap_or_else(|e| panic!("building the old fake NVML driver: {e}"))
+    })
+}
+
+#[test]
+fn pcie_link_and_this_process_memory_come_from_nvml() {
+    let _g = script(&[
+        ("FAKE_NVML_DEVICES", "2".into()),
+        ("FAKE_NVML_PID", format!("1,{}", std::process::id())),
+        ("FAKE_NVML_PID_MEM_MIB", "300".into()),
+        ("FAKE_NVML_PCIE_GEN_MAX", "5".into()),
+        ("FAKE_NVML_PCIE_GEN_CUR", "4".into()),
+        ("FAKE_NVML_PCIE_WIDTH_MAX", "16".into()),
+        ("FAKE_NVML_PCIE_WIDTH_CUR", "8".into()),
+    ]);
+    let s = open().sample();
+    let d0 = &s.devices[0];
+    assert_eq!((d0.pcie_gen_max, d0.pcie_gen_current), (Some(5), Some(4)));
+    assert_eq!((d0.pcie_width_max, d0.pcie_width_current), (Some(16), Some(8)));
+    assert_eq!(d0.this_process_on_gpu, Some(true));
+    assert_eq!(d0.process_match, Some(ProcessMatch::Pid));
+    assert_eq!(d0.process_mem_used_bytes, Some(300 << 20));
+    // Device 1 lists no process: not this one, no memory of ours.
+    let d1 = &s.devices[1];
+    assert_eq!((d1.this_process_on_gpu, d1.process_mem_used_bytes), (Some(false), None));
+    assert_eq!(d1.pcie_gen_max, Some(5));
+}
+
+#[test]
+fn process_memory_not_available_leaves_presence_known() {
+    let _g = script(&[("FAKE_NVML_PID", std::process::id().to_string()), ("FAKE_NVML_PID_MEM_MIB", "na".into())]);
+    let d = &open().sample().devices[0];
+    assert_eq!(d.this_process_on_gpu, Some(true));
+    assert_eq!(d.process_mem_used_bytes, None);
+}
+
+#[test]
+fn an_unknown_host_pid_is_not_this_process_without_cuda_open() {
+    // A PID that exists nowhere here, as NVML lists from inside a container: this test process
+    // has not opened CUDA, so it is not the one, in a container or not.
+    let _g = script(&[("FAKE_NVML_PID", u32::MAX.to_string())]);
+    let d = &open().sample().devices[0];
+    assert_eq!(d.this_process_on_gpu, Some(false));
+    assert_eq!((d.process_match, d.process_mem_used_bytes), (None, None));
+}
+
+#[test]
+fn older_driver_without_link_or_process_calls_leaves_them_unknown() {
+    let _g = script(&[("FAKE_NVML_PID", std::process::id().to_string())]);
+    let mut gpu = GpuSampler::open(Some(old_driver_lib()), std::process::id()).expect("old fake NVML opens");
+    let d = &gpu.sample().devices[0];
+    assert_eq!((d.pcie_gen_max, d.pcie_gen_current, d.pcie_width_max, d.pcie_width_current), (None, None, None, None));
+    assert_eq!((d.this_process_on_gpu, d.process_mem_used_bytes), (None, None));
+    // Everything the old driver has still arrives.
+    assert_eq!(d.util_pct, Some(50.0));
+    assert_eq!(d.name, "Fake GPU 0");
+    assert_eq!(d.pcie_rx_bytes_per_s, Some(1000.0 * 1024.0));
 }
 
 #[test]

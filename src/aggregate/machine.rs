@@ -1,6 +1,6 @@
 //! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
 
-use probes::sampler::{GpuSample, GpuStatus, HostSample};
+use probes::sampler::{GpuSample, GpuStatus, HostSample, ProcessMatch};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -133,6 +133,44 @@ pub struct DeviceSummary {
     /// `Some(true)` if any sample saw this process on the device, `Some(false)` if samples
     /// could tell and never did, `None` if none could tell.
     pub this_process_on_gpu: Option<bool>,
+    /// How this process was recognised on the device (the last sample that did).
+    pub process_match: Option<ProcessMatch>,
+    /// Peak device memory used by this process, bytes.
+    pub process_mem_peak_bytes: Option<u64>,
+    /// PCIe generation the link can reach.
+    pub pcie_gen_max: Option<u32>,
+    /// PCIe lanes the link can use.
+    pub pcie_width_max: Option<u32>,
+    /// Highest PCIe generation seen in use (an idle GPU drops to a low one): under
+    /// `pcie_gen_max` all run long means the link never came up to speed.
+    pub pcie_gen_current_peak: Option<u32>,
+    /// Most PCIe lanes seen in use: under `pcie_width_max`, the card sits in a narrower slot.
+    pub pcie_width_current_peak: Option<u32>,
+    /// What the link can carry one way at its best, bytes/s ([`pcie_link_bytes_per_s`]), to
+    /// set beside the host→device bandwidth the transfer spans achieved.
+    pub pcie_link_max_bytes_per_s: Option<f64>,
+}
+
+/// One-way PCIe bandwidth of a link, bytes/s, after line encoding (8b/10b for generations
+/// 1–2, 128b/130b for 3–5, 242B/256B FLIT for 6): `None` for a generation it does not know.
+/// Protocol overhead takes another 10–20% in practice.
+pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+    let giga_transfers = match gen {
+        1 => 2.5,
+        2 => 5.0,
+        3 => 8.0,
+        4 => 16.0,
+        5 => 32.0,
+        6 => 64.0,
+        _ => return None,
+    };
+    let efficiency = match gen {
+        1 | 2 => 8.0 / 10.0,
+        3..=5 => 128.0 / 130.0,
+        _ => 242.0 / 256.0,
+    };
+    // One bit per transfer per lane.
+    Some(giga_transfers * 1e9 * efficiency / 8.0 * f64::from(width))
 }
 
 /// The machine section of a report: what the samplers saw over the run.
@@ -204,6 +242,12 @@ struct DeviceAcc {
     power: MeanMax,
     clock: MeanMax,
     on_gpu: Option<bool>,
+    process_match: Option<ProcessMatch>,
+    process_mem_peak: Option<u64>,
+    pcie_gen_max: Option<u32>,
+    pcie_width_max: Option<u32>,
+    pcie_gen_cur_peak: Option<u32>,
+    pcie_width_cur_peak: Option<u32>,
 }
 
 /// Folds host and GPU samples into run totals ([`MachineAgg::summary`]) and keeps the recent
@@ -338,6 +382,14 @@ impl MachineAgg {
             acc.power.push_opt(d.power_w.map(f64::from));
             acc.clock.push_opt(d.sm_clock_mhz.map(f64::from));
             acc.on_gpu = merge_seen(acc.on_gpu, d.this_process_on_gpu);
+            if d.process_match.is_some() {
+                acc.process_match = d.process_match;
+            }
+            acc.process_mem_peak = acc.process_mem_peak.max(d.process_mem_used_bytes);
+            acc.pcie_gen_max = d.pcie_gen_max.or(acc.pcie_gen_max);
+            acc.pcie_width_max = d.pcie_width_max.or(acc.pcie_width_max);
+            acc.pcie_gen_cur_peak = acc.pcie_gen_cur_peak.max(d.pcie_gen_current);
+            acc.pcie_width_cur_peak = acc.pcie_width_cur_peak.max(d.pcie_width_current);
         }
         if s.status == GpuStatus::Ok {
             push_bounded(
@@ -383,6 +435,16 @@ impl MachineAgg {
                 power_mean_w: a.power.mean32(),
                 sm_clock_mean_mhz: a.clock.mean32(),
                 this_process_on_gpu: a.on_gpu,
+                process_match: a.process_match,
+                process_mem_peak_bytes: a.process_mem_peak,
+                pcie_gen_max: a.pcie_gen_max,
+                pcie_width_max: a.pcie_width_max,
+                pcie_gen_current_peak: a.pcie_gen_cur_peak,
+                pcie_width_current_peak: a.pcie_width_cur_peak,
+                pcie_link_max_bytes_per_s: a
+                    .pcie_gen_max
+                    .zip(a.pcie_width_max)
+                    .and_then(|(g, w)| pcie_link_bytes_per_s(g, w)),
             })
             .collect();
         let this_process_on_gpu = devices.iter().fold(None, |acc, d| merge_seen(acc, d.this_process_on_gpu));
@@ -480,7 +542,48 @@ mod tests {
             power_w: Some(70.0),
             sm_clock_mhz: Some(1410),
             this_process_on_gpu: on,
+            ..GpuDevice::default()
         }
+    }
+
+    #[test]
+    fn pcie_link_bandwidth_per_generation_and_width() {
+        let gbs = |g, w| pcie_link_bytes_per_s(g, w).map(|b| (b / 1e7).round() / 100.0);
+        assert_eq!(gbs(1, 16), Some(4.0));
+        assert_eq!(gbs(3, 16), Some(15.75));
+        assert_eq!(gbs(4, 16), Some(31.51));
+        assert_eq!(gbs(5, 16), Some(63.02));
+        assert_eq!(gbs(5, 8), Some(31.51));
+        assert_eq!(gbs(6, 16), Some(121.0));
+        assert_eq!(pcie_link_bytes_per_s(0, 16), None);
+        assert_eq!(pcie_link_bytes_per_s(7, 16), None);
+    }
+
+    #[test]
+    fn pcie_link_and_process_memory_keep_maxima_and_survive_unknown_samples() {
+        let mut a = MachineAgg::default();
+        let link = |gen_cur, width_cur, mem: Option<u64>| GpuDevice {
+            pcie_gen_max: Some(5),
+            pcie_width_max: Some(16),
+            pcie_gen_current: gen_cur,
+            pcie_width_current: width_cur,
+            process_match: mem.map(|_| ProcessMatch::Pid),
+            process_mem_used_bytes: mem,
+            ..dev(0, Some(50.0), 1, mem.map(|_| true))
+        };
+        // Idle at gen 1, then busy at gen 5 x8, then a sample where NVML could not say.
+        let samples = [link(Some(1), Some(8), None), link(Some(5), Some(8), Some(300)), link(None, None, Some(200))];
+        for (i, d) in samples.into_iter().enumerate() {
+            a.push_gpu(&GpuSample { t_ns: i as u64, status: GpuStatus::Ok, devices: vec![d] });
+        }
+        a.push_gpu(&GpuSample { t_ns: 9, status: GpuStatus::Ok, devices: vec![dev(0, Some(1.0), 1, Some(false))] });
+        let d = &a.summary().devices[0];
+        assert_eq!((d.pcie_gen_max, d.pcie_width_max), (Some(5), Some(16)));
+        assert_eq!((d.pcie_gen_current_peak, d.pcie_width_current_peak), (Some(5), Some(8)));
+        assert_eq!(d.pcie_link_max_bytes_per_s, pcie_link_bytes_per_s(5, 16));
+        assert_eq!(d.process_mem_peak_bytes, Some(300));
+        assert_eq!(d.process_match, Some(ProcessMatch::Pid));
+        assert_eq!(d.this_process_on_gpu, Some(true));
     }
 
     #[test]

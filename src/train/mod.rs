@@ -68,6 +68,140 @@ impl Opt {
     }
 }
 
+/// Where the loop waits for the device. CUDA returns from a kernel launch at once, so without a
+/// wait a span measures only the launches and the next span absorbs the device time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSync {
+    /// At the end of transfer, forward, backward and optimizer: each span is device time.
+    Phase,
+    /// Only where the step reads its loss back: compute is right as a whole, its parts are not,
+    /// and the CPU may queue the next phase's kernels while the device works (the cost of
+    /// `Phase` is the difference between the two).
+    Step,
+}
+
+impl GpuSync {
+    /// `PIPEPROF_GPU_SYNC=phase|step` (default phase); an environment variable so that a
+    /// measurement of its cost needs no new command-line flag.
+    pub fn from_env() -> anyhow::Result<GpuSync> {
+        match std::env::var("PIPEPROF_GPU_SYNC") {
+            Err(std::env::VarError::NotPresent) => Ok(GpuSync::Phase),
+            Ok(v) => GpuSync::parse(&v),
+            Err(e) => anyhow::bail!("PIPEPROF_GPU_SYNC: {e}; use phase or step"),
+        }
+    }
+
+    fn parse(s: &str) -> anyhow::Result<GpuSync> {
+        match s.trim() {
+            "" | "phase" => Ok(GpuSync::Phase),
+            "step" => Ok(GpuSync::Step),
+            other => anyhow::bail!("PIPEPROF_GPU_SYNC={other:?}: use phase or step"),
+        }
+    }
+}
+
+/// Ends a phase: on CUDA with [`GpuSync::Phase`], waits until the device has run everything
+/// queued so far. On the CPU backend the work is already done and this costs one comparison.
+fn phase_done(dev: &Device, sync: GpuSync) -> candle_core::Result<()> {
+    if sync == GpuSync::Phase && dev.is_cuda() {
+        dev.synchronize()?;
+    }
+    Ok(())
+}
+
+/// How a batch's pixels reach the device: `Tensor::from_vec`, which copies from pageable memory
+/// (the driver stages it through a pinned buffer of its own), or, with `PIPEPROF_PINNED=1` on
+/// CUDA, through one page-locked buffer of ours, reused while batches keep their size. Both are
+/// here so that the GPU check can measure which is faster; pageable is the default.
+struct Upload {
+    #[cfg(feature = "cuda")]
+    staging: Option<pinned::Staging>,
+}
+
+impl Upload {
+    fn new(dev: &Device) -> anyhow::Result<Upload> {
+        let pinned = Upload::parse_pinned(std::env::var("PIPEPROF_PINNED"))?;
+        // Only CUDA has page-locked host memory; elsewhere the setting changes nothing.
+        #[cfg(not(feature = "cuda"))]
+        let _ = (pinned, dev);
+        Ok(Upload {
+            #[cfg(feature = "cuda")]
+            staging: (pinned && dev.is_cuda()).then(pinned::Staging::default),
+        })
+    }
+
+    fn parse_pinned(v: Result<String, std::env::VarError>) -> anyhow::Result<bool> {
+        match v {
+            Err(std::env::VarError::NotPresent) => Ok(false),
+            Ok(v) if v.trim() == "1" => Ok(true),
+            Ok(v) if v.trim() == "0" || v.trim().is_empty() => Ok(false),
+            Ok(v) => anyhow::bail!("PIPEPROF_PINNED={v:?}: use 1 (pinned) or 0 (pageable)"),
+            Err(e) => anyhow::bail!("PIPEPROF_PINNED: {e}; use 1 or 0"),
+        }
+    }
+
+    fn pixels(
+        &mut self,
+        pixels: Vec<f32>,
+        shape: (usize, usize, usize, usize),
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let (Some(staging), Device::Cuda(cuda)) = (self.staging.as_mut(), dev) {
+            return staging.upload(cuda, &pixels, shape);
+        }
+        Tensor::from_vec(pixels, shape, dev)
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod pinned {
+    use candle_core::cuda::cudarc::driver::PinnedHostSlice;
+    use candle_core::cuda::{CudaDevice, CudaStorage, WrapErr};
+    use candle_core::op::BackpropOp;
+    use candle_core::{Shape, Storage, Tensor};
+
+    /// One page-locked buffer (allocating one costs milliseconds: not per batch).
+    #[derive(Default)]
+    pub struct Staging {
+        buf: Option<PinnedHostSlice<f32>>,
+    }
+
+    impl Staging {
+        /// Copies `data` into the pinned buffer, then to a new device buffer of `shape`.
+        pub fn upload(
+            &mut self,
+            dev: &CudaDevice,
+            data: &[f32],
+            shape: impl Into<Shape>,
+        ) -> candle_core::Result<Tensor> {
+            let stream = dev.cuda_stream();
+            let buf = match &mut self.buf {
+                Some(b) if b.len() == data.len() => b,
+                slot => {
+                    // Free the old buffer before taking a new one.
+                    *slot = None;
+                    // SAFETY: every element is written below before the device reads any.
+                    let b = unsafe { stream.context().alloc_pinned::<f32>(data.len()) }.w()?;
+                    slot.insert(b)
+                }
+            };
+            // Waits for the previous copy out of this buffer to finish before overwriting it.
+            buf.as_mut_slice().w()?.copy_from_slice(data);
+            // SAFETY: the copy below overwrites every element.
+            let mut dst = unsafe { stream.alloc::<f32>(data.len()) }.w()?;
+            stream.memcpy_htod(&*buf, &mut dst).w()?;
+            let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
+            Ok(Tensor::from_storage(storage, shape, BackpropOp::none(), false))
+        }
+    }
+}
+
+/// Bytes a batch moves to the device: f32 pixels and u32 labels.
+fn batch_bytes(pixels: usize, labels: usize) -> u64 {
+    (pixels * std::mem::size_of::<f32>() + labels * std::mem::size_of::<u32>()) as u64
+}
+
 /// Testing and simulation hooks of the loop.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
@@ -156,6 +290,8 @@ pub fn train(
     let mut out = TrainOutcome::default();
     let mut k = 0u64;
     let mut auto = hooks.auto_workers.clone();
+    let sync = GpuSync::from_env()?;
+    let mut upload = Upload::new(dev)?;
     loop {
         let step_start = std::time::Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -183,9 +319,13 @@ pub fn train(
         }
         let n = batch.len();
         let (xs, ys) = {
-            let _g = info_span!("transfer", step = batch.step, bytes = (batch.pixels.len() * 4) as u64).entered();
-            let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
+            // `bytes` over the span's duration is the achieved host→device bandwidth.
+            let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
+            let _g = info_span!("transfer", step = batch.step, bytes).entered();
+            let xs = upload.pixels(batch.pixels, (n, c, h, w), dev)?;
             let ys = Tensor::from_vec(batch.labels, n, dev)?;
+            // From pageable memory the copy may still be in flight when from_vec returns:
+            // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
             dev.synchronize()?;
             if let Some(s) = &slow_transfer {
                 s.apply();
@@ -201,15 +341,19 @@ pub fn train(
                 let _g = info_span!("forward", step = batch.step).entered();
                 let logits = model.forward(&xs, true)?;
                 let loss = candle_nn::loss::cross_entropy(&logits, &ys)?;
+                phase_done(dev, sync)?;
                 (logits, loss)
             };
             let grads = {
                 let _g = info_span!("backward", step = batch.step).entered();
-                loss.backward()?
+                let grads = loss.backward()?;
+                phase_done(dev, sync)?;
+                grads
             };
             {
                 let _g = info_span!("optimizer", step = batch.step).entered();
                 opt.step(&grads)?;
+                phase_done(dev, sync)?;
             }
             // Reading the values back waits for the device: the span covers the real work.
             let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
@@ -314,6 +458,40 @@ mod tests {
         // Kaiming: std ≈ sqrt(2 / (3·3·3)) ≈ 0.27 for the first conv.
         let std = (a.iter().map(|v| v * v).sum::<f32>() / a.len() as f32).sqrt();
         assert!((0.2..0.35).contains(&std), "{std}");
+    }
+
+    #[test]
+    fn gpu_sync_parses_phase_and_step_and_rejects_the_rest() {
+        assert_eq!(GpuSync::parse("").unwrap(), GpuSync::Phase);
+        assert_eq!(GpuSync::parse("phase").unwrap(), GpuSync::Phase);
+        assert_eq!(GpuSync::parse(" step ").unwrap(), GpuSync::Step);
+        let e = GpuSync::parse("kernel").unwrap_err().to_string();
+        assert!(e.contains("PIPEPROF_GPU_SYNC") && e.contains("phase or step"), "{e}");
+    }
+
+    #[test]
+    fn pinned_setting_is_1_or_0_and_pageable_by_default() {
+        use std::env::VarError;
+        assert!(!Upload::parse_pinned(Err(VarError::NotPresent)).unwrap());
+        assert!(Upload::parse_pinned(Ok("1".into())).unwrap());
+        assert!(!Upload::parse_pinned(Ok("0".into())).unwrap());
+        let e = Upload::parse_pinned(Ok("yes".into())).unwrap_err().to_string();
+        assert!(e.contains("PIPEPROF_PINNED") && e.contains("use 1"), "{e}");
+    }
+
+    #[test]
+    fn pageable_upload_on_the_cpu_keeps_the_pixels_and_shape() {
+        let mut up = Upload::new(&Device::Cpu).unwrap();
+        let xs = up.pixels((0..24).map(|v| v as f32).collect(), (2, 3, 2, 2), &Device::Cpu).unwrap();
+        assert_eq!(xs.dims(), &[2, 3, 2, 2]);
+        assert_eq!(xs.flatten_all().unwrap().to_vec1::<f32>().unwrap()[23], 23.0);
+    }
+
+    #[test]
+    fn batch_bytes_count_f32_pixels_and_u32_labels() {
+        // 32 images of 3×150×150 and their labels.
+        assert_eq!(batch_bytes(32 * 3 * 150 * 150, 32), 32 * 3 * 150 * 150 * 4 + 32 * 4);
+        assert_eq!(batch_bytes(0, 0), 0);
     }
 
     #[test]

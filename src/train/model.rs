@@ -108,6 +108,20 @@ mod tests {
     use candle_nn::VarMap;
 
     #[test]
+    fn gpu_check_example_models_have_their_documented_sizes() {
+        let params = |toml, classes| {
+            let cfg = ModelConfig::parse(toml, "example.toml").unwrap();
+            cfg.infer_shapes(classes).unwrap().iter().map(|l| l.params).sum::<usize>()
+        };
+        // 784·128 + 128 + 128·10 + 10 with 10 classes: 784-128-10.
+        let mlp = include_str!("../../examples/mlp_mnist.toml");
+        assert_eq!(params(mlp, 10), 101_770);
+        // conv 3→32, conv 32→64, dense 36·36·64→512, dense 512→2.
+        let large = include_str!("../../examples/cnn_large.toml");
+        assert_eq!(params(large, 2), 896 + 18_496 + 42_467_840 + 1_026);
+    }
+
+    #[test]
     fn forward_shape_matches_inferred_shapes_with_same_padding_and_strides() {
         let t = "[input]\nheight=9\nwidth=7\nchannels=1\n\
                  [[layers]]\ntype=\"conv2d\"\nfilters=3\nkernel_size=4\nstrides=2\npadding=\"same\"\nactivation=\"gelu\"\n\

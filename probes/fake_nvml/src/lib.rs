@@ -28,8 +28,18 @@ pub fn build(out_dir: &Path) -> io::Result<PathBuf> {
     build_to(&out_dir.join(LIB_NAME))
 }
 
+/// Compiles the fake driver as an older driver would be: without the PCIe link functions and
+/// `nvmlDeviceGetComputeRunningProcesses_v3`, into `out_dir/libfake_nvml_old.so`.
+pub fn build_old_driver(out_dir: &Path) -> io::Result<PathBuf> {
+    build_with(&out_dir.join("libfake_nvml_old.so"), &["-DFAKE_NVML_OLD_DRIVER"])
+}
+
 /// Compiles the fake driver to exactly `lib_path`.
 pub fn build_to(lib_path: &Path) -> io::Result<PathBuf> {
+    build_with(lib_path, &[])
+}
+
+fn build_with(lib_path: &Path, defines: &[&str]) -> io::Result<PathBuf> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = match lib_path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -40,7 +50,7 @@ pub fn build_to(lib_path: &Path) -> io::Result<PathBuf> {
     let src = dir.join(format!("fake_nvml-{unique}.c"));
     let tmp_lib = dir.join(format!(".{LIB_NAME}-{unique}.tmp"));
     std::fs::write(&src, SOURCE)?;
-    let result = compile(&src, &tmp_lib).and_then(|()| std::fs::rename(&tmp_lib, lib_path));
+    let result = compile(&src, &tmp_lib, defines).and_then(|()| std::fs::rename(&tmp_lib, lib_path));
     // Best effort: leftovers are small and uniquely named.
     let _ = std::fs::remove_file(&src);
     if result.is_err() {
@@ -49,7 +59,7 @@ pub fn build_to(lib_path: &Path) -> io::Result<PathBuf> {
     result.map(|()| lib_path.to_path_buf())
 }
 
-fn compile(src: &Path, out: &Path) -> io::Result<()> {
+fn compile(src: &Path, out: &Path, defines: &[&str]) -> io::Result<()> {
     let mut compilers: Vec<String> = Vec::new();
     if let Some(cc) = std::env::var_os("CC").and_then(|c| c.into_string().ok()).filter(|c| !c.is_empty()) {
         compilers.push(cc);
@@ -57,7 +67,7 @@ fn compile(src: &Path, out: &Path) -> io::Result<()> {
     compilers.extend(["cc".to_string(), "gcc".to_string()]);
     let mut last_err = io::Error::new(io::ErrorKind::NotFound, "no C compiler");
     for cc in &compilers {
-        match Command::new(cc).args(["-shared", "-fPIC", "-O1", "-o"]).arg(out).arg(src).output() {
+        match Command::new(cc).args(["-shared", "-fPIC", "-O1"]).args(defines).arg("-o").arg(out).arg(src).output() {
             Ok(o) if o.status.success() => return Ok(()),
             Ok(o) => {
                 return Err(io::Error::other(format!(

@@ -1,8 +1,9 @@
 //! The GPU sampler: NVML through nvml-wrapper, which loads the driver library at run time.
 
-use super::{GpuDevice, GpuSample, GpuStatus};
+use super::{GpuDevice, GpuSample, GpuStatus, ProcessMatch};
 use crate::clock;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter};
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use std::path::Path;
@@ -83,11 +84,87 @@ impl GpuInitError {
     }
 }
 
+/// One compute process as NVML lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedProcess {
+    /// PID as NVML sees it: the host's PID namespace, whatever namespace the caller is in.
+    pub pid: u32,
+    /// Device memory it uses, bytes, when NVML says.
+    pub mem_bytes: Option<u64>,
+}
+
+/// What [`match_process`] concluded about the sampled process on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcessOnDevice {
+    /// `Some(true)` on the device, `Some(false)` not, `None` cannot tell.
+    pub on_gpu: Option<bool>,
+    /// How it was recognised.
+    pub how: Option<ProcessMatch>,
+    /// Its device memory, bytes.
+    pub mem_bytes: Option<u64>,
+}
+
+/// Recognises process `pid` among the compute processes NVML lists for one device.
+///
+/// NVML always lists host PIDs. Outside a container they are ours and an exact match is the
+/// only answer. Inside a PID namespace (`namespaced`) they mean nothing here: a listed PID
+/// that does not exist here (`exists_here`) is foreign, and when the process has CUDA open
+/// (`uses_cuda`, `None` = cannot tell) and exactly one foreign process is listed, that one is
+/// taken to be ours. Several foreign processes: cannot tell which, so `None`.
+pub fn match_process(
+    listed: &[ListedProcess],
+    pid: u32,
+    namespaced: bool,
+    uses_cuda: impl FnOnce() -> Option<bool>,
+    exists_here: impl Fn(u32) -> bool,
+) -> ProcessOnDevice {
+    if let Some(p) = listed.iter().find(|p| p.pid == pid) {
+        return ProcessOnDevice { on_gpu: Some(true), how: Some(ProcessMatch::Pid), mem_bytes: p.mem_bytes };
+    }
+    let not_here = ProcessOnDevice { on_gpu: Some(false), ..ProcessOnDevice::default() };
+    if !namespaced {
+        return not_here;
+    }
+    let mut foreign = listed.iter().filter(|p| !exists_here(p.pid));
+    let (Some(only), None) = (foreign.next(), foreign.next()) else {
+        // No foreign process: every listed one lives here and none is us. Several: unknown.
+        let none_foreign = listed.iter().all(|p| exists_here(p.pid));
+        return if none_foreign { not_here } else { ProcessOnDevice::default() };
+    };
+    match uses_cuda() {
+        Some(true) => ProcessOnDevice {
+            on_gpu: Some(true),
+            how: Some(ProcessMatch::SoleForeignProcess),
+            mem_bytes: only.mem_bytes,
+        },
+        Some(false) => not_here,
+        None => ProcessOnDevice::default(),
+    }
+}
+
+/// Whether this process sees PIDs through its own namespace (a container): kernel threads,
+/// and with them `kthreadd` at PID 2, are visible only from the host's namespace.
+fn pid_namespaced() -> bool {
+    std::fs::read_to_string("/proc/2/comm").map_or(true, |c| c.trim_end() != "kthreadd")
+}
+
+/// Whether `pid` has CUDA open: CUDA opens `/dev/nvidia-uvm` when it initialises, NVML does
+/// not. `None` when its file descriptors cannot be read (another user's process).
+fn uses_cuda(pid: u32) -> Option<bool> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "/dev/nvidia-uvm")))
+}
+
+fn exists_here(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Samples every GPU NVML lists. Holds NVML open (shut down on drop).
 pub struct GpuSampler {
     nvml: Nvml,
     count: u32,
     pid: u32,
+    namespaced: bool,
 }
 
 impl std::fmt::Debug for GpuSampler {
@@ -109,7 +186,7 @@ impl GpuSampler {
         if count == 0 {
             return Err(GpuInitError::NoDevices);
         }
-        Ok(GpuSampler { nvml, count, pid })
+        Ok(GpuSampler { nvml, count, pid, namespaced: pid_namespaced() })
     }
 
     /// Devices found at open.
@@ -146,7 +223,28 @@ impl GpuSampler {
         d.pcie_tx_bytes_per_s = dev.pcie_throughput(PcieUtilCounter::Send).ok().map(|k| k as f64 * 1024.0);
         d.power_w = dev.power_usage().ok().map(|mw| mw as f32 / 1000.0);
         d.sm_clock_mhz = dev.clock_info(Clock::SM).ok();
-        d.this_process_on_gpu = dev.running_compute_processes().ok().map(|ps| ps.iter().any(|p| p.pid == self.pid));
+        // Each call may be missing from an older driver (nvml-wrapper then returns an error):
+        // the field stays unknown and the rest of the sample survives.
+        d.pcie_gen_max = dev.max_pcie_link_gen().ok();
+        d.pcie_gen_current = dev.current_pcie_link_gen().ok();
+        d.pcie_width_max = dev.max_pcie_link_width().ok();
+        d.pcie_width_current = dev.current_pcie_link_width().ok();
+        if let Ok(ps) = dev.running_compute_processes() {
+            let listed: Vec<ListedProcess> = ps
+                .iter()
+                .map(|p| ListedProcess {
+                    pid: p.pid,
+                    mem_bytes: match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    },
+                })
+                .collect();
+            let m = match_process(&listed, self.pid, self.namespaced, || uses_cuda(self.pid), exists_here);
+            d.this_process_on_gpu = m.on_gpu;
+            d.process_match = m.how;
+            d.process_mem_used_bytes = m.mem_bytes;
+        }
         d
     }
 }
@@ -161,6 +259,45 @@ mod tests {
         assert!(matches!(e, GpuInitError::NotLoadable { .. }), "{e:?}");
         let msg = GpuInitError::NoDriver { detail: String::new() }.to_string();
         assert_eq!(msg, "no NVIDIA driver (libnvidia-ml.so.1 not found): GPU sampling off");
+    }
+
+    fn listed(pids: &[u32]) -> Vec<ListedProcess> {
+        pids.iter().map(|&pid| ListedProcess { pid, mem_bytes: Some(u64::from(pid) << 20) }).collect()
+    }
+
+    /// name, listed PIDs, namespaced, uses CUDA → on GPU, how, memory.
+    type Case = (&'static str, &'static [u32], bool, Option<bool>, Option<bool>, Option<ProcessMatch>, Option<u64>);
+
+    #[test]
+    fn process_recognition_by_pid_and_inside_a_container() {
+        use ProcessMatch::*;
+        // PIDs 1–100 exist here; larger ones are host PIDs seen from inside a container.
+        let here = |p: u32| p <= 100;
+        #[rustfmt::skip]
+        let table: &[Case] = &[
+            // name,                                 listed,        ns,    cuda,        on_gpu,      how,                      mem
+            ("own pid listed",                       &[7, 5000],    false, None,        Some(true),  Some(Pid),                Some(7 << 20)),
+            ("own pid listed in a container",        &[7],          true,  Some(false), Some(true),  Some(Pid),                Some(7 << 20)),
+            ("no container: not listed = not here",  &[5000],       false, Some(true),  Some(false), None,                     None),
+            ("nothing listed",                       &[],           true,  Some(true),  Some(false), None,                     None),
+            ("container, CUDA open, one foreign",    &[5000],       true,  Some(true),  Some(true),  Some(SoleForeignProcess), Some(5000 << 20)),
+            ("container, one foreign + local ones",  &[3, 5000],    true,  Some(true),  Some(true),  Some(SoleForeignProcess), Some(5000 << 20)),
+            ("container, CUDA not open",             &[5000],       true,  Some(false), Some(false), None,                     None),
+            ("container, fds unreadable",            &[5000],       true,  None,        None,        None,                     None),
+            ("container, two foreign: which one?",   &[5000, 6000], true,  Some(true),  None,        None,                     None),
+            ("container, only local others",         &[3, 4],       true,  Some(true),  Some(false), None,                     None),
+        ];
+        for &(name, pids, ns, cuda, on_gpu, how, mem) in table {
+            let m = match_process(&listed(pids), 7, ns, || cuda, here);
+            assert_eq!(m, ProcessOnDevice { on_gpu, how, mem_bytes: mem }, "{name}");
+        }
+    }
+
+    #[test]
+    fn this_process_without_cuda_has_no_nvidia_uvm_open() {
+        assert_eq!(uses_cuda(std::process::id()), Some(false));
+        assert!(exists_here(std::process::id()));
+        assert!(!exists_here(u32::MAX));
     }
 
     #[test]

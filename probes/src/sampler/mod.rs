@@ -13,7 +13,7 @@
 mod gpu;
 mod host;
 
-pub use gpu::{GpuInitError, GpuSampler, NVML_LIB_ENV};
+pub use gpu::{match_process, GpuInitError, GpuSampler, ListedProcess, ProcessOnDevice, NVML_LIB_ENV};
 pub use host::{
     cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_task_stat,
     probe_io_accounting, rate_per_s, storage_reads_measurable, CpuTimes, HostSampler, IoAccounting, ProcIo, TaskStat,
@@ -138,9 +138,34 @@ pub struct GpuDevice {
     pub power_w: Option<f32>,
     /// Streaming-multiprocessor clock, MHz.
     pub sm_clock_mhz: Option<u32>,
-    /// Whether the sampled process has a compute context on this device. Inside a container
-    /// with its own PID namespace NVML lists host PIDs, so this can read `false` wrongly.
+    /// Whether the sampled process has a compute context on this device; `None` = cannot
+    /// tell (see [`ProcessMatch`] for how it is recognised inside a container).
     pub this_process_on_gpu: Option<bool>,
+    /// How the sampled process was recognised, when it was.
+    pub process_match: Option<ProcessMatch>,
+    /// Device memory used by the sampled process, bytes (`None`: not on the device, or NVML
+    /// does not say, as under MIG or without the permission).
+    pub process_mem_used_bytes: Option<u64>,
+    /// PCIe generation the link can reach (device and slot).
+    pub pcie_gen_max: Option<u32>,
+    /// PCIe generation now: an idle GPU drops to a lower one to save power.
+    pub pcie_gen_current: Option<u32>,
+    /// PCIe lanes the link can use.
+    pub pcie_width_max: Option<u32>,
+    /// PCIe lanes in use now.
+    pub pcie_width_current: Option<u32>,
+}
+
+/// How the sampled process was found among the compute processes NVML lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessMatch {
+    /// NVML listed its PID.
+    Pid,
+    /// Inside a PID namespace (a container) NVML lists host PIDs, which mean nothing here.
+    /// The process has CUDA open (`/dev/nvidia-uvm`) and NVML lists exactly one process
+    /// that does not exist in this namespace: taken to be this one.
+    SoleForeignProcess,
 }
 
 /// What [`start`] samples and how often.
