@@ -160,6 +160,9 @@ fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: 
     let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Decoded)>();
     std::thread::scope(|s| {
+        // Owned by this closure: dropped when it returns, on every path, so the workers' task
+        // loops end before the scope joins them.
+        let task_tx = task_tx;
         for t in 0..workers {
             let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
             std::thread::Builder::new().name(format!("cache-{t}")).spawn_scoped(s, move || {
@@ -194,7 +197,6 @@ fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: 
                 }
             }
         }
-        // Workers stop when the task channel closes (dropped on return).
         Ok(())
     })
 }

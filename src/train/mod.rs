@@ -332,33 +332,7 @@ pub fn train(
             }
             (xs, ys)
         };
-        let (loss, correct) = {
-            let _g = info_span!("compute", step = batch.step).entered();
-            if let Some(s) = &slow_compute {
-                s.apply();
-            }
-            let (logits, loss) = {
-                let _g = info_span!("forward", step = batch.step).entered();
-                let logits = model.forward(&xs, true)?;
-                let loss = candle_nn::loss::cross_entropy(&logits, &ys)?;
-                phase_done(dev, sync)?;
-                (logits, loss)
-            };
-            let grads = {
-                let _g = info_span!("backward", step = batch.step).entered();
-                let grads = loss.backward()?;
-                phase_done(dev, sync)?;
-                grads
-            };
-            {
-                let _g = info_span!("optimizer", step = batch.step).entered();
-                opt.step(&grads)?;
-                phase_done(dev, sync)?;
-            }
-            // Reading the values back waits for the device: the span covers the real work.
-            let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
-            (loss.to_scalar::<f32>()?, correct)
-        };
+        let (loss, correct) = compute_step(&model, &mut opt, (&xs, &ys), dev, sync, slow_compute.as_ref(), batch.step)?;
         out.steps += 1;
         out.images += n as u64;
         probe.send(Event::Step(StepRecord {
@@ -372,26 +346,72 @@ pub fn train(
             validation: false,
         }));
         if let Some(a) = auto.as_mut() {
-            let (workers, reason, settled) =
-                match a.observe(waited.as_nanos() as u64, step_start.elapsed().as_nanos() as u64) {
-                    auto::Decision::Keep => (0, String::new(), false),
-                    auto::Decision::Set { workers, reason } => (workers, reason, false),
-                    auto::Decision::Settle { workers, reason } => (workers, reason, true),
-                };
-            if workers > 0 {
-                loader.set_workers(workers)?;
-                probe.send_blocking(Event::Workers {
-                    workers: workers as u32,
-                    reason: reason.into_boxed_str(),
-                    settled,
-                });
-            }
+            auto_step(a, loader, probe, waited, step_start.elapsed())?;
         }
         if let (Some(v), true) = (val, epoch_end) {
             validate(&model, v, batch.epoch, dev, probe, stop)?;
         }
     }
     Ok(out)
+}
+
+/// Forward, backward and optimizer for one batch, each a span inside `compute`; the loss and
+/// the number of correct predictions.
+fn compute_step(
+    model: &Cnn,
+    opt: &mut Opt,
+    (xs, ys): (&Tensor, &Tensor),
+    dev: &Device,
+    sync: GpuSync,
+    slow: Option<&crate::data::simulate::Slow>,
+    step: u64,
+) -> anyhow::Result<(f32, f32)> {
+    let _g = info_span!("compute", step).entered();
+    if let Some(s) = slow {
+        s.apply();
+    }
+    let (logits, loss) = {
+        let _g = info_span!("forward", step).entered();
+        let logits = model.forward(xs, true)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
+        phase_done(dev, sync)?;
+        (logits, loss)
+    };
+    let grads = {
+        let _g = info_span!("backward", step).entered();
+        let grads = loss.backward()?;
+        phase_done(dev, sync)?;
+        grads
+    };
+    {
+        let _g = info_span!("optimizer", step).entered();
+        opt.step(&grads)?;
+        phase_done(dev, sync)?;
+    }
+    // Reading the values back waits for the device: the span covers the real work.
+    let correct = logits.argmax(1)?.eq(ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+    Ok((loss.to_scalar::<f32>()?, correct))
+}
+
+/// `--workers auto`: the step's wait and length go to the controller; a change of workers is
+/// applied at this step boundary and announced.
+fn auto_step(
+    a: &mut auto::AutoWorkers,
+    loader: &mut Loader,
+    probe: &Probe,
+    waited: std::time::Duration,
+    step: std::time::Duration,
+) -> anyhow::Result<()> {
+    let (workers, reason, settled) = match a.observe(waited.as_nanos() as u64, step.as_nanos() as u64) {
+        auto::Decision::Keep => return Ok(()),
+        auto::Decision::Set { workers, reason } => (workers, reason, false),
+        auto::Decision::Settle { workers, reason } => (workers, reason, true),
+    };
+    if workers > 0 {
+        loader.set_workers(workers)?;
+        probe.send_blocking(Event::Workers { workers: workers as u32, reason: reason.into_boxed_str(), settled });
+    }
+    Ok(())
 }
 
 /// One pass over the validation set: forward only, never augmented. Each batch is one
