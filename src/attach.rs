@@ -244,7 +244,10 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     // Detaching (q, Ctrl-C, --duration) closes our end of the socket: the reader stops, the
     // run is not affected.
     let watcher = {
-        let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+        // The flag's parser keeps it in range; an out-of-range value from another caller means
+        // no deadline rather than a panic.
+        let deadline =
+            args.duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
         let done = done_rx.clone();
         std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
             let stop = signal::flag().load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);

@@ -46,6 +46,7 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
         throttle_read: a.throttle_read,
         slow: a.slow,
         panic_at_step: a.panic_at_step,
+        panic_in_loader_at_step: a.panic_in_loader_at_step,
         no_tui: a.no_tui,
         check_advice: a.check_advice,
         channel_capacity: a.channel_capacity,

@@ -64,6 +64,8 @@ pub fn install() {
                     }
                     Response::Ignore => {}
                     Response::Exit => {
+                        eprintln!("\npipeprof: second interrupt: closing the trace and exiting now");
+                        // try_lock: a registration in progress must not hold up the exit.
                         if let Ok(hooks) = ON_ABORT.try_lock() {
                             hooks.iter().for_each(|h| h());
                         }

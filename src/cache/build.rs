@@ -101,7 +101,10 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let ds = scan(&opts.data)?;
     if opts.progress {
         for p in &ds.problems {
-            eprintln!("warning: {}: {}", p.path.display(), p.reason);
+            crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
+        }
+        for c in &ds.empty_classes {
+            crate::progress::warn(&crate::data::scan::empty_class_warning(&ds.root, c));
         }
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());

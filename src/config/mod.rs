@@ -4,7 +4,7 @@
 //! name the file, line and column. Values are range-checked in [`validate`]; shapes are inferred
 //! beside the model, in `train::shapes`.
 
-mod validate;
+pub mod validate;
 
 use serde::Deserialize;
 use std::fmt;

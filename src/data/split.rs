@@ -25,6 +25,7 @@ pub fn split(ds: &Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset) {
         samples: ds.samples.iter().zip(&held).filter(|(_, h)| **h == keep).map(|(s, _)| s.clone()).collect(),
         ignored: 0,
         problems: Vec::new(),
+        empty_classes: Vec::new(),
     };
     let mut train = part(false);
     train.ignored = ds.ignored;

@@ -44,6 +44,9 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
             for p in &f.problems {
                 crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
             }
+            for c in &f.empty_classes {
+                crate::progress::warn(&data::scan::empty_class_warning(&f.root, c));
+            }
             let (train, val) = validation_set(opts, cfg, (*f).clone())?;
             (DataSource::Folder(Arc::new(train)), val)
         }
@@ -81,14 +84,10 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
 fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Result<(Dataset, Option<Dataset>)> {
     if let Some(dir) = &opts.val_data {
         let v = data::scan(dir).with_context(|| format!("--val-data {}", dir.display()))?;
-        if v.classes != ds.classes {
-            bail!(
-                "--val-data {} has classes [{}] but --data has [{}]: the validation folder needs the same class sub-folders",
-                dir.display(),
-                v.classes.join(", "),
-                ds.classes.join(", ")
-            );
+        for c in &v.empty_classes {
+            crate::progress::warn(&data::scan::empty_class_warning(dir, c));
         }
+        let v = relabel_validation(v, &ds).with_context(|| format!("--val-data {}", dir.display()))?;
         return Ok((ds, Some(v)));
     }
     let f = cfg.data.validation_split;
@@ -106,6 +105,30 @@ fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Res
         return Ok((ds, None));
     }
     Ok((train, Some(val)))
+}
+
+/// The validation set with the training set's labels: every class with validation images
+/// must be one the model trains (same name); a training class may have no validation images.
+pub fn relabel_validation(mut v: Dataset, train: &Dataset) -> anyhow::Result<Dataset> {
+    let unknown: Vec<&str> = v.classes.iter().filter(|c| !train.classes.contains(c)).map(String::as_str).collect();
+    if !unknown.is_empty() {
+        bail!(
+            "the validation folder has images for [{}], which the training data has no images for (training classes: [{}]): \
+             the validation folder needs the same class sub-folders",
+            unknown.join(", "),
+            train.classes.join(", ")
+        );
+    }
+    let map: Vec<u32> =
+        v.classes.iter().map(|c| train.classes.iter().position(|t| t == c).unwrap_or_default() as u32).collect();
+    for s in &mut v.samples {
+        s.label = map[s.label as usize];
+    }
+    for c in train.classes.iter().filter(|c| !v.classes.contains(c)) {
+        crate::progress::warn(&format!("class {c} has no validation images: its validation accuracy is not measured"));
+    }
+    v.classes = train.classes.clone();
+    Ok(v)
 }
 
 /// What the report and summary echo of this run.
@@ -137,4 +160,41 @@ pub fn settings(
         simulated: opts.simulated(),
         auto_workers: Vec::new(),
     }
+}
+
+/// Refuses a model that cannot fit: its parameter count overflows, or (on the CPU) training
+/// needs more than the machine's memory, estimated before anything is allocated.
+pub fn check_memory(
+    shapes: &[crate::train::shapes::ShapedLayer],
+    cfg: &ModelConfig,
+    device: &str,
+    model_name: &str,
+) -> anyhow::Result<()> {
+    let batch = cfg.train.batch_size;
+    let Some(need) = crate::train::shapes::memory_estimate(shapes, &cfg.input, batch) else {
+        bail!("{model_name}: the model's memory need cannot even be counted (over 2^64 bytes): use fewer or smaller layers");
+    };
+    // On a GPU the limit is the device's memory, which candle reports only by failing.
+    if device != "cpu" {
+        return Ok(());
+    }
+    if let Some(total) = memory_total() {
+        if need > total {
+            bail!(
+                "{model_name}: training needs at least {:.1} GB (weights, gradients, optimizer state and one batch of {batch} activations) \
+                 but this machine has {:.1} GB: use fewer filters/units, a smaller [input] or a smaller batch_size",
+                need as f64 / 1e9,
+                total as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Physical memory, from /proc/meminfo (None where it cannot be read).
+fn memory_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
 }
