@@ -200,7 +200,19 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         Ok(_) => bail!("{addr}: the run did not greet first"),
         Err(e) => bail!("{addr}: {e}"),
     };
-    let mut settings: RunSettings = serde_json::from_value(hello.settings.clone()).unwrap_or_default();
+    let mut settings: RunSettings = match serde_json::from_value(hello.settings.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            // Another pipeprof version's settings: say so rather than show blanks silently.
+            crate::progress::warn(&format!(
+                "{addr}: the run's settings are not in this pipeprof's format ({e}): the report shows none"
+            ));
+            RunSettings::default()
+        }
+    };
+    if let Err(why) = crate::export::read::check_settings(&settings) {
+        bail!("{addr}: the run sent settings out of range ({why}): not attaching");
+    }
     if settings.model.is_empty() {
         settings.model = hello.program.clone();
     }
