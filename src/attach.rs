@@ -216,12 +216,13 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     if settings.model.is_empty() {
         settings.model = hello.program.clone();
     }
-    eprintln!(
+    // The program name comes from the other process.
+    crate::progress::say(&format!(
         "pipeprof: attached to {} (pid {}) at {addr}; {} detaches, the run goes on",
         hello.program,
         hello.pid,
         if args.once { "Ctrl-C" } else { "q" }
-    );
+    ));
     let mut agg = Aggregator::new(settings.clone());
     for (id, name) in &hello.threads {
         agg.push(&Event::Thread { id: *id, name: name.clone().into_boxed_str() });
@@ -280,11 +281,11 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
     match ended {
         Ended::Run(stats) => eprintln!(
-            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off)",
-            stats.events_dropped, stats.slow_clients_dropped
+            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
+            stats.events_dropped, stats.slow_clients_dropped, stats.unencodable_frames
         ),
         Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
-        Ended::Other(why) => eprintln!("pipeprof: {why}"),
+        Ended::Other(why) => crate::progress::say(&format!("pipeprof: {why}")),
     }
     print!("{}", report::render(&done.summary, &done.verdict()));
     if let Some(p) = &args.summary {

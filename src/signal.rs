@@ -82,9 +82,7 @@ pub fn install() {
 
 /// Registers `f` to run before an immediate exit on a second interrupt.
 pub fn on_abort(f: Box<dyn Fn() + Send>) {
-    if let Ok(mut hooks) = ON_ABORT.lock() {
-        hooks.push(f);
-    }
+    ON_ABORT.lock().unwrap_or_else(|e| e.into_inner()).push(f);
 }
 
 /// The flag the training loop polls (also set by the live view's `q`).

@@ -126,7 +126,8 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
     if !r.skipped.is_empty() {
         eprintln!("skipped files: {}", r.skipped.len());
         for (p, why) in &r.skipped {
-            eprintln!("  {p}: {why}");
+            // File names and reasons come from the data: no escape codes into a log.
+            crate::progress::say(&format!("  {p}: {why}"));
         }
     }
     println!("train from it: pipeprof profile {}--data {}", model_flag(args), args.out.display());

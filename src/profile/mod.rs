@@ -285,7 +285,7 @@ fn finish(
     print!("{}", report::render(&done.summary, &verdict));
     let failed = failure_text(&outcome);
     if let Some(why) = &failed {
-        eprintln!("pipeprof: RUN FAILED: {why}");
+        progress::say(&format!("pipeprof: RUN FAILED: {why}"));
         eprintln!("pipeprof: the report above covers the steps done before the failure");
     }
     if let Some(path) = &opts.summary {
