@@ -107,25 +107,34 @@ fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Res
     Ok((train, Some(val)))
 }
 
-/// The validation set with the training set's labels: every class with validation images
-/// must be one the model trains (same name); a training class may have no validation images.
+/// The validation set with the training set's labels. Both folders need the same class
+/// sub-folders; a validation class with no image is left out (warned at the scan), a class
+/// with validation images but no training image is refused (the model has no output for it).
 pub fn relabel_validation(mut v: Dataset, train: &Dataset) -> anyhow::Result<Dataset> {
+    let folders = |d: &Dataset| {
+        let mut f: Vec<String> = d.classes.iter().chain(&d.empty_classes).cloned().collect();
+        f.sort();
+        f
+    };
+    if folders(&v) != folders(train) {
+        bail!(
+            "it has class folders [{}] but --data has [{}]: the validation folder needs the same class sub-folders",
+            folders(&v).join(", "),
+            folders(train).join(", ")
+        );
+    }
     let unknown: Vec<&str> = v.classes.iter().filter(|c| !train.classes.contains(c)).map(String::as_str).collect();
     if !unknown.is_empty() {
         bail!(
-            "the validation folder has images for [{}], which the training data has no images for (training classes: [{}]): \
-             the validation folder needs the same class sub-folders",
-            unknown.join(", "),
-            train.classes.join(", ")
+            "class folders [{}] have validation images but no training image, so the model has no output for them: \
+             add training images, or move them out of the validation folder",
+            unknown.join(", ")
         );
     }
     let map: Vec<u32> =
         v.classes.iter().map(|c| train.classes.iter().position(|t| t == c).unwrap_or_default() as u32).collect();
     for s in &mut v.samples {
         s.label = map[s.label as usize];
-    }
-    for c in train.classes.iter().filter(|c| !v.classes.contains(c)) {
-        crate::progress::warn(&format!("class {c} has no validation images: its validation accuracy is not measured"));
     }
     v.classes = train.classes.clone();
     Ok(v)
