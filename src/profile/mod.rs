@@ -97,12 +97,16 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
             crate::data::loader::panic_message(&*p)
         )
     });
+    let died = samplers.and_then(|s| s.stop().died);
+    let outcome = match (outcome, died) {
+        (Ok(Ok(_)), Some(name)) => {
+            Err(anyhow::anyhow!("the {name} thread panicked (its message is above): machine sampling stopped there"))
+        }
+        (o, _) => o,
+    };
     // A failed run says so in the trace, before the collector closes it.
     if let (Some(slot), Some(why)) = (&failure_slot, failure_text(&outcome)) {
         let _ = slot.set(why);
-    }
-    if let Some(s) = samplers {
-        s.stop();
     }
     probe.send_blocking(Event::Finish);
     let done = match collector.0.join() {
