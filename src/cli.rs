@@ -236,6 +236,18 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
     }
 }
 
+/// Longest `attach --duration`: 30 days.
+pub const MAX_DURATION_S: f64 = 30.0 * 24.0 * 3600.0;
+
+/// A positive, finite number of seconds up to [`MAX_DURATION_S`].
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    if !(v.is_finite() && v > 0.0 && v <= MAX_DURATION_S) {
+        return Err(format!("must be more than 0 and at most {MAX_DURATION_S} seconds (30 days), got {s:?}"));
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,16 +264,4 @@ mod tests {
         assert!(parse_size("150").is_err());
         assert!(parse_size("0x5").is_err());
     }
-}
-
-/// Longest `attach --duration`: 30 days.
-pub const MAX_DURATION_S: f64 = 30.0 * 24.0 * 3600.0;
-
-/// A positive, finite number of seconds up to [`MAX_DURATION_S`].
-pub fn parse_seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
-    if !(v.is_finite() && v > 0.0 && v <= MAX_DURATION_S) {
-        return Err(format!("must be more than 0 and at most {MAX_DURATION_S} seconds (30 days), got {s:?}"));
-    }
-    Ok(v)
 }
