@@ -61,6 +61,15 @@ fn empty_and_other_format_classes_are_left_out_and_an_all_bad_class_is_named() {
     let s: Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
     assert_eq!(s["settings"]["classes"], serde_json::json!(["allbad", "circle", "cross"]));
     assert_eq!(s["skipped_count"], 3);
+    // The cache builder decodes every image: the same warnings, at build time.
+    let out_file = d.path().join("c.ppk");
+    let m = model(d.path());
+    let out =
+        pipeprof(&["cache", "--model", &m, "--data", data.to_str().unwrap(), "--out", out_file.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("class folder {} has no .{} image", data.join("empty").display(), exts())));
+    assert!(stderr.contains("class allbad: none of its images could be decoded"), "{stderr}");
 }
 
 #[test]

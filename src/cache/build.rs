@@ -205,6 +205,22 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     if labels.is_empty() {
         return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: meta.skipped.len() });
     }
+    if opts.progress {
+        // Every image was decoded: a class none of whose images made it is known now.
+        let mut cached = vec![0usize; meta.classes.len()];
+        for &l in &labels {
+            if let Some(c) = cached.get_mut(l as usize) {
+                *c += 1;
+            }
+        }
+        for (class, _) in meta.classes.iter().zip(&cached).filter(|(_, n)| **n == 0) {
+            crate::progress::warn(&format!(
+                "class {class}: none of its images could be decoded (see the skipped files): a model trained \
+                 from this cache has an output it never sees; fix or remove {}",
+                ds.root.join(class).display()
+            ));
+        }
+    }
 
     let image_len = opts.height as u64 * opts.width as u64 * opts.channels as u64;
     let labels_off = PIXELS_OFF + labels.len() as u64 * image_len;
