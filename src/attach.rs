@@ -200,16 +200,29 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         Ok(_) => bail!("{addr}: the run did not greet first"),
         Err(e) => bail!("{addr}: {e}"),
     };
-    let mut settings: RunSettings = serde_json::from_value(hello.settings.clone()).unwrap_or_default();
+    let mut settings: RunSettings = match serde_json::from_value(hello.settings.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            // Another pipeprof version's settings: say so rather than show blanks silently.
+            crate::progress::warn(&format!(
+                "{addr}: the run's settings are not in this pipeprof's format ({e}): the report shows none"
+            ));
+            RunSettings::default()
+        }
+    };
+    if let Err(why) = crate::export::read::check_settings(&settings) {
+        bail!("{addr}: the run sent settings out of range ({why}): not attaching");
+    }
     if settings.model.is_empty() {
         settings.model = hello.program.clone();
     }
-    eprintln!(
+    // The program name comes from the other process.
+    crate::progress::say(&format!(
         "pipeprof: attached to {} (pid {}) at {addr}; {} detaches, the run goes on",
         hello.program,
         hello.pid,
         if args.once { "Ctrl-C" } else { "q" }
-    );
+    ));
     let mut agg = Aggregator::new(settings.clone());
     for (id, name) in &hello.threads {
         agg.push(&Event::Thread { id: *id, name: name.clone().into_boxed_str() });
@@ -244,7 +257,10 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     // Detaching (q, Ctrl-C, --duration) closes our end of the socket: the reader stops, the
     // run is not affected.
     let watcher = {
-        let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+        // The flag's parser keeps it in range; an out-of-range value from another caller means
+        // no deadline rather than a panic.
+        let deadline =
+            args.duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
         let done = done_rx.clone();
         std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
             let stop = signal::flag().load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
@@ -265,11 +281,11 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
     match ended {
         Ended::Run(stats) => eprintln!(
-            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off)",
-            stats.events_dropped, stats.slow_clients_dropped
+            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
+            stats.events_dropped, stats.slow_clients_dropped, stats.unencodable_frames
         ),
         Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
-        Ended::Other(why) => eprintln!("pipeprof: {why}"),
+        Ended::Other(why) => crate::progress::say(&format!("pipeprof: {why}")),
     }
     print!("{}", report::render(&done.summary, &done.verdict()));
     if let Some(p) = &args.summary {

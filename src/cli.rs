@@ -128,6 +128,9 @@ pub struct ProfileArgs {
     /// Testing hook: panic in the training loop at this step (proves the exit paths).
     #[arg(long, hide = true)]
     pub panic_at_step: Option<u64>,
+    /// Testing hook: a loader worker panics while decoding this step.
+    #[arg(long, hide = true)]
+    pub panic_in_loader_at_step: Option<u64>,
     /// No live terminal view: print a progress line and the report (the default when stdout
     /// or stdin is not a terminal).
     #[arg(long)]
@@ -148,8 +151,8 @@ pub struct AttachArgs {
     /// No live view: collect until the run ends (or --duration passes), then print the report.
     #[arg(long)]
     pub once: bool,
-    /// Detach after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Detach after this many seconds (more than 0, up to 30 days).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
     /// Write the summary JSON of what was seen.
     #[arg(long, value_name = "FILE")]
@@ -231,6 +234,18 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
         (Some(w), Some(h)) => Ok((w, h)),
         _ => Err(format!("size must be WxH with 1–16384 pixels each, got {s:?}")),
     }
+}
+
+/// Longest `attach --duration`: 30 days.
+pub const MAX_DURATION_S: f64 = 30.0 * 24.0 * 3600.0;
+
+/// A positive, finite number of seconds up to [`MAX_DURATION_S`].
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    if !(v.is_finite() && v > 0.0 && v <= MAX_DURATION_S) {
+        return Err(format!("must be more than 0 and at most {MAX_DURATION_S} seconds (30 days), got {s:?}"));
+    }
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
         throttle_read: a.throttle_read,
         slow: a.slow,
         panic_at_step: a.panic_at_step,
+        panic_in_loader_at_step: a.panic_in_loader_at_step,
         no_tui: a.no_tui,
         check_advice: a.check_advice,
         channel_capacity: a.channel_capacity,
@@ -73,6 +74,8 @@ fn cache_options(a: CacheArgs) -> cache::CacheOptions {
 }
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
+    // Past a million images per class the demo writes for hours: refuse before writing.
+    crate::config::validate::in_range("--per-class", a.per_class, 1, 1_000_000).map_err(anyhow::Error::msg)?;
     let spec = crate::data::demo::DemoSpec {
         classes: a.classes,
         per_class: a.per_class,

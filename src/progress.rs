@@ -38,7 +38,7 @@ pub fn warn(msg: &str) {
 pub fn say(line: &str) {
     let tty = std::io::stderr().is_terminal();
     let line = clean(line, tty);
-    let bar = ACTIVE.lock().ok().and_then(|b| b.clone());
+    let bar = ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
     match bar {
         Some(b) if !b.is_hidden() => b.println(line),
         _ => eprintln!("{line}"),
@@ -64,9 +64,7 @@ impl Line {
         } else {
             ProgressBar::hidden()
         };
-        if let Ok(mut a) = ACTIVE.lock() {
-            *a = Some(bar.clone());
-        }
+        *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
         Line { bar, tty, plain_every, last_plain: Some(Instant::now()) }
     }
 
@@ -79,7 +77,7 @@ impl Line {
         let due = self.last_plain.is_none_or(|t| t.elapsed() >= self.plain_every);
         if due || force {
             self.last_plain = Some(Instant::now());
-            eprintln!("{text}");
+            eprintln!("{}", clean(&text, false));
         }
     }
 
@@ -90,9 +88,7 @@ impl Line {
 impl Drop for Line {
     fn drop(&mut self) {
         self.bar.finish_and_clear();
-        if let Ok(mut a) = ACTIVE.lock() {
-            *a = None;
-        }
+        *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

@@ -93,16 +93,15 @@ fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, dropped: &dyn Fn() ->
     let snap = agg.snapshot();
     let verdict = (snap.summary.steps > 0).then(|| diagnose::diagnose(&snap.summary));
     // The lock is held only for the move, not while the snapshot is built.
-    if let Ok(mut l) = latest.lock() {
-        *l = Live { snap, verdict };
-    }
+    // A view that panicked while reading poisons the lock; the slot is still whole.
+    *latest.lock().unwrap_or_else(|e| e.into_inner()) = Live { snap, verdict };
 }
 
 /// The live view on a terminal, else the progress line, until training ends.
 pub fn show(no_tui: bool, latest: &Latest, done: &Receiver<()>) {
     // The live view needs a terminal to draw on and one to read keys from.
     let tui = !no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    let summary = || latest.lock().ok().map(|l| l.snap.summary.clone());
+    let summary = || Some(latest.lock().unwrap_or_else(|e| e.into_inner()).snap.summary.clone());
     if tui {
         if let Err(e) = crate::tui::run(latest.clone(), done.clone(), crate::signal::flag()) {
             crate::progress::warn(&format!(

@@ -64,6 +64,8 @@ pub fn install() {
                     }
                     Response::Ignore => {}
                     Response::Exit => {
+                        eprintln!("\npipeprof: second interrupt: closing the trace and exiting now");
+                        // try_lock: a registration in progress must not hold up the exit.
                         if let Ok(hooks) = ON_ABORT.try_lock() {
                             hooks.iter().for_each(|h| h());
                         }
@@ -80,9 +82,7 @@ pub fn install() {
 
 /// Registers `f` to run before an immediate exit on a second interrupt.
 pub fn on_abort(f: Box<dyn Fn() + Send>) {
-    if let Ok(mut hooks) = ON_ABORT.lock() {
-        hooks.push(f);
-    }
+    ON_ABORT.lock().unwrap_or_else(|e| e.into_inner()).push(f);
 }
 
 /// The flag the training loop polls (also set by the live view's `q`).

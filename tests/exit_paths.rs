@@ -41,14 +41,20 @@ fn start(r: &Run, extra: &[&str]) -> Child {
 
 /// Waits (bounded) until the streamed trace shows training steps on disk.
 fn wait_until_training(trace: &Path) {
+    wait_for_span(trace, "compute");
+}
+
+/// Waits (bounded) until the streamed trace shows a `name` span on disk.
+fn wait_for_span(trace: &Path, name: &str) {
+    let needle = format!("\"name\":\"{name}\"");
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
-        if std::fs::read_to_string(trace).map(|t| t.contains("\"name\":\"compute\"")).unwrap_or(false) {
+        if std::fs::read_to_string(trace).map(|t| t.contains(&needle)).unwrap_or(false) {
             return;
         }
         std::thread::yield_now();
     }
-    panic!("the run never wrote a compute span to {}", trace.display());
+    panic!("the run never wrote a {name} span to {}", trace.display());
 }
 
 fn trace_events(trace: &Path) -> Vec<serde_json::Value> {
@@ -91,6 +97,86 @@ fn a_panic_in_training_still_closes_the_trace() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("training thread panicked"));
     let evs = trace_events(&r.trace);
     assert_eq!(evs.iter().filter(|e| e["name"] == "compute").count(), 2, "steps 0 and 1 ran");
+}
+
+#[test]
+fn a_panic_in_a_loader_worker_fails_the_run_and_says_where() {
+    let r = setup();
+    let out = start(&r, &["--epochs", "3", "--panic-in-loader-at-step", "2"]).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("RUN FAILED: loader thread loader-0 died in stage decode: --panic-in-loader-at-step 2"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pipeprof report"), "the report is still printed");
+    let evs = trace_events(&r.trace);
+    let failed = evs.iter().find(|e| e["name"] == "run failed").expect("the trace says the run failed");
+    assert!(failed["args"]["error"].as_str().unwrap().contains("loader-0"));
+    let summary = evs.iter().find(|e| e["name"] == "summary").unwrap();
+    assert!(summary["args"]["failed"].as_str().unwrap().contains("stage decode"));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&r.summary).unwrap()).unwrap();
+    assert!(s["failed"].as_str().unwrap().contains("loader thread loader-0"));
+    assert!(s["steps"].as_u64().unwrap() < 12, "the run stopped at the failure, not after 3 epochs");
+}
+
+#[test]
+fn two_interrupts_1ms_apart_are_one_and_leave_a_strictly_loadable_trace() {
+    let r = setup();
+    let child = start(&r, &["--steps", "100000000"]);
+    wait_until_training(&r.trace);
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // The stimulus itself (what `timeout` or a terminal does), not a wait for something.
+    std::thread::sleep(Duration::from_millis(1));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{}", String::from_utf8_lossy(&out.stderr));
+    let evs = trace_events(&r.trace);
+    assert!(evs.iter().any(|e| e["name"] == "summary"), "a clean stop, with the final summary");
+}
+
+#[test]
+fn a_second_interrupt_after_the_grace_period_exits_at_once_with_trace_and_summary_closed() {
+    let r = setup();
+    // A step that takes 20 s: the first interrupt cannot finish the run before the second.
+    let child = start(&r, &["--steps", "100000000", "--slow", "compute=+20s"]);
+    // Loader spans on disk: the loader runs, and the loop's first step (20 s) is under way
+    // (the loop's own spans are sent in batches, later).
+    wait_for_span(&r.trace, "read");
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // The stimulus: a user pressing Ctrl-C again after the grace period.
+    std::thread::sleep(pipeprof::signal::GRACE + Duration::from_millis(100));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{stderr}");
+    assert!(stderr.contains("second interrupt: closing the trace and exiting now"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("pipeprof report"), "no report: it exited at once");
+    let evs = trace_events(&r.trace);
+    assert!(evs.iter().any(|e| e["name"] == "settings"));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&r.summary).unwrap()).unwrap();
+    assert!(s["failed"].as_str().unwrap().contains("interrupted twice"), "{s}");
+}
+
+#[test]
+fn an_interrupt_through_timeout_leaves_a_strictly_loadable_trace() {
+    let r = setup();
+    // `timeout` sends its signal to the run and then to its whole process group: two SIGINTs
+    // microseconds apart. SIGALRM makes it act now (it is how its own timer fires).
+    let child = Command::new("timeout")
+        .args(["-s", "INT", "3600", env!("CARGO_BIN_EXE_pipeprof")])
+        .args(["profile", "--model", r.model.to_str().unwrap(), "--data", r.data.to_str().unwrap()])
+        .args(["--trace", r.trace.to_str().unwrap(), "--no-gpu", "--steps", "100000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("GNU timeout (coreutils) is installed");
+    wait_until_training(&r.trace);
+    unsafe { libc::kill(child.id() as i32, libc::SIGALRM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(124), "timed out: {}", String::from_utf8_lossy(&out.stderr));
+    let evs = trace_events(&r.trace);
+    assert!(evs.iter().any(|e| e["name"] == "summary"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -45,10 +45,10 @@ fn seeds() -> Vec<Vec<u8>> {
     let step =
         StepRecord { step: 1, epoch: 0, images: 4, loss: 0.5, correct: 2, end_ns: 3, queued: 1, validation: false };
     vec![
-        wire::encode(&Frame::Spans(vec![span; 5])),
-        wire::encode(&Frame::Event(WireEvent::Step(step))),
-        wire::encode(&Frame::Event(WireEvent::Thread { id: 2, name: "loader-0".into() })),
-        wire::encode(&Frame::End(Default::default())),
+        wire::encode(&Frame::Spans(vec![span; 5])).unwrap(),
+        wire::encode(&Frame::Event(WireEvent::Step(step))).unwrap(),
+        wire::encode(&Frame::Event(WireEvent::Thread { id: 2, name: "loader-0".into() })).unwrap(),
+        wire::encode(&Frame::End(Default::default())).unwrap(),
     ]
 }
 

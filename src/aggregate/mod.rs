@@ -89,6 +89,9 @@ struct StageAgg {
     cpu_wall_ns: u64,
     bytes: u64,
     hist: Histogram<u64>,
+    /// The longest span past the histogram's 1-hour bound (0: none): such spans are recorded
+    /// at the bound, and this keeps the reported max true.
+    longest_over: u64,
 }
 
 impl StageAgg {
@@ -96,7 +99,7 @@ impl StageAgg {
         // 1 ns … 1 hour at 2 significant digits: a few KB per stage, whatever the run length.
         #[allow(clippy::expect_used)]
         let hist = Histogram::new_with_bounds(1, 3_600_000_000_000, 2).expect("constant bounds are valid");
-        StageAgg { count: 0, wall_ns: 0, cpu_ns: 0, cpu_wall_ns: 0, bytes: 0, hist }
+        StageAgg { count: 0, wall_ns: 0, cpu_ns: 0, cpu_wall_ns: 0, bytes: 0, hist, longest_over: 0 }
     }
 
     fn push(&mut self, s: &SpanRecord) {
@@ -110,7 +113,12 @@ impl StageAgg {
         if s.bytes != NONE {
             self.bytes += s.bytes;
         }
-        let _ = self.hist.record(s.dur_ns.max(1));
+        let v = s.dur_ns.max(1);
+        if v > self.hist.high() {
+            self.longest_over = self.longest_over.max(v);
+        }
+        // Saturating: a span over an hour counts (at the bound) instead of being dropped.
+        self.hist.saturating_record(v);
     }
 }
 
@@ -495,7 +503,7 @@ impl Aggregator {
                 mean_ms: ms(a.wall_ns) / a.count as f64,
                 p50_ms: ms(a.hist.value_at_quantile(0.5)),
                 p95_ms: ms(a.hist.value_at_quantile(0.95)),
-                max_ms: ms(a.hist.max()),
+                max_ms: ms(a.hist.max().max(a.longest_over)),
                 on_cpu: (a.cpu_wall_ns > 0).then(|| (a.cpu_ns as f64 / a.cpu_wall_ns as f64).min(1.0)),
                 bytes: a.bytes,
                 per_second: if elapsed_ns > 0 { a.count as f64 / secs(elapsed_ns) } else { 0.0 },
@@ -645,6 +653,19 @@ mod tests {
         assert!((d.p95_ms - 1.0).abs() < 0.02, "{}", d.p95_ms);
         assert_eq!(d.on_cpu, Some(0.25));
         assert!((s.loader_busy - 1.0).abs() < 1e-9, "the single worker decoded all the time");
+    }
+
+    #[test]
+    fn spans_over_an_hour_are_counted_and_keep_their_true_max() {
+        let mut a = Aggregator::new(RunSettings { workers: 1, ..Default::default() });
+        let two_hours = 7_200_000_000_000u64;
+        a.push(&span(Stage::Decode, 0, 1_000_000, 0));
+        a.push(&span(Stage::Decode, 0, two_hours, 0));
+        let s = a.summary();
+        let d = &s.stages[0];
+        assert_eq!(d.count, 2);
+        assert_eq!(d.max_ms, two_hours as f64 / 1e6);
+        assert!(d.p95_ms >= 3_590_000.0, "recorded at the 1-hour bound, not dropped: {}", d.p95_ms);
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         for p in &ds.problems {
             crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
         }
+        for c in &ds.empty_classes {
+            crate::progress::warn(&crate::data::scan::empty_class_warning(&ds.root, c));
+        }
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
@@ -120,6 +123,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     written?;
     if out.labels.is_empty() {
         return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: out.meta.skipped.len() });
+    }
+    if opts.progress {
+        warn_classes_without_images(&out, &ds.root);
     }
     let header = write_index(opts, fingerprint(&ds), &mut out).map_err(werr)?;
     let mut file = out.w.into_inner().map_err(|e| werr(e.into_error()))?;
@@ -143,6 +149,23 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         bytes: header.0.file_len,
         secs: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Every image was decoded: a class none of whose images made it is known now.
+fn warn_classes_without_images(out: &Written, root: &Path) {
+    let mut cached = vec![0usize; out.meta.classes.len()];
+    for &l in &out.labels {
+        if let Some(c) = cached.get_mut(l as usize) {
+            *c += 1;
+        }
+    }
+    for (class, _) in out.meta.classes.iter().zip(&cached).filter(|(_, n)| **n == 0) {
+        crate::progress::warn(&format!(
+            "class {class}: none of its images could be decoded (see the skipped files): a model trained \
+             from this cache has an output it never sees; fix or remove {}",
+            root.join(class).display()
+        ));
+    }
 }
 
 /// The file being written and the index of what is in it so far.

@@ -94,6 +94,10 @@ pub struct CacheOptions {
 pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
     let (cfg, model_name) = crate::config::load_model(args.model.as_deref())?;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if let Some(w) = args.workers {
+        use crate::config::validate::{in_range, MAX_WORKERS};
+        in_range("--workers", w, 1, MAX_WORKERS).map_err(anyhow::Error::msg)?;
+    }
     let opts = BuildOptions {
         data: args.data.clone(),
         out: args.out.clone(),
@@ -122,7 +126,8 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
     if !r.skipped.is_empty() {
         eprintln!("skipped files: {}", r.skipped.len());
         for (p, why) in &r.skipped {
-            eprintln!("  {p}: {why}");
+            // File names and reasons come from the data: no escape codes into a log.
+            crate::progress::say(&format!("  {p}: {why}"));
         }
     }
     println!("train from it: pipeprof profile {}--data {}", model_flag(args), args.out.display());

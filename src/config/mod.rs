@@ -4,7 +4,7 @@
 //! name the file, line and column. Values are range-checked in [`validate`]; shapes are inferred
 //! beside the model, in `train::shapes`.
 
-mod validate;
+pub mod validate;
 
 use serde::Deserialize;
 use std::fmt;
@@ -84,17 +84,22 @@ pub enum Units {
 enum NumOrText {
     N(i64),
     S(String),
+    // Past i64 (TOML integers are i64, serde may still hand over a u64).
+    U(u64),
+    // Anything else (a float, a table): refused with the range.
+    Other(toml::Value),
 }
 
 impl<'de> Deserialize<'de> for Units {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let range = "units must be a whole number from 1 to 1048576, or \"classes\"";
         match NumOrText::deserialize(d)? {
             NumOrText::N(n) if n > 0 => Ok(Units::Fixed(n as usize)),
-            NumOrText::N(n) => Err(serde::de::Error::custom(format!("units must be at least 1, got {n}"))),
+            NumOrText::N(n) => Err(serde::de::Error::custom(format!("{range}, got {n}"))),
             NumOrText::S(s) if s == "classes" => Ok(Units::Classes),
-            NumOrText::S(s) => {
-                Err(serde::de::Error::custom(format!("units must be a number or \"classes\", got \"{s}\"")))
-            }
+            NumOrText::S(s) => Err(serde::de::Error::custom(format!("{range}, got \"{s}\""))),
+            NumOrText::U(u) => Err(serde::de::Error::custom(format!("{range}, got {u}"))),
+            NumOrText::Other(v) => Err(serde::de::Error::custom(format!("{range}, got {v}"))),
         }
     }
 }
@@ -225,6 +230,12 @@ impl<'de> Deserialize<'de> for Workers {
             NumOrText::N(n) if n > 0 => Ok(Workers::Fixed(n as usize)),
             NumOrText::N(n) => Err(serde::de::Error::custom(format!("workers must be at least 1, got {n}"))),
             NumOrText::S(s) => s.parse().map_err(serde::de::Error::custom),
+            NumOrText::U(u) => {
+                Err(serde::de::Error::custom(format!("workers must be \"auto\" or from 1 to 1024, got {u}")))
+            }
+            NumOrText::Other(v) => {
+                Err(serde::de::Error::custom(format!("workers must be \"auto\" or from 1 to 1024, got {v}")))
+            }
         }
     }
 }
@@ -302,6 +313,9 @@ impl ModelConfig {
     /// Parses `text`; `origin` names the file in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<ModelConfig, ConfigError> {
         let cfg: ModelConfig = toml::from_str(text).map_err(|e| {
+            if let Some(message) = layer_error(text) {
+                return ConfigError::Invalid { path: origin.to_string(), message };
+            }
             let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
             ConfigError::Parse { path: origin.to_string(), line, column, message: e.message().to_string() }
         })?;
@@ -315,6 +329,29 @@ impl ModelConfig {
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Self::parse(&text, &path.display().to_string())
     }
+}
+
+/// The first `[[layers]]` entry that does not parse, as "layer N (type): why": TOML points
+/// every error inside the layer list at the list's first header, which names no layer.
+fn layer_error(text: &str) -> Option<String> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let layers = table.get("layers")?.as_array()?;
+    layers.iter().enumerate().find_map(|(i, l)| {
+        let kind = l.get("type").and_then(|t| t.as_str()).unwrap_or("?");
+        let why = l.clone().try_into::<LayerSpec>().err()?.message().to_string();
+        // The value's error names no key: the key is the one whose removal changes the error
+        // (a bad value fails where it is read; a missing key only at the end).
+        let key = l.as_table()?.keys().filter(|k| *k != "type").find(|k| {
+            let mut t = l.as_table().cloned().unwrap_or_default();
+            t.remove(*k);
+            toml::Value::Table(t).try_into::<LayerSpec>().map_err(|e| e.message().to_string()).err().as_ref()
+                != Some(&why)
+        });
+        Some(match key {
+            Some(k) => format!("layer {} ({kind}): {k}: {why}", i + 1),
+            None => format!("layer {} ({kind}): {why}", i + 1),
+        })
+    })
 }
 
 /// Name of the built-in model in messages and reports.

@@ -1,7 +1,37 @@
 //! Validation of a parsed `cnn.toml`: every value in its range, with the accepted range in
 //! the message.
 
-use super::{Activation, Augment, ConfigError, LayerSpec, ModelConfig};
+use super::{Activation, Augment, ConfigError, LayerSpec, ModelConfig, Units, Workers};
+
+/// Largest batch: 65,536 images (a 224×224 RGB batch of that size is already 39 GB).
+pub const MAX_BATCH_SIZE: usize = 1 << 16;
+/// Most loader workers: far past the cores of any one machine.
+pub const MAX_WORKERS: usize = 1024;
+/// Deepest prefetch queue, in batches.
+pub const MAX_PREFETCH: usize = 4096;
+/// Most epochs.
+pub const MAX_EPOCHS: usize = 1_000_000;
+/// Largest kernel, pool size or stride (the input is at most 4096 pixels a side).
+pub const MAX_KERNEL: usize = 4096;
+/// Most filters or units in one layer (2^20).
+pub const MAX_UNITS: usize = 1 << 20;
+
+/// `v` in `lo..=hi`, or a message naming `what` and the range.
+pub fn in_range(what: &str, v: usize, lo: usize, hi: usize) -> Result<(), String> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{what} must be between {lo} and {hi}, got {v}"))
+    }
+}
+
+/// The run's worker count in range (`auto` always is).
+pub fn workers_in_range(what: &str, w: Workers) -> Result<(), String> {
+    match w {
+        Workers::Auto => Ok(()),
+        Workers::Fixed(n) => in_range(what, n, 1, MAX_WORKERS),
+    }
+}
 
 impl Augment {
     pub(super) fn validate(&self) -> Result<(), String> {
@@ -47,14 +77,17 @@ impl ModelConfig {
                 self.input.height, self.input.width
             ));
         }
-        if self.train.batch_size == 0 {
-            return bad("[train] batch_size must be at least 1".into());
+        let counts = [
+            in_range("[train] batch_size", self.train.batch_size, 1, MAX_BATCH_SIZE),
+            in_range("[train] epochs", self.train.epochs, 1, MAX_EPOCHS),
+            in_range("[data] prefetch", self.data.prefetch, 1, MAX_PREFETCH),
+            workers_in_range("[data] workers", self.data.workers),
+        ];
+        if let Some(Err(m)) = counts.into_iter().find(Result::is_err) {
+            return bad(m);
         }
         if !(self.train.learning_rate > 0.0 && self.train.learning_rate.is_finite()) {
             return bad(format!("[train] learning_rate must be positive, got {}", self.train.learning_rate));
-        }
-        if self.data.prefetch == 0 {
-            return bad("[data] prefetch must be at least 1".into());
         }
         let split = self.data.validation_split;
         if !(split.is_finite() && (0.0..1.0).contains(&split)) {
@@ -67,17 +100,30 @@ impl ModelConfig {
             let n = i + 1;
             match l {
                 LayerSpec::Conv2d { filters, kernel_size, strides, .. } => {
-                    if *filters == 0 || *kernel_size == 0 || *strides == 0 {
-                        return bad(format!("layer {n} (conv2d): filters, kernel_size and strides must be ≥ 1"));
+                    let checks = [
+                        in_range(&format!("layer {n} (conv2d): filters"), *filters, 1, MAX_UNITS),
+                        in_range(&format!("layer {n} (conv2d): kernel_size"), *kernel_size, 1, MAX_KERNEL),
+                        in_range(&format!("layer {n} (conv2d): strides"), *strides, 1, MAX_KERNEL),
+                    ];
+                    if let Some(Err(m)) = checks.into_iter().find(Result::is_err) {
+                        return bad(m);
                     }
                 }
                 LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
-                    if *pool_size == 0 || *strides == Some(0) {
-                        return bad(format!("layer {n} ({}): pool_size and strides must be ≥ 1", l.kind()));
+                    let kind = l.kind();
+                    let checks = [
+                        in_range(&format!("layer {n} ({kind}): pool_size"), *pool_size, 1, MAX_KERNEL),
+                        in_range(&format!("layer {n} ({kind}): strides"), strides.unwrap_or(1), 1, MAX_KERNEL),
+                    ];
+                    if let Some(Err(m)) = checks.into_iter().find(Result::is_err) {
+                        return bad(m);
                     }
                 }
+                LayerSpec::Dense { units: Units::Fixed(u), .. } if !(1..=MAX_UNITS).contains(u) => {
+                    return bad(format!("layer {n} (dense): units must be between 1 and {MAX_UNITS}, got {u}"));
+                }
                 LayerSpec::Dropout { rate } => {
-                    if !(0.0..1.0).contains(rate) {
+                    if !(rate.is_finite() && (0.0..1.0).contains(rate)) {
                         return bad(format!("layer {n} (dropout): rate must be in [0, 1), got {rate}"));
                     }
                 }

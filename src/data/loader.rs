@@ -41,10 +41,52 @@ impl Batch {
     }
 }
 
+/// A loader thread that died: which, in which stage, and why. A dead worker ends the run as
+/// a failure, never as "the data ran out".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("loader thread {thread} died in stage {stage}: {why}")]
+pub struct WorkerFailure {
+    pub thread: String,
+    pub stage: &'static str,
+    pub why: String,
+}
+
+thread_local! {
+    /// The stage this loader thread is in, for the failure report if it panics.
+    static STAGE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("start") };
+}
+
+/// Testing hook (`--panic-in-loader-at-step`): a worker panics while decoding this step.
+static PANIC_AT_STEP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// Makes a loader worker panic in the decode stage of `step` (proves the failure path).
+pub fn inject_panic_at_step(step: Option<u64>) {
+    PANIC_AT_STEP.store(step.unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+fn at(stage: Stage) {
+    STAGE.with(|s| s.set(stage.name()));
+}
+
+/// The text of a panic payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panicked (no message)".into())
+}
+
 /// Files that failed, reported once each however many epochs touch them.
-#[derive(Default)]
+/// And which samples loaded at least once, to name the classes that never did.
 struct SkipLog {
     seen: Mutex<HashSet<u32>>,
+    ok: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl SkipLog {
+    fn new(samples: usize) -> SkipLog {
+        SkipLog { seen: Mutex::default(), ok: (0..samples).map(|_| AtomicBool::new(false)).collect() }
+    }
 }
 
 pub struct Loader {
@@ -55,7 +97,9 @@ pub struct Loader {
     link: Option<Arc<SlowLink>>,
     probe: Probe,
     queues: Vec<Receiver<Batch>>,
-    handles: Vec<JoinHandle<()>>,
+    handles: Vec<JoinHandle<Result<(), WorkerFailure>>>,
+    /// The first worker that died, once the training loop has run into its closed queue.
+    failure: Option<WorkerFailure>,
     stop: Arc<AtomicBool>,
     /// The step the current workers started from.
     first: u64,
@@ -71,6 +115,7 @@ impl Loader {
         src.check(&cfg).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let plan = Arc::new(Plan::new(src.len(), &cfg));
         let workers = cfg.workers.max(1);
+        let skips = Arc::new(SkipLog::new(src.len()));
         let mut l = Loader {
             src,
             total: plan.total_steps,
@@ -78,13 +123,14 @@ impl Loader {
             plan,
             link: cfg.throttle.map(|t| Arc::new(SlowLink::new(t))),
             cfg: Arc::new(cfg),
-            skips: Arc::new(SkipLog::default()),
+            skips,
             probe,
             queues: Vec::new(),
             handles: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             first: 0,
             next: 0,
+            failure: None,
         };
         l.spawn(workers)?;
         Ok(l)
@@ -108,9 +154,19 @@ impl Loader {
                 self.link.clone(),
             );
             let first = self.first + w as u64;
-            let h = std::thread::Builder::new()
-                .name(format!("loader-{w}"))
-                .spawn(move || worker(first, workers, &*src, &plan, &cfg, &stop, &skips, &probe, link, tx))?;
+            let name = format!("loader-{w}");
+            let h = std::thread::Builder::new().name(name.clone()).spawn(move || {
+                // The panic is caught here, with the stage it happened in, so that the run can
+                // say which thread died where; the default hook has already printed it.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    worker(first, workers, &*src, &plan, &cfg, &stop, &skips, &probe, link, tx)
+                }))
+                .map_err(|p| WorkerFailure {
+                    thread: name,
+                    stage: STAGE.with(|s| s.get()),
+                    why: panic_message(&*p),
+                })
+            })?;
             self.handles.push(h);
         }
         Ok(())
@@ -120,8 +176,50 @@ impl Loader {
         self.stop.store(true, Ordering::Relaxed);
         self.queues.clear();
         for h in self.handles.drain(..) {
-            let _ = h.join();
+            // A worker that died after the loop stopped asking (e.g. while halting for a new
+            // worker count) is a failure too; the first one is kept.
+            let died = match h.join() {
+                Ok(r) => r.err(),
+                Err(p) => Some(WorkerFailure { thread: "loader".into(), stage: "unknown", why: panic_message(&*p) }),
+            };
+            if self.failure.is_none() {
+                self.failure = died;
+            }
         }
+    }
+
+    /// `Err` when a worker died: the batches stopped because of it, not because the plan was
+    /// done. Call when [`Loader::next_batch`] returns `None`.
+    pub fn check(&mut self) -> Result<(), WorkerFailure> {
+        match self.failure.clone() {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    /// Classes of which no image loaded although some were tried (every one tried failed),
+    /// with how many failed: the model has an output for them that it never trained.
+    pub fn classes_never_loaded(&self) -> Vec<(String, usize)> {
+        let classes = self.src.classes();
+        let mut ok = vec![false; classes.len()];
+        let mut failed = vec![0usize; classes.len()];
+        for (i, loaded) in self.skips.ok.iter().enumerate() {
+            if let (true, Some(o)) = (loaded.load(Ordering::Relaxed), ok.get_mut(self.src.label(i) as usize)) {
+                *o = true;
+            }
+        }
+        let seen = self.skips.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for &i in seen.iter() {
+            if let Some(f) = failed.get_mut(self.src.label(i as usize) as usize) {
+                *f += 1;
+            }
+        }
+        classes
+            .iter()
+            .zip(ok.iter().zip(&failed))
+            .filter(|(_, (ok, failed))| !**ok && **failed > 0)
+            .map(|(c, (_, failed))| (c.clone(), *failed))
+            .collect()
     }
 
     /// Worker threads now.
@@ -161,10 +259,26 @@ impl Loader {
         if self.next >= self.total || self.queues.is_empty() {
             return None;
         }
-        let q = &self.queues[((self.next - self.first) % self.queues.len() as u64) as usize];
-        let b = q.recv().ok()?;
-        self.next += 1;
-        Some(b)
+        let i = ((self.next - self.first) % self.queues.len() as u64) as usize;
+        match self.queues[i].recv() {
+            Ok(b) => {
+                self.next += 1;
+                Some(b)
+            }
+            Err(_) => {
+                // The worker's queue closed before the plan was done: it died. Stop the others
+                // and keep why, for `check`.
+                self.halt();
+                if self.failure.is_none() {
+                    self.failure = Some(WorkerFailure {
+                        thread: format!("loader-{i}"),
+                        stage: "unknown",
+                        why: "stopped before its work was done".into(),
+                    });
+                }
+                None
+            }
+        }
     }
 }
 
@@ -202,9 +316,15 @@ fn worker(
         for &i in indices.iter() {
             let slot = labels.len();
             let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
+            at(Stage::Read);
             let mut ctx = LoadCtx { step, epoch, cfg, link, scratch: &mut scratch };
             match src.load(i, &mut ctx, out) {
-                Ok(()) => labels.push(src.label(i as usize)),
+                Ok(()) => {
+                    if let Some(ok) = skips.ok.get(i as usize) {
+                        ok.store(true, Ordering::Relaxed);
+                    }
+                    labels.push(src.label(i as usize))
+                }
                 Err(reason) => {
                     let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
                     if first {
@@ -242,6 +362,7 @@ fn load_one(
     out: &mut [f32],
 ) -> Result<(), String> {
     let bytes = {
+        at(Stage::Read);
         let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
         let _g = span.enter();
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
@@ -255,13 +376,19 @@ fn load_one(
         bytes
     };
     let px = {
+        at(Stage::Decode);
         let _g = info_span!("decode", step, sample).entered();
+        #[allow(clippy::panic)]
+        if PANIC_AT_STEP.load(Ordering::Relaxed) == step {
+            panic!("--panic-in-loader-at-step {step}: injected panic (testing hook)");
+        }
         if let Some(s) = extra_for(&cfg.slow, Stage::Decode) {
             s.apply();
         }
         decode_for(&bytes, cfg.channels, cfg.width, cfg.height).map_err(|e| e.to_string())?
     };
     let Some(buf) = aug else {
+        at(Stage::Resize);
         let _g = info_span!("resize", step, sample).entered();
         if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
             s.apply();
@@ -269,6 +396,7 @@ fn load_one(
         return resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string());
     };
     let hwc = {
+        at(Stage::Resize);
         let _g = info_span!("resize", step, sample).entered();
         if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
             s.apply();
@@ -276,6 +404,7 @@ fn load_one(
         resizer.resize_u8(&px, cfg.width, cfg.height).map_err(|e| e.to_string())?
     };
     // The f32 conversion resize does otherwise happens here, on the augmented pixels.
+    at(Stage::Augment);
     let _g = info_span!("augment", step, sample).entered();
     if let Some(s) = extra_for(&cfg.slow, Stage::Augment) {
         s.apply();

@@ -50,6 +50,9 @@ pub struct Dataset {
     pub ignored_by_ext: BTreeMap<String, usize>,
     /// Unreadable folders, symlink loops.
     pub problems: Vec<ScanProblem>,
+    /// Class folders with no image file (empty, or only other extensions): left out of
+    /// `classes`, so that the model has no output for a class it would never see.
+    pub empty_classes: Vec<String>,
 }
 
 impl Dataset {
@@ -70,6 +73,15 @@ impl Dataset {
         }
         counts
     }
+}
+
+/// The warning for a class folder left out because it holds no image file.
+pub fn empty_class_warning(root: &Path, class: &str) -> String {
+    format!(
+        "class folder {} has no .{} image: it is left out of the classes (add images to train it, or remove the folder)",
+        root.join(class).display(),
+        EXTENSIONS.join("/.")
+    )
 }
 
 fn hidden(name: &std::ffi::OsStr) -> bool {
@@ -113,12 +125,17 @@ pub fn scan(root: &Path) -> Result<Dataset, ScanError> {
     }
     let mut visited = HashSet::new();
     visited.insert((meta.dev(), meta.ino()));
-    for (label, (name, dir)) in class_dirs.iter().enumerate() {
-        ds.classes.push(name.clone());
+    for (name, dir) in &class_dirs {
         let mut files = Vec::new();
         walk(dir, &mut visited, &mut files, &mut ds);
+        if files.is_empty() {
+            ds.empty_classes.push(name.clone());
+            continue;
+        }
         files.sort();
-        ds.samples.extend(files.into_iter().map(|path| Sample { path, label: label as u32 }));
+        let label = ds.classes.len() as u32;
+        ds.classes.push(name.clone());
+        ds.samples.extend(files.into_iter().map(|path| Sample { path, label }));
     }
     if ds.samples.is_empty() {
         return Err(ScanError::NoImages(root.to_path_buf(), ds.ignored));

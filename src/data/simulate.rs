@@ -15,8 +15,8 @@ pub struct Throttle {
 impl Throttle {
     /// The extra time reading `bytes` should take.
     pub fn delay(&self, bytes: usize) -> Duration {
-        let bw = self.bytes_per_s.map(|r| Duration::from_secs_f64(bytes as f64 / r)).unwrap_or_default();
-        bw + self.per_file
+        let bw = self.bytes_per_s.map(|r| secs(bytes as f64 / r)).unwrap_or_default();
+        bw.saturating_add(self.per_file)
     }
 
     pub fn describe(&self) -> String {
@@ -31,6 +31,19 @@ impl Throttle {
     }
 }
 
+/// Slowest accepted `--throttle-read` rate: 1 byte per second.
+pub const MIN_RATE: f64 = 1.0;
+/// Fastest accepted rate: 1 TB/s, past any disk or network.
+pub const MAX_RATE: f64 = 1e12;
+/// Longest accepted per-file latency or `--slow` delay (exclusive).
+pub const MAX_DELAY_S: f64 = 3600.0;
+
+/// `x` seconds as a Duration, saturating instead of panicking on a huge or invalid value (the
+/// parsers keep rates in range; this keeps a bug from becoming a dead loader worker).
+fn secs(x: f64) -> Duration {
+    Duration::try_from_secs_f64(x).unwrap_or(if x > 0.0 { Duration::MAX } else { Duration::ZERO })
+}
+
 fn parse_ms(s: &str) -> Option<Duration> {
     let v = s.trim().strip_prefix('+')?.trim();
     let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
@@ -43,10 +56,11 @@ fn parse_ms(s: &str) -> Option<Duration> {
         (v, 1e-3)
     };
     let x: f64 = num.trim().parse().ok()?;
-    (0.0..3600.0).contains(&x).then(|| Duration::from_secs_f64(x * scale))
+    (x.is_finite() && (0.0..MAX_DELAY_S).contains(&(x * scale))).then(|| secs(x * scale))
 }
 
-fn parse_rate(s: &str) -> Option<f64> {
+/// A rate in bytes per second; `Err` says what is wrong with a well-formed one.
+fn parse_rate(s: &str) -> Option<Result<f64, String>> {
     let v = s.trim();
     let v = v.strip_suffix("/s")?;
     let lower = v.to_ascii_lowercase();
@@ -54,7 +68,13 @@ fn parse_rate(s: &str) -> Option<f64> {
         .iter()
         .find_map(|(u, k)| lower.strip_suffix(u).map(|n| (n.to_string(), *k)))?;
     let x: f64 = num.trim().parse().ok()?;
-    (x.is_finite() && x > 0.0).then_some(x * scale)
+    let r = x * scale;
+    if !(r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r)) {
+        return Some(Err(format!(
+            "--throttle-read rate must be between 1 B/s and 1000 GB/s (1e12 bytes per second), got {s:?}"
+        )));
+    }
+    Some(Ok(r))
 }
 
 /// Parses `2MB/s`, `+20ms`, or both: `2MB/s+20ms`.
@@ -70,7 +90,7 @@ pub fn parse_throttle(s: &str) -> Result<Throttle, String> {
         Some(i) => (&s[..i], &s[i..]),
         None => (s, ""),
     };
-    let bytes_per_s = if rate.is_empty() { None } else { Some(parse_rate(rate).ok_or_else(bad)?) };
+    let bytes_per_s = if rate.is_empty() { None } else { Some(parse_rate(rate).ok_or_else(bad)??) };
     let per_file = if lat.is_empty() { Duration::ZERO } else { parse_ms(lat).ok_or_else(bad)? };
     if bytes_per_s.is_none() && per_file.is_zero() {
         return Err(bad());
@@ -97,12 +117,13 @@ impl SlowLink {
         let done = match (self.throttle.bytes_per_s, self.next_free.lock()) {
             (Some(r), Ok(mut next)) => {
                 let start = (*next).max(now);
-                *next = start + Duration::from_secs_f64(bytes as f64 / r);
+                // Saturating: a far-future slot must not panic the worker that reserves it.
+                *next = start.checked_add(secs(bytes as f64 / r)).unwrap_or(start);
                 *next
             }
             _ => now,
         };
-        let until = done.max(now) + self.throttle.per_file;
+        let until = done.max(now).checked_add(self.throttle.per_file).unwrap_or(done);
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
     }
 }
@@ -141,8 +162,12 @@ impl Slow {
 
 pub fn parse_slow(s: &str) -> Result<Slow, String> {
     let stages: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
-    let bad =
-        || format!("--slow takes STAGE=+MS, e.g. decode=+5ms, with STAGE one of {}; got {s:?}", stages.join(", "));
+    let bad = || {
+        format!(
+            "--slow takes STAGE=+MS, e.g. decode=+5ms, with STAGE one of {} and MS from 0 to under 3600 s; got {s:?}",
+            stages.join(", ")
+        )
+    };
     let (name, extra) = s.split_once('=').ok_or_else(bad)?;
     let stage = Stage::from_name(name.trim()).ok_or_else(bad)?;
     let extra = parse_ms(extra).ok_or_else(bad)?;
@@ -151,7 +176,7 @@ pub fn parse_slow(s: &str) -> Result<Slow, String> {
 
 /// The delays of one stage, summed.
 pub fn extra_for(slow: &[Slow], stage: Stage) -> Option<Slow> {
-    let total: Duration = slow.iter().filter(|s| s.stage == stage).map(|s| s.extra).sum();
+    let total = slow.iter().filter(|s| s.stage == stage).fold(Duration::ZERO, |t, s| t.saturating_add(s.extra));
     (!total.is_zero()).then_some(Slow { stage, extra: total })
 }
 
@@ -175,12 +200,23 @@ mod tests {
         for bad in ["", "fast", "2MB", "-5MB/s", "2MB/s+", "+-3ms", "0MB/s"] {
             assert!(parse_throttle(bad).is_err(), "{bad}");
         }
+        // Well-formed but out of range: the message gives the accepted range.
+        for bad in ["1e-20B/s", "0.5B/s", "1e300GB/s", "infB/s", "NaNMB/s", "2000GB/s"] {
+            let e = parse_throttle(bad).expect_err(bad);
+            assert!(e.contains("between 1 B/s and 1000 GB/s"), "{bad}: {e}");
+        }
+        for bad in ["+1e300s", "+infms", "+NaNms", "+3600s", "+4000000ms"] {
+            assert!(parse_throttle(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
     fn throttle_delay_is_size_over_rate_plus_latency() {
         let t = Throttle { bytes_per_s: Some(1e6), per_file: Duration::from_millis(5) };
         assert_eq!(t.delay(500_000), Duration::from_millis(505));
+        // A rate no parser would accept still gives a (saturated) delay, not a panic.
+        let t = Throttle { bytes_per_s: Some(1e-300), per_file: Duration::MAX };
+        assert_eq!(t.delay(usize::MAX), Duration::MAX);
     }
 
     #[test]

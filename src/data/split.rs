@@ -26,6 +26,7 @@ pub fn split(ds: &Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset) {
         ignored: 0,
         ignored_by_ext: Default::default(),
         problems: Vec::new(),
+        empty_classes: Vec::new(),
     };
     let mut train = part(false);
     train.ignored = ds.ignored;

@@ -17,6 +17,7 @@ use serde_json::json;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 /// How much of the loader goes into the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,6 +46,8 @@ pub struct ChromeTrace<W: Write + Send> {
     capped: bool,
     last_step_end: Option<u64>,
     last_ts: u64,
+    /// Set by the command when the run failed (a thread died): written with the summary.
+    failure: Arc<OnceLock<String>>,
 }
 
 impl ChromeTrace<BufWriter<File>> {
@@ -52,6 +55,19 @@ impl ChromeTrace<BufWriter<File>> {
     pub fn create(path: &Path, process_name: &str, level: TraceLevel) -> std::io::Result<Self> {
         let f = File::create(path)?;
         ChromeTrace::new(BufWriter::with_capacity(1 << 16, f), process_name, level)
+    }
+}
+
+impl ChromeTrace<BufWriter<super::guard::GuardedFile>> {
+    /// Creates `path` and writes the header; the guard can close the file at once from another
+    /// thread (the exit on a second interrupt), leaving it loadable.
+    pub fn create_guarded(
+        path: &Path,
+        process_name: &str,
+        level: TraceLevel,
+    ) -> std::io::Result<(Self, super::guard::TraceGuard)> {
+        let (f, guard) = super::guard::create(path)?;
+        Ok((ChromeTrace::new(BufWriter::with_capacity(1 << 16, f), process_name, level)?, guard))
     }
 }
 
@@ -73,10 +89,17 @@ impl<W: Write + Send> ChromeTrace<W> {
             capped: false,
             last_step_end: None,
             last_ts: 0,
+            failure: Arc::new(OnceLock::new()),
         };
         t.raw(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":process_name}}))?;
         t.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":0,"args":{"name":"pipeprof"}}))?;
         Ok(t)
+    }
+
+    /// Where the command puts why the run failed, before the collector closes the trace: the
+    /// trace then ends with a `run failed` event and the summary event says so.
+    pub fn failure_slot(&self) -> Arc<OnceLock<String>> {
+        self.failure.clone()
     }
 
     fn raw(&mut self, v: &serde_json::Value) -> std::io::Result<()> {
@@ -237,8 +260,14 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
     }
 
     fn summary(&mut self, s: &Diagnosed) -> std::io::Result<()> {
-        let args = serde_json::to_value(s).map_err(std::io::Error::other)?;
+        let mut args = serde_json::to_value(s).map_err(std::io::Error::other)?;
         let t = self.last_ts;
+        if let Some(why) = self.failure.get().cloned() {
+            self.instant("run failed", t, json!({ "error": why }))?;
+            if let Some(o) = args.as_object_mut() {
+                o.insert("failed".into(), json!(why));
+            }
+        }
         self.instant("summary", t, args)
     }
 

@@ -1,6 +1,7 @@
 //! Outputs written while the run goes: one `Exporter` per format.
 
 pub mod chrome;
+pub mod guard;
 pub mod read;
 
 use crate::aggregate::RunSettings;

@@ -13,6 +13,37 @@ pub enum ReadError {
     Io { path: String, source: std::io::Error },
     #[error("{path} is neither a pipeprof trace nor a summary JSON: {why}")]
     Format { path: String, why: String },
+    #[error("{path}: {why}: the file is damaged or not written by pipeprof (re-run `pipeprof profile --summary`)")]
+    OutOfRange { path: String, why: String },
+    #[error(
+        "{path} is a summary of schema version {found}; this pipeprof reads version {expected}: \
+         re-run the profile with this version, or read it with the pipeprof that wrote it"
+    )]
+    Schema { path: String, found: u64, expected: u32 },
+}
+
+/// Most cores a run read back may claim (the views size their tables and candidate pipelines
+/// by it).
+pub const MAX_CORES: usize = 1 << 16;
+
+/// The settings of a run read from a file or a socket, in the ranges `profile` accepts: a
+/// damaged or hostile file is refused, not trusted to size loops and tables.
+pub fn check_settings(s: &RunSettings) -> Result<(), String> {
+    use crate::config::validate::{in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH, MAX_WORKERS};
+    let checks = [
+        in_range("settings.cores", s.cores, 0, MAX_CORES),
+        in_range("settings.workers", s.workers, 0, MAX_WORKERS),
+        in_range("settings.batch_size", s.batch_size, 0, MAX_BATCH_SIZE),
+        in_range("settings.prefetch", s.prefetch, 0, MAX_PREFETCH),
+        in_range("settings.epochs", s.epochs, 0, MAX_EPOCHS),
+    ];
+    checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+}
+
+/// A summary read back: its settings and machine in range.
+pub fn check_summary(s: &Summary) -> Result<(), String> {
+    check_settings(&s.settings)?;
+    crate::config::validate::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
 }
 
 /// A run read back from disk.
@@ -205,9 +236,16 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
     let p = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io { path: p.clone(), source })?;
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
-        if v.get("schema_version").is_some() && v.get("stages").is_some() {
+        if let (Some(version), Some(_)) = (v.get("schema_version"), v.get("stages")) {
+            let expected = crate::aggregate::SUMMARY_SCHEMA_VERSION;
+            // Fields of another schema would read as defaults without a word: refuse instead.
+            if version.as_u64() != Some(u64::from(expected)) {
+                let found = version.as_u64().unwrap_or(u64::MAX);
+                return Err(ReadError::Schema { path: p, found, expected });
+            }
             let summary: Summary =
                 serde_json::from_value(v).map_err(|e| ReadError::Format { path: p.clone(), why: e.to_string() })?;
+            check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p.clone(), why })?;
             return Ok(Loaded { summary, events: 0, complete: true, capped: false });
         }
     }
@@ -216,6 +254,7 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
         return Err(ReadError::Format { path: p, why: "no trace events found".into() });
     }
     let (summary, capped) = summary_from_trace(&events);
+    check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p, why })?;
     Ok(Loaded { summary, events: events.len(), complete, capped })
 }
 
@@ -233,6 +272,35 @@ mod tests {
         let v: Value = serde_json::from_str(&fixed).unwrap();
         assert_eq!(v["traceEvents"].as_array().unwrap().len(), 2);
         assert!(repair_text("not a trace").is_none());
+    }
+
+    #[test]
+    fn summaries_of_another_schema_or_with_numbers_out_of_range_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("s.json");
+        let mut good = serde_json::to_value(crate::diagnose::Diagnosed::default()).unwrap();
+        good["schema_version"] = crate::aggregate::SUMMARY_SCHEMA_VERSION.into();
+        let write = |edit: &dyn Fn(&mut Value)| {
+            let mut v = good.clone();
+            edit(&mut v);
+            std::fs::write(&path, v.to_string()).unwrap();
+            load(&path).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert!(write(&|_| {}).is_ok());
+        let e = write(&|v| v["schema_version"] = 99.into()).unwrap_err();
+        assert!(e.contains("schema version 99") && e.contains("reads version 1"), "{e}");
+        let e = write(&|v| v["settings"]["cores"] = u64::MAX.into()).unwrap_err();
+        assert!(e.contains("settings.cores must be between 0 and 65536"), "{e}");
+        let e = write(&|v| v["machine"]["cores"] = (1u64 << 40).into()).unwrap_err();
+        assert!(e.contains("machine.cores"), "{e}");
+        // The same numbers in a trace's settings event.
+        let trace = format!(
+            "{{\"traceEvents\":[\n{}\n]}}",
+            r#"{"ph":"i","name":"settings","ts":0,"args":{"workers":4294967296,"batch_size":4}}"#
+        );
+        std::fs::write(&path, trace).unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("settings.workers"), "{e}");
     }
 
     #[test]

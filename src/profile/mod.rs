@@ -19,11 +19,18 @@ use anyhow::{bail, Context};
 use crossbeam_channel::Receiver;
 use probes::{Event, Probe, ProbeLayer};
 use setup::Prepared;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use tracing_subscriber::layer::SubscriberExt;
 
 /// The training thread's result: how the loop ended.
-type Trainer = JoinHandle<anyhow::Result<train::TrainOutcome>>;
+type Trainer = JoinHandle<anyhow::Result<Trained>>;
+
+/// How the loop ended, and the classes whose images all failed to load.
+struct Trained {
+    outcome: train::TrainOutcome,
+    never_loaded: Vec<(String, usize)>,
+}
 
 /// A finished profile run.
 pub struct Finished {
@@ -48,6 +55,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     let samples = data.train.samples();
     let shapes = cfg.infer_shapes(samples.classes().len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
     let params: usize = shapes.iter().map(|l| l.params).sum();
+    setup::check_memory(&shapes, &cfg, &opts.device, &model_name)?;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // `auto`: start with one worker and let the measured wait decide (train::auto).
     let auto_workers = (cfg.data.workers == config::Workers::Auto).then(|| train::auto::AutoWorkers::new(cores));
@@ -75,35 +83,77 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
         progress::warn("a tracing subscriber is already installed: stage spans will not be measured");
     }
     signal::install();
-    let collector = start_collector(opts, &data, settings, &probe, rx)?;
+    crate::data::loader::inject_panic_at_step(opts.panic_in_loader_at_step);
+    let (collector, failure_slot) = start_collector(opts, &data, settings, &probe, rx)?;
     let samplers = start_samplers(opts, &probe);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let trainer = start_trainer(opts, &cfg, &data, workers, auto_workers, dev, &probe, done_tx)?;
     session::show(opts.no_tui, &collector.1, &done_rx);
     // Whatever happened to training, the collector finishes: the trace gets closed and the
     // report covers what was measured.
-    let outcome = trainer.join().map_err(|_| anyhow::anyhow!("the training thread panicked"));
-    if let Some(s) = samplers {
-        s.stop();
+    let outcome = trainer.join().map_err(|p| {
+        anyhow::anyhow!(
+            "the training thread panicked in the training loop: {}",
+            crate::data::loader::panic_message(&*p)
+        )
+    });
+    let died = samplers.and_then(|s| s.stop().died);
+    let outcome = match (outcome, died) {
+        (Ok(Ok(_)), Some(name)) => {
+            Err(anyhow::anyhow!("the {name} thread panicked (its message is above): machine sampling stopped there"))
+        }
+        (o, _) => o,
+    };
+    // A failed run says so in the trace, before the collector closes it.
+    if let (Some(slot), Some(why)) = (&failure_slot, failure_text(&outcome)) {
+        let _ = slot.set(why);
     }
     probe.send_blocking(Event::Finish);
-    let done = collector.0.join().map_err(|_| anyhow::anyhow!("the collector thread panicked"))?;
+    let done = match collector.0.join() {
+        Ok(d) => d,
+        Err(p) => {
+            // The aggregate died with the collector: report its last published summary, and
+            // fail the run with why.
+            let why =
+                format!("the collector thread (pp-collector) panicked: {}", crate::data::loader::panic_message(&*p));
+            let last = collector.1.lock().unwrap_or_else(|e| e.into_inner()).snap.summary.clone();
+            let outcome = match outcome {
+                Err(e) => Err(e.context(why)),
+                Ok(_) => Err(anyhow::anyhow!(why)),
+            };
+            return finish(opts, &data, Diagnosed::new(last), outcome);
+        }
+    };
     finish(opts, &data, done, outcome)
 }
 
+/// Why the run failed, if it did: a thread that panicked or returned an error.
+fn failure_text(outcome: &anyhow::Result<anyhow::Result<Trained>>) -> Option<String> {
+    match outcome {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) | Err(e) => Some(format!("{e:#}")),
+    }
+}
+
 /// The trace (if asked for), the aggregate and the collector thread.
+#[allow(clippy::type_complexity)]
 fn start_collector(
     opts: &Options,
     data: &Prepared,
     settings: RunSettings,
     probe: &Probe,
     rx: Receiver<Event>,
-) -> anyhow::Result<(JoinHandle<Diagnosed>, Latest)> {
+) -> anyhow::Result<((JoinHandle<Diagnosed>, Latest), Option<Arc<OnceLock<String>>>)> {
     let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
+    let mut failure_slot = None;
+    let mut trace_guard = None;
     if let Some(path) = &opts.trace {
-        let mut t = ChromeTrace::create(path, &format!("pipeprof: {}", settings.model), opts.trace_level)
-            .with_context(|| format!("cannot create the trace file {}", path.display()))?;
+        let (mut t, guard) =
+            ChromeTrace::create_guarded(path, &format!("pipeprof: {}", settings.model), opts.trace_level)
+                .with_context(|| format!("cannot create the trace file {}", path.display()))?;
+        trace_guard = Some(guard);
         t.settings(&settings).with_context(|| format!("cannot write the trace file {}", path.display()))?;
+        failure_slot = Some(t.failure_slot());
         exporters.push(Box::new(t));
     }
     let data_fs = probes::fsinfo::detect(&data.dir);
@@ -125,7 +175,38 @@ fn start_collector(
             .name("pp-collector".into())
             .spawn(move || session::collect(rx, agg, exporters, &latest, &move || probe.dropped()))?
     };
-    Ok((handle, latest))
+    on_abort(trace_guard, opts.summary.clone(), latest.clone());
+    Ok(((handle, latest), failure_slot))
+}
+
+/// What an immediate exit (a second interrupt, after the grace period) writes first: the
+/// trace's closing bytes (through the guard, whatever the collector is doing) and the summary
+/// of the last published snapshot. Neither waits on a lock: a busy snapshot slot means no
+/// summary file, and says so.
+fn on_abort(trace: Option<crate::export::guard::TraceGuard>, summary: Option<std::path::PathBuf>, latest: Latest) {
+    signal::on_abort(Box::new(move || {
+        if let Some(g) = &trace {
+            if let Err(e) = g.close_now() {
+                progress::warn(&format!(
+                    "exiting at once: cannot close the trace ({e}): `pipeprof report --repair` closes it"
+                ));
+            }
+        }
+        let Some(path) = &summary else { return };
+        let Ok(live) = latest.try_lock() else {
+            progress::warn("exiting at once: the summary was being updated, so no summary file was written");
+            return;
+        };
+        let done = Diagnosed::new(live.snap.summary.clone());
+        drop(live);
+        let mut v = serde_json::to_value(&done).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("failed".into(), "interrupted twice: exited at once, the summary covers the last snapshot".into());
+        }
+        if let Err(e) = std::fs::write(path, v.to_string()) {
+            progress::warn(&format!("exiting at once: cannot write the summary to {}: {e}", path.display()));
+        }
+    }));
 }
 
 /// Host and GPU sampling, or a warning and none.
@@ -189,7 +270,8 @@ fn start_trainer(
     Ok(std::thread::Builder::new().name("train".into()).spawn(move || {
         let result = (|| {
             let mut loader = crate::data::Loader::start(samples, loader_cfg, probe.clone())?;
-            train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks)
+            let outcome = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks)?;
+            Ok(Trained { outcome, never_loaded: loader.classes_never_loaded() })
         })();
         let _ = done.send(());
         result
@@ -201,16 +283,32 @@ fn finish(
     opts: &Options,
     data: &Prepared,
     done: Diagnosed,
-    outcome: anyhow::Result<anyhow::Result<train::TrainOutcome>>,
+    outcome: anyhow::Result<anyhow::Result<Trained>>,
 ) -> anyhow::Result<Finished> {
     let verdict = done.verdict();
     print!("{}", report::render(&done.summary, &verdict));
+    let failed = failure_text(&outcome);
+    if let Some(why) = &failed {
+        progress::say(&format!("pipeprof: RUN FAILED: {why}"));
+        eprintln!("pipeprof: the report above covers the steps done before the failure");
+    }
     if let Some(path) = &opts.summary {
-        let json = serde_json::to_string_pretty(&done)?;
+        let mut v = serde_json::to_value(&done)?;
+        if let (Some(why), Some(o)) = (&failed, v.as_object_mut()) {
+            o.insert("failed".into(), serde_json::Value::String(why.clone()));
+        }
+        let json = serde_json::to_string_pretty(&v)?;
         std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
         eprintln!("pipeprof: summary written to {}", path.display());
     }
-    let outcome = outcome??;
+    let Trained { outcome, never_loaded } = outcome??;
+    for (class, failed) in &never_loaded {
+        progress::warn(&format!(
+            "class {class}: none of its images could be loaded ({failed} tried, all skipped: see the list above): \
+             the model has an output for a class it never saw; fix or remove {}",
+            data.dir.join(class).display()
+        ));
+    }
     if outcome.interrupted {
         eprintln!("pipeprof: stopped early: the report covers the steps done so far");
     }

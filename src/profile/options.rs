@@ -33,6 +33,7 @@ pub struct Options {
     pub throttle_read: Option<Throttle>,
     pub slow: Vec<Slow>,
     pub panic_at_step: Option<u64>,
+    pub panic_in_loader_at_step: Option<u64>,
     pub no_tui: bool,
     pub check_advice: bool,
     pub channel_capacity: usize,
@@ -59,6 +60,7 @@ impl Default for Options {
             throttle_read: None,
             slow: Vec::new(),
             panic_at_step: None,
+            panic_in_loader_at_step: None,
             no_tui: false,
             check_advice: false,
             channel_capacity: probes::DEFAULT_CAPACITY,
@@ -72,11 +74,15 @@ impl Options {
         if self.steps == Some(0) {
             bail!("--steps must be at least 1");
         }
-        if self.batch_size == Some(0) {
-            bail!("--batch-size must be at least 1");
-        }
-        if self.prefetch == Some(0) {
-            bail!("--prefetch must be at least 1");
+        use crate::config::validate::{in_range, workers_in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH};
+        let counts = [
+            self.batch_size.map(|b| in_range("--batch-size", b, 1, MAX_BATCH_SIZE)),
+            self.prefetch.map(|p| in_range("--prefetch", p, 1, MAX_PREFETCH)),
+            self.epochs.map(|e| in_range("--epochs", e, 1, MAX_EPOCHS)),
+            self.workers.map(|w| workers_in_range("--workers", w)),
+        ];
+        if let Some(Err(m)) = counts.into_iter().flatten().find(Result::is_err) {
+            bail!(m);
         }
         if !(self.sample_hz.is_finite() && self.sample_hz > 0.0 && self.sample_hz <= MAX_SAMPLE_HZ) {
             bail!("--sample-hz must be a positive number up to {MAX_SAMPLE_HZ}, got {}", self.sample_hz);
@@ -90,7 +96,7 @@ impl Options {
     /// The command line's overrides of the model file's settings.
     pub fn apply(&self, cfg: &mut ModelConfig) {
         if let Some(e) = self.epochs {
-            cfg.train.epochs = e.max(1);
+            cfg.train.epochs = e;
         }
         if let Some(b) = self.batch_size {
             cfg.train.batch_size = b;
@@ -122,6 +128,10 @@ mod tests {
             (Options { steps: Some(0), ..Options::default() }, "--steps"),
             (Options { batch_size: Some(0), ..Options::default() }, "--batch-size"),
             (Options { prefetch: Some(0), ..Options::default() }, "--prefetch"),
+            (Options { prefetch: Some(1 << 40), ..Options::default() }, "--prefetch"),
+            (Options { batch_size: Some(usize::MAX), ..Options::default() }, "--batch-size"),
+            (Options { epochs: Some(0), ..Options::default() }, "--epochs"),
+            (Options { workers: Some(Workers::Fixed(1 << 32)), ..Options::default() }, "--workers"),
             (Options { sample_hz: f64::NAN, ..Options::default() }, "--sample-hz"),
             (Options { sample_hz: 0.0, ..Options::default() }, "--sample-hz"),
             (Options { sample_hz: 1e300, ..Options::default() }, "--sample-hz"),

@@ -51,6 +51,9 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
             for p in &f.problems {
                 crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
             }
+            for c in &f.empty_classes {
+                crate::progress::warn(&data::scan::empty_class_warning(&f.root, c));
+            }
             let (train, val) = validation_set(opts, cfg, (*f).clone())?;
             (DataSource::Folder(Arc::new(train)), val)
         }
@@ -88,14 +91,10 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
 fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Result<(Dataset, Option<Dataset>)> {
     if let Some(dir) = &opts.val_data {
         let v = data::scan(dir).with_context(|| format!("--val-data {}", dir.display()))?;
-        if v.classes != ds.classes {
-            bail!(
-                "--val-data {} has classes [{}] but --data has [{}]: the validation folder needs the same class sub-folders",
-                dir.display(),
-                v.classes.join(", "),
-                ds.classes.join(", ")
-            );
+        for c in &v.empty_classes {
+            crate::progress::warn(&data::scan::empty_class_warning(dir, c));
         }
+        let v = relabel_validation(v, &ds).with_context(|| format!("--val-data {}", dir.display()))?;
         return Ok((ds, Some(v)));
     }
     let f = cfg.data.validation_split;
@@ -113,6 +112,39 @@ fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Res
         return Ok((ds, None));
     }
     Ok((train, Some(val)))
+}
+
+/// The validation set with the training set's labels. Both folders need the same class
+/// sub-folders; a validation class with no image is left out (warned at the scan), a class
+/// with validation images but no training image is refused (the model has no output for it).
+pub fn relabel_validation(mut v: Dataset, train: &Dataset) -> anyhow::Result<Dataset> {
+    let folders = |d: &Dataset| {
+        let mut f: Vec<String> = d.classes.iter().chain(&d.empty_classes).cloned().collect();
+        f.sort();
+        f
+    };
+    if folders(&v) != folders(train) {
+        bail!(
+            "it has class folders [{}] but --data has [{}]: the validation folder needs the same class sub-folders",
+            folders(&v).join(", "),
+            folders(train).join(", ")
+        );
+    }
+    let unknown: Vec<&str> = v.classes.iter().filter(|c| !train.classes.contains(c)).map(String::as_str).collect();
+    if !unknown.is_empty() {
+        bail!(
+            "class folders [{}] have validation images but no training image, so the model has no output for them: \
+             add training images, or move them out of the validation folder",
+            unknown.join(", ")
+        );
+    }
+    let map: Vec<u32> =
+        v.classes.iter().map(|c| train.classes.iter().position(|t| t == c).unwrap_or_default() as u32).collect();
+    for s in &mut v.samples {
+        s.label = map[s.label as usize];
+    }
+    v.classes = train.classes.clone();
+    Ok(v)
 }
 
 /// What the report and summary echo of this run.
@@ -145,4 +177,41 @@ pub fn settings(
         auto_workers: Vec::new(),
         ignored: data.ignored.clone().unwrap_or_default(),
     }
+}
+
+/// Refuses a model that cannot fit: its parameter count overflows, or (on the CPU) training
+/// needs more than the machine's memory, estimated before anything is allocated.
+pub fn check_memory(
+    shapes: &[crate::train::shapes::ShapedLayer],
+    cfg: &ModelConfig,
+    device: &str,
+    model_name: &str,
+) -> anyhow::Result<()> {
+    let batch = cfg.train.batch_size;
+    let Some(need) = crate::train::shapes::memory_estimate(shapes, &cfg.input, batch) else {
+        bail!("{model_name}: the model's memory need cannot even be counted (over 2^64 bytes): use fewer or smaller layers");
+    };
+    // On a GPU the limit is the device's memory, which candle reports only by failing.
+    if device != "cpu" {
+        return Ok(());
+    }
+    if let Some(total) = memory_total() {
+        if need > total {
+            bail!(
+                "{model_name}: training needs at least {:.1} GB (weights, gradients, optimizer state and one batch of {batch} activations) \
+                 but this machine has {:.1} GB: use fewer filters/units, a smaller [input] or a smaller batch_size",
+                need as f64 / 1e9,
+                total as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Physical memory, from /proc/meminfo (None where it cannot be read).
+fn memory_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
 }

@@ -352,6 +352,8 @@ pub fn train(
             validate(&model, v, batch.epoch, dev, probe, stop)?;
         }
     }
+    // No more batches: the plan is done, or a worker died (then the run failed).
+    loader.check()?;
     Ok(out)
 }
 
@@ -453,6 +455,7 @@ fn validate(
             validation: true,
         }));
     }
+    loader.check()?;
     Ok(())
 }
 

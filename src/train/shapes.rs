@@ -34,7 +34,12 @@ impl ModelConfig {
                     if oh == 0 || ow == 0 {
                         return Err(collapse(n, spec, &shape));
                     }
-                    params = kernel_size * kernel_size * c * filters + filters;
+                    params = kernel_size
+                        .checked_mul(*kernel_size)
+                        .and_then(|x| x.checked_mul(c))
+                        .and_then(|x| x.checked_mul(*filters))
+                        .and_then(|x| x.checked_add(*filters))
+                        .ok_or_else(|| too_big(n, spec))?;
                     vec![*filters, oh, ow]
                 }
                 LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
@@ -47,7 +52,9 @@ impl ModelConfig {
                     }
                     vec![c, oh, ow]
                 }
-                LayerSpec::Flatten {} => vec![shape.iter().product()],
+                LayerSpec::Flatten {} => {
+                    vec![shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| too_big(n, spec))?]
+                }
                 LayerSpec::Dense { units, .. } => {
                     if shape.len() != 1 {
                         return Err(format!(
@@ -60,7 +67,7 @@ impl ModelConfig {
                         Units::Fixed(u) => *u,
                         Units::Classes => classes,
                     };
-                    params = shape[0] * u + u;
+                    params = shape[0].checked_mul(u).and_then(|x| x.checked_add(u)).ok_or_else(|| too_big(n, spec))?;
                     vec![u]
                 }
                 LayerSpec::Dropout { .. } => shape.clone(),
@@ -82,6 +89,27 @@ fn spatial(shape: &[usize], n: usize, spec: &LayerSpec) -> Result<[usize; 3], St
         [c, h, w] => Ok([*c, *h, *w]),
         _ => Err(format!("layer {n} ({}) needs an image-shaped input, got {:?} (after flatten?)", spec.kind(), shape)),
     }
+}
+
+fn too_big(n: usize, spec: &LayerSpec) -> String {
+    format!(
+        "layer {n} ({}) has more parameters or outputs than can be counted: use fewer filters/units or a smaller kernel",
+        spec.kind()
+    )
+}
+
+/// Bytes training is expected to need, at least: f32 weights, their gradients and two
+/// optimizer moments (AdamW), plus each layer's activations and their gradients for one batch.
+/// `None` when the count itself overflows (then the model cannot fit anywhere).
+pub fn memory_estimate(layers: &[ShapedLayer], input: &Input, batch: usize) -> Option<u64> {
+    let params = layers.iter().try_fold(0u64, |a, l| a.checked_add(l.params as u64))?;
+    let input_elems = (input.channels as u64).checked_mul(input.height as u64)?.checked_mul(input.width as u64)?;
+    let acts = layers.iter().try_fold(input_elems, |a, l| {
+        let n = l.output.iter().try_fold(1u64, |p, &d| p.checked_mul(d as u64))?;
+        a.checked_add(n)
+    })?;
+    let act_bytes = acts.checked_mul(batch as u64)?.checked_mul(4 * 2)?;
+    params.checked_mul(4 * 4)?.checked_add(act_bytes)
 }
 
 fn collapse(n: usize, spec: &LayerSpec, shape: &[usize]) -> String {
@@ -150,6 +178,32 @@ mod tests {
         assert_eq!(same_padding(64, 3, 1), (1, 1));
         assert_eq!(same_padding(64, 4, 1), (1, 2));
         assert_eq!(same_padding(65, 3, 2), (1, 1));
+    }
+
+    #[test]
+    fn huge_layers_are_an_error_naming_the_layer_not_an_overflow() {
+        let t = "[input]\nheight = 4096\nwidth = 4096\n[[layers]]\ntype = \"conv2d\"\nfilters = 1048576\n\
+                 kernel_size = 4096\npadding = \"same\"\n[[layers]]\ntype = \"conv2d\"\nfilters = 1048576\n\
+                 kernel_size = 4096\npadding = \"same\"\n[[layers]]\ntype = \"flatten\"\n[[layers]]\n\
+                 type = \"dense\"\nunits = 1048576\n[[layers]]\ntype = \"dense\"\nunits = \"classes\"\n";
+        let cfg = ModelConfig::parse(t, "huge.toml").unwrap();
+        let e = cfg.infer_shapes(3).unwrap_err();
+        assert!(e.contains("layer 2 (conv2d)") && e.contains("more parameters"), "{e}");
+    }
+
+    #[test]
+    fn memory_estimate_counts_weights_optimizer_and_activations() {
+        let cfg = ModelConfig::parse(DEFAULT_MODEL, "cnn.toml").unwrap();
+        let shapes = cfg.infer_shapes(4).unwrap();
+        let params: u64 = shapes.iter().map(|l| l.params as u64).sum();
+        let one = memory_estimate(&shapes, &cfg.input, 1).unwrap();
+        let two = memory_estimate(&shapes, &cfg.input, 2).unwrap();
+        assert!(one > params * 16, "weights, grads and two moments at least");
+        // One more image adds exactly one image's activations (and their gradients).
+        let acts: u64 = (cfg.input.channels * cfg.input.height * cfg.input.width) as u64
+            + shapes.iter().map(|l| l.output.iter().product::<usize>() as u64).sum::<u64>();
+        assert_eq!(two - one, acts * 8);
+        assert_eq!(memory_estimate(&shapes, &cfg.input, usize::MAX), None);
     }
 
     #[test]

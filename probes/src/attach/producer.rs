@@ -54,7 +54,10 @@ pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Produc
         Box::new(s)
     };
     wire::producer_hello(&mut out).map_err(io("send the producer handshake"))?;
-    out.write_all(&wire::encode(&Frame::Hello(identity))).map_err(io("send the producer hello"))?;
+    let hello = wire::encode(&Frame::Hello(identity))
+        .map_err(std::io::Error::other)
+        .map_err(io("encode the producer hello"))?;
+    out.write_all(&hello).map_err(io("send the producer hello"))?;
     let (probe, rx) = Probe::new(capacity.max(1));
     let writer = std::thread::Builder::new()
         .name("pp-producer".into())
@@ -78,12 +81,15 @@ fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
             Err(RecvTimeoutError::Disconnected) => Event::Finish,
         };
         if ev == Event::Finish {
-            let _ = out.write_all(&wire::encode(&Frame::End(Default::default())));
+            if let Ok(end) = wire::encode(&Frame::End(Default::default())) {
+                let _ = out.write_all(&end);
+            }
             let _ = out.flush();
             return;
         }
-        if let Some(frame) = Frame::from_event(&ev) {
-            if out.write_all(&wire::encode(&frame)).is_err() {
+        // A frame that cannot be encoded (over the size cap) is left out; the rest go on.
+        if let Some(Ok(bytes)) = Frame::from_event(&ev).map(|f| wire::encode(&f)) {
+            if out.write_all(&bytes).is_err() {
                 return;
             }
         }
@@ -244,7 +250,7 @@ mod tests {
     }
 
     fn stream(frames: &[Frame]) -> Vec<u8> {
-        frames.iter().flat_map(wire::encode).collect()
+        frames.iter().flat_map(|f| wire::encode(f).expect("test frames encode")).collect()
     }
 
     fn received(rx: &Receiver<Event>) -> (Vec<(u32, String)>, Vec<SpanRecord>) {

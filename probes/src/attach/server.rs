@@ -95,16 +95,22 @@ impl Server {
                     break;
                 }
                 let Some(frame) = Frame::from_event(&ev) else { continue };
-                if let Event::Gpu(_) = ev {
-                    if let Ok(mut g) = s.last_gpu.lock() {
-                        *g = Some(Arc::new(wire::encode(&frame)));
+                let bytes = match wire::encode(&frame) {
+                    Ok(b) => Arc::new(b),
+                    Err(_) => {
+                        // Counted, and reported to every client with the End frame.
+                        s.stats.lock().unwrap_or_else(|e| e.into_inner()).unencodable_frames += 1;
+                        continue;
                     }
+                };
+                if let Event::Gpu(_) = ev {
+                    *s.last_gpu.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes.clone());
                 }
-                let Ok(mut clients) = s.clients.lock() else { break };
+                // A lock poisoned by a panicking writer still holds a usable client list.
+                let mut clients = s.clients.lock().unwrap_or_else(|e| e.into_inner());
                 if clients.is_empty() {
                     continue;
                 }
-                let bytes = Arc::new(wire::encode(&frame));
                 clients.retain(|c| match c.tx.try_send(bytes.clone()) {
                     Ok(()) => true,
                     Err(TrySendError::Full(_)) => {
@@ -117,13 +123,12 @@ impl Server {
                 });
             }
             // The run is over: tell every client, with the counters.
-            let mut stats = s.stats.lock().map(|s| s.clone()).unwrap_or_default();
+            let mut stats = s.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
             stats.events_dropped = probe.dropped();
-            let end = Arc::new(wire::encode(&Frame::End(stats)));
-            if let Ok(mut clients) = s.clients.lock() {
-                for c in clients.drain(..) {
-                    let _ = c.tx.try_send(end.clone());
-                }
+            // ServerStats is a few numbers: its encoding cannot fail or be too long.
+            let end = Arc::new(wire::encode(&Frame::End(stats)).unwrap_or_default());
+            for c in s.clients.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                let _ = c.tx.try_send(end.clone());
             }
         })?;
         Ok(Server {
@@ -192,7 +197,15 @@ impl Server {
             }
             let Some(mut hello) = hello else { return };
             hello.threads = crate::layer::thread_names();
-            if conn.write_all(&wire::encode(&Frame::Hello(hello))).is_err() {
+            let hello = match wire::encode(&Frame::Hello(hello)) {
+                Ok(h) => h,
+                Err(e) => {
+                    eprintln!("pipeprof probes: cannot greet a client: {e}");
+                    conn.shutdown();
+                    return;
+                }
+            };
+            if conn.write_all(&hello).is_err() {
                 return;
             }
             let last_gpu = shared.last_gpu.lock().ok().and_then(|g| g.clone());

@@ -94,6 +94,10 @@ pub struct ServerStats {
     pub slow_clients_dropped: u64,
     /// Connections refused for a bad handshake.
     pub bad_handshakes: u64,
+    /// Frames not sent because they could not be encoded (JSON failed, or longer than
+    /// [`MAX_FRAME`]).
+    #[serde(default)]
+    pub unencodable_frames: u64,
 }
 
 /// The events other than span batches, as JSON.
@@ -167,18 +171,25 @@ impl Frame {
     }
 }
 
-fn json<T: Serialize>(tag: u8, v: &T) -> Vec<u8> {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    let mut out = Vec::with_capacity(5 + body.len());
-    out.extend(((body.len() + 1) as u32).to_le_bytes());
+fn json<T: Serialize>(tag: u8, v: &T) -> Result<Vec<u8>, WireError> {
+    let body =
+        serde_json::to_vec(v).map_err(|e| WireError::Malformed { what: "outgoing frame", why: e.to_string() })?;
+    // The reader refuses longer frames (and drops the connection): never send one.
+    let len = body.len() + 1;
+    if len > MAX_FRAME {
+        return Err(WireError::Length(len));
+    }
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend((len as u32).to_le_bytes());
     out.push(tag);
     out.extend(body);
-    out
+    Ok(out)
 }
 
-/// Encodes a frame with its length prefix. Span batches longer than fit in [`MAX_FRAME`]
-/// are cut (the Layer sends 64 at a time; the cut never happens in practice).
-pub fn encode(f: &Frame) -> Vec<u8> {
+/// Encodes a frame with its length prefix; `Err` for a frame that cannot be sent (its JSON
+/// fails, or it is longer than [`MAX_FRAME`]): the sender counts it and goes on. Span batches
+/// longer than fit are cut (the Layer sends 64 at a time; the cut never happens in practice).
+pub fn encode(f: &Frame) -> Result<Vec<u8>, WireError> {
     match f {
         Frame::Hello(h) => json(TAG_HELLO, h),
         Frame::Event(e) => json(TAG_EVENT, e),
@@ -197,7 +208,7 @@ pub fn encode(f: &Frame) -> Vec<u8> {
                     out.extend(x.to_le_bytes());
                 }
             }
-            out
+            Ok(out)
         }
     }
 }
@@ -349,12 +360,26 @@ mod tests {
             Frame::Spans((0..64).map(span).collect()),
             Frame::Event(WireEvent::Thread { id: 3, name: "train".into() }),
             Frame::Event(WireEvent::Host(HostSample { t_ns: 5, process_cpu_pct: 150.0, ..Default::default() })),
-            Frame::End(ServerStats { events_dropped: 1, slow_clients_dropped: 2, bad_handshakes: 3 }),
+            Frame::End(ServerStats {
+                events_dropped: 1,
+                slow_clients_dropped: 2,
+                bad_handshakes: 3,
+                unencodable_frames: 4,
+            }),
         ];
         for f in frames {
-            let bytes = encode(&f);
+            let bytes = encode(&f).unwrap();
             assert_eq!(read_frame(&mut &bytes[..]), Ok(f));
         }
+    }
+
+    #[test]
+    fn a_frame_longer_than_the_reader_accepts_is_not_encoded() {
+        let long = Frame::Event(WireEvent::Thread { id: 1, name: "x".repeat(MAX_FRAME) });
+        assert!(matches!(encode(&long), Err(WireError::Length(n)) if n > MAX_FRAME));
+        let fits = Frame::Event(WireEvent::Thread { id: 1, name: "x".repeat(MAX_FRAME - 100) });
+        let bytes = encode(&fits).unwrap();
+        assert_eq!(read_frame(&mut &bytes[..]), Ok(fits));
     }
 
     #[test]
@@ -367,7 +392,7 @@ mod tests {
         assert_eq!(read_frame(&mut &[][..]), Err(WireError::Closed));
         assert_eq!(decode(&[77]), Err(WireError::Tag(77)));
         assert!(matches!(decode(&[TAG_SPANS, 2, 0, 1]), Err(WireError::Malformed { .. })));
-        let mut bad_stage = encode(&Frame::Spans(vec![span(1)]));
+        let mut bad_stage = encode(&Frame::Spans(vec![span(1)])).unwrap();
         bad_stage[7] = 200;
         assert!(matches!(read_frame(&mut &bad_stage[..]), Err(WireError::Malformed { .. })));
         assert!(matches!(decode(&[TAG_EVENT, b'{']), Err(WireError::Malformed { .. })));

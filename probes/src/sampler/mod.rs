@@ -248,6 +248,9 @@ pub struct StopStats {
     pub host: SamplerStats,
     /// The GPU sampler (zero when not started).
     pub gpu: SamplerStats,
+    /// The sampler thread that panicked, if one did (its message went to stderr): the run's
+    /// machine figures stop where it died.
+    pub died: Option<&'static str>,
 }
 
 impl SamplerHandle {
@@ -258,9 +261,19 @@ impl SamplerHandle {
 
     fn shutdown(&mut self) -> StopStats {
         self.stop.take();
-        // A panicked sampler thread has nothing to report; the run goes on without it.
-        let join = |h: Option<JoinHandle<SamplerStats>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
-        StopStats { host: join(self.host.take()), gpu: join(self.gpu.take()) }
+        // A panicked sampler thread has no stats; it is named so that the run can fail.
+        let mut died = None;
+        let mut join = |h: Option<JoinHandle<SamplerStats>>, name: &'static str| match h.map(|h| h.join()) {
+            Some(Ok(s)) => s,
+            Some(Err(_)) => {
+                died = died.or(Some(name));
+                SamplerStats::default()
+            }
+            None => SamplerStats::default(),
+        };
+        let host = join(self.host.take(), "pp-sampler (host sampler)");
+        let gpu = join(self.gpu.take(), "pp-gpu (GPU sampler)");
+        StopStats { host, gpu, died }
     }
 }
 
