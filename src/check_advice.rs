@@ -259,6 +259,7 @@ mod tests {
             evidence: Vec::new(),
             flags: Vec::new(),
             advice,
+            provisional: false,
         }
     }
 

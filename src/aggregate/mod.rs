@@ -77,6 +77,9 @@ struct StageAgg {
     wall_ns: u64,
     cpu_ns: u64,
     cpu_wall_ns: u64,
+    /// Run-queue wait and the wall time of the spans that measured both it and CPU time.
+    queue_ns: u64,
+    queue_wall_ns: u64,
     bytes: u64,
     hist: Histogram<u64>,
 }
@@ -86,7 +89,7 @@ impl StageAgg {
         // 1 ns … 1 hour at 2 significant digits: a few KB per stage, whatever the run length.
         #[allow(clippy::expect_used)]
         let hist = Histogram::new_with_bounds(1, 3_600_000_000_000, 2).expect("constant bounds are valid");
-        StageAgg { count: 0, wall_ns: 0, cpu_ns: 0, cpu_wall_ns: 0, bytes: 0, hist }
+        StageAgg { count: 0, wall_ns: 0, cpu_ns: 0, cpu_wall_ns: 0, queue_ns: 0, queue_wall_ns: 0, bytes: 0, hist }
     }
 
     fn push(&mut self, s: &SpanRecord) {
@@ -96,6 +99,12 @@ impl StageAgg {
             // Thread CPU clocks tick coarser than the monotonic clock: cap at wall time.
             self.cpu_ns += s.cpu_ns.min(s.dur_ns);
             self.cpu_wall_ns += s.dur_ns;
+            if s.queue_ns != NONE {
+                // Waiting for a core is part of the off-CPU time: never more than it.
+                let off = s.dur_ns - s.cpu_ns.min(s.dur_ns);
+                self.queue_ns += s.queue_ns.min(off);
+                self.queue_wall_ns += s.dur_ns;
+            }
         }
         if s.bytes != NONE {
             self.bytes += s.bytes;
@@ -116,12 +125,23 @@ pub struct StageSummary {
     pub max_ms: f64,
     /// On-CPU share of wall time where measured (0–1), or None.
     pub on_cpu: Option<f64>,
+    /// Share of wall time the thread was runnable but had no core (run-queue wait: other
+    /// threads or processes held the cores), where measured (0–1), or None.
+    #[serde(default)]
+    pub core_wait: Option<f64>,
     pub bytes: u64,
     /// Per sample for loader stages, per step for the others.
     pub per_second: f64,
 }
 
 impl StageSummary {
+    /// Share of wall time off-CPU and not waiting for a core: blocked on storage, a lock, a
+    /// page fault or a queue. None unless both on-CPU and core wait were measured.
+    pub fn blocked(&self) -> Option<f64> {
+        let (on, wait) = (self.on_cpu?, self.core_wait?);
+        Some((1.0 - on - wait).clamp(0.0, 1.0))
+    }
+
     /// Whether these are `stage`'s statistics (`stage` is stored by name, as serialised).
     pub fn is(&self, stage: probes::stage::Stage) -> bool {
         self.stage == stage.name()
@@ -426,6 +446,7 @@ impl Aggregator {
                 p95_ms: ms(a.hist.value_at_quantile(0.95)),
                 max_ms: ms(a.hist.max()),
                 on_cpu: (a.cpu_wall_ns > 0).then(|| (a.cpu_ns as f64 / a.cpu_wall_ns as f64).min(1.0)),
+                core_wait: (a.queue_wall_ns > 0).then(|| (a.queue_ns as f64 / a.queue_wall_ns as f64).min(1.0)),
                 bytes: a.bytes,
                 per_second: if elapsed_ns > 0 { a.count as f64 / secs(elapsed_ns) } else { 0.0 },
             })
@@ -507,10 +528,49 @@ mod tests {
             start_ns: start,
             dur_ns: dur,
             cpu_ns: cpu,
+            queue_ns: NONE,
             step: 0,
             sample: NONE,
             bytes: NONE,
         })
+    }
+
+    fn timed(stage: Stage, dur: u64, cpu: u64, queue: u64) -> Event {
+        Event::Span(SpanRecord {
+            stage,
+            thread: 1,
+            start_ns: 0,
+            dur_ns: dur,
+            cpu_ns: cpu,
+            queue_ns: queue,
+            step: 0,
+            sample: NONE,
+            bytes: NONE,
+        })
+    }
+
+    #[test]
+    fn off_cpu_time_splits_into_core_wait_and_blocked() {
+        let mut a = Aggregator::new(RunSettings { workers: 1, ..Default::default() });
+        // 10 ms read: 2 on-CPU, 5 waiting for a core, 3 blocked; then 10 ms: 2 on, 1 waiting.
+        a.push(&timed(Stage::Read, 10_000_000, 2_000_000, 5_000_000));
+        a.push(&timed(Stage::Read, 10_000_000, 2_000_000, 1_000_000));
+        let r = &a.summary().stages[0];
+        assert_eq!(r.on_cpu, Some(0.2));
+        assert_eq!(r.core_wait, Some(0.3));
+        assert!((r.blocked().unwrap() - 0.5).abs() < 1e-12, "{r:?}");
+    }
+
+    #[test]
+    fn core_wait_is_capped_at_off_cpu_time_and_absent_when_unmeasured() {
+        let mut a = Aggregator::new(RunSettings { workers: 1, ..Default::default() });
+        // The run-queue counter can include a wait that ended just before the span: cap it.
+        a.push(&timed(Stage::Decode, 10_000_000, 8_000_000, 6_000_000));
+        a.push(&timed(Stage::Resize, 10_000_000, 8_000_000, NONE));
+        let s = a.summary();
+        assert_eq!(s.stages[0].core_wait, Some(0.2));
+        assert_eq!(s.stages[0].blocked(), Some(0.0));
+        assert_eq!((s.stages[1].core_wait, s.stages[1].blocked()), (None, None));
     }
 
     fn step(step: u64, epoch: u32, loss: f32, correct: u32, end: u64) -> Event {
