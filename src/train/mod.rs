@@ -156,6 +156,8 @@ pub fn train(
     let mut out = TrainOutcome::default();
     let mut k = 0u64;
     let mut auto = hooks.auto_workers.clone();
+    // The loader's (blocked, busy) batch-making time at the previous step, for auto workers.
+    let mut produced = loader.production();
     loop {
         let step_start = std::time::Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -228,6 +230,9 @@ pub fn train(
             validation: false,
         }));
         if let Some(a) = auto.as_mut() {
+            let now = loader.production();
+            a.observe_loader(now.0.saturating_sub(produced.0), now.1.saturating_sub(produced.1));
+            produced = now;
             let (workers, reason, settled) =
                 match a.observe(waited.as_nanos() as u64, step_start.elapsed().as_nanos() as u64) {
                     auto::Decision::Keep => (0, String::new(), false),
