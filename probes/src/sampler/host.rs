@@ -96,7 +96,16 @@ pub fn steal_pct(prev: CpuTimes, cur: CpuTimes) -> Option<f32> {
 
 /// Other programs by CPU, busiest first: processes of one name are summed (three `sh` busy
 /// loops are one competitor using three cores), `own` is left out, at most `n` kept.
-pub fn top_others(procs: impl Iterator<Item = (u32, String, f32)>, own: u32, n: usize) -> Vec<OtherCpu> {
+///
+/// `budget_pct` is what the machine's own counters say all other programs used (100 = one
+/// core): per-process figures measured over a different interval can add up to more cores than
+/// exist, so they are scaled down to it.
+pub fn top_others(
+    procs: impl Iterator<Item = (u32, String, f32)>,
+    own: u32,
+    n: usize,
+    budget_pct: Option<f32>,
+) -> Vec<OtherCpu> {
     let mut by_name: HashMap<String, OtherCpu> = HashMap::new();
     for (pid, name, cpu) in procs {
         if pid == own || !cpu.is_finite() || cpu <= 0.0 {
@@ -107,6 +116,13 @@ pub fn top_others(procs: impl Iterator<Item = (u32, String, f32)>, own: u32, n: 
         e.cpu_pct += cpu;
     }
     let mut v: Vec<OtherCpu> = by_name.into_values().collect();
+    let total: f32 = v.iter().map(|o| o.cpu_pct).sum();
+    if let Some(budget) = budget_pct.filter(|b| b.is_finite() && *b >= 0.0 && total > *b) {
+        let k = budget / total;
+        for o in &mut v {
+            o.cpu_pct *= k;
+        }
+    }
     v.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then_with(|| a.name.cmp(&b.name)));
     v.truncate(n);
     v
@@ -358,7 +374,9 @@ impl HostSampler {
             (Some(p), Some(c)) => (iowait_pct(p, c), steal_pct(p, c)),
             _ => (None, None),
         };
-        let others = self.others(t_ns);
+        let own_pct = cpu_pct(self.prev_proc_cpu_ns, proc_cpu_ns, dt);
+        let budget = self.global_cpu_pct / 100.0 * self.per_core_pct.len() as f32 * 100.0 - own_pct;
+        let others = self.others(t_ns, (!self.per_core_pct.is_empty()).then_some(budget.max(0.0)));
 
         let threads = self.threads(dt);
         let sample = HostSample {
@@ -390,7 +408,7 @@ impl HostSampler {
 
     /// The busiest other programs, at most once per [`OTHERS_EVERY_NS`] (the first sample
     /// lists them: [`HostSampler::new`] took the baseline).
-    fn others(&mut self, t_ns: u64) -> Vec<OtherCpu> {
+    fn others(&mut self, t_ns: u64, budget_pct: Option<f32>) -> Vec<OtherCpu> {
         if t_ns.saturating_sub(self.last_others_ns) < OTHERS_EVERY_NS {
             return Vec::new();
         }
@@ -402,7 +420,7 @@ impl HostSampler {
             .processes()
             .iter()
             .map(|(pid, p)| (pid.as_u32(), p.name().to_string_lossy().into_owned(), p.cpu_usage()));
-        top_others(procs, self.pid, TOP_OTHERS)
+        top_others(procs, self.pid, TOP_OTHERS, budget_pct)
     }
 
     /// (RSS bytes, cumulative CPU ns) of the sampled process.
@@ -502,9 +520,14 @@ mod tests {
         assert_eq!(steal_pct(a, b), Some(25.0));
         assert_eq!(parse_proc_stat_total("cpu 1 2 3 4 5 6 7 8 9 10\n").map(|c| c.steal), Some(8));
         let procs = [(1, "sh", 90.0), (2, "sh", 80.0), (3, "me", 400.0), (4, "cc1", 95.0), (5, "idle", 0.0)];
-        let top = top_others(procs.iter().map(|(p, n, c)| (*p, n.to_string(), *c)), 3, 2);
+        let all = || procs.iter().map(|(p, n, c)| (*p, n.to_string(), *c));
+        let top = top_others(all(), 3, 2, None);
         let got: Vec<(&str, u32, f32)> = top.iter().map(|o| (o.name.as_str(), o.processes, o.cpu_pct)).collect();
         assert_eq!(got, [("sh", 2, 170.0), ("cc1", 1, 95.0)], "own process left out, same names summed");
+        // The machine says the others used 1.3 cores in all: 2.65 cores of figures scale down.
+        let top = top_others(all(), 3, 2, Some(132.5));
+        let got: Vec<f32> = top.iter().map(|o| o.cpu_pct).collect();
+        assert_eq!(got, [85.0, 47.5]);
     }
 
     #[test]
