@@ -83,6 +83,10 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         ms(sp.compute_ms),
         pct(sp.compute_share)
     );
+    if let Some(k) = sp.from_step {
+        let _ =
+            writeln!(o, "  (steps {k} on: the pipeline after the last change of workers; earlier steps ran another)");
+    }
     if sp.startup_wait_ms > 0.0 {
         let _ = writeln!(
             o,

@@ -78,6 +78,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
             transfer_share: transfer / step_ms,
             compute_share: compute / step_ms,
             startup_wait_ms: 0.0,
+            from_step: None,
         },
         loader_busy: 0.4,
         epochs: vec![

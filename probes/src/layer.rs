@@ -203,11 +203,12 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
             if let Some(o) = l.find(id.into_u64()) {
                 o.start_ns = clock::now_ns();
                 if o.stage.takes_cpu_time() {
-                    (o.cpu_start, o.queue_start) = if o.start_ns.saturating_sub(last.0) < REUSE_CPU_READING_NS {
-                        (last.1, last.2)
-                    } else {
-                        (clock::thread_cpu_ns(), clock::thread_queue_ns().unwrap_or(NONE))
-                    };
+                    let reuse = o.start_ns.saturating_sub(last.0) < REUSE_CPU_READING_NS;
+                    o.cpu_start = if reuse { last.1 } else { clock::thread_cpu_ns() };
+                    if o.stage.takes_queue_time() {
+                        o.queue_start =
+                            if reuse && last.2 != NONE { last.2 } else { clock::thread_queue_ns().unwrap_or(NONE) };
+                    }
                 }
             }
         });
@@ -223,7 +224,8 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
                 (NONE, NONE)
             } else {
                 let now_cpu = clock::thread_cpu_ns();
-                let now_queue = clock::thread_queue_ns().unwrap_or(NONE);
+                let now_queue =
+                    if open.stage.takes_queue_time() { clock::thread_queue_ns().unwrap_or(NONE) } else { NONE };
                 l.last_exit = (clock::now_ns(), now_cpu, now_queue);
                 let queue = if open.queue_start == NONE || now_queue == NONE {
                     NONE

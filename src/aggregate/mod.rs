@@ -162,6 +162,10 @@ pub struct StepSplit {
     pub wait_share: f64,
     pub transfer_share: f64,
     pub compute_share: f64,
+    /// The figures above cover the steps from this one on: the last change of the loader's
+    /// workers (`--workers auto`), whose earlier steps ran another pipeline. `None`: the run.
+    #[serde(default)]
+    pub from_step: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -237,6 +241,35 @@ struct EpochAgg {
     val_correct: u64,
 }
 
+/// The training loop's wait / transfer / compute totals over a phase of the run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Phase {
+    first_step: u64,
+    /// The phase's first wait refills the prefetch queue: left out, like the run's start-up.
+    skip_wait: bool,
+    wait_ns: u64,
+    waits: u64,
+    transfer_ns: u64,
+    transfers: u64,
+    compute_ns: u64,
+    computes: u64,
+}
+
+/// Steps a phase after a workers change needs before the split describes it alone.
+pub const MIN_PHASE_STEPS: u64 = 3;
+
+impl Phase {
+    fn push(&mut self, s: &SpanRecord) {
+        match s.stage {
+            Stage::Wait if self.skip_wait => self.skip_wait = false,
+            Stage::Wait => (self.wait_ns, self.waits) = (self.wait_ns + s.dur_ns, self.waits + 1),
+            Stage::Transfer => (self.transfer_ns, self.transfers) = (self.transfer_ns + s.dur_ns, self.transfers + 1),
+            Stage::Compute => (self.compute_ns, self.computes) = (self.compute_ns + s.dur_ns, self.computes + 1),
+            _ => {}
+        }
+    }
+}
+
 /// Accumulates events. Memory is bounded: histograms, a capped window of recent steps and a
 /// capped list of skipped files.
 pub struct Aggregator {
@@ -264,6 +297,8 @@ pub struct Aggregator {
     /// The first wait of the run: it includes filling the prefetch queue (start-up, not
     /// steady state), so the step split leaves it out.
     first_wait_ns: Option<u64>,
+    /// Since the last workers change, when there was one.
+    phase: Option<Phase>,
 }
 
 impl Aggregator {
@@ -290,6 +325,7 @@ impl Aggregator {
             points: VecDeque::with_capacity(RECENT_POINTS),
             cur: StepPoint::default(),
             first_wait_ns: None,
+            phase: None,
         }
     }
 
@@ -371,6 +407,9 @@ impl Aggregator {
                     }
                 }
                 self.track_step(s);
+                if let Some(p) = self.phase.as_mut() {
+                    p.push(s);
+                }
             }
             Event::Thread { id, name } => {
                 self.threads.insert(*id, name.to_string());
@@ -412,6 +451,8 @@ impl Aggregator {
             Event::Gpu(g) => self.machine.push_gpu(g),
             Event::Workers { workers, reason, settled } => {
                 self.settings.workers = *workers as usize;
+                // A new pipeline from the next step on: its split starts afresh.
+                self.phase = Some(Phase { first_step: self.steps, skip_wait: true, ..Default::default() });
                 let tag = if *settled { "chose" } else { "trying" };
                 self.settings.auto_workers.push(format!("{tag} {workers}: {reason}"));
             }
@@ -455,13 +496,20 @@ impl Aggregator {
         // Means per step; the first wait (start-up) is left out of the wait mean.
         let count = |s: Stage| self.stages[s.index()].count;
         let first = self.first_wait_ns.unwrap_or(0);
-        let wait_ms = match count(Stage::Wait) {
-            0 => 0.0,
-            1 => 0.0,
-            n => ms(wall(Stage::Wait).saturating_sub(first)) / (n - 1) as f64,
+        let per = |total: u64, n: u64| if n > 0 { ms(total) / n as f64 } else { 0.0 };
+        let phase = self.phase.filter(|p| p.computes >= MIN_PHASE_STEPS && p.waits > 0);
+        let (wait_ms, transfer_ms, compute_ms) = match phase {
+            // After the last workers change: the pipeline the run settled on, not the ones tried.
+            Some(p) => (per(p.wait_ns, p.waits), per(p.transfer_ns, p.transfers), per(p.compute_ns, p.computes)),
+            None => {
+                let wait_ms = match count(Stage::Wait) {
+                    0 | 1 => 0.0,
+                    n => ms(wall(Stage::Wait).saturating_sub(first)) / (n - 1) as f64,
+                };
+                let all = |s: Stage| per(wall(s), count(s));
+                (wait_ms, all(Stage::Transfer), all(Stage::Compute))
+            }
         };
-        let per = |s: Stage| if count(s) > 0 { ms(wall(s)) / count(s) as f64 } else { 0.0 };
-        let (transfer_ms, compute_ms) = (per(Stage::Transfer), per(Stage::Compute));
         let step_ms = wait_ms + transfer_ms + compute_ms;
         let share = |x: f64| if step_ms > 0.0 { x / step_ms } else { 0.0 };
         let split = StepSplit {
@@ -474,6 +522,7 @@ impl Aggregator {
             wait_share: share(wait_ms),
             transfer_share: share(transfer_ms),
             compute_share: share(compute_ms),
+            from_step: phase.map(|p| p.first_step),
         };
         let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
         let workers = self.settings.workers.max(1) as f64;
@@ -609,6 +658,33 @@ mod tests {
         assert!((s.wait_share - 0.3).abs() < 1e-9, "{s:?}");
         assert!((s.wait_share + s.transfer_share + s.compute_share - 1.0).abs() < 1e-9);
         assert!((s.mean_step_ms - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn after_a_workers_change_the_split_covers_the_new_pipeline_only() {
+        let mut a = Aggregator::new(RunSettings::default());
+        let ms = 1_000_000;
+        let mut t = 0;
+        let mut steps = |a: &mut Aggregator, n: u64, wait: u64, refill: u64| {
+            for k in 0..n {
+                let w = if k == 0 { refill } else { wait };
+                a.push(&span(Stage::Wait, t, w * ms, NONE));
+                a.push(&span(Stage::Compute, t + w * ms, 10 * ms, NONE));
+                a.push(&step(k, 0, 1.0, 1, t + (w + 10) * ms));
+                t += (w + 10) * ms;
+            }
+        };
+        steps(&mut a, 6, 90, 90);
+        a.push(&Event::Workers { workers: 4, reason: "trying 4".into(), settled: false });
+        steps(&mut a, 2, 0, 50);
+        assert_eq!(a.summary().split.from_step, None, "too few steps since the change: the run");
+        steps(&mut a, 3, 0, 0);
+        let s = a.summary().split;
+        assert_eq!(s.from_step, Some(6));
+        assert!(
+            s.wait_ms.abs() < 1e-9 && (s.compute_ms - 10.0).abs() < 1e-9,
+            "the refill after the change is left out: {s:?}"
+        );
     }
 
     #[test]

@@ -76,6 +76,7 @@ impl B {
             transfer_share: transfer / total,
             compute_share: compute / total,
             startup_wait_ms: 0.0,
+            from_step: None,
         };
         self.0.images_per_s = self.0.settings.batch_size as f64 * 1000.0 / total;
         self.0.elapsed_s = total * steps as f64 / 1000.0;
