@@ -27,7 +27,19 @@ impl Burners {
                 .spawn()
                 .expect("timeout and sh exist")
         };
-        Burners((0..n).map(|_| spawn()).collect())
+        let mut b = Burners((0..n).map(|_| spawn()).collect());
+        // Running before the run starts: `timeout` has started its busy loop (a child), so the
+        // sampler's first listing already sees it. Under load the exec can lag the spawn. Stops
+        // waiting if the kernel cannot say, or `timeout` is gone.
+        for c in &mut b.0 {
+            let children = format!("/proc/{0}/task/{0}/children", c.id());
+            while std::fs::read_to_string(&children).is_ok_and(|t| t.trim().is_empty())
+                && c.try_wait().is_ok_and(|s| s.is_none())
+            {
+                std::thread::yield_now();
+            }
+        }
+        b
     }
 }
 
@@ -64,10 +76,11 @@ fn busy_neighbours_are_contention_and_blocked_reads_grow_auto_workers_past_the_c
         .unwrap();
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
 
-    // One busy loop more than there are cores, beside a 2-worker run.
+    // One busy loop more than there are cores, beside a 2-worker run long enough (a few
+    // seconds) for the sampler to list the other programs more than once.
     let s = {
         let _burn = Burners::start(cores + 1);
-        summary(d.path(), &["--steps", "40", "--workers", "2"])
+        summary(d.path(), &["--steps", "300", "--workers", "2"])
     };
     let v = &s["verdict"];
     assert!(!["Io", "Transfer"].contains(&v["limiter"].as_str().unwrap()), "{v}");
