@@ -19,6 +19,7 @@ fn main() {
             start_ns: 1_000_000_000 + i * 1_000,
             dur_ns: 987_654,
             cpu_ns: if i % 2 == 0 { 876_543 } else { NONE },
+            queue_ns: if i % 2 == 0 { 12_345 } else { NONE },
             step: i,
             sample: NONE,
             bytes: NONE,

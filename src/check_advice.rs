@@ -1,6 +1,7 @@
 //! `pipeprof profile --check-advice`: after the verdict, short follow-up runs of this same
 //! binary, one per piece of advice pipeprof can apply itself (`--workers`, `--batch-size`,
-//! `--prefetch`, the packed cache), plus one unchanged run as the baseline, so predicted and
+//! `--prefetch`, the packed cache, a copy of the data on local disk), plus one unchanged run
+//! as the baseline, so predicted and
 //! measured gains sit side by side. Every run is a child process with the parent's arguments,
 //! the same number of steps and its own summary file; a failed run says why and the rest go on.
 
@@ -33,7 +34,10 @@ pub fn applicable(change: &Change) -> bool {
     // `--device cpu` always runs; another device only where this build and machine have one,
     // which the main run's own device already proved or did not.
     let cpu = matches!(change, Change::UseDevice(d) if d == "cpu");
-    cpu || matches!(change, Change::Workers(_) | Change::BatchSize(_) | Change::Prefetch(_) | Change::Cache { .. })
+    cpu || matches!(
+        change,
+        Change::Workers(_) | Change::BatchSize(_) | Change::Prefetch(_) | Change::Cache { .. } | Change::CopyLocal
+    )
 }
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
@@ -46,6 +50,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
         }
         let label = match &a.change {
             Change::Cache { .. } => "pipeprof cache, then --data it".to_string(),
+            Change::CopyLocal => "copy to a local temporary folder, then --data it".to_string(),
             c => c.command().unwrap_or_default(),
         };
         out.push(FollowUp { label, change: Some(a.change.clone()), predicted: a.predicted_speedup });
@@ -72,7 +77,9 @@ fn child_settings(
         Some(Change::Workers(w)) => ("workers", n(w)),
         Some(Change::BatchSize(b)) => ("batch_size", n(b)),
         Some(Change::Prefetch(p)) => ("prefetch", n(p)),
-        Some(Change::Cache { .. }) => ("data", Some(cache.map(|c| c.as_os_str().to_owned()).unwrap_or_default())),
+        Some(Change::Cache { .. } | Change::CopyLocal) => {
+            ("data", Some(cache.map(|c| c.as_os_str().to_owned()).unwrap_or_default()))
+        }
         Some(Change::UseDevice(d)) => ("device", Some(OsString::from(d))),
         // Not applicable (see `applicable`): the child runs unchanged.
         Some(_) => return set,
@@ -149,6 +156,78 @@ fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
     s["images_per_s"].as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| "no images/s in the summary".into())
 }
 
+/// Headroom kept free when copying the data set: the copy may not fill the disk.
+pub const COPY_HEADROOM: f64 = 1.1;
+
+/// Whether a copy of `needed` bytes fits in `free` bytes, with [`COPY_HEADROOM`]; the message
+/// says how much either way. Pure.
+pub fn copy_fits(needed: u64, free: Option<u64>, dir: &Path) -> Result<String, String> {
+    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    match free {
+        Some(f) if (needed as f64) * COPY_HEADROOM > f as f64 => Err(format!(
+            "not enough space to copy the data set: {} needed, {} free in {}",
+            mb(needed),
+            mb(f),
+            dir.display()
+        )),
+        Some(f) => Ok(format!("{} copied to {} ({} free there)", mb(needed), dir.display(), mb(f))),
+        None => Ok(format!("{} copied to {}", mb(needed), dir.display())),
+    }
+}
+
+/// Bytes free to this user under `dir` (`statvfs`), or `None` where it cannot be told.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Regular files under `dir` and their total size; symbolic links are not followed.
+fn tree_bytes(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let t = e.file_type()?;
+        if t.is_dir() {
+            total = total.saturating_add(tree_bytes(&e.path())?);
+        } else if t.is_file() {
+            total = total.saturating_add(e.metadata()?.len());
+        }
+    }
+    Ok(total)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = e.file_type()?;
+        let dst = to.join(e.file_name());
+        if t.is_dir() {
+            copy_tree(&e.path(), &dst)?;
+        } else if t.is_file() {
+            std::fs::copy(e.path(), &dst)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies the data folder into `tmp` when it fits: (the copy, a note with the sizes and time).
+fn copy_local(data: &Path, tmp: &Path) -> Result<(PathBuf, String), String> {
+    if !data.is_dir() {
+        return Err("the data is not a folder".into());
+    }
+    let needed = tree_bytes(data).map_err(|e| format!("cannot size {}: {e}", data.display()))?;
+    let note = copy_fits(needed, free_bytes(tmp), tmp)?;
+    let out = tmp.join("data-copy");
+    let t0 = Instant::now();
+    copy_tree(data, &out).map_err(|e| format!("copying {} failed: {e}", data.display()))?;
+    Ok((out, format!("{note} in {:.1} s, removed afterwards", t0.elapsed().as_secs_f64())))
+}
+
 fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Result<f64, String> {
     let t0 = Instant::now();
     let mut c = Command::new(exe);
@@ -169,7 +248,7 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
     let runs = plan(verdict);
     println!();
     if runs.len() == 1 {
-        println!("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache): nothing to check");
+        println!("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check");
         return;
     }
     let exe = match std::env::current_exe() {
@@ -195,7 +274,18 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         eprintln!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label);
         let summary = tmp.join(format!("run-{k}.json"));
         let mut note = None;
-        let cache: Option<PathBuf> = if matches!(f.change, Some(Change::Cache { .. })) {
+        let cache: Option<PathBuf> = if matches!(f.change, Some(Change::CopyLocal)) {
+            match copy_local(data, &tmp) {
+                Ok((copy, n)) => {
+                    note = Some(n);
+                    Some(copy)
+                }
+                Err(e) => {
+                    results.push((Err(e), None));
+                    continue;
+                }
+            }
+        } else if matches!(f.change, Some(Change::Cache { .. })) {
             let out = tmp.join("data.ppk");
             if data.is_file() {
                 results.push((Err("the data is already a packed cache".into()), None));
@@ -263,6 +353,7 @@ mod tests {
             evidence: Vec::new(),
             flags: Vec::new(),
             advice,
+            provisional: false,
         }
     }
 
@@ -318,6 +409,7 @@ mod tests {
             (Change::Prefetch(6), vec!["--prefetch", "6"]),
             (cache(), vec!["--data", "x.ppk"]),
             (Change::UseDevice("cpu".into()), vec!["--device", "cpu"]),
+            (Change::CopyLocal, vec!["--data", "x.ppk"]),
         ];
         for (change, tail) in table {
             let a = child_args(&parent, Some(&change), 40, Path::new("r.json"), Some(Path::new("x.ppk"))).unwrap();
@@ -328,6 +420,26 @@ mod tests {
         }
         let base = child_args(&parent, None, 40, Path::new("r.json"), None).unwrap();
         assert_eq!(strings(&base), ["profile", "--seed", "7", "--steps", "40", "--no-tui", "--summary", "r.json"]);
+    }
+
+    #[test]
+    fn a_local_copy_is_made_only_when_it_fits_and_says_how_much() {
+        let dir = Path::new("/tmp/x");
+        assert!(copy_fits(100, Some(1_000), dir).is_ok_and(|n| n.contains("0.0 MB copied to /tmp/x")));
+        let e = copy_fits(2_000_000, Some(2_100_000), dir).unwrap_err();
+        assert!(e.contains("2.0 MB needed, 2.1 MB free in /tmp/x"), "{e}");
+        assert!(copy_fits(5, None, dir).is_ok());
+
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("cat")).unwrap();
+        std::fs::write(src.path().join("cat/a.png"), [7u8; 300]).unwrap();
+        std::fs::write(src.path().join("b.jpg"), [1u8; 200]).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let (copy, note) = copy_local(src.path(), tmp.path()).unwrap();
+        assert_eq!(std::fs::read(copy.join("cat/a.png")).unwrap(), [7u8; 300]);
+        assert_eq!(tree_bytes(&copy).unwrap(), 500);
+        assert!(note.contains("removed afterwards"), "{note}");
+        assert!(copy_local(&src.path().join("b.jpg"), tmp.path()).is_err(), "a packed file is not a folder");
     }
 
     #[test]

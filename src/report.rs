@@ -50,14 +50,14 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
-        "stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU"
+        "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7}",
+        "stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU", "core-wait", "blocked"
     );
     for x in &s.stages {
         let indent = if matches!(x.stage.as_str(), "forward" | "backward" | "optimizer") { "  " } else { "" };
         let _ = writeln!(
             o,
-            "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+            "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7}",
             format!("{indent}{}", x.stage),
             x.count,
             ms(x.mean_ms),
@@ -65,7 +65,9 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
             ms(x.p95_ms),
             ms(x.max_ms),
             ms(x.total_ms),
-            x.on_cpu.map(pct).unwrap_or_else(|| "-".into())
+            x.on_cpu.map(pct).unwrap_or_else(|| "-".into()),
+            x.core_wait.map(pct).unwrap_or_else(|| "-".into()),
+            x.blocked().map(pct).unwrap_or_else(|| "-".into())
         );
     }
     let sp = &s.split;
@@ -81,6 +83,10 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         ms(sp.compute_ms),
         pct(sp.compute_share)
     );
+    if let Some(k) = sp.from_step {
+        let _ =
+            writeln!(o, "  (steps {k} on: the pipeline after the last change of workers; earlier steps ran another)");
+    }
     if sp.startup_wait_ms > 0.0 {
         let _ = writeln!(
             o,
@@ -261,8 +267,10 @@ fn render_machine(o: &mut String, s: &Summary) {
             m.syscall_read_bytes_per_s_mean.map(|r| format!(" · {}/s through read calls", mb(r))).unwrap_or_default();
         let iowait = m.iowait_mean_pct.map(|w| format!(" · iowait {w:.1}%")).unwrap_or_default();
         let _ = writeln!(o, "  storage  {reads}{calls}{iowait}");
-        let threads: Vec<String> =
-            m.threads.iter().filter(|t| t.samples > 0).map(|t| format!("{} {:.0}%", t.name, t.cpu_mean_pct)).collect();
+        let threads: Vec<String> = crate::aggregate::machine::threads_by_worker(m)
+            .into_iter()
+            .map(|(name, pct)| format!("{name} {pct:.0}%"))
+            .collect();
         if !threads.is_empty() {
             let _ = writeln!(o, "  threads  {}", threads.join(", "));
         }
@@ -334,6 +342,7 @@ mod tests {
             p95_ms: 3.0,
             max_ms: 4.0,
             on_cpu: Some(0.97),
+            core_wait: None,
             bytes: 0,
             per_second: 1.0,
         });
@@ -390,6 +399,7 @@ mod tests {
             p95_ms: 1500.0,
             max_ms: 1500.0,
             on_cpu: None,
+            core_wait: None,
             bytes: 0,
             per_second: 0.2,
         });
@@ -417,6 +427,7 @@ mod tests {
             evidence: vec!["first number".into(), "second number".into()],
             flags: vec![crate::diagnose::Flag::Simulated { what: "--slow resize=+4ms".into() }],
             advice,
+            provisional: false,
         }
     }
 

@@ -49,6 +49,7 @@ impl Sim {
                 start_ns: start as u64,
                 dur_ns: (ms * MS) as u64,
                 cpu_ns: cpu.map_or(NONE, |c| (c * ms * MS) as u64),
+                queue_ns: NONE,
                 step,
                 sample: NONE,
                 bytes: NONE,
@@ -94,7 +95,7 @@ fn simulated_slow_storage_gives_io_verdict() {
     let v = diagnose(&s);
     assert_eq!(v.limiter, Limiter::Io, "{v:#?}");
     assert_eq!(v.severity, Severity::High);
-    assert!(v.evidence.iter().any(|e| e.contains("read is 99% off-CPU")), "{:#?}", v.evidence);
+    assert!(v.evidence.iter().any(|e| e.contains("read is 99% blocked off-CPU")), "{:#?}", v.evidence);
 }
 
 #[test]

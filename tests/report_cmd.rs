@@ -14,7 +14,17 @@ const MS: u64 = 1_000_000;
 fn events(steps: u64, decode_ms: u64, wait_ms: u64) -> Vec<Event> {
     let mut v = vec![Event::Thread { id: 1, name: "train".into() }, Event::Thread { id: 2, name: "loader-0".into() }];
     let span = |stage, thread, start, dur, step, sample| {
-        Event::Span(SpanRecord { stage, thread, start_ns: start, dur_ns: dur, cpu_ns: dur, step, sample, bytes: NONE })
+        Event::Span(SpanRecord {
+            stage,
+            thread,
+            start_ns: start,
+            dur_ns: dur,
+            cpu_ns: dur,
+            queue_ns: 0,
+            step,
+            sample,
+            bytes: NONE,
+        })
     };
     for k in 0..steps {
         let t0 = k * (wait_ms + 10) * MS;

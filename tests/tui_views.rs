@@ -29,6 +29,7 @@ fn stage(name: &str, count: u64, mean_ms: f64, p95_ms: f64, on_cpu: Option<f64>,
         p95_ms,
         max_ms: p95_ms * 1.3,
         on_cpu,
+        core_wait: None,
         bytes: 0,
         per_second: per_s,
     }
@@ -78,6 +79,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
             transfer_share: transfer / step_ms,
             compute_share: compute / step_ms,
             startup_wait_ms: 0.0,
+            from_step: None,
         },
         loader_busy: 0.4,
         epochs: vec![
@@ -188,6 +190,7 @@ fn io_verdict() -> Verdict {
             "loader CPU 12% of 2 cores".into(),
         ],
         flags: vec![Flag::NetworkStorage { fs_type: "fuse.rclone".into() }],
+        provisional: false,
         advice: vec![
             Advice {
                 action: "Cache the decoded images on local disk".into(),
@@ -213,6 +216,7 @@ fn compute_verdict() -> Verdict {
         headline: "compute-bound: the model's own work is 99% of each step".into(),
         evidence: vec!["compute 99% of step time".into(), "wait 0.1%".into(), "queue full at 95% of steps".into()],
         flags: vec![Flag::ComputeCompetesWithLoader],
+        provisional: false,
         advice: vec![Advice {
             action: "Train on a GPU".into(),
             change: Change::UseDevice("cuda".into()),
@@ -237,6 +241,7 @@ fn collecting() -> State {
             evidence: vec![],
             flags: vec![],
             advice: vec![],
+            provisional: false,
         },
     )
 }
@@ -318,6 +323,7 @@ fn zeros() -> State {
             p95_ms: 0.0,
             max_ms: 0.0,
             on_cpu: Some(0.0),
+            core_wait: None,
             bytes: 0,
             per_second: 0.0,
         })

@@ -18,6 +18,10 @@ pub struct SpanRecord {
     pub dur_ns: u64,
     /// On-CPU time of the thread during the span, ns; [`NONE`] when not measured.
     pub cpu_ns: u64,
+    /// Time the thread was runnable but had no core during the span (run-queue wait), ns;
+    /// [`NONE`] when not measured. Off-CPU time beyond it was blocked (storage, locks, page
+    /// faults, sleeping on a queue).
+    pub queue_ns: u64,
     /// The training step this span belongs to (field `step`), or [`NONE`].
     pub step: u64,
     /// The sample index (field `sample`), or [`NONE`].

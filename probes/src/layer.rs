@@ -42,6 +42,7 @@ struct Open {
     stage: Stage,
     start_ns: u64,
     cpu_start: u64,
+    queue_start: u64,
     step: u64,
     sample: u64,
     bytes: u64,
@@ -55,13 +56,13 @@ struct Local {
     buf: Vec<SpanRecord>,
     probe: Option<Probe>,
     last_send_ns: u64,
-    /// Wall and CPU clock at the last exit of a CPU-timed span.
-    last_exit: (u64, u64),
+    /// Wall clock, CPU clock and run-queue wait at the last exit of a CPU-timed span.
+    last_exit: (u64, u64, u64),
 }
 
 /// A CPU-timed span entered within this long of the previous one's exit reuses that CPU
-/// clock reading: back-to-back stages (read → decode → resize) then cost one system call
-/// per boundary instead of two.
+/// clock and run-queue reading: back-to-back stages (read → decode → resize) then cost one
+/// reading per boundary instead of two.
 const REUSE_CPU_READING_NS: u64 = 2_000;
 
 impl Local {
@@ -110,7 +111,7 @@ thread_local! {
             buf: Vec::new(),
             probe: None,
             last_send_ns: 0,
-            last_exit: (0, 0),
+            last_exit: (0, 0, 0),
         })
     };
 }
@@ -216,8 +217,16 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
         let Some(stage) = Stage::from_name(attrs.metadata().name()) else {
             return;
         };
-        let mut open =
-            Open { id: id.into_u64(), stage, start_ns: 0, cpu_start: NONE, step: NONE, sample: NONE, bytes: NONE };
+        let mut open = Open {
+            id: id.into_u64(),
+            stage,
+            start_ns: 0,
+            cpu_start: NONE,
+            queue_start: NONE,
+            step: NONE,
+            sample: NONE,
+            bytes: NONE,
+        };
         attrs.record(&mut Fields(&mut open));
         with_local(|l| {
             let slot = match l.open.iter().position(Option::is_none) {
@@ -247,11 +256,12 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
             if let Some(o) = l.find(id.into_u64()) {
                 o.start_ns = clock::now_ns();
                 if o.stage.takes_cpu_time() {
-                    o.cpu_start = if o.start_ns.saturating_sub(last.0) < REUSE_CPU_READING_NS {
-                        last.1
-                    } else {
-                        clock::thread_cpu_ns()
-                    };
+                    let reuse = o.start_ns.saturating_sub(last.0) < REUSE_CPU_READING_NS;
+                    o.cpu_start = if reuse { last.1 } else { clock::thread_cpu_ns() };
+                    if o.stage.takes_queue_time() {
+                        o.queue_start =
+                            if reuse && last.2 != NONE { last.2 } else { clock::thread_queue_ns().unwrap_or(NONE) };
+                    }
                 }
             }
         });
@@ -263,12 +273,19 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
             let Some(open) = l.find(id.into_u64()).map(|o| *o) else {
                 return;
             };
-            let cpu_ns = if open.cpu_start == NONE {
-                NONE
+            let (cpu_ns, queue_ns) = if open.cpu_start == NONE {
+                (NONE, NONE)
             } else {
                 let now_cpu = clock::thread_cpu_ns();
-                l.last_exit = (clock::now_ns(), now_cpu);
-                now_cpu.saturating_sub(open.cpu_start)
+                let now_queue =
+                    if open.stage.takes_queue_time() { clock::thread_queue_ns().unwrap_or(NONE) } else { NONE };
+                l.last_exit = (clock::now_ns(), now_cpu, now_queue);
+                let queue = if open.queue_start == NONE || now_queue == NONE {
+                    NONE
+                } else {
+                    now_queue.saturating_sub(open.queue_start)
+                };
+                (now_cpu.saturating_sub(open.cpu_start), queue)
             };
             if !l.probe.as_ref().is_some_and(|q| q.same_channel(&self.probe)) {
                 // This thread now reports to another layer: hand the old batch to its owner.
@@ -282,6 +299,7 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
                 start_ns: open.start_ns,
                 dur_ns: end.saturating_sub(open.start_ns),
                 cpu_ns,
+                queue_ns,
                 step: open.step,
                 sample: open.sample,
                 bytes: open.bytes,

@@ -104,6 +104,14 @@ impl Stage {
     }
 
     /// Sub-stages are nested inside another stage and are not added to step totals.
+    /// Whether the Layer also reads the thread's run-queue wait around this stage's spans
+    /// (≈ 1 µs a reading): the stages whose off-CPU time a verdict would otherwise blame on
+    /// storage or host→device copies. The other stages' waits for a core are seen per thread
+    /// by the host sampler, at no cost to the spans.
+    pub const fn takes_queue_time(self) -> bool {
+        matches!(self, Stage::Read | Stage::Transfer)
+    }
+
     pub const fn parent(self) -> Option<Stage> {
         match self {
             Stage::Forward | Stage::Backward | Stage::Optimizer => Some(Stage::Compute),

@@ -27,7 +27,17 @@ fn identity(program: &str) -> Hello {
 }
 
 fn span(thread: u32, sample: u64) -> SpanRecord {
-    SpanRecord { stage: Stage::Decode, thread, start_ns: 10, dur_ns: 5, cpu_ns: 4, step: NONE, sample, bytes: NONE }
+    SpanRecord {
+        stage: Stage::Decode,
+        thread,
+        start_ns: 10,
+        dur_ns: 5,
+        cpu_ns: 4,
+        queue_ns: NONE,
+        step: NONE,
+        sample,
+        bytes: NONE,
+    }
 }
 
 #[test]

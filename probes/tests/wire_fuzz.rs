@@ -40,8 +40,17 @@ impl Rng {
 }
 
 fn seeds() -> Vec<Vec<u8>> {
-    let span =
-        SpanRecord { stage: Stage::Read, thread: 1, start_ns: 5, dur_ns: 6, cpu_ns: 7, step: 8, sample: 9, bytes: 10 };
+    let span = SpanRecord {
+        stage: Stage::Read,
+        thread: 1,
+        start_ns: 5,
+        dur_ns: 6,
+        cpu_ns: 7,
+        step: 8,
+        sample: 9,
+        bytes: 10,
+        queue_ns: 11,
+    };
     let step =
         StepRecord { step: 1, epoch: 0, images: 4, loss: 0.5, correct: 2, end_ns: 3, queued: 1, validation: false };
     vec![

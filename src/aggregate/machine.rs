@@ -1,6 +1,6 @@
 //! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
 
-use probes::sampler::{GpuSample, GpuStatus, HostSample, ProcessMatch};
+use probes::sampler::{GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -98,6 +98,13 @@ pub struct ThreadSummary {
     pub cpu_peak_pct: f32,
     /// CPU time at its last sample, ns (since the thread started).
     pub cpu_ns: u64,
+    /// Run-queue wait at its last sample, ns (since the thread started): runnable, no core.
+    #[serde(default)]
+    pub core_wait_ns: Option<u64>,
+    /// On-CPU time at its last sample from the scheduler's own count, ns (exact, unlike
+    /// `cpu_ns`'s clock ticks).
+    #[serde(default)]
+    pub sched_cpu_ns: Option<u64>,
 }
 
 /// Run totals of one GPU.
@@ -211,6 +218,18 @@ pub struct MachineSummary {
     pub iowait_mean_pct: Option<f32>,
     /// Peak machine iowait %.
     pub iowait_peak_pct: Option<f32>,
+    /// Mean % of machine CPU time stolen by the hypervisor (other guests).
+    #[serde(default)]
+    pub steal_mean_pct: Option<f32>,
+    /// Median over the recent samples of the cores other programs kept busy (machine CPU
+    /// minus this process): the run's typical competing load, which one busy moment or one
+    /// idle one does not move.
+    #[serde(default)]
+    pub other_cores_median: Option<f32>,
+    /// The busiest other programs over the run, mean CPU % each (100 = one core), busiest
+    /// first.
+    #[serde(default)]
+    pub others: Vec<OtherCpu>,
     /// Named threads, by tid.
     pub threads: Vec<ThreadSummary>,
     /// The last GPU status; `None` = GPU sampling was not run.
@@ -226,6 +245,7 @@ struct ThreadAcc {
     name: String,
     cpu: MeanMax,
     cpu_ns: u64,
+    sched_ns: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -269,6 +289,10 @@ pub struct MachineAgg {
     write: MeanMax,
     syscall_read: MeanMax,
     iowait: MeanMax,
+    steal: MeanMax,
+    /// Per other program: CPU % summed over listings, most processes seen at once.
+    others: BTreeMap<String, (f64, u32)>,
+    others_listings: u64,
     threads: BTreeMap<u32, ThreadAcc>,
     gpu_status: Option<GpuStatus>,
     devices: BTreeMap<u32, DeviceAcc>,
@@ -301,6 +325,9 @@ impl MachineAgg {
             write: MeanMax::default(),
             syscall_read: MeanMax::default(),
             iowait: MeanMax::default(),
+            steal: MeanMax::default(),
+            others: BTreeMap::new(),
+            others_listings: 0,
             threads: BTreeMap::new(),
             gpu_status: None,
             devices: BTreeMap::new(),
@@ -329,6 +356,18 @@ impl MachineAgg {
         self.write.push_opt(s.write_bytes_per_s);
         self.syscall_read.push_opt(s.syscall_read_bytes_per_s);
         self.iowait.push_opt(s.iowait_pct.map(f64::from));
+        self.steal.push_opt(s.steal_pct.map(f64::from));
+        if !s.others.is_empty() {
+            self.others_listings += 1;
+            for o in &s.others {
+                if !self.others.contains_key(&o.name) && self.others.len() >= MAX_THREADS {
+                    continue;
+                }
+                let e = self.others.entry(o.name.clone()).or_default();
+                e.0 += f64::from(o.cpu_pct);
+                e.1 = e.1.max(o.processes);
+            }
+        }
         for t in &s.threads {
             if !self.threads.contains_key(&t.tid) && self.threads.len() >= MAX_THREADS {
                 continue;
@@ -339,6 +378,9 @@ impl MachineAgg {
             }
             acc.cpu.push(t.cpu_pct as f64);
             acc.cpu_ns = t.cpu_ns;
+            if t.sched_ns.is_some() {
+                acc.sched_ns = t.sched_ns;
+            }
         }
         push_bounded(
             &mut self.host_series,
@@ -466,6 +508,9 @@ impl MachineAgg {
             syscall_read_bytes_per_s_mean: self.syscall_read.mean(),
             iowait_mean_pct: self.iowait.mean32(),
             iowait_peak_pct: self.iowait.peak32(),
+            steal_mean_pct: self.steal.mean32(),
+            other_cores_median: self.other_cores_median(),
+            others: self.others_summary(),
             threads: self
                 .threads
                 .iter()
@@ -476,6 +521,8 @@ impl MachineAgg {
                     cpu_mean_pct: a.cpu.mean32().unwrap_or(0.0),
                     cpu_peak_pct: a.cpu.peak32().unwrap_or(0.0),
                     cpu_ns: a.cpu_ns,
+                    core_wait_ns: a.sched_ns.map(|s| s.1),
+                    sched_cpu_ns: a.sched_ns.map(|s| s.0),
                 })
                 .collect(),
             gpu_status: self.gpu_status.clone(),
@@ -483,6 +530,89 @@ impl MachineAgg {
             this_process_on_gpu,
         }
     }
+}
+
+impl MachineAgg {
+    fn other_cores_median(&self) -> Option<f32> {
+        if self.cores == 0 {
+            return None;
+        }
+        let mut v: Vec<f32> = self
+            .host_series
+            .iter()
+            .map(|p| (p.global_cpu_pct / 100.0 * self.cores as f32 - p.process_cpu_pct / 100.0).max(0.0))
+            .filter(|v| v.is_finite())
+            .collect();
+        median(&mut v)
+    }
+
+    fn others_summary(&self) -> Vec<OtherCpu> {
+        if self.others_listings == 0 {
+            return Vec::new();
+        }
+        let n = self.others_listings as f64;
+        let mut v: Vec<OtherCpu> = self
+            .others
+            .iter()
+            .map(|(name, (sum, procs))| OtherCpu { name: name.clone(), processes: *procs, cpu_pct: (sum / n) as f32 })
+            .collect();
+        v.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then_with(|| a.name.cmp(&b.name)));
+        v.truncate(OTHERS_LISTED);
+        v
+    }
+}
+
+/// Named threads with the generations of one loader worker summed (`loader-0`, `loader-0.1`,
+/// … are one worker re-created by `--workers auto`): (name, mean CPU % over the sampled run,
+/// 100 = one core), in first-seen order. Other threads are kept as they are.
+pub fn threads_by_worker(m: &MachineSummary) -> Vec<(String, f32)> {
+    let run_samples = m.host_samples.max(1) as f32;
+    let mut out: Vec<(String, f32, bool)> = Vec::new();
+    for t in m.threads.iter().filter(|t| t.samples > 0) {
+        let base = match t.name.rsplit_once('.') {
+            Some((b, g)) if b.starts_with("loader-") && g.parse::<u32>().is_ok() => b,
+            _ => t.name.as_str(),
+        };
+        let worker = base.starts_with("loader-");
+        // A worker's CPU over the run: each generation's mean weighted by its samples.
+        let pct = if worker { t.cpu_mean_pct * t.samples as f32 / run_samples } else { t.cpu_mean_pct };
+        match out.iter_mut().find(|(n, _, w)| *w && worker && n == base) {
+            Some(e) => e.1 += pct,
+            None => out.push((base.to_string(), pct, worker)),
+        }
+    }
+    out.into_iter().map(|(n, p, _)| (n, p)).collect()
+}
+
+impl MachineSummary {
+    /// Share of the time the named threads (loader, training loop, compute pool) wanted to
+    /// run that they spent waiting for a core: run-queue wait / (on-CPU + run-queue wait),
+    /// over their lives. Counts the waits between spans too (a woken worker queued behind
+    /// busy programs), which the spans cannot see. `None` without scheduler figures.
+    pub fn threads_core_wait_share(&self) -> Option<f64> {
+        let (mut wait, mut cpu) = (0u64, 0u64);
+        for t in &self.threads {
+            if let (Some(w), Some(c)) = (t.core_wait_ns, t.sched_cpu_ns) {
+                wait = wait.saturating_add(w);
+                cpu = cpu.saturating_add(c);
+            }
+        }
+        let all = wait.saturating_add(cpu);
+        (all > 0).then(|| wait as f64 / all as f64)
+    }
+}
+
+/// Other programs kept in the summary.
+pub const OTHERS_LISTED: usize = 3;
+
+/// The median (mean of the middle two for an even count); sorts `v`.
+pub fn median(v: &mut [f32]) -> Option<f32> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f32::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
 }
 
 /// "Seen at least once" over samples that may not know: true wins, then false, then unknown.
@@ -525,7 +655,14 @@ mod tests {
             write_bytes_per_s: read.map(|r| r / 2.0),
             syscall_read_bytes_per_s: Some(1e6),
             iowait_pct: Some(10.0),
-            threads: vec![ThreadCpu { tid: 7, name: "loader-0".into(), cpu_pct: proc_pct / 2.0, cpu_ns: t_s }],
+            threads: vec![ThreadCpu {
+                tid: 7,
+                name: "loader-0".into(),
+                cpu_pct: proc_pct / 2.0,
+                cpu_ns: t_s,
+                sched_ns: None,
+            }],
+            ..Default::default()
         }
     }
 
@@ -695,6 +832,77 @@ mod tests {
     }
 
     #[test]
+    fn competing_load_is_the_median_and_others_are_averaged_over_listings() {
+        use probes::sampler::OtherCpu;
+        let mut a = MachineAgg::default();
+        // 2 cores; this process uses 0.5 core; others 1.5, 1.5, then one idle moment (0.0).
+        for (t, global) in [(1, 100.0), (2, 100.0), (3, 25.0)] {
+            let mut h = host(t, 50.0, &[global, global], 0, None);
+            h.steal_pct = Some(4.0);
+            if t < 3 {
+                h.others = vec![OtherCpu { name: "sh".into(), processes: 3, cpu_pct: 150.0 }];
+            }
+            a.push_host(&h);
+        }
+        let s = a.summary();
+        assert_eq!(s.other_cores_median, Some(1.5), "one idle sample does not move the typical load");
+        assert_eq!(s.steal_mean_pct, Some(4.0));
+        assert_eq!(s.others, vec![OtherCpu { name: "sh".into(), processes: 3, cpu_pct: 150.0 }]);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn threads_core_wait_share_is_over_the_time_they_wanted_a_core() {
+        let t =
+            |w: Option<u64>, c: Option<u64>| ThreadSummary { core_wait_ns: w, sched_cpu_ns: c, ..Default::default() };
+        let m = MachineSummary {
+            threads: vec![t(Some(300), Some(100)), t(Some(100), Some(500)), t(None, None)],
+            ..Default::default()
+        };
+        assert_eq!(m.threads_core_wait_share(), Some(0.4));
+        assert_eq!(MachineSummary::default().threads_core_wait_share(), None);
+        let mut a = MachineAgg::default();
+        let mut h = host(1, 100.0, &[50.0], 0, None);
+        h.threads[0].sched_ns = Some((900, 100));
+        a.push_host(&h);
+        assert_eq!(a.summary().threads[0].core_wait_ns, Some(100));
+        assert_eq!(a.summary().threads_core_wait_share(), Some(0.1));
+    }
+
+    #[test]
+    fn a_workers_generations_are_summed_under_one_name() {
+        let t = |tid: u32, name: &str, samples: u64, pct: f32| ThreadSummary {
+            tid,
+            name: name.into(),
+            samples,
+            cpu_mean_pct: pct,
+            ..Default::default()
+        };
+        let m = MachineSummary {
+            host_samples: 10,
+            threads: vec![
+                t(1, "loader-0", 4, 50.0),
+                t(2, "loader-1", 4, 50.0),
+                t(3, "loader-0.1", 6, 100.0),
+                t(4, "train", 10, 30.0),
+                t(5, "loader-0.x", 10, 10.0),
+            ],
+            ..Default::default()
+        };
+        let got = threads_by_worker(&m);
+        assert_eq!(
+            got,
+            vec![
+                ("loader-0".into(), 80.0),
+                ("loader-1".into(), 20.0),
+                ("train".into(), 30.0),
+                ("loader-0.x".into(), 10.0)
+            ]
+        );
+    }
+
+    #[test]
     fn series_keeps_only_the_window() {
         let mut a = MachineAgg::new(10 * SEC);
         for t in 0..100 {
@@ -722,7 +930,7 @@ mod tests {
         let mut a = MachineAgg::default();
         for tid in 0..(MAX_THREADS as u32 + 5) {
             a.push_host(&HostSample {
-                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1 }],
+                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1, sched_ns: None }],
                 ..HostSample::default()
             });
         }

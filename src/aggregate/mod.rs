@@ -87,6 +87,9 @@ struct StageAgg {
     wall_ns: u64,
     cpu_ns: u64,
     cpu_wall_ns: u64,
+    /// Run-queue wait and the wall time of the spans that measured both it and CPU time.
+    queue_ns: u64,
+    queue_wall_ns: u64,
     bytes: u64,
     hist: Histogram<u64>,
     /// The longest span past the histogram's 1-hour bound (0: none): such spans are recorded
@@ -99,7 +102,17 @@ impl StageAgg {
         // 1 ns … 1 hour at 2 significant digits: a few KB per stage, whatever the run length.
         #[allow(clippy::expect_used)]
         let hist = Histogram::new_with_bounds(1, 3_600_000_000_000, 2).expect("constant bounds are valid");
-        StageAgg { count: 0, wall_ns: 0, cpu_ns: 0, cpu_wall_ns: 0, bytes: 0, hist, longest_over: 0 }
+        StageAgg {
+            count: 0,
+            wall_ns: 0,
+            cpu_ns: 0,
+            cpu_wall_ns: 0,
+            queue_ns: 0,
+            queue_wall_ns: 0,
+            bytes: 0,
+            hist,
+            longest_over: 0,
+        }
     }
 
     fn push(&mut self, s: &SpanRecord) {
@@ -109,6 +122,12 @@ impl StageAgg {
             // Thread CPU clocks tick coarser than the monotonic clock: cap at wall time.
             self.cpu_ns += s.cpu_ns.min(s.dur_ns);
             self.cpu_wall_ns += s.dur_ns;
+            if s.queue_ns != NONE {
+                // Waiting for a core is part of the off-CPU time: never more than it.
+                let off = s.dur_ns - s.cpu_ns.min(s.dur_ns);
+                self.queue_ns += s.queue_ns.min(off);
+                self.queue_wall_ns += s.dur_ns;
+            }
         }
         if s.bytes != NONE {
             self.bytes += s.bytes;
@@ -134,12 +153,23 @@ pub struct StageSummary {
     pub max_ms: f64,
     /// On-CPU share of wall time where measured (0–1), or None.
     pub on_cpu: Option<f64>,
+    /// Share of wall time the thread was runnable but had no core (run-queue wait: other
+    /// threads or processes held the cores), where measured (0–1), or None.
+    #[serde(default)]
+    pub core_wait: Option<f64>,
     pub bytes: u64,
     /// Per sample for loader stages, per step for the others.
     pub per_second: f64,
 }
 
 impl StageSummary {
+    /// Share of wall time off-CPU and not waiting for a core: blocked on storage, a lock, a
+    /// page fault or a queue. None unless both on-CPU and core wait were measured.
+    pub fn blocked(&self) -> Option<f64> {
+        let (on, wait) = (self.on_cpu?, self.core_wait?);
+        Some((1.0 - on - wait).clamp(0.0, 1.0))
+    }
+
     /// Whether these are `stage`'s statistics (`stage` is stored by name, as serialised).
     pub fn is(&self, stage: probes::stage::Stage) -> bool {
         self.stage == stage.name()
@@ -160,6 +190,10 @@ pub struct StepSplit {
     pub wait_share: f64,
     pub transfer_share: f64,
     pub compute_share: f64,
+    /// The figures above cover the steps from this one on: the last change of the loader's
+    /// workers (`--workers auto`), whose earlier steps ran another pipeline. `None`: the run.
+    #[serde(default)]
+    pub from_step: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -259,6 +293,35 @@ struct EpochAgg {
     val_correct: u64,
 }
 
+/// The training loop's wait / transfer / compute totals over a phase of the run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Phase {
+    first_step: u64,
+    /// The phase's first wait refills the prefetch queue: left out, like the run's start-up.
+    skip_wait: bool,
+    wait_ns: u64,
+    waits: u64,
+    transfer_ns: u64,
+    transfers: u64,
+    compute_ns: u64,
+    computes: u64,
+}
+
+/// Steps a phase after a workers change needs before the split describes it alone.
+pub const MIN_PHASE_STEPS: u64 = 3;
+
+impl Phase {
+    fn push(&mut self, s: &SpanRecord) {
+        match s.stage {
+            Stage::Wait if self.skip_wait => self.skip_wait = false,
+            Stage::Wait => (self.wait_ns, self.waits) = (self.wait_ns + s.dur_ns, self.waits + 1),
+            Stage::Transfer => (self.transfer_ns, self.transfers) = (self.transfer_ns + s.dur_ns, self.transfers + 1),
+            Stage::Compute => (self.compute_ns, self.computes) = (self.compute_ns + s.dur_ns, self.computes + 1),
+            _ => {}
+        }
+    }
+}
+
 /// Accumulates events. Memory is bounded: histograms, a capped window of recent steps and a
 /// capped list of skipped files.
 pub struct Aggregator {
@@ -287,6 +350,8 @@ pub struct Aggregator {
     /// The first wait of the run: it includes filling the prefetch queue (start-up, not
     /// steady state), so the step split leaves it out.
     first_wait_ns: Option<u64>,
+    /// Since the last workers change, when there was one.
+    phase: Option<Phase>,
 }
 
 impl Aggregator {
@@ -314,6 +379,7 @@ impl Aggregator {
             points: VecDeque::with_capacity(RECENT_POINTS),
             cur: StepPoint::default(),
             first_wait_ns: None,
+            phase: None,
         }
     }
 
@@ -398,6 +464,9 @@ impl Aggregator {
                     }
                 }
                 self.track_step(s);
+                if let Some(p) = self.phase.as_mut() {
+                    p.push(s);
+                }
             }
             Event::Thread { id, name } => {
                 self.threads.insert(*id, name.to_string());
@@ -439,6 +508,8 @@ impl Aggregator {
             Event::Gpu(g) => self.machine.push_gpu(g),
             Event::Workers { workers, reason, settled } => {
                 self.settings.workers = *workers as usize;
+                // A new pipeline from the next step on: its split starts afresh.
+                self.phase = Some(Phase { first_step: self.steps, skip_wait: true, ..Default::default() });
                 let tag = if *settled { "chose" } else { "trying" };
                 self.settings.auto_workers.push(format!("{tag} {workers}: {reason}"));
             }
@@ -505,6 +576,7 @@ impl Aggregator {
                 p95_ms: ms(a.hist.value_at_quantile(0.95)),
                 max_ms: ms(a.hist.max().max(a.longest_over)),
                 on_cpu: (a.cpu_wall_ns > 0).then(|| (a.cpu_ns as f64 / a.cpu_wall_ns as f64).min(1.0)),
+                core_wait: (a.queue_wall_ns > 0).then(|| (a.queue_ns as f64 / a.queue_wall_ns as f64).min(1.0)),
                 bytes: a.bytes,
                 per_second: if elapsed_ns > 0 { a.count as f64 / secs(elapsed_ns) } else { 0.0 },
             })
@@ -513,13 +585,20 @@ impl Aggregator {
         // Means per step; the first wait (start-up) is left out of the wait mean.
         let count = |s: Stage| self.stages[s.index()].count;
         let first = self.first_wait_ns.unwrap_or(0);
-        let wait_ms = match count(Stage::Wait) {
-            0 => 0.0,
-            1 => 0.0,
-            n => ms(wall(Stage::Wait).saturating_sub(first)) / (n - 1) as f64,
+        let per = |total: u64, n: u64| if n > 0 { ms(total) / n as f64 } else { 0.0 };
+        let phase = self.phase.filter(|p| p.computes >= MIN_PHASE_STEPS && p.waits > 0);
+        let (wait_ms, transfer_ms, compute_ms) = match phase {
+            // After the last workers change: the pipeline the run settled on, not the ones tried.
+            Some(p) => (per(p.wait_ns, p.waits), per(p.transfer_ns, p.transfers), per(p.compute_ns, p.computes)),
+            None => {
+                let wait_ms = match count(Stage::Wait) {
+                    0 | 1 => 0.0,
+                    n => ms(wall(Stage::Wait).saturating_sub(first)) / (n - 1) as f64,
+                };
+                let all = |s: Stage| per(wall(s), count(s));
+                (wait_ms, all(Stage::Transfer), all(Stage::Compute))
+            }
         };
-        let per = |s: Stage| if count(s) > 0 { ms(wall(s)) / count(s) as f64 } else { 0.0 };
-        let (transfer_ms, compute_ms) = (per(Stage::Transfer), per(Stage::Compute));
         let step_ms = wait_ms + transfer_ms + compute_ms;
         let share = |x: f64| if step_ms > 0.0 { x / step_ms } else { 0.0 };
         let split = StepSplit {
@@ -532,6 +611,7 @@ impl Aggregator {
             wait_share: share(wait_ms),
             transfer_share: share(transfer_ms),
             compute_share: share(compute_ms),
+            from_step: phase.map(|p| p.first_step),
         };
         let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
         let workers = self.settings.workers.max(1) as f64;
@@ -587,10 +667,49 @@ mod tests {
             start_ns: start,
             dur_ns: dur,
             cpu_ns: cpu,
+            queue_ns: NONE,
             step: 0,
             sample: NONE,
             bytes: NONE,
         })
+    }
+
+    fn timed(stage: Stage, dur: u64, cpu: u64, queue: u64) -> Event {
+        Event::Span(SpanRecord {
+            stage,
+            thread: 1,
+            start_ns: 0,
+            dur_ns: dur,
+            cpu_ns: cpu,
+            queue_ns: queue,
+            step: 0,
+            sample: NONE,
+            bytes: NONE,
+        })
+    }
+
+    #[test]
+    fn off_cpu_time_splits_into_core_wait_and_blocked() {
+        let mut a = Aggregator::new(RunSettings { workers: 1, ..Default::default() });
+        // 10 ms read: 2 on-CPU, 5 waiting for a core, 3 blocked; then 10 ms: 2 on, 1 waiting.
+        a.push(&timed(Stage::Read, 10_000_000, 2_000_000, 5_000_000));
+        a.push(&timed(Stage::Read, 10_000_000, 2_000_000, 1_000_000));
+        let r = &a.summary().stages[0];
+        assert_eq!(r.on_cpu, Some(0.2));
+        assert_eq!(r.core_wait, Some(0.3));
+        assert!((r.blocked().unwrap() - 0.5).abs() < 1e-12, "{r:?}");
+    }
+
+    #[test]
+    fn core_wait_is_capped_at_off_cpu_time_and_absent_when_unmeasured() {
+        let mut a = Aggregator::new(RunSettings { workers: 1, ..Default::default() });
+        // The run-queue counter can include a wait that ended just before the span: cap it.
+        a.push(&timed(Stage::Decode, 10_000_000, 8_000_000, 6_000_000));
+        a.push(&timed(Stage::Resize, 10_000_000, 8_000_000, NONE));
+        let s = a.summary();
+        assert_eq!(s.stages[0].core_wait, Some(0.2));
+        assert_eq!(s.stages[0].blocked(), Some(0.0));
+        assert_eq!((s.stages[1].core_wait, s.stages[1].blocked()), (None, None));
     }
 
     fn step(step: u64, epoch: u32, loss: f32, correct: u32, end: u64) -> Event {
@@ -604,6 +723,7 @@ mod tests {
             start_ns: 1,
             dur_ns: dur,
             cpu_ns: cpu,
+            queue_ns: NONE,
             step: NONE,
             sample: 0,
             bytes: NONE,
@@ -685,6 +805,33 @@ mod tests {
         assert!((s.wait_share - 0.3).abs() < 1e-9, "{s:?}");
         assert!((s.wait_share + s.transfer_share + s.compute_share - 1.0).abs() < 1e-9);
         assert!((s.mean_step_ms - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn after_a_workers_change_the_split_covers_the_new_pipeline_only() {
+        let mut a = Aggregator::new(RunSettings::default());
+        let ms = 1_000_000;
+        let mut t = 0;
+        let mut steps = |a: &mut Aggregator, n: u64, wait: u64, refill: u64| {
+            for k in 0..n {
+                let w = if k == 0 { refill } else { wait };
+                a.push(&span(Stage::Wait, t, w * ms, NONE));
+                a.push(&span(Stage::Compute, t + w * ms, 10 * ms, NONE));
+                a.push(&step(k, 0, 1.0, 1, t + (w + 10) * ms));
+                t += (w + 10) * ms;
+            }
+        };
+        steps(&mut a, 6, 90, 90);
+        a.push(&Event::Workers { workers: 4, reason: "trying 4".into(), settled: false });
+        steps(&mut a, 2, 0, 50);
+        assert_eq!(a.summary().split.from_step, None, "too few steps since the change: the run");
+        steps(&mut a, 3, 0, 0);
+        let s = a.summary().split;
+        assert_eq!(s.from_step, Some(6));
+        assert!(
+            s.wait_ms.abs() < 1e-9 && (s.compute_ms - 10.0).abs() < 1e-9,
+            "the refill after the change is left out: {s:?}"
+        );
     }
 
     #[test]

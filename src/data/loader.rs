@@ -16,9 +16,9 @@ use super::simulate::{extra_for, SlowLink};
 use super::source::{LoadCtx, SampleSource, Scratch};
 use crossbeam_channel::{Receiver, Sender};
 use probes::Stage;
-use probes::{Event, Probe};
+use probes::{clock, Event, Probe};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use tracing::info_span;
@@ -89,8 +89,20 @@ impl SkipLog {
     }
 }
 
+/// The workers' batch-making time, summed over workers and generations (the send to the
+/// queue, which blocks when the queue is full, is left out): what `--workers auto` reads to
+/// tell workers waiting on storage from workers waiting for a core.
+#[derive(Default)]
+struct Production {
+    busy_ns: AtomicU64,
+    blocked_ns: AtomicU64,
+}
+
 pub struct Loader {
     src: Arc<dyn SampleSource>,
+    production: Arc<Production>,
+    /// Worker generations started so far: each has its own thread names.
+    generation: u32,
     plan: Arc<Plan>,
     cfg: Arc<LoaderConfig>,
     skips: Arc<SkipLog>,
@@ -118,6 +130,8 @@ impl Loader {
         let skips = Arc::new(SkipLog::new(src.len()));
         let mut l = Loader {
             src,
+            production: Arc::new(Production::default()),
+            generation: 0,
             total: plan.total_steps,
             per_epoch: plan.steps_per_epoch(),
             plan,
@@ -141,9 +155,14 @@ impl Loader {
         let per_worker = self.cfg.prefetch.div_ceil(workers).max(1);
         self.stop = Arc::new(AtomicBool::new(false));
         self.first = self.next;
+        // `loader-3` for the first generation, `loader-3.2` for the third: threads re-created
+        // by `--workers auto` stay apart in the machine section (15 bytes fit any of them).
+        let generation = self.generation;
+        self.generation += 1;
         for w in 0..workers {
             let (tx, rx) = crossbeam_channel::bounded(per_worker);
             self.queues.push(rx);
+            let production = self.production.clone();
             let (src, plan, cfg, stop, skips, probe, link) = (
                 self.src.clone(),
                 self.plan.clone(),
@@ -154,12 +173,12 @@ impl Loader {
                 self.link.clone(),
             );
             let first = self.first + w as u64;
-            let name = format!("loader-{w}");
+            let name = if generation == 0 { format!("loader-{w}") } else { format!("loader-{w}.{generation}") };
             let h = std::thread::Builder::new().name(name.clone()).spawn(move || {
                 // The panic is caught here, with the stage it happened in, so that the run can
                 // say which thread died where; the default hook has already printed it.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    worker(first, workers, &*src, &plan, &cfg, &stop, &skips, &probe, link, tx)
+                    worker(first, workers, &*src, &plan, &cfg, &stop, &skips, &probe, link, tx, &production)
                 }))
                 .map_err(|p| WorkerFailure {
                     thread: name,
@@ -249,6 +268,12 @@ impl Loader {
         self.per_epoch
     }
 
+    /// The workers' batch-making time so far: (blocked ns, all ns). Blocked = off-CPU and not
+    /// waiting for a core (0 where the kernel does not report run-queue wait).
+    pub fn production(&self) -> (u64, u64) {
+        (self.production.blocked_ns.load(Ordering::Relaxed), self.production.busy_ns.load(Ordering::Relaxed))
+    }
+
     /// Batches ready in the queues now.
     pub fn queued(&self) -> usize {
         self.queues.iter().map(|q| q.len()).sum()
@@ -288,6 +313,11 @@ impl Drop for Loader {
     }
 }
 
+/// The calling thread's clocks at one instant: wall, on-CPU, run-queue wait (ns).
+fn thread_clocks() -> (u64, u64, u64) {
+    (clock::now_ns(), clock::thread_cpu_ns(), clock::thread_queue_ns().unwrap_or(0))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn worker(
     first: u64,
@@ -300,6 +330,7 @@ fn worker(
     probe: &Probe,
     link: Option<Arc<SlowLink>>,
     tx: Sender<Batch>,
+    production: &Production,
 ) {
     let link = link.as_deref();
     let mut scratch = Scratch::default();
@@ -310,6 +341,8 @@ fn worker(
         if stop.load(Ordering::Relaxed) {
             return;
         }
+        // Read once per batch (≈ 2 µs), not per image: the spans have the per-stage split.
+        let t0 = thread_clocks();
         let (epoch, indices) = plan.step(step, &mut order);
         let mut pixels = vec![0f32; indices.len() * per_image];
         let mut labels = Vec::with_capacity(indices.len());
@@ -337,6 +370,12 @@ fn worker(
             }
         }
         pixels.truncate(labels.len() * per_image);
+        let t1 = thread_clocks();
+        let busy = t1.0.saturating_sub(t0.0);
+        let on_cpu = t1.1.saturating_sub(t0.1).min(busy);
+        let queued = t1.2.saturating_sub(t0.2).min(busy - on_cpu);
+        production.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        production.blocked_ns.fetch_add(busy - on_cpu - queued, Ordering::Relaxed);
         let batch = Batch { step, epoch, pixels, labels };
         if tx.send(batch).is_err() {
             return;

@@ -23,6 +23,7 @@ impl Change {
             }
             Change::UseDevice(d) => Some(format!("--device {d}")),
             Change::CopyLocal
+            | Change::FreeCores
             | Change::PreResize { .. }
             | Change::CheaperAugment
             | Change::U8Batches
@@ -42,7 +43,8 @@ impl Facts<'_> {
     /// Every piece of advice for this limiter: predicted gains first, largest first.
     pub fn advice(&self, limiter: &Limiter, flags: &[Flag]) -> Vec<Advice> {
         let mut out = Vec::new();
-        if matches!(limiter, Limiter::Io | Limiter::Preprocess) {
+        // Contention slows the loader: what makes the loader cheaper helps there too.
+        if matches!(limiter, Limiter::Io | Limiter::Preprocess | Limiter::Contention) {
             out.extend(self.workers_advice(limiter));
             out.extend(self.prefetch_advice());
             if flags.iter().any(|f| matches!(f, Flag::NetworkStorage { .. })) {
@@ -51,6 +53,9 @@ impl Facts<'_> {
             out.extend(self.cache_advice());
             out.extend(self.pre_resize_advice());
             out.extend(self.augment_advice());
+        }
+        if self.contended() && self.competing_load() {
+            out.extend(self.free_cores_advice());
         }
         if *limiter == Limiter::Transfer {
             out.extend(self.u8_advice());
@@ -70,6 +75,34 @@ impl Facts<'_> {
             (None, None) => std::cmp::Ordering::Equal,
         });
         out
+    }
+
+    /// Contention from other programs: free the cores they hold.
+    fn free_cores_advice(&self) -> Option<Advice> {
+        let others = &self.s.machine.others;
+        let other_cores = self.other_cores.unwrap_or(0.0);
+        let after = self.p.without_contention(other_cores);
+        let named = if others.is_empty() {
+            "the programs that hold the cores".to_string()
+        } else {
+            others.iter().map(|o| format!("{} ({:.0}% CPU)", o.name, o.cpu_pct)).collect::<Vec<_>>().join(", ")
+        };
+        let steal = self
+            .s
+            .machine
+            .steal_mean_pct
+            .filter(|s| f64::from(*s) >= STEAL_PCT)
+            .map(|s| format!("; the hypervisor steals {s:.0}% (another guest: a larger or dedicated VM)"))
+            .unwrap_or_default();
+        Some(Advice {
+            action: format!("stop or lower the priority of {named} (nice -n 19), or train on a quieter machine"),
+            change: Change::FreeCores,
+            predicted_speedup: self.gain(&after),
+            reason: format!(
+                "this run's threads wait for a core {} of the time they are ready to run while other programs keep {other_cores:.1} cores busy{steal}",
+                pct(self.core_wait_share())
+            ),
+        })
     }
 
     fn gain(&self, after: &Pipeline) -> Option<f64> {
@@ -102,9 +135,9 @@ impl Facts<'_> {
         let gain = self.gain(&self.p.with_workers(n))?;
         let share = self.cores_shared_note();
         let reason = if *limiter == Limiter::Io {
-            let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.off_cpu_ms());
+            let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
             format!(
-                "each read waits {} off-CPU; {n} workers overlap the waits: {} instead of {} if the storage serves parallel reads at the same latency{share}",
+                "each read is blocked {} off-CPU; {n} workers overlap the waits: {} instead of {} if the storage serves parallel reads at the same latency{share}",
                 ms(off),
                 rate(x),
                 rate(now)
@@ -171,8 +204,8 @@ impl Facts<'_> {
             change: Change::CopyLocal,
             predicted_speedup: self.gain(&after),
             reason: format!(
-                "each read waits {} off-CPU on {}; a local disk answers in about {} or less: {}",
-                ms(r.off_cpu_ms()),
+                "each read is blocked {} off-CPU on {}; a local disk answers in about {} or less: {}",
+                ms(r.blocked_ms()),
                 fs.fs_type,
                 ms(LOCAL_READ_MS),
                 rate(after.capacity().throughput())
@@ -321,7 +354,7 @@ impl Facts<'_> {
         }
         let why = match limiter {
             Limiter::Overhead => "the model is tiny: per-step overhead dominates, and a GPU may be no faster".to_string(),
-            Limiter::Io | Limiter::Preprocess => {
+            Limiter::Io | Limiter::Preprocess | Limiter::Contention => {
                 "the loader limits now: the GPU frees the CPU cores compute takes from the loader".to_string()
             }
             _ => format!(

@@ -33,6 +33,8 @@ pub(super) struct Facts<'a> {
     pub process_cpu: Option<f64>,
     pub wait: Option<&'a StageSummary>,
     pub overhead: Option<OverheadWhy>,
+    /// Cores other programs kept busy, typically (median), when sampled.
+    pub other_cores: Option<f64>,
 }
 
 /// A stage's statistics, when it has at least one span.
@@ -78,6 +80,10 @@ impl<'a> Facts<'a> {
             process_cpu: m.process_cpu_mean_pct.map(f64::from),
             wait: measured(s, Stage::Wait),
             overhead: None,
+            other_cores: m.other_cores_median.map(f64::from).or_else(|| {
+                let (p, g) = (m.process_cpu_mean_pct?, m.global_cpu_mean_pct?);
+                (m.cores > 0).then(|| (f64::from(g) / 100.0 * m.cores as f64 - f64::from(p) / 100.0).max(0.0))
+            }),
             p,
         };
         f.overhead = f.overhead_why();
@@ -112,12 +118,56 @@ impl<'a> Facts<'a> {
         self.severity != Severity::Low
     }
 
-    /// Share of the loader's wall time spent off-CPU inside `read`: waiting on storage.
-    pub fn read_off_share(&self) -> f64 {
+    /// Share of the loader's wall time blocked inside `read` (off-CPU, not waiting for a
+    /// core): waiting on storage.
+    pub fn read_blocked_share(&self) -> f64 {
         let wall = self.p.loader_wall_ms();
-        let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.off_cpu_ms());
+        let blocked = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
         if wall > 0.0 {
-            off / wall
+            blocked / wall
+        } else {
+            0.0
+        }
+    }
+
+    /// Share of the loader stages' wall time runnable without a core (run-queue wait inside
+    /// their spans).
+    pub fn loader_core_wait_share(&self) -> f64 {
+        let wall = self.p.loader_wall_ms();
+        if wall > 0.0 {
+            self.p.loader_core_wait_ms() / wall
+        } else {
+            0.0
+        }
+    }
+
+    /// Share of the time this run's threads were ready to run that they waited for a core:
+    /// from the samplers' per-thread scheduler figures (which also see the waits between
+    /// spans: short spans rarely contain a preemption), else from the loader's spans.
+    pub fn core_wait_share(&self) -> f64 {
+        let spans = self.loader_core_wait_share();
+        self.s.machine.threads_core_wait_share().map_or(spans, |t| t.max(spans))
+    }
+
+    /// This run's threads wait for a core a material share of the time.
+    pub fn contended(&self) -> bool {
+        self.core_wait_share() >= CONTENTION_SHARE
+    }
+
+    /// Other programs (or the hypervisor's other guests) hold cores this run could use.
+    pub fn competing_load(&self) -> bool {
+        let others = self.other_cores.is_some_and(|c| c >= OTHER_CORES);
+        let steal = self.s.machine.steal_mean_pct.is_some_and(|s| f64::from(s) >= STEAL_PCT);
+        others || steal
+    }
+
+    /// The typical step's host→device share: the median copy, not a mean that a few
+    /// preempted copies (a 6 ms time slice on a 3 µs copy) decide.
+    pub fn transfer_share(&self) -> f64 {
+        let sp = &self.s.split;
+        let typical = measured(self.s, Stage::Transfer).map_or(sp.transfer_ms, |t| t.p50_ms.min(sp.transfer_ms));
+        if sp.mean_step_ms > 0.0 {
+            typical / sp.mean_step_ms
         } else {
             0.0
         }
@@ -149,17 +199,21 @@ impl<'a> Facts<'a> {
     /// The limiter of a run with enough steps (see the module docs of [`super`] for the order).
     pub fn limiter(&self) -> Limiter {
         let sp = &self.s.split;
-        if sp.transfer_share >= TRANSFER_SHARE && sp.transfer_share >= sp.wait_share {
+        // On a CPU device the "transfer" is a copy in host memory: never the limiter.
+        let transfer = self.transfer_share();
+        if !self.cpu_device && transfer >= TRANSFER_SHARE && transfer >= sp.wait_share {
             return Limiter::Transfer;
         }
         if self.input_bound() {
-            let io = if self.p.loader.is_empty() {
+            if self.p.loader.is_empty() {
                 // The loader is not instrumented: judge from the machine only.
-                self.machine_says_io()
-            } else {
-                self.read_off_share() >= IO_OFF_CPU_SHARE
-            };
-            return if io { Limiter::Io } else { Limiter::Preprocess };
+                return if self.machine_says_io() { Limiter::Io } else { Limiter::Preprocess };
+            }
+            let blocked = self.read_blocked_share();
+            if self.contended() && self.competing_load() && blocked < IO_OFF_CPU_SHARE {
+                return Limiter::Contention;
+            }
+            return if blocked >= IO_OFF_CPU_SHARE { Limiter::Io } else { Limiter::Preprocess };
         }
         if self.overhead.is_some() {
             return Limiter::Overhead;
@@ -182,7 +236,15 @@ impl<'a> Facts<'a> {
         if matches!(limiter, Limiter::NotEnoughData { .. }) {
             return flags;
         }
-        if self.cpu_saturated() {
+        if self.contended() {
+            flags.push(Flag::CoreContention {
+                share: self.core_wait_share(),
+                others: self.s.machine.others.iter().map(|o| o.name.clone()).collect(),
+                external: self.competing_load(),
+            });
+        } else if self.cpu_saturated() && *limiter != Limiter::Io {
+            // Saturated cores do not stop workers that wait on storage (they need no core),
+            // and with contention measured the flag above says more.
             flags.push(Flag::CpuSaturated);
         }
         let (workers, cores) = (self.s.settings.workers.max(1), self.p.cores as usize);

@@ -15,6 +15,11 @@ fn plural(n: usize, word: &str) -> String {
     }
 }
 
+/// A verdict given early on slow steps, marked as such.
+pub(super) fn provisional(headline: &str, steps: u64) -> String {
+    format!("Provisional after {steps} steps of ≥ {:.0} s (firm from {MIN_STEPS}): {headline}", EARLY_STEP_MS / 1000.0)
+}
+
 pub(super) fn not_enough_headline(steps_needed: u64) -> String {
     if steps_needed > 0 {
         format!("collecting… {steps_needed} more steps needed for a verdict")
@@ -72,8 +77,18 @@ impl Facts<'_> {
         if let Some(fs) = &self.s.data_fs {
             parts.push(format!("data on {} ({})", fs.fs_type, fs.kind));
         }
-        if let Some(r) = m.read_bytes_per_s_mean {
-            parts.push(format!("{:.1} MB/s from storage", r / 1e6));
+        match (m.read_bytes_per_s_mean, m.syscall_read_bytes_per_s_mean) {
+            // Bytes read by system calls that never reached a block device: the page cache, or
+            // a network/FUSE filesystem (which the data line above names).
+            (Some(r), Some(sys)) if sys > 0.0 => parts.push(format!(
+                "{:.1} MB/s read, {:.1} MB/s of it from storage ({} from the page cache or a network mount)",
+                sys / 1e6,
+                r.min(sys) / 1e6,
+                pct(1.0 - (r / sys).min(1.0))
+            )),
+            (Some(r), _) => parts.push(format!("{:.1} MB/s from storage", r / 1e6)),
+            (None, Some(sys)) => parts.push(format!("{:.1} MB/s read (storage share not measurable here)", sys / 1e6)),
+            (None, None) => {}
         }
         if let Some(w) = m.iowait_mean_pct {
             parts.push(format!("iowait {w:.0}%"));
@@ -91,13 +106,15 @@ impl Facts<'_> {
 
     /// I/O-bound: how much of read is waiting on storage.
     fn read_wait_line(&self) -> String {
-        let (r_wall, r_off) = self.p.stage(Stage::Read).map_or((0.0, 0.0), |r| (r.wall_ms, r.off_cpu_ms()));
-        let off_share = if r_wall > 0.0 { r_off / r_wall } else { 0.0 };
+        let (r_wall, r_blocked, r_queue) =
+            self.p.stage(Stage::Read).map_or((0.0, 0.0, 0.0), |r| (r.wall_ms, r.blocked_ms(), r.core_wait_ms));
+        let share = |x: f64| pct(if r_wall > 0.0 { x / r_wall } else { 0.0 });
+        let queue = if r_queue > 0.0 { format!(", {} waiting for a core", share(r_queue)) } else { String::new() };
         format!(
-            "read is {} off-CPU: {} per image waiting on storage, {} of the loader's {} per image{}",
-            pct(off_share),
-            ms(r_off),
-            pct(self.read_off_share()),
+            "read is {} blocked off-CPU{queue}: {} per image waiting on storage, {} of the loader's {} per image{}",
+            share(r_blocked),
+            ms(r_blocked),
+            pct(self.read_blocked_share()),
             ms(self.p.loader_wall_ms()),
             self.assumed_note()
         )
@@ -111,18 +128,21 @@ impl Facts<'_> {
             .filter(|x| x.wall_ms > 0.0)
             .map(|x| format!("{} {} ({} on-CPU)", x.stage.name(), ms(x.wall_ms), pct(x.on_cpu_ms / x.wall_ms)))
             .collect();
-        let contention: f64 = cpu_stages().map(|x| x.off_cpu_ms()).sum::<f64>();
+        // Measured run-queue wait where there is one; else the CPU stages' off-CPU time.
+        let measured_wait = self.p.loader_core_wait_ms();
+        let contention =
+            if measured_wait > 0.0 { measured_wait } else { cpu_stages().map(|x| x.off_cpu_ms()).sum::<f64>() };
         let waiting = if contention >= CORE_WAIT_SHARE * wall && wall > 0.0 {
             format!("; {} of it waiting for a core", ms(contention))
         } else {
             String::new()
         };
         format!(
-            "the loader spends {} of CPU per image of {} wall: {}{waiting}; read is only {} off-CPU{}",
+            "the loader spends {} of CPU per image of {} wall: {}{waiting}; read is blocked only {} of it{}",
             ms(self.p.loader_cpu_ms()),
             ms(wall),
             parts.join(", "),
-            pct(self.read_off_share()),
+            pct(self.read_blocked_share()),
             self.assumed_note()
         )
     }
@@ -137,6 +157,10 @@ impl Facts<'_> {
                 rate(self.cap.loader()),
                 rate(self.cap.compute),
                 if *limiter == Limiter::Io { "storage reads" } else { "CPU preprocessing" }
+            ),
+            Limiter::Contention => format!(
+                "Input-bound ({sev}): this run's threads wait for cores other programs hold ({} of the time they are ready to run); the training loop waited for data {waited} of each step",
+                pct(self.core_wait_share())
             ),
             Limiter::Io => format!(
                 "Input-bound ({sev}): the loader waits on storage reads; the training loop waited for data {waited} of each step"
@@ -181,16 +205,28 @@ impl Facts<'_> {
         let mut ev = vec![self.wait_line()];
         match limiter {
             Limiter::Io | Limiter::Preprocess => self.input_evidence(limiter, &mut ev),
+            Limiter::Contention => {
+                ev.push(self.loader_cpu_line());
+                ev.push(self.capacity_line());
+            }
             Limiter::Transfer => self.transfer_evidence(&mut ev),
             Limiter::Compute | Limiter::Balanced => self.compute_evidence(limiter, &mut ev),
             Limiter::Overhead => self.overhead_evidence(&mut ev),
             Limiter::NotEnoughData { .. } => {}
         }
-        if matches!(limiter, Limiter::Io | Limiter::Preprocess) {
+        if matches!(limiter, Limiter::Io | Limiter::Preprocess | Limiter::Contention) {
             // Right after the wait share, so truncation keeps it: it is the user's question.
             if let Some(line) = self.gpu_idle_line() {
                 ev.insert(1, line);
             }
+        }
+        if self.contended() {
+            // The finding itself, whatever the limiter: kept within the evidence cap.
+            let line = self.contention_line();
+            if ev.len() >= MAX_EVIDENCE {
+                ev.truncate(MAX_EVIDENCE - 1);
+            }
+            ev.push(line);
         }
         if self.loader_competes() && ev.len() < MAX_EVIDENCE {
             ev.push(format!(
@@ -227,7 +263,7 @@ impl Facts<'_> {
         }
         if *limiter == Limiter::Io {
             ev.extend(self.storage_line());
-            if self.cpu_saturated() {
+            if self.cpu_saturated() && self.p.loader_core_wait_ms() == 0.0 {
                 ev.push(
                     "the CPU is saturated: part of read's off-CPU time may be waiting for a core, not storage".into(),
                 );
@@ -235,6 +271,44 @@ impl Facts<'_> {
         } else {
             ev.extend(self.cpu_line());
         }
+    }
+
+    /// Contention: how long the loader waited for a core, and who held the cores.
+    fn contention_line(&self) -> String {
+        let m = &self.s.machine;
+        let mut who = Vec::new();
+        if let Some(c) = self.other_cores {
+            let names: Vec<String> = m
+                .others
+                .iter()
+                .map(|o| {
+                    let n = if o.processes > 1 { format!(" ×{}", o.processes) } else { String::new() };
+                    format!("{}{n} {:.0}%", o.name, o.cpu_pct)
+                })
+                .collect();
+            let names = if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) };
+            who.push(format!("other programs kept {c:.1} of {} cores busy{names}", self.p.cores as usize));
+        }
+        if let Some(s) = m.steal_mean_pct.filter(|s| *s > 0.0) {
+            who.push(format!("steal {s:.0}%"));
+        }
+        if !self.competing_load() {
+            who.push(format!(
+                "this run's own threads ({} workers and the training loop) outnumber the free cores",
+                self.s.settings.workers.max(1)
+            ));
+        }
+        let per_image = self.p.loader_core_wait_ms();
+        let per_image = if per_image > 0.0 {
+            format!(", the loader {} per image inside its stages", ms(per_image))
+        } else {
+            String::new()
+        };
+        format!(
+            "waiting for a core (run queue): this run's threads {} of the time they were ready to run{per_image}; {}",
+            pct(self.core_wait_share()),
+            who.join("; ")
+        )
     }
 
     fn transfer_evidence(&self, ev: &mut Vec<String>) {

@@ -78,6 +78,8 @@ use serde::{Deserialize, Serialize};
 pub enum Limiter {
     /// Storage: the loader waits on reads.
     Io,
+    /// The loader's threads wait for a core that other programs hold.
+    Contention,
     /// CPU decode / resize / augment in the loader.
     Preprocess,
     /// Host → device copies.
@@ -120,6 +122,10 @@ pub enum Flag {
     Simulated { what: String },
     /// Validation passes take a large share of the run's wall time.
     ValidationHeavy { share: f64 },
+    /// The run's threads wait for a core this share of the time they are ready to run: other
+    /// programs (named, busiest first) hold the cores or, without `external`, the run's own
+    /// threads outnumber them.
+    CoreContention { share: f64, others: Vec<String>, external: bool },
 }
 
 /// What an [`Advice`] changes, typed: views render it, `--check-advice` applies it.
@@ -142,6 +148,8 @@ pub enum Change {
     UseDevice(String),
     /// Copy the data set off a network/FUSE mount to a local disk.
     CopyLocal,
+    /// Stop, or lower the priority of, the programs that hold the cores.
+    FreeCores,
     /// Resize the images offline to the model's input size.
     PreResize { width: usize, height: usize },
     /// Cheaper augmentation, or augmentation on the device.
@@ -215,6 +223,10 @@ pub struct Verdict {
     pub flags: Vec<Flag>,
     /// Best first.
     pub advice: Vec<Advice>,
+    /// Given early (≥ [`EARLY_STEPS`] steps of ≥ [`EARLY_STEP_MS`]) before [`MIN_STEPS`]:
+    /// may change once the usual window fills.
+    #[serde(default)]
+    pub provisional: bool,
 }
 
 /// Diagnoses a summary (a window or the whole run).
@@ -222,7 +234,9 @@ pub fn diagnose(s: &Summary) -> Verdict {
     let f = classify::Facts::new(s);
     let sp = &s.split;
     let measured = sp.mean_step_ms.is_finite() && sp.mean_step_ms > 0.0;
-    let limiter = if sp.steps < MIN_STEPS || !measured {
+    // Slow steps answer early: three 4-second steps say as much as five.
+    let provisional = sp.steps < MIN_STEPS && sp.steps >= EARLY_STEPS && sp.mean_step_ms >= EARLY_STEP_MS;
+    let limiter = if (sp.steps < MIN_STEPS && !provisional) || !measured {
         Limiter::NotEnoughData { steps_needed: MIN_STEPS.saturating_sub(sp.steps) }
     } else {
         f.limiter()
@@ -236,10 +250,13 @@ pub fn diagnose(s: &Summary) -> Verdict {
             evidence: Vec::new(),
             flags,
             advice: Vec::new(),
+            provisional: false,
         };
     }
+    let headline = f.headline(&limiter);
     Verdict {
-        headline: f.headline(&limiter),
+        headline: if provisional { evidence::provisional(&headline, sp.steps) } else { headline },
+        provisional,
         evidence: f.evidence(&limiter),
         advice: f.advice(&limiter, &flags),
         severity: f.severity,
@@ -253,6 +270,7 @@ impl Limiter {
     pub fn label(&self) -> &'static str {
         match self {
             Limiter::Io => "I/O (storage)",
+            Limiter::Contention => "CPU contention (other programs)",
             Limiter::Preprocess => "CPU preprocessing",
             Limiter::Transfer => "host→device transfer",
             Limiter::Compute => "compute",
@@ -291,6 +309,16 @@ impl Flag {
                 "training on the CPU: compute and the loader compete for the same cores".into()
             }
             Flag::Simulated { what } => format!("simulated slowdown active: {what} (not the real hardware)"),
+            Flag::CoreContention { share, others, external } => {
+                let who = if !external {
+                    "this run's own threads outnumber the cores".to_string()
+                } else if others.is_empty() {
+                    "other programs or guests hold the cores".to_string()
+                } else {
+                    format!("other programs hold the cores: {}", others.join(", "))
+                };
+                format!("CPU contention: this run's threads wait for a core {:.0}% of the time they are ready to run; {who}", share * 100.0)
+            }
             Flag::ValidationHeavy { share } => format!(
                 "validation passes take {:.0}% of the run's wall time: validate less often, on a smaller held-out set, or with a larger batch (no gradients to store)",
                 share * 100.0

@@ -42,15 +42,31 @@ pub struct StageCost {
     pub wall_ms: f64,
     /// On-CPU time per image, ms (≤ wall).
     pub on_cpu_ms: f64,
+    /// Time per image runnable but without a core (run-queue wait), ms (≤ wall − on-CPU); 0
+    /// when not measured.
+    pub core_wait_ms: f64,
     /// Whether the on-CPU share was measured; otherwise it is assumed from the stage's name
     /// (read: off-CPU, the others: on-CPU).
     pub measured: bool,
 }
 
 impl StageCost {
-    /// Wall time not spent on a CPU: waiting on storage (read) or for a core (the others).
+    /// The stage no longer runs.
+    fn vanish(x: &mut StageCost) {
+        x.wall_ms = 0.0;
+        x.on_cpu_ms = 0.0;
+        x.core_wait_ms = 0.0;
+    }
+
+    /// Wall time not spent on a CPU: blocked, or waiting for a core.
     pub fn off_cpu_ms(&self) -> f64 {
         (self.wall_ms - self.on_cpu_ms).max(0.0)
+    }
+
+    /// Off-CPU time not waiting for a core: blocked on storage, a lock, a page fault. All the
+    /// off-CPU time when the run-queue wait was not measured.
+    pub fn blocked_ms(&self) -> f64 {
+        (self.off_cpu_ms() - self.core_wait_ms).max(0.0)
     }
 }
 
@@ -151,9 +167,12 @@ impl Pipeline {
         let st = &s.settings;
         let m = &s.machine;
         let cores = if st.cores > 0 { st.cores } else { m.cores.max(1) } as f64;
-        // Cores this process could use = what it uses + what nobody uses, capped by its limit.
-        let free_cores = match (m.process_cpu_mean_pct, m.global_cpu_mean_pct) {
-            (Some(p), Some(g)) if m.cores > 0 => {
+        // Cores this process could use = what it uses + what nobody uses, capped by its limit:
+        // the cores minus the other programs' typical (median) load, so one busy moment does
+        // not move every prediction; the means where no series was kept.
+        let free_cores = match (m.other_cores_median, m.process_cpu_mean_pct, m.global_cpu_mean_pct) {
+            (Some(others), _, _) if m.cores > 0 => (m.cores as f64 - f64::from(others)).clamp(0.1, cores),
+            (None, Some(p), Some(g)) if m.cores > 0 => {
                 let idle = m.cores as f64 * (1.0 - f64::from(g) / 100.0).max(0.0);
                 (f64::from(p) / 100.0 + idle).clamp(0.1, cores)
             }
@@ -165,10 +184,12 @@ impl Pipeline {
                 let x = measured(s, stage)?;
                 let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
                 let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
+                let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
                 Some(StageCost {
                     stage,
                     wall_ms: x.mean_ms.max(0.0),
                     on_cpu_ms: x.mean_ms.max(0.0) * share,
+                    core_wait_ms: x.mean_ms.max(0.0) * waiting,
                     measured: x.on_cpu.is_some(),
                 })
             })
@@ -212,6 +233,11 @@ impl Pipeline {
     /// Loader wall time per image, ms.
     pub fn loader_wall_ms(&self) -> f64 {
         self.loader.iter().map(|x| x.wall_ms).sum()
+    }
+
+    /// Loader time per image waiting for a core, ms.
+    pub fn loader_core_wait_ms(&self) -> f64 {
+        self.loader.iter().map(|x| x.core_wait_ms).sum()
     }
 
     /// Loader on-CPU time per image, ms.
@@ -262,6 +288,7 @@ impl Pipeline {
             move |x: &mut StageCost| {
                 x.wall_ms *= k;
                 x.on_cpu_ms *= k;
+                x.core_wait_ms *= k;
             }
         };
         self.clone()
@@ -277,31 +304,36 @@ impl Pipeline {
             .map_stage(Stage::Read, |x| {
                 x.wall_ms = copy_ms;
                 x.on_cpu_ms = copy_ms;
+                x.core_wait_ms = 0.0;
             })
-            .map_stage(Stage::Decode, |x| {
-                x.wall_ms = 0.0;
-                x.on_cpu_ms = 0.0;
-            })
-            .map_stage(Stage::Resize, |x| {
-                x.wall_ms = 0.0;
-                x.on_cpu_ms = 0.0;
-            })
+            .map_stage(Stage::Decode, StageCost::vanish)
+            .map_stage(Stage::Resize, StageCost::vanish)
     }
 
     /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.
     pub fn without_augment(&self) -> Pipeline {
-        self.clone().map_stage(Stage::Augment, |x| {
-            x.wall_ms = 0.0;
-            x.on_cpu_ms = 0.0;
+        self.clone().map_stage(Stage::Augment, StageCost::vanish)
+    }
+
+    /// Data on a local disk: read's blocked time falls to [`LOCAL_READ_MS`] at most; its wait
+    /// for a core stays (a local disk frees no core).
+    pub fn local_storage(&self) -> Pipeline {
+        self.clone().map_stage(Stage::Read, |x| {
+            let blocked = x.blocked_ms().min(LOCAL_READ_MS);
+            x.wall_ms = x.on_cpu_ms + x.core_wait_ms + blocked;
         })
     }
 
-    /// Data on a local disk: read's off-CPU wait falls to [`LOCAL_READ_MS`] at most.
-    pub fn local_storage(&self) -> Pipeline {
-        self.clone().map_stage(Stage::Read, |x| {
-            let off = x.off_cpu_ms().min(LOCAL_READ_MS);
-            x.wall_ms = x.on_cpu_ms + off;
-        })
+    /// The other programs stopped: no loader stage waits for a core, and the cores they kept
+    /// busy are free.
+    pub fn without_contention(&self, other_cores: f64) -> Pipeline {
+        let mut p = self.clone();
+        for x in &mut p.loader {
+            x.wall_ms -= x.core_wait_ms;
+            x.core_wait_ms = 0.0;
+        }
+        p.free_cores = (p.free_cores + other_cores.max(0.0)).min(p.cores);
+        p
     }
 
     /// The per-step fixed cost (the optimizer step) when measured.

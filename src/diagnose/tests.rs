@@ -21,6 +21,7 @@ fn stage(name: &str, mean_ms: f64, on_cpu: Option<f64>, count: u64) -> StageSumm
         p95_ms: mean_ms,
         max_ms: mean_ms,
         on_cpu,
+        core_wait: None,
         bytes: 0,
         per_second: 0.0,
     }
@@ -75,6 +76,7 @@ impl B {
             transfer_share: transfer / total,
             compute_share: compute / total,
             startup_wait_ms: 0.0,
+            from_step: None,
         };
         self.0.images_per_s = self.0.settings.batch_size as f64 * 1000.0 / total;
         self.0.elapsed_s = total * steps as f64 / 1000.0;
@@ -133,6 +135,26 @@ impl B {
         self
     }
 
+    /// Measured run-queue wait share of a stage's wall time (the rest off-CPU is blocked).
+    fn core_wait(mut self, name: &str, share: f64) -> B {
+        if let Some(x) = self.0.stages.iter_mut().find(|s| s.stage == name) {
+            x.core_wait = Some(share);
+        }
+        self
+    }
+
+    /// Other programs: the cores they typically keep busy, and the busiest by name.
+    fn others(mut self, cores: f32, names: &[(&str, u32, f32)]) -> B {
+        let m = &mut self.0.machine;
+        m.other_cores_median = Some(cores);
+        m.cores = self.0.settings.cores;
+        m.others = names
+            .iter()
+            .map(|(n, procs, pct)| probes::sampler::OtherCpu { name: (*n).into(), processes: *procs, cpu_pct: *pct })
+            .collect();
+        self
+    }
+
     fn iowait(mut self, pct: f32) -> B {
         self.0.machine.iowait_mean_pct = Some(pct);
         self.0.machine.read_bytes_per_s_mean = Some(2e6);
@@ -150,6 +172,7 @@ impl B {
                 cpu_mean_pct: *pct,
                 cpu_peak_pct: *pct,
                 cpu_ns: 0,
+                ..Default::default()
             })
             .collect();
         self
@@ -245,7 +268,7 @@ fn throttled_reads_give_io_verdict() {
     let v = io_bound().verdict();
     assert_eq!(v.limiter, Limiter::Io, "{v:#?}");
     assert_eq!(v.severity, Severity::High);
-    assert!(v.evidence.iter().any(|e| e.contains("read is 95% off-CPU") && e.contains("19.0 ms")), "{v:#?}");
+    assert!(v.evidence.iter().any(|e| e.contains("read is 95% blocked off-CPU") && e.contains("19.0 ms")), "{v:#?}");
     assert!(v.flags.is_empty(), "{:?}", v.flags);
     // Reads waiting on storage overlap: more workers than cores are worth it.
     assert!(speedup_of(&v, "--workers").is_some_and(|g| g > 2.0), "{v:#?}");
@@ -597,6 +620,7 @@ fn advice_json_keeps_the_command_string_and_reads_back_as_saved() {
 fn every_limiter_and_flag_has_words() {
     let limiters = [
         Limiter::Io,
+        Limiter::Contention,
         Limiter::Preprocess,
         Limiter::Transfer,
         Limiter::Compute,
@@ -615,6 +639,8 @@ fn every_limiter_and_flag_has_words() {
         Flag::ComputeCompetesWithLoader,
         Flag::Simulated { what: "x".into() },
         Flag::ValidationHeavy { share: 0.3 },
+        Flag::CoreContention { share: 0.4, others: vec!["sh".into()], external: true },
+        Flag::CoreContention { share: 0.4, others: vec![], external: false },
     ];
     for f in flags {
         assert!(f.describe().len() > 10, "{f:?}");
@@ -683,4 +709,156 @@ fn tiny_model_on_a_gpu_is_also_advised_to_stay_on_the_cpu_and_not_on_a_cpu_devic
     assert!(stay.is_some_and(|a| a.predicted_speedup.is_none() && a.reason.contains("per-step overhead")), "{v:#?}");
     let on_cpu = tiny_model().device("cpu").gpu(0.0, None).verdict();
     assert!(!on_cpu.advice.iter().any(|a| a.change == Change::UseDevice("cpu".into())), "{on_cpu:#?}");
+}
+
+// ---- off-CPU split, contention, early verdicts (issue 13) ----
+
+/// The second round's busy machine: 500 page-cached tiny PNGs, read 85% off-CPU, but the
+/// off-CPU time is run-queue wait while three busy loops hold the 2 cores.
+fn preempted_reads() -> B {
+    B::new()
+        .device("cpu")
+        .loader(&[("read", 2.0, 0.15), ("decode", 0.5, 0.6), ("resize", 0.3, 0.6)])
+        .core_wait("read", 0.8)
+        .core_wait("decode", 0.4)
+        .core_wait("resize", 0.4)
+        .step(40.0, 0.9, 20.0)
+        .cpu(100.0, 60.0)
+        .others(1.4, &[("sh", 3, 140.0)])
+}
+
+#[test]
+fn preempted_reads_are_contention_not_storage() {
+    let v = preempted_reads().verdict();
+    assert_eq!(v.limiter, Limiter::Contention, "{v:#?}");
+    assert!(v.headline.contains("wait for cores other programs hold"), "{}", v.headline);
+    let flag = v.flags.iter().find_map(|f| match f {
+        Flag::CoreContention { share, others, external } => Some((*share, others.clone(), *external)),
+        _ => None,
+    });
+    let (share, others, external) = flag.expect("contention is flagged");
+    assert!(external && others == ["sh"], "{others:?}");
+    // (0.8 × 2 + 0.4 × 0.5 + 0.4 × 0.3) / 2.8 ms of loader wall.
+    assert!((share - 1.92 / 2.8).abs() < 1e-9, "{share}");
+    assert!(v.evidence.iter().any(|e| e.contains("waiting for a core") && e.contains("sh ×3 140%")), "{v:#?}");
+    let free = v.advice.iter().find(|a| a.change == Change::FreeCores).expect("advice names the competitors");
+    assert!(free.action.contains("sh (140% CPU)"), "{}", free.action);
+    assert!(free.predicted_speedup.is_some_and(|g| g > 1.5), "{free:?}");
+    assert!(!v.flags.contains(&Flag::CpuSaturated), "the contention flag says more: {:?}", v.flags);
+}
+
+#[test]
+fn waits_between_short_spans_count_through_the_threads_scheduler_figures() {
+    // 30 µs spans hold no preemption; the threads still waited for a core half their ready time.
+    let mut b = B::new()
+        .device("cpu")
+        .loader(&[("read", 0.01, 1.0), ("decode", 0.02, 1.0)])
+        .step(2.0, 0.01, 0.5)
+        .cpu(100.0, 20.0)
+        .others(1.8, &[("sh", 3, 180.0)]);
+    b.0.machine.threads = vec![ThreadSummary {
+        name: "loader-0".into(),
+        core_wait_ns: Some(500),
+        sched_cpu_ns: Some(500),
+        ..Default::default()
+    }];
+    let v = b.verdict();
+    assert_eq!(v.limiter, Limiter::Contention, "{v:#?}");
+    assert!(v.flags.iter().any(|f| matches!(f, Flag::CoreContention { share, external: true, .. } if *share == 0.5)));
+    assert!(v.evidence.iter().any(|e| e.contains("50% of the time they were ready to run")), "{v:#?}");
+}
+
+#[test]
+fn the_same_off_cpu_read_blocked_instead_is_storage() {
+    // Same 85% off-CPU read, no run-queue wait: blocked on storage.
+    let b = preempted_reads().core_wait("read", 0.0).core_wait("decode", 0.0).core_wait("resize", 0.0);
+    let v = b.verdict();
+    assert_eq!(v.limiter, Limiter::Io, "{v:#?}");
+    assert!(!v.flags.iter().any(|f| matches!(f, Flag::CoreContention { .. })), "{:?}", v.flags);
+    assert!(!v.advice.iter().any(|a| a.change == Change::FreeCores));
+}
+
+#[test]
+fn contention_from_the_runs_own_threads_is_flagged_without_blaming_others() {
+    // Decode waits for a core, nobody else runs: too many threads of this run, not others.
+    let b = preprocess_one_worker()
+        .workers(4, 2)
+        .loader(&[("decode", 6.0, 0.7), ("resize", 4.0, 0.7)])
+        .core_wait("decode", 0.3)
+        .core_wait("resize", 0.3)
+        .others(0.1, &[]);
+    let v = b.verdict();
+    assert_eq!(v.limiter, Limiter::Preprocess, "{v:#?}");
+    assert!(v.flags.iter().any(|f| matches!(f, Flag::CoreContention { external: false, .. })), "{:?}", v.flags);
+    assert!(v.evidence.iter().any(|e| e.contains("own threads")), "{v:#?}");
+    assert!(!v.advice.iter().any(|a| a.change == Change::FreeCores), "nobody else to stop");
+}
+
+#[test]
+fn little_core_wait_is_no_finding() {
+    let v = io_bound().core_wait("read", 0.02).others(1.0, &[("cc1", 1, 100.0)]).verdict();
+    assert_eq!(v.limiter, Limiter::Io);
+    assert!(!v.flags.iter().any(|f| matches!(f, Flag::CoreContention { .. })), "{:?}", v.flags);
+}
+
+#[test]
+fn io_evidence_says_whether_bytes_came_from_storage_or_the_page_cache() {
+    let mut b = io_bound();
+    b.0.machine.read_bytes_per_s_mean = Some(0.5e6);
+    b.0.machine.syscall_read_bytes_per_s_mean = Some(10e6);
+    let v = b.verdict();
+    assert!(
+        v.evidence.iter().any(|e| e.contains("10.0 MB/s read, 0.5 MB/s of it from storage (95% from the page cache")),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn no_transfer_verdict_on_a_cpu_device() {
+    let v = transfer_bound().device("cpu").verdict();
+    assert_ne!(v.limiter, Limiter::Transfer, "{v:#?}");
+    assert!(!v.headline.contains("host→device"), "{}", v.headline);
+}
+
+#[test]
+fn a_few_preempted_copies_do_not_make_a_transfer_verdict() {
+    // Mean 30 ms from a few long slices; the typical copy takes 3 µs.
+    let mut b = transfer_bound();
+    if let Some(t) = b.0.stages.iter_mut().find(|s| s.stage == "transfer") {
+        t.p50_ms = 0.003;
+    }
+    let v = b.verdict();
+    assert_ne!(v.limiter, Limiter::Transfer, "{v:#?}");
+    assert_eq!(transfer_bound().verdict().limiter, Limiter::Transfer, "the typical copy decides");
+}
+
+#[test]
+fn cpu_saturated_is_not_flagged_beside_io_workers_advice() {
+    let v = io_bound().cpu(95.0, 40.0).verdict();
+    assert_eq!(v.limiter, Limiter::Io);
+    assert!(has_command(&v, "--workers"), "{v:#?}");
+    assert!(!v.flags.contains(&Flag::CpuSaturated), "{:?}", v.flags);
+}
+
+#[test]
+fn free_cores_come_from_the_typical_competing_load() {
+    // Means say 0.1 core free (one busy moment); the median of the other programs' load says 1.5.
+    let b = preprocess_one_worker().cpu(100.0, 10.0).others(0.5, &[]);
+    assert!((Pipeline::from_summary(&b.0).free_cores - 1.5).abs() < 1e-9);
+}
+
+#[test]
+fn slow_steps_get_a_provisional_verdict_after_three() {
+    let slow = B::new().device("cpu").loader(&[("read", 0.1, 0.5), ("decode", 1.0, 1.0)]).step(1.0, 0.5, 4500.0);
+    let v = slow.clone().steps(EARLY_STEPS).verdict();
+    assert!(v.provisional, "{v:#?}");
+    assert_eq!(v.limiter, Limiter::Compute);
+    assert!(v.headline.starts_with("Provisional after 3 steps"), "{}", v.headline);
+    let early = slow.clone().steps(EARLY_STEPS - 1).verdict();
+    assert!(matches!(early.limiter, Limiter::NotEnoughData { steps_needed: 3 }), "{early:#?}");
+    let firm = slow.steps(MIN_STEPS).verdict();
+    assert!(!firm.provisional && firm.limiter == Limiter::Compute);
+    // Fast steps wait for the usual window.
+    let fast = compute_bound_gpu().steps(EARLY_STEPS).verdict();
+    assert!(matches!(fast.limiter, Limiter::NotEnoughData { .. }) && !fast.provisional);
 }

@@ -3,6 +3,12 @@
 
 /// Steps needed before a verdict is given.
 pub const MIN_STEPS: u64 = 5;
+/// Steps after which slow steps get a provisional verdict (TensorFlow's profiler answers
+/// after 3)…
+pub const EARLY_STEPS: u64 = 3;
+/// …when a step takes at least this long, ms: waiting for five 4-second steps is 20 s with
+/// no answer.
+pub const EARLY_STEP_MS: f64 = 1000.0;
 
 /// Wait share at or above which the run is highly input-bound (TensorFlow's profiler).
 pub const HIGH_WAIT_SHARE: f64 = 0.20;
@@ -34,9 +40,18 @@ pub const VALIDATION_SHARE: f64 = 0.10;
 /// Smallest predicted gain worth advising.
 pub const MIN_GAIN: f64 = 1.10;
 
-/// Share of the loader's wall time spent waiting for a core (off-CPU outside `read`) from
-/// which the evidence mentions it.
+/// Share of the loader's wall time spent waiting for a core (off-CPU outside `read` when the
+/// run-queue wait is not measured) from which the evidence mentions it.
 pub const CORE_WAIT_SHARE: f64 = 0.2;
+/// Share of the time this run's threads were ready to run that they spent waiting for a core
+/// (run-queue wait) from which contention is a finding: flagged, and the limiter when the
+/// run is input-bound, other programs hold cores and read is not blocked on storage.
+pub const CONTENTION_SHARE: f64 = 0.15;
+/// Cores other programs keep busy (median) from which contention is theirs, not this run's
+/// own threads outnumbering the cores.
+pub const OTHER_CORES: f64 = 0.5;
+/// Steal % from which the hypervisor's other guests count as competing load.
+pub const STEAL_PCT: f64 = 5.0;
 /// Evidence lines at most: the numbers that decided, not everything measured.
 pub const MAX_EVIDENCE: usize = 5;
 

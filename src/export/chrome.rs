@@ -5,7 +5,8 @@
 //! killed with `kill -9` leaves a prefix that `pipeprof report --repair` closes. Every other
 //! exit path closes the file, through [`Exporter::finish`] or, on unwinding, `Drop`.
 //!
-//! Content: `X` events for spans (`cat` = stage; args: step, sample, bytes, cpu_us), `M`
+//! Content: `X` events for spans (`cat` = stage; args: step, sample, bytes, cpu_us,
+//! core_wait_us = runnable without a core, blocked_us = the rest off-CPU), `M`
 //! thread and process names, `C` counters (CPU, RSS, storage, queue, images/s, per GPU), and
 //! instant events for the run's settings, verdict changes and the final summary.
 
@@ -160,6 +161,16 @@ impl<W: Write + Send> ChromeTrace<W> {
         }
         if s.cpu_ns != NONE {
             write!(self.out, "{sep}\"cpu_us\":{:.3}", us(s.cpu_ns))?;
+            sep = ",";
+        }
+        if s.queue_ns != NONE {
+            // Off-CPU split: waiting for a core, and the rest (blocked: storage, locks).
+            let core_wait = s.queue_ns.min(s.dur_ns);
+            write!(self.out, "{sep}\"core_wait_us\":{:.3}", us(core_wait))?;
+            if s.cpu_ns != NONE {
+                let blocked = s.dur_ns.saturating_sub(s.cpu_ns.min(s.dur_ns)).saturating_sub(core_wait);
+                write!(self.out, ",\"blocked_us\":{:.3}", us(blocked))?;
+            }
         }
         self.out.write_all(b"}}")
     }
@@ -304,6 +315,7 @@ mod tests {
             start_ns: 1_500,
             dur_ns: 2_250,
             cpu_ns: 2_000,
+            queue_ns: 100,
             step: 0,
             sample,
             bytes: NONE,
@@ -351,6 +363,8 @@ mod tests {
         assert_eq!((x["ts"].as_f64(), x["dur"].as_f64()), (Some(1.5), Some(2.25)));
         assert_eq!(x["args"]["sample"], 9);
         assert!(x["args"].get("bytes").is_none());
+        assert_eq!((x["args"]["cpu_us"].as_f64(), x["args"]["core_wait_us"].as_f64()), (Some(2.0), Some(0.1)));
+        assert_eq!(x["args"]["blocked_us"].as_f64(), Some(0.15), "2.25 µs wall − 2 on-CPU − 0.1 waiting");
         assert!(evs.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "loader-0"));
         let cpu = evs.iter().find(|e| e["ph"] == "C" && e["name"] == "CPU %").unwrap();
         assert_eq!(cpu["args"]["process"], 150.0);

@@ -142,6 +142,7 @@ mod tests {
             start_ns: 1000 * sample,
             dur_ns: 500,
             cpu_ns: 100,
+            queue_ns: NONE,
             step: 0,
             sample,
             bytes: NONE,

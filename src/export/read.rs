@@ -166,6 +166,7 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
                 start_ns: ns(&e["ts"]),
                 dur_ns: ns(&e["dur"]),
                 cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
+                queue_ns: a.get("core_wait_us").map(ns).unwrap_or(NONE),
                 step: num(a, "step"),
                 sample: num(a, "sample"),
                 bytes: num(a, "bytes"),

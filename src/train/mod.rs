@@ -292,6 +292,8 @@ pub fn train(
     let mut auto = hooks.auto_workers.clone();
     let sync = GpuSync::from_env()?;
     let mut upload = Upload::new(dev)?;
+    // The loader's (blocked, busy) batch-making time at the previous step, for auto workers.
+    let mut produced = loader.production();
     loop {
         let step_start = std::time::Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -346,6 +348,9 @@ pub fn train(
             validation: false,
         }));
         if let Some(a) = auto.as_mut() {
+            let now = loader.production();
+            a.observe_loader(now.0.saturating_sub(produced.0), now.1.saturating_sub(produced.1));
+            produced = now;
             auto_step(a, loader, probe, waited, step_start.elapsed())?;
         }
         if let (Some(v), true) = (val, epoch_end) {

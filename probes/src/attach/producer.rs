@@ -233,6 +233,7 @@ mod tests {
             start_ns: 1,
             dur_ns: 2,
             cpu_ns: 1,
+            queue_ns: NONE,
             step: NONE,
             sample: 5,
             bytes: NONE,

@@ -22,11 +22,11 @@ pub const MAGIC: &[u8; 4] = b"PPRF";
 /// Starts a producer's connection: a process sending its spans into another's run.
 pub const PRODUCER_MAGIC: &[u8; 4] = b"PPRP";
 /// Protocol version; both sides must agree.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Largest frame accepted: a decoder never allocates more than this for one frame.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes per span in a span batch.
-pub const SPAN_BYTES: usize = 53;
+pub const SPAN_BYTES: usize = 61;
 
 const TAG_HELLO: u8 = 1;
 const TAG_SPANS: u8 = 2;
@@ -204,7 +204,7 @@ pub fn encode(f: &Frame) -> Result<Vec<u8>, WireError> {
             for s in &v[..n] {
                 out.push(s.stage as u8);
                 out.extend(s.thread.to_le_bytes());
-                for x in [s.start_ns, s.dur_ns, s.cpu_ns, s.step, s.sample, s.bytes] {
+                for x in [s.start_ns, s.dur_ns, s.cpu_ns, s.step, s.sample, s.bytes, s.queue_ns] {
                     out.extend(x.to_le_bytes());
                 }
             }
@@ -248,6 +248,7 @@ pub fn decode(body: &[u8]) -> Result<Frame, WireError> {
                     step: u64_at(c, 29),
                     sample: u64_at(c, 37),
                     bytes: u64_at(c, 45),
+                    queue_ns: u64_at(c, 53),
                 });
             }
             Ok(Frame::Spans(v))
@@ -341,6 +342,7 @@ mod tests {
             start_ns: i,
             dur_ns: 2 * i,
             cpu_ns: NONE,
+            queue_ns: 11,
             step: 3,
             sample: i,
             bytes: 99,

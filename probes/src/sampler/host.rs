@@ -2,7 +2,7 @@
 //! named threads' CPU (procfs). Everything Linux-specific reads `/proc` and degrades to
 //! `None` elsewhere.
 
-use super::{HostSample, SamplerError, ThreadCpu};
+use super::{HostSample, OtherCpu, SamplerError, ThreadCpu};
 use crate::clock;
 use crate::fsinfo::{self, FsKind};
 use std::collections::HashMap;
@@ -44,6 +44,8 @@ pub struct CpuTimes {
     pub total: u64,
     /// Idle while waiting for I/O.
     pub iowait: u64,
+    /// Stolen by the hypervisor (0 where the kernel does not report it).
+    pub steal: u64,
 }
 
 /// One thread's name and CPU ticks, from `/proc/<pid>/task/<tid>/stat`.
@@ -82,6 +84,55 @@ pub fn iowait_pct(prev: CpuTimes, cur: CpuTimes) -> Option<f32> {
     Some((iowait as f64 * 100.0 / total as f64) as f32)
 }
 
+/// % of CPU time stolen by the hypervisor between two `/proc/stat` readings.
+pub fn steal_pct(prev: CpuTimes, cur: CpuTimes) -> Option<f32> {
+    let total = cur.total.checked_sub(prev.total)?;
+    let steal = cur.steal.checked_sub(prev.steal)?;
+    if total == 0 {
+        return None;
+    }
+    Some((steal as f64 * 100.0 / total as f64) as f32)
+}
+
+/// Other programs by CPU, busiest first: processes of one name are summed (three `sh` busy
+/// loops are one competitor using three cores), `own` is left out, at most `n` kept.
+///
+/// `budget_pct` is what the machine's own counters say all other programs used (100 = one
+/// core): per-process figures measured over a different interval can add up to more cores than
+/// exist, so they are scaled down to it.
+pub fn top_others(
+    procs: impl Iterator<Item = (u32, String, f32)>,
+    own: u32,
+    n: usize,
+    budget_pct: Option<f32>,
+) -> Vec<OtherCpu> {
+    let mut by_name: HashMap<String, OtherCpu> = HashMap::new();
+    for (pid, name, cpu) in procs {
+        if pid == own || !cpu.is_finite() || cpu <= 0.0 {
+            continue;
+        }
+        let e = by_name.entry(name.clone()).or_insert_with(|| OtherCpu { name, ..Default::default() });
+        e.processes += 1;
+        e.cpu_pct += cpu;
+    }
+    let mut v: Vec<OtherCpu> = by_name.into_values().collect();
+    let total: f32 = v.iter().map(|o| o.cpu_pct).sum();
+    if let Some(budget) = budget_pct.filter(|b| b.is_finite() && *b >= 0.0 && total > *b) {
+        let k = budget / total;
+        for o in &mut v {
+            o.cpu_pct *= k;
+        }
+    }
+    v.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then_with(|| a.name.cmp(&b.name)));
+    v.truncate(n);
+    v
+}
+
+/// Other programs listed per sample.
+const TOP_OTHERS: usize = 3;
+/// How often every process is listed for [`HostSample::others`], ns.
+const OTHERS_EVERY_NS: u64 = 1_000_000_000;
+
 /// Parses the aggregate `cpu` line of `/proc/stat`.
 pub fn parse_proc_stat_total(text: &str) -> Option<CpuTimes> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
@@ -91,7 +142,7 @@ pub fn parse_proc_stat_total(text: &str) -> Option<CpuTimes> {
         return None;
     }
     let total = v.iter().take(8).sum();
-    Some(CpuTimes { total, iowait: v[4] })
+    Some(CpuTimes { total, iowait: v[4], steal: v.get(7).copied().unwrap_or(0) })
 }
 
 /// Parses `/proc/<pid>/io`; `None` unless all four byte counters are present.
@@ -225,6 +276,7 @@ pub struct HostSampler {
     prev_io: Option<ProcIo>,
     prev_stat: Option<CpuTimes>,
     prev_threads: HashMap<u32, u64>,
+    last_others_ns: u64,
 }
 
 impl std::fmt::Debug for HostSampler {
@@ -257,8 +309,13 @@ impl HostSampler {
             prev_io: None,
             prev_stat: None,
             prev_threads: HashMap::new(),
+            last_others_ns: 0,
         };
         s.sys.refresh_cpu_usage();
+        // The baseline of every process's CPU time: the first sample can then name the busy
+        // ones (sysinfo's per-process CPU % needs two refreshes).
+        let kind = ProcessRefreshKind::nothing().without_tasks().with_cpu();
+        s.sys.refresh_processes_specifics(ProcessesToUpdate::All, true, kind);
         s.last_cpu_refresh_ns = clock::now_ns();
         s.prev_t_ns = s.last_cpu_refresh_ns;
         s.prev_proc_cpu_ns = s.process_cpu_ns().1;
@@ -313,10 +370,13 @@ impl HostSampler {
         let syscall_read_bytes_per_s = rate(|i| i.rchar, true);
 
         let stat = read_proc_stat();
-        let iowait = match (self.prev_stat, stat) {
-            (Some(p), Some(c)) => iowait_pct(p, c),
-            _ => None,
+        let (iowait, steal) = match (self.prev_stat, stat) {
+            (Some(p), Some(c)) => (iowait_pct(p, c), steal_pct(p, c)),
+            _ => (None, None),
         };
+        let own_pct = cpu_pct(self.prev_proc_cpu_ns, proc_cpu_ns, dt);
+        let budget = self.global_cpu_pct / 100.0 * self.per_core_pct.len() as f32 * 100.0 - own_pct;
+        let others = self.others(t_ns, (!self.per_core_pct.is_empty()).then_some(budget.max(0.0)));
 
         let threads = self.threads(dt);
         let sample = HostSample {
@@ -331,6 +391,8 @@ impl HostSampler {
             syscall_read_bytes_per_s,
             iowait_pct: iowait,
             threads,
+            steal_pct: steal,
+            others,
         };
         self.prev_t_ns = t_ns;
         self.prev_proc_cpu_ns = proc_cpu_ns;
@@ -342,6 +404,23 @@ impl HostSampler {
             self.prev_stat = stat;
         }
         sample
+    }
+
+    /// The busiest other programs, at most once per [`OTHERS_EVERY_NS`] (the first sample
+    /// lists them: [`HostSampler::new`] took the baseline).
+    fn others(&mut self, t_ns: u64, budget_pct: Option<f32>) -> Vec<OtherCpu> {
+        if t_ns.saturating_sub(self.last_others_ns) < OTHERS_EVERY_NS {
+            return Vec::new();
+        }
+        self.last_others_ns = t_ns;
+        let kind = ProcessRefreshKind::nothing().without_tasks().with_cpu();
+        self.sys.refresh_processes_specifics(ProcessesToUpdate::All, true, kind);
+        let procs = self
+            .sys
+            .processes()
+            .iter()
+            .map(|(pid, p)| (pid.as_u32(), p.name().to_string_lossy().into_owned(), p.cpu_usage()));
+        top_others(procs, self.pid, TOP_OTHERS, budget_pct)
     }
 
     /// (RSS bytes, cumulative CPU ns) of the sampled process.
@@ -391,7 +470,10 @@ impl HostSampler {
             // A thread not seen before was born (or renamed) since the last sample: all its
             // CPU time is from this interval.
             let prev = self.prev_threads.get(&tid).copied().unwrap_or(0);
-            out.push(ThreadCpu { tid, name: st.comm, cpu_pct: cpu_pct(prev, cpu_ns, dt_ns), cpu_ns });
+            // The run-queue wait of the run's own threads, whatever their spans cover.
+            let sched_ns =
+                std::fs::read(format!("{dir}/{tid}/schedstat")).ok().and_then(|t| clock::parse_schedstat(&t));
+            out.push(ThreadCpu { tid, name: st.comm, cpu_pct: cpu_pct(prev, cpu_ns, dt_ns), cpu_ns, sched_ns });
             seen.insert(tid, cpu_ns);
         }
         self.prev_threads = seen;
@@ -424,17 +506,34 @@ mod tests {
     #[test]
     fn proc_stat_total_excludes_guest_time() {
         let text = "cpu  100 0 50 800 40 5 5 0 30 0\ncpu0 1 2 3 4 5 6 7 8 9 10\nintr 1 2\n";
-        assert_eq!(parse_proc_stat_total(text), Some(CpuTimes { total: 1000, iowait: 40 }));
+        assert_eq!(parse_proc_stat_total(text), Some(CpuTimes { total: 1000, iowait: 40, steal: 0 }));
         // Old kernels: only 7 fields.
-        assert_eq!(parse_proc_stat_total("cpu 1 2 3 4 5 6 7\n"), Some(CpuTimes { total: 28, iowait: 5 }));
+        assert_eq!(parse_proc_stat_total("cpu 1 2 3 4 5 6 7\n"), Some(CpuTimes { total: 28, iowait: 5, steal: 0 }));
         assert_eq!(parse_proc_stat_total("cpu0 1 2 3 4 5\n"), None);
         assert_eq!(parse_proc_stat_total("cpu 1 2\n"), None);
     }
 
     #[test]
+    fn steal_and_top_others() {
+        let a = CpuTimes { total: 1_000, iowait: 0, steal: 100 };
+        let b = CpuTimes { total: 1_200, iowait: 0, steal: 150 };
+        assert_eq!(steal_pct(a, b), Some(25.0));
+        assert_eq!(parse_proc_stat_total("cpu 1 2 3 4 5 6 7 8 9 10\n").map(|c| c.steal), Some(8));
+        let procs = [(1, "sh", 90.0), (2, "sh", 80.0), (3, "me", 400.0), (4, "cc1", 95.0), (5, "idle", 0.0)];
+        let all = || procs.iter().map(|(p, n, c)| (*p, n.to_string(), *c));
+        let top = top_others(all(), 3, 2, None);
+        let got: Vec<(&str, u32, f32)> = top.iter().map(|o| (o.name.as_str(), o.processes, o.cpu_pct)).collect();
+        assert_eq!(got, [("sh", 2, 170.0), ("cc1", 1, 95.0)], "own process left out, same names summed");
+        // The machine says the others used 1.3 cores in all: 2.65 cores of figures scale down.
+        let top = top_others(all(), 3, 2, Some(132.5));
+        let got: Vec<f32> = top.iter().map(|o| o.cpu_pct).collect();
+        assert_eq!(got, [85.0, 47.5]);
+    }
+
+    #[test]
     fn iowait_pct_from_two_readings() {
-        let a = CpuTimes { total: 1_000, iowait: 100 };
-        let b = CpuTimes { total: 1_200, iowait: 150 };
+        let a = CpuTimes { total: 1_000, iowait: 100, steal: 0 };
+        let b = CpuTimes { total: 1_200, iowait: 150, steal: 0 };
         assert_eq!(iowait_pct(a, b), Some(25.0));
         assert_eq!(iowait_pct(a, a), None);
         assert_eq!(iowait_pct(b, a), None);

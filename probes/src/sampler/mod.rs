@@ -16,7 +16,8 @@ mod host;
 pub use gpu::{match_process, GpuInitError, GpuSampler, ListedProcess, ProcessOnDevice, NVML_LIB_ENV};
 pub use host::{
     cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_task_stat,
-    probe_io_accounting, rate_per_s, storage_reads_measurable, CpuTimes, HostSampler, IoAccounting, ProcIo, TaskStat,
+    probe_io_accounting, rate_per_s, steal_pct, storage_reads_measurable, top_others, CpuTimes, HostSampler,
+    IoAccounting, ProcIo, TaskStat,
 };
 
 use crate::clock;
@@ -61,6 +62,26 @@ pub struct HostSample {
     pub iowait_pct: Option<f32>,
     /// CPU of the process's threads whose names start with one of the configured prefixes.
     pub threads: Vec<ThreadCpu>,
+    /// Whole-machine % of CPU time stolen by the hypervisor for other guests (a noisy
+    /// neighbour on a VM), from `/proc/stat`; `None` when unavailable.
+    #[serde(default)]
+    pub steal_pct: Option<f32>,
+    /// The busiest other programs (by name, all their processes together), busiest first;
+    /// refreshed about once a second (listing every process is dearer than the rest of a
+    /// sample), empty in between.
+    #[serde(default)]
+    pub others: Vec<OtherCpu>,
+}
+
+/// CPU use of another program on the machine: what competes with the sampled process.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct OtherCpu {
+    /// Process name.
+    pub name: String,
+    /// Processes of that name.
+    pub processes: u32,
+    /// Their CPU % together: 100 = one core.
+    pub cpu_pct: f32,
 }
 
 /// CPU use of one named thread of the sampled process.
@@ -74,6 +95,10 @@ pub struct ThreadCpu {
     pub cpu_pct: f32,
     /// CPU time since the thread started, ns (clock-tick resolution, usually 10 ms).
     pub cpu_ns: u64,
+    /// Since the thread started, from its `schedstat`: (on-CPU ns, ns runnable without a
+    /// core); `None` where the kernel does not say.
+    #[serde(default)]
+    pub sched_ns: Option<(u64, u64)>,
 }
 
 /// Whether GPU sampling works, and why not when it does not.

@@ -1,5 +1,5 @@
 //! Stage table: per stage count, mean, p95, its share (of the step for the training loop's
-//! stages, of worker time for the loader's), on-CPU vs off-CPU time, and rate.
+//! stages, of worker time for the loader's), on-CPU / waiting for a core / blocked, and rate.
 
 use super::{bold, dim, fmt_ms, fmt_rate, fmt_share, section};
 use crate::aggregate::{StageSummary, Summary};
@@ -60,17 +60,27 @@ fn share(s: &Summary, x: &StageSummary) -> f64 {
     }
 }
 
-/// `█` for on-CPU, `░` for off-CPU (I/O, locks, sleeping), then the on-CPU %.
-fn cpu_bar(on_cpu: Option<f64>, width: usize) -> Line<'static> {
+/// `█` for on-CPU, `▒` for waiting for a core (other threads held them), `░` for blocked
+/// (storage, locks, sleeping), then the on-CPU %. Without a run-queue reading the whole
+/// off-CPU part is `░`.
+fn cpu_bar(x: &StageSummary, width: usize) -> Line<'static> {
+    split_bar(x.on_cpu, x.core_wait, width)
+}
+
+/// [`cpu_bar`] from the shares themselves (a loader thread has no core-wait reading).
+fn split_bar(on_cpu: Option<f64>, core_wait: Option<f64>, width: usize) -> Line<'static> {
     let Some(on) = on_cpu.filter(|v| v.is_finite()) else {
         return Line::styled("-", dim());
     };
     let on = on.clamp(0.0, 1.0);
+    let waiting = core_wait.filter(|v| v.is_finite()).unwrap_or(0.0).clamp(0.0, 1.0 - on);
     let bar = width.saturating_sub(5).max(1);
     let full = (on * bar as f64).round() as usize;
+    let queued = ((waiting * bar as f64).round() as usize).min(bar - full);
     Line::from(vec![
         Span::styled("█".repeat(full), Style::default().fg(Color::Green)),
-        Span::styled("░".repeat(bar - full), Style::default().fg(Color::Red)),
+        Span::styled("▒".repeat(queued), Style::default().fg(Color::Yellow)),
+        Span::styled("░".repeat(bar - full - queued), Style::default().fg(Color::Red)),
         Span::raw(format!("{:>5}", fmt_share(on))),
     ])
 }
@@ -109,11 +119,15 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
     let right = |t: String| Cell::from(Line::from(t).right_aligned());
     let mut header: Vec<Cell> =
         head.iter().enumerate().map(|(i, h)| if i == 0 { Cell::from(*h) } else { right(h.to_string()) }).collect();
+    // The legend in full where the bar is wide enough, abbreviated otherwise.
+    let (on, queue) = if bar_w >= 27 { ("on-CPU ", "core wait ") } else { ("CPU ", "core ") };
     header.push(Cell::from(Line::from(vec![
         Span::styled("█", Style::default().fg(Color::Green)),
-        Span::raw("on-CPU "),
+        Span::raw(on),
+        Span::styled("▒", Style::default().fg(Color::Yellow)),
+        Span::raw(queue),
         Span::styled("░", Style::default().fg(Color::Red)),
-        Span::raw("off"),
+        Span::raw("blocked"),
     ])));
     header.push(right("per s".into()));
 
@@ -134,7 +148,7 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         // "0%" would read as "never": say it was measured but small.
         let sh = if sh > 0.0 && sh < 0.005 { "<1%".to_string() } else { fmt_share(sh) };
         cells.push(Cell::from(Line::styled(sh, bold()).right_aligned()));
-        cells.push(Cell::from(cpu_bar(x.on_cpu, bar_w as usize)));
+        cells.push(Cell::from(cpu_bar(x, bar_w as usize)));
         cells.push(right(fmt_rate(x.per_second)));
         Row::new(cells)
     });
@@ -152,7 +166,7 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         // Of the run's time: how busy this one thread was.
         let sh = if run_ms > 0.0 { t.busy_ms / run_ms } else { 0.0 };
         cells.push(Cell::from(Line::styled(fmt_share(sh.min(1.0)), dim()).right_aligned()));
-        cells.push(Cell::from(cpu_bar(t.on_cpu, bar_w as usize)));
+        cells.push(Cell::from(split_bar(t.on_cpu, None, bar_w as usize)));
         cells.push(Cell::from(""));
         Row::new(cells)
     });

@@ -16,6 +16,7 @@ const SHORT_LINES: usize = 3;
 pub fn limiter_label(l: &Limiter) -> String {
     match l {
         Limiter::Io => "I/O-bound".into(),
+        Limiter::Contention => "CPU contention".into(),
         Limiter::Preprocess => "preprocessing-bound".into(),
         Limiter::Transfer => "transfer-bound".into(),
         Limiter::Compute => "compute-bound".into(),
@@ -51,6 +52,10 @@ pub fn flag_label(f: &Flag) -> String {
         Flag::ComputeCompetesWithLoader => "CPU training shares cores with the loader".into(),
         Flag::Simulated { what } => format!("simulated: {what}"),
         Flag::ValidationHeavy { share } => format!("validation takes {:.0}% of the run", share * 100.0),
+        Flag::CoreContention { share, others, external } => {
+            let who = if *external && !others.is_empty() { format!(" ({})", others.join(", ")) } else { String::new() };
+            format!("waiting for a core {:.0}% of loader time{who}", share * 100.0)
+        }
     }
 }
 
