@@ -76,11 +76,12 @@ fn busy_neighbours_are_contention_and_blocked_reads_grow_auto_workers_past_the_c
         .unwrap();
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
 
-    // One busy loop more than there are cores, beside a 2-worker run long enough (a few
-    // seconds) for the sampler to list the other programs more than once.
+    // One busy loop more than there are cores, beside a 2-worker run long enough for the
+    // sampler to list the other programs more than once: 4 ms of compute per step makes it
+    // last over a second however fast the machine is.
     let s = {
         let _burn = Burners::start(cores + 1);
-        summary(d.path(), &["--steps", "300", "--workers", "2"])
+        summary(d.path(), &["--steps", "300", "--workers", "2", "--slow", "compute=+4ms"])
     };
     let v = &s["verdict"];
     assert!(!["Io", "Transfer"].contains(&v["limiter"].as_str().unwrap()), "{v}");

@@ -132,6 +132,10 @@ pub fn top_others(
 const TOP_OTHERS: usize = 3;
 /// How often every process is listed for [`HostSample::others`], ns.
 const OTHERS_EVERY_NS: u64 = 1_000_000_000;
+/// The first listing only sets the baseline CPU times (every figure reads 0 then); the second
+/// comes this soon (sysinfo needs ≥ 200 ms between refreshes), so a run shorter than
+/// [`OTHERS_EVERY_NS`] still names its neighbours.
+const OTHERS_FIRST_NS: u64 = 250_000_000;
 
 /// Parses the aggregate `cpu` line of `/proc/stat`.
 pub fn parse_proc_stat_total(text: &str) -> Option<CpuTimes> {
@@ -277,6 +281,8 @@ pub struct HostSampler {
     prev_stat: Option<CpuTimes>,
     prev_threads: HashMap<u32, u64>,
     last_others_ns: u64,
+    /// Listings made so far (the first is only a baseline).
+    others_listed: u32,
 }
 
 impl std::fmt::Debug for HostSampler {
@@ -310,6 +316,7 @@ impl HostSampler {
             prev_stat: None,
             prev_threads: HashMap::new(),
             last_others_ns: 0,
+            others_listed: 0,
         };
         s.sys.refresh_cpu_usage();
         // The baseline of every process's CPU time: the first sample can then name the busy
@@ -409,10 +416,12 @@ impl HostSampler {
     /// The busiest other programs, at most once per [`OTHERS_EVERY_NS`] (the first sample
     /// lists them: [`HostSampler::new`] took the baseline).
     fn others(&mut self, t_ns: u64, budget_pct: Option<f32>) -> Vec<OtherCpu> {
-        if t_ns.saturating_sub(self.last_others_ns) < OTHERS_EVERY_NS {
+        let every = if self.others_listed < 2 { OTHERS_FIRST_NS } else { OTHERS_EVERY_NS };
+        if self.others_listed > 0 && t_ns.saturating_sub(self.last_others_ns) < every {
             return Vec::new();
         }
         self.last_others_ns = t_ns;
+        self.others_listed = self.others_listed.saturating_add(1);
         let kind = ProcessRefreshKind::nothing().without_tasks().with_cpu();
         self.sys.refresh_processes_specifics(ProcessesToUpdate::All, true, kind);
         let procs = self
