@@ -3,6 +3,7 @@
 use crate::aggregate::Summary;
 use crate::diagnose::{Limiter, Verdict};
 use crate::units::ms;
+use probes::Stage;
 use std::fmt::Write;
 
 fn pct(v: f64) -> String {
@@ -12,6 +13,18 @@ fn pct(v: f64) -> String {
 /// The report as text, ending with the verdict it is handed.
 pub fn render(s: &Summary, verdict: &Verdict) -> String {
     let mut o = String::new();
+    render_header(&mut o, s);
+    render_stage_table(&mut o, s);
+    render_step_split(&mut o, s);
+    render_epochs(&mut o, s);
+    render_machine(&mut o, s);
+    render_files(&mut o, s);
+    o.push_str(&render_verdict(verdict));
+    o
+}
+
+/// Model, data, settings, simulations and throughput.
+fn render_header(o: &mut String, s: &Summary) {
     let st = &s.settings;
     let _ = writeln!(o, "── pipeprof report ──────────────────────────────────────────────");
     let _ = writeln!(
@@ -47,6 +60,10 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         "trained {} steps, {} images in {:.1} s: {:.1} images/s",
         s.steps, s.images, s.elapsed_s, s.images_per_s
     );
+}
+
+/// Per-stage timings with the on-CPU / core-wait / blocked split.
+fn render_stage_table(o: &mut String, s: &Summary) {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -54,7 +71,8 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         "stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU", "core-wait", "blocked"
     );
     for x in &s.stages {
-        let indent = if matches!(x.stage.as_str(), "forward" | "backward" | "optimizer") { "  " } else { "" };
+        let inner = [Stage::Forward, Stage::Backward, Stage::Optimizer].iter().any(|k| x.is(*k));
+        let indent = if inner { "  " } else { "" };
         let _ = writeln!(
             o,
             "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7}",
@@ -70,6 +88,11 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
             x.blocked().map(pct).unwrap_or_else(|| "-".into())
         );
     }
+}
+
+/// Where a step's time goes, and how busy the loader was.
+fn render_step_split(o: &mut String, s: &Summary) {
+    let st = &s.settings;
     let sp = &s.split;
     let _ = writeln!(o);
     let _ = writeln!(
@@ -102,7 +125,11 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         pct(s.loader_busy),
         s.mean_queued
     );
-    render_loader_threads(&mut o, s);
+    render_loader_threads(o, s);
+}
+
+/// Keras-style epoch table (with validation columns when a pass ran).
+fn render_epochs(o: &mut String, s: &Summary) {
     if !s.epochs.is_empty() {
         // Keras' columns: val_loss / val_accuracy only when a validation pass ran.
         let val = s.epochs.iter().any(|e| e.val_loss.is_some());
@@ -138,7 +165,11 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
             );
         }
     }
-    render_machine(&mut o, s);
+}
+
+/// Skipped and ignored files, and the event counts.
+fn render_files(o: &mut String, s: &Summary) {
+    let st = &s.settings;
     let _ = writeln!(o);
     if s.skipped_count > 0 {
         let _ =
@@ -163,8 +194,6 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
         if s.events_dropped > 0 { " (channel full: statistics undercount; raise --channel-capacity)" } else { "" }
     );
     let _ = writeln!(o);
-    o.push_str(&render_verdict(verdict));
-    o
 }
 
 /// The verdict as a plain-text block for the end-of-run report.
