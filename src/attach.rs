@@ -179,27 +179,21 @@ fn pump(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &Atomi
     ended
 }
 
-pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
-    if args.list {
-        let dir = probes::attach::runtime_dir()?;
-        let found = discover(&dir);
-        if found.is_empty() {
-            println!("no instrumented runs in {}", dir.display());
-        }
-        for f in found {
-            println!("{}  {}  {}", f.pid, f.program, f.socket.display());
-        }
-        return Ok(Diagnosed::default());
+/// `attach --list`: the runs that can be attached to.
+fn list() -> anyhow::Result<()> {
+    let dir = probes::attach::runtime_dir()?;
+    let found = discover(&dir);
+    if found.is_empty() {
+        println!("no instrumented runs in {}", dir.display());
     }
-    let (mut stream, addr) = connect(args.target.as_deref())?;
-    wire::client_hello(&mut stream).context("handshake")?;
-    let closer = stream.try_clone_closer()?;
-    let mut reader = BufReader::with_capacity(1 << 16, stream);
-    let hello = match wire::read_frame(&mut reader) {
-        Ok(Frame::Hello(h)) => h,
-        Ok(_) => bail!("{addr}: the run did not greet first"),
-        Err(e) => bail!("{addr}: {e}"),
-    };
+    for f in found {
+        println!("{}  {}  {}", f.pid, f.program, f.socket.display());
+    }
+    Ok(())
+}
+
+/// The run's settings from its greeting, checked; the program's name stands in for a model.
+fn settings_of(hello: &wire::Hello, addr: &str) -> anyhow::Result<RunSettings> {
     let mut settings: RunSettings = match serde_json::from_value(hello.settings.clone()) {
         Ok(s) => s,
         Err(e) => {
@@ -216,6 +210,35 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     if settings.model.is_empty() {
         settings.model = hello.program.clone();
     }
+    Ok(settings)
+}
+
+fn say_how_it_ended(ended: Ended) {
+    match ended {
+        Ended::Run(stats) => eprintln!(
+            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
+            stats.events_dropped, stats.slow_clients_dropped, stats.unencodable_frames
+        ),
+        Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
+        Ended::Other(why) => crate::progress::say(&format!("pipeprof: {why}")),
+    }
+}
+
+pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
+    if args.list {
+        list()?;
+        return Ok(Diagnosed::default());
+    }
+    let (mut stream, addr) = connect(args.target.as_deref())?;
+    wire::client_hello(&mut stream).context("handshake")?;
+    let closer = stream.try_clone_closer()?;
+    let mut reader = BufReader::with_capacity(1 << 16, stream);
+    let hello = match wire::read_frame(&mut reader) {
+        Ok(Frame::Hello(h)) => h,
+        Ok(_) => bail!("{addr}: the run did not greet first"),
+        Err(e) => bail!("{addr}: {e}"),
+    };
+    let settings = settings_of(&hello, &addr)?;
     // The program name comes from the other process.
     crate::progress::say(&format!(
         "pipeprof: attached to {} (pid {}) at {addr}; {} detaches, the run goes on",
@@ -279,14 +302,7 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let ended = pumper.join().map_err(|_| anyhow::anyhow!("the attach reader panicked"))?;
     let _ = watcher.join();
     let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    match ended {
-        Ended::Run(stats) => eprintln!(
-            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
-            stats.events_dropped, stats.slow_clients_dropped, stats.unencodable_frames
-        ),
-        Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
-        Ended::Other(why) => crate::progress::say(&format!("pipeprof: {why}")),
-    }
+    say_how_it_ended(ended);
     print!("{}", report::render(&done.summary, &done.verdict()));
     if let Some(p) = &args.summary {
         std::fs::write(p, serde_json::to_string_pretty(&done)?)
