@@ -294,8 +294,8 @@ impl Facts<'_> {
         }
         if !self.competing_load() {
             who.push(format!(
-                "this run's own threads ({} workers and the training loop) outnumber the free cores",
-                self.s.settings.workers.max(1)
+                "this run's own threads ({} and the training loop) outnumber the free cores",
+                plural(self.s.settings.workers.max(1), "worker")
             ));
         }
         let per_image = self.p.loader_core_wait_ms();
