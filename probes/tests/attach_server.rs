@@ -4,6 +4,9 @@
 //!
 //! One test function: `init` installs the process-wide tracing subscriber once.
 
+mod common;
+use common::until;
+
 use probes::attach::wire::{self, Frame, WireEvent};
 use probes::attach::{init, Options};
 use probes::{StepRecord, NONE};
@@ -12,15 +15,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
 
 fn connect(addr: &str) -> UnixStream {
     let mut s = UnixStream::connect(addr).unwrap();

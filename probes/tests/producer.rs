@@ -2,19 +2,14 @@
 //! Producers over a real socket: a worker's spans reach the parent's viewers under the
 //! parent's thread ids, and a producer that stays connected never holds up the run's end.
 
+mod common;
+use common::until;
+
 use probes::attach::wire::{self, Frame, Hello, WireEvent};
 use probes::attach::{producer, start, Options};
 use probes::{Event, Probe, SpanRecord, Stage, NONE};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
-
-fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
+use std::time::Duration;
 
 fn identity(program: &str) -> Hello {
     Hello {

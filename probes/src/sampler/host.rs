@@ -76,22 +76,22 @@ pub fn rate_per_s(prev: u64, cur: u64, dt_ns: u64) -> Option<f64> {
 
 /// % of CPU time spent in iowait between two `/proc/stat` readings.
 pub fn iowait_pct(prev: CpuTimes, cur: CpuTimes) -> Option<f32> {
-    let total = cur.total.checked_sub(prev.total)?;
-    let iowait = cur.iowait.checked_sub(prev.iowait)?;
-    if total == 0 {
-        return None;
-    }
-    Some((iowait as f64 * 100.0 / total as f64) as f32)
+    share_of_total(prev, cur, |t| t.iowait)
 }
 
 /// % of CPU time stolen by the hypervisor between two `/proc/stat` readings.
 pub fn steal_pct(prev: CpuTimes, cur: CpuTimes) -> Option<f32> {
+    share_of_total(prev, cur, |t| t.steal)
+}
+
+/// % of all CPU time between two readings that went to the counter `part` picks.
+fn share_of_total(prev: CpuTimes, cur: CpuTimes, part: impl Fn(&CpuTimes) -> u64) -> Option<f32> {
     let total = cur.total.checked_sub(prev.total)?;
-    let steal = cur.steal.checked_sub(prev.steal)?;
+    let x = part(&cur).checked_sub(part(&prev))?;
     if total == 0 {
         return None;
     }
-    Some((steal as f64 * 100.0 / total as f64) as f32)
+    Some((x as f64 * 100.0 / total as f64) as f32)
 }
 
 /// Other programs by CPU, busiest first: processes of one name are summed (three `sh` busy
