@@ -23,6 +23,7 @@ impl Change {
             }
             Change::UseDevice(d) => Some(format!("--device {d}")),
             Change::CopyLocal
+            | Change::PackOwnLoader
             | Change::FreeCores
             | Change::PreResize { .. }
             | Change::CheaperAugment
@@ -224,9 +225,23 @@ impl Facts<'_> {
             .map(|x| x.wall_ms)
             .sum();
         let st = &self.s.settings;
+        // `pipeprof cache` packs for a cnn.toml run; an attached program (a Rust or Python loop
+        // of its own) gets the same idea for its own loader, with no command to copy.
+        let own_model = model_path(&st.model).ends_with(".toml");
+        let (action, change) = if own_model {
+            (
+                "pack the decoded, resized images into one local memory-mapped cache",
+                Change::Cache { model: model_path(&st.model).to_string(), data: st.data.clone() },
+            )
+        } else {
+            (
+                "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it",
+                Change::PackOwnLoader,
+            )
+        };
         Some(Advice {
-            action: "pack the decoded, resized images into one local memory-mapped cache".into(),
-            change: Change::Cache { model: model_path(&st.model).to_string(), data: st.data.clone() },
+            action: action.into(),
+            change,
             predicted_speedup: Some(gain),
             reason: format!(
                 "removes read, decode and resize ({} per image) for a memory copy: the loader could supply {}, training takes {}",

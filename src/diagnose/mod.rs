@@ -146,6 +146,9 @@ pub enum Change {
     },
     /// `--device D`.
     UseDevice(String),
+    /// Pack decoded, resized samples into one memory-mapped file the program's own loader
+    /// reads (an attached program that is not a pipeprof `cnn.toml` run: no command for it).
+    PackOwnLoader,
     /// Copy the data set off a network/FUSE mount to a local disk.
     CopyLocal,
     /// Stop, or lower the priority of, the programs that hold the cores.

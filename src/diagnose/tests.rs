@@ -862,3 +862,15 @@ fn slow_steps_get_a_provisional_verdict_after_three() {
     let fast = compute_bound_gpu().steps(EARLY_STEPS).verdict();
     assert!(matches!(fast.limiter, Limiter::NotEnoughData { .. }) && !fast.provisional);
 }
+
+#[test]
+fn an_attached_program_gets_cache_advice_for_its_own_loader_not_a_pipeprof_command() {
+    let mut b = io_bound();
+    b.0.settings.model = "python/examples/train_numpy.py".into();
+    let v = b.verdict();
+    let own = v.advice.iter().find(|a| a.change == Change::PackOwnLoader);
+    assert!(own.is_some_and(|a| a.predicted_speedup.is_some() && a.change.command().is_none()), "{v:#?}");
+    assert!(!v.advice.iter().any(|a| matches!(a.change, Change::Cache { .. })), "{v:#?}");
+    // A cnn.toml run keeps the command it can copy.
+    assert!(io_bound().verdict().advice.iter().any(|a| matches!(a.change, Change::Cache { .. })));
+}
