@@ -434,6 +434,15 @@ mod tests {
         assert!(e.contains("m.toml:") && e.contains("activaton"), "{e}");
     }
 
+    /// Each `(section, message)`: the section before a minimal model is refused with `message`.
+    fn assert_each_refused(cases: &[(&str, &str)]) {
+        for (text, want) in cases {
+            let full = format!("{text}{MINIMAL}");
+            let e = ModelConfig::parse(&full, "m.toml").unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?} → {e}");
+        }
+    }
+
     #[test]
     fn bad_values_are_explained() {
         let cases = [
@@ -444,11 +453,7 @@ mod tests {
             ("[[layers]]\ntype = \"dropout\"\nrate = 1.5\n", "rate must be in"),
             ("[[layers]]\ntype = \"conv3d\"\n", "conv3d"),
         ];
-        for (text, want) in cases {
-            let full = format!("{text}{MINIMAL}");
-            let e = ModelConfig::parse(&full, "m.toml").unwrap_err().to_string();
-            assert!(e.contains(want), "{text:?} → {e}");
-        }
+        assert_each_refused(&cases);
         let e = ModelConfig::parse("[train]\nepochs = 1\n", "m.toml").unwrap_err().to_string();
         assert!(e.contains("layers"), "{e}");
     }
@@ -510,10 +515,6 @@ mod tests {
             ("[data]\nvalidation_split = 1.0\n", "validation_split must be in [0, 1)"),
             ("[data]\nvalidation_split = -0.1\n", "validation_split must be in [0, 1)"),
         ];
-        for (text, want) in cases {
-            let full = format!("{text}{MINIMAL}");
-            let e = ModelConfig::parse(&full, "m.toml").unwrap_err().to_string();
-            assert!(e.contains(want), "{text:?} → {e}");
-        }
+        assert_each_refused(&cases);
     }
 }
