@@ -1,5 +1,7 @@
 //! Builds the libjpeg shim (src/data/jpeg/shim.c) against the system libjpeg-turbo when its
 //! header is installed (Debian: libjpeg62-turbo-dev), and sets `cfg(pipeprof_libjpeg)`.
+//! libjpeg is linked statically when its archive (`libjpeg.a`) is there: the binary then runs
+//! on machines without libjpeg, and the Python wheel that carries it stays manylinux.
 //! Without it, or with PIPEPROF_NO_LIBJPEG=1, JPEGs are decoded by the `image` crate at full
 //! size: slower on large photos, same results otherwise.
 
@@ -19,7 +21,13 @@ fn main() {
         .try_compile("pipeprof_jpeg_shim");
     match built {
         Ok(()) => {
-            println!("cargo::rustc-link-lib=dylib=jpeg");
+            match static_libjpeg_dir() {
+                Some(dir) => {
+                    println!("cargo::rustc-link-search=native={}", dir.display());
+                    println!("cargo::rustc-link-lib=static=jpeg");
+                }
+                None => println!("cargo::rustc-link-lib=dylib=jpeg"),
+            }
             println!("cargo::rustc-cfg=pipeprof_libjpeg");
         }
         Err(e) => println!(
@@ -27,4 +35,18 @@ fn main() {
              install libjpeg62-turbo-dev (Debian) or libjpeg-turbo-devel for the faster scaled decode"
         ),
     }
+}
+
+/// The folder holding `libjpeg.a` for this target, if there is one.
+fn static_libjpeg_dir() -> Option<std::path::PathBuf> {
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").ok()?;
+    let os = std::env::var("CARGO_CFG_TARGET_OS").ok()?;
+    if os != "linux" {
+        return None;
+    }
+    let multiarch = format!("/usr/lib/{arch}-linux-gnu");
+    [multiarch.as_str(), "/usr/lib64", "/usr/lib", "/usr/local/lib"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|d| d.join("libjpeg.a").is_file())
 }

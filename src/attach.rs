@@ -194,16 +194,12 @@ fn list() -> anyhow::Result<()> {
 
 /// The run's settings from its greeting, checked; the program's name stands in for a model.
 fn settings_of(hello: &wire::Hello, addr: &str) -> anyhow::Result<RunSettings> {
-    let mut settings: RunSettings = match serde_json::from_value(hello.settings.clone()) {
-        Ok(s) => s,
-        Err(e) => {
-            // Another pipeprof version's settings: say so rather than show blanks silently.
-            crate::progress::warn(&format!(
-                "{addr}: the run's settings are not in this pipeprof's format ({e}): the report shows none"
-            ));
-            RunSettings::default()
-        }
-    };
+    // Key by key: one setting that does not read (`"input": "3x150x150"`) is named and left
+    // out; the others are kept.
+    let mut settings = RunSettings::default();
+    for why in settings.merge_json(&hello.settings) {
+        crate::progress::warn(&format!("{addr}: a setting the run sent does not read, left out: {why}"));
+    }
     if let Err(why) = crate::export::read::check_settings(&settings) {
         bail!("{addr}: the run sent settings out of range ({why}): not attaching");
     }

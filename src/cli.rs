@@ -10,8 +10,9 @@ use std::path::PathBuf;
 #[command(
     name = "pipeprof",
     version,
-    about = "Why is my GPU idle? Profile a real candle training run stage by stage \
-             (read, decode, resize, wait, transfer, compute) and see what limits it."
+    about = "Why is my GPU idle? Profile a training run stage by stage (read, decode, resize, \
+             wait, transfer, compute) and see what limits it: your own PyTorch or Keras script \
+             (`pipeprof run -- python train.py`), or a real candle CNN (`pipeprof profile`)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -24,6 +25,12 @@ pub enum Command {
     ///
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
     Profile(Box<ProfileArgs>),
+    /// Start a training program instrumented and watch it: `pipeprof run -- python train.py`.
+    ///
+    /// A Python script needs no edit: PyTorch DataLoader iterations and Keras `fit` are timed
+    /// (wait, transfer, compute, and each DataLoader worker's fetches), and the DataLoader's
+    /// settings are read. The program's exit code is pipeprof's.
+    Run(RunArgs),
     /// Watch a training run in another process (instrumented with pipeprof's probes crate).
     Attach(AttachArgs),
     /// Re-read a trace or summary JSON and print its report; with two files, compare them.
@@ -142,6 +149,34 @@ pub struct ProfileArgs {
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  pipeprof run -- python train.py --epochs 2\n  pipeprof run --once --summary s.json -- python -m mypkg.train\n\n\
+The live view shows on a terminal (the program's output then goes to a log file, and q or \
+Ctrl-C interrupts the program); with --once, or off a terminal, the program keeps the \
+terminal and the report follows when it ends."
+)]
+pub struct RunArgs {
+    /// No live view: the program keeps the terminal; the report is printed when it ends.
+    #[arg(long)]
+    pub once: bool,
+    /// Write the summary JSON of the run (with `failed` when the program failed).
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of every span of every process of the run.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Host and GPU samples per second.
+    #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
+    pub sample_hz: f64,
+    /// Do not sample the GPU (NVML).
+    #[arg(long)]
+    pub no_gpu: bool,
+    /// The program and its arguments, after `--`.
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -1,12 +1,33 @@
 //! From the command line to the commands: each `cli` argument struct becomes the plain options
 //! its command takes, and the command runs. The only module that knows both sides.
 
-use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs};
-use crate::{attach, cache, check_advice, offline, profile};
+use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs, RunArgs};
+use crate::{attach, cache, check_advice, offline, profile, run as run_cmd};
 
-/// Runs the command the user asked for (`profile` on the built-in default when none).
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command.unwrap_or_else(|| Command::Profile(Box::default())) {
+/// Runs the command the user asked for (`profile` on the built-in default when none); returns
+/// the exit code: `run`'s is its program's, the others' 0.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
+    if let Command::Run(a) = command {
+        return run_cmd::run(&run_options(a));
+    }
+    run_other(command).map(|()| 0)
+}
+
+fn run_options(a: RunArgs) -> run_cmd::Options {
+    run_cmd::Options {
+        command: a.command,
+        once: a.once,
+        summary: a.summary,
+        trace: a.trace,
+        sample_hz: a.sample_hz,
+        no_gpu: a.no_gpu,
+    }
+}
+
+fn run_other(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(_) => Ok(()),
         Command::Profile(a) => profile(*a),
         Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
         Command::Report(a) => offline::run(&report_options(a)),

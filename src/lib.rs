@@ -20,6 +20,7 @@ pub mod offline;
 pub mod profile;
 pub mod progress;
 pub mod report;
+pub mod run;
 pub mod session;
 pub mod signal;
 pub mod train;

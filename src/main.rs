@@ -1,10 +1,16 @@
 use clap::Parser;
 
 fn main() {
-    if let Err(e) = pipeprof::commands::run(pipeprof::cli::Cli::parse()) {
-        // The message may carry file names or a panic's text: no escape codes off a terminal.
-        pipeprof::progress::say(&format!("error: {e:#}"));
-        std::process::exit(1);
+    let code = match pipeprof::commands::run(pipeprof::cli::Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            // The message may carry file names or a panic's text: no escape codes off a terminal.
+            pipeprof::progress::say(&format!("error: {e:#}"));
+            std::process::exit(1);
+        }
+    };
+    if code != 0 {
+        std::process::exit(code);
     }
     if let Some(sig) = pipeprof::signal::received() {
         std::process::exit(128 + sig);

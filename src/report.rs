@@ -27,6 +27,26 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
 fn render_header(o: &mut String, s: &Summary) {
     let st = &s.settings;
     let _ = writeln!(o, "── pipeprof report ──────────────────────────────────────────────");
+    if let Some(why) = &s.failed {
+        let _ = writeln!(o, "RUN FAILED: {why}");
+    }
+    if !st.framework.is_empty() {
+        render_framework_header(o, s);
+    } else {
+        render_own_header(o, s);
+    }
+    for line in &st.auto_workers {
+        let _ = writeln!(o, "workers auto: {line}");
+    }
+    for why in &st.unreadable {
+        let _ = writeln!(o, "a setting the run sent did not read, left out: {why}");
+    }
+    render_run_line(o, s);
+}
+
+/// pipeprof's own training: the model and the loader's settings.
+fn render_own_header(o: &mut String, s: &Summary) {
+    let st = &s.settings;
     let _ = writeln!(
         o,
         "model {} ({} params, input {}×{}×{}) · data {} ({} images, {} classes)",
@@ -49,9 +69,39 @@ fn render_header(o: &mut String, s: &Summary) {
         st.batch_size,
         st.prefetch
     );
-    for line in &st.auto_workers {
-        let _ = writeln!(o, "workers auto: {line}");
+}
+
+/// A Python program's header: its name, framework and DataLoader arguments as written.
+fn render_framework_header(o: &mut String, s: &Summary) {
+    let st = &s.settings;
+    let data = if st.data.is_empty() { String::new() } else { format!(" · data {} ({} images)", st.data, st.images) };
+    let _ = writeln!(o, "program {} ({}){data}", st.model, st.framework);
+    let mut knobs = vec![format!("batch_size={}", st.batch_size), format!("num_workers={}", st.workers)];
+    if let Some(p) = st.pin_memory {
+        knobs.push(format!("pin_memory={}", py_bool(p)));
     }
+    if let Some(p) = st.persistent_workers {
+        knobs.push(format!("persistent_workers={}", py_bool(p)));
+    }
+    if let Some(f) = st.prefetch_factor {
+        knobs.push(format!("prefetch_factor={f}"));
+    }
+    let device = if st.device.is_empty() { "not seen" } else { st.device.as_str() };
+    let loader = if st.framework == "keras" { "fit" } else { "DataLoader" };
+    let _ = writeln!(o, "device {device} · {loader}({}) on {} cores", knobs.join(", "), st.cores);
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// Simulations and throughput, for every run.
+fn render_run_line(o: &mut String, s: &Summary) {
+    let st = &s.settings;
     for sim in &st.simulated {
         let _ = writeln!(o, "SIMULATION: {sim}: these timings are not your machine's own");
     }
@@ -117,6 +167,10 @@ fn render_step_split(o: &mut String, s: &Summary) {
             ms(sp.startup_wait_ms)
         );
     }
+    if let Some(c) = sp.startup_compute_ms {
+        let _ =
+            writeln!(o, "  (start-up: the first step computed for {} (a compile or warm-up); left out above)", ms(c));
+    }
     let _ = writeln!(
         o,
         "loader: {} worker{} busy {} of the run · {:.1} batches ready on average when a step asked",
@@ -133,7 +187,8 @@ fn render_epochs(o: &mut String, s: &Summary) {
     if !s.epochs.is_empty() {
         // Keras' columns: val_loss / val_accuracy only when a validation pass ran.
         let val = s.epochs.iter().any(|e| e.val_loss.is_some());
-        let acc = |a: f64| format!("{:.1}%", a * 100.0);
+        let no_acc = s.settings.no_accuracy;
+        let acc = |a: f64| if no_acc { "-".to_string() } else { format!("{:.1}%", a * 100.0) };
         let _ = writeln!(o);
         let _ =
             write!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["train", "cache"],
     &["report", "tui", "export"],
     &["session"],
-    &["profile", "attach", "offline", "cli"],
+    &["profile", "attach", "run", "offline", "cli"],
     &["check_advice"],
     &["commands"],
 ];

@@ -80,6 +80,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
             compute_share: compute / step_ms,
             startup_wait_ms: 0.0,
             from_step: None,
+            startup_compute_ms: None,
         },
         loader_busy: 0.4,
         epochs: vec![

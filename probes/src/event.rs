@@ -95,6 +95,11 @@ pub enum Event {
         /// Whether this is the final choice.
         settled: bool,
     },
+    /// Run settings learned while the run goes (free-form JSON object: the keys of the
+    /// collector's run settings; a Python run's DataLoader arguments). Later keys win.
+    Settings(Box<serde_json::Value>),
+    /// The profiled program failed (an uncaught exception, a crashed worker): why, in words.
+    Failed(Box<str>),
     /// The producer is done: everything it sent before this has arrived.
     Finish,
 }

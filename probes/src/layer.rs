@@ -181,6 +181,30 @@ pub fn flush_thread() {
     with_local(Local::flush);
 }
 
+/// Sends a span the caller timed itself (start and duration known, no CPU reading) as one of
+/// the calling thread's, in the same per-thread batch as the Layer's spans: for spans that
+/// can only be cut after the fact (a loop body less the copies to the device inside it).
+/// `rec.thread` is replaced by the calling thread's id.
+pub fn record(probe: &Probe, mut rec: SpanRecord) {
+    let end = rec.end_ns();
+    with_local(|l| {
+        if !l.probe.as_ref().is_some_and(|q| q.same_channel(probe)) {
+            l.flush();
+            l.probe = Some(probe.clone());
+            l.last_send_ns = end;
+        }
+        rec.thread = l.thread_id(probe);
+        if l.buf.capacity() == 0 {
+            l.buf.reserve_exact(BATCH);
+        }
+        l.buf.push(rec);
+        if l.buf.len() >= BATCH || end.saturating_sub(l.last_send_ns) >= FLUSH_NS {
+            l.last_send_ns = end;
+            l.flush();
+        }
+    });
+}
+
 /// Times spans whose names are [`Stage`] names and sends them through a [`Probe`].
 pub struct ProbeLayer {
     probe: Probe,

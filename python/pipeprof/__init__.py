@@ -30,6 +30,9 @@ __all__ = [
     "init",
     "span",
     "step",
+    "settings",
+    "failed",
+    "is_main",
     "finish",
     "flush",
     "now_ns",
@@ -49,6 +52,8 @@ __all__ = [
 ADDRESS_ENV = "PIPEPROF_PARENT"
 #: The parent's pid: a process with the address but another pid is a worker.
 PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
+#: Under ``pipeprof run``: the pid of the run's first Python process (its main program).
+MAIN_PID_ENV = "PIPEPROF_MAIN_PID"
 
 #: Stage names a span may have, in pipeline order.
 STAGES = tuple(stages())
@@ -78,6 +83,7 @@ def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
     addr = _native.init(program, text, listen, sample, hz)
     os.environ[ADDRESS_ENV] = addr
     os.environ[PARENT_PID_ENV] = str(os.getpid())
+    os.environ[MAIN_PID_ENV] = str(os.getpid())
     atexit.register(finish)
     return addr
 
@@ -85,6 +91,22 @@ def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
 def step(step, *, epoch=0, images=0, loss=0.0, correct=0, queued=0, validation=False):
     """Reports one finished training step (``validation=True`` for a validation batch)."""
     _native.step(step, epoch, images, float(loss), correct, queued, validation)
+
+
+def settings(**values):
+    """Sends run settings learned while running (``batch_size=64, workers=4, device="cuda"``):
+    the viewer merges them key by key; a value that does not read is listed, the others kept."""
+    _native.settings(json.dumps(values, default=str))
+
+
+def failed(why):
+    """Marks the run failed, with why (an uncaught exception does this under ``pipeprof run``)."""
+    _native.failed(str(why))
+
+
+def is_main():
+    """Whether this process is the run's main program (not one of its workers)."""
+    return _native.role() == "parent" or os.environ.get(MAIN_PID_ENV) == str(os.getpid())
 
 
 def finish(workers_timeout=1.0):
@@ -176,17 +198,56 @@ def _worker_of_a_run():
     return bool(addr) and parent != str(os.getpid())
 
 
+def _program_label():
+    """How this process is named in the run: its script for the run's main program (the first
+    Python process under ``pipeprof run``, which claims the role), else ``worker``."""
+    main = os.environ.get(MAIN_PID_ENV)
+    if main is None:
+        os.environ[MAIN_PID_ENV] = main = str(os.getpid())
+    if main != str(os.getpid()):
+        return "worker"
+    argv = getattr(sys, "argv", None) or [""]
+    if argv[0] in ("-m", "-c", ""):
+        return "python"
+    return os.path.basename(argv[0])
+
+
 def _connect_worker(after_fork=False):
     # After a fork the role is inherited ("parent", or "worker" in a grandchild): connect anew.
     if _native.role() == "worker" and not after_fork:
         return
     try:
-        _native.connect_worker(os.environ.get(ADDRESS_ENV, ""), "worker")
+        _native.connect_worker(os.environ.get(ADDRESS_ENV, ""), _program_label())
     except RuntimeError as e:
         # The parent may be gone: the worker's own work goes on, unprofiled.
         print(f"pipeprof: {e}; this worker's spans are not recorded", file=sys.stderr)
         return
     _finish_at_exit()
+    if not is_main():
+        _flush_on_sigterm()
+
+
+def _flush_on_sigterm():
+    """A pool worker is ended with SIGTERM (``multiprocessing.Pool.terminate``, Keras's
+    multiprocessing ``PyDataset``): send what it buffered first, then die of it as before."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_term(signum, frame):
+            try:
+                finish()
+            finally:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):
+        pass
 
 
 class _ExitHookOwner:

@@ -56,6 +56,40 @@ def _batch_size(batch):
         return 0
 
 
+def loader_settings(loader, device=None):
+    """A DataLoader's arguments as pipeprof run settings (the viewer names them in advice);
+    only what the loader has: a stand-in without ``batch_size`` says nothing of it."""
+    settings = {"framework": "pytorch"}
+    workers = getattr(loader, "num_workers", None)
+    if isinstance(workers, int):
+        settings["workers"] = workers
+    batch = getattr(loader, "batch_size", None)
+    if isinstance(batch, int) and batch > 0:
+        settings["batch_size"] = batch
+    for key in ("pin_memory", "persistent_workers"):
+        v = getattr(loader, key, None)
+        if isinstance(v, bool):
+            settings[key] = v
+    factor = getattr(loader, "prefetch_factor", None)
+    if isinstance(workers, int) and workers > 0 and isinstance(factor, int):
+        settings["prefetch_factor"] = factor
+        settings["prefetch"] = factor * workers
+    if device is not None:
+        settings["device"] = str(device)
+    ds = getattr(loader, "dataset", None)
+    try:
+        settings["images"] = len(ds)
+    except Exception:
+        pass
+    root = getattr(ds, "root", None)
+    if root is not None:
+        settings["data"] = str(root)
+    classes = getattr(ds, "classes", None)
+    if isinstance(classes, (list, tuple)) and len(classes) <= 10000:
+        settings["classes"] = [str(c) for c in classes]
+    return settings
+
+
 class ProfiledLoader:
     """Iterates like the wrapped loader; times ``wait`` (the ``next()`` call), ``transfer``
     (moving the batch to ``device``) and ``compute`` (your loop body, until the next
@@ -73,9 +107,25 @@ class ProfiledLoader:
         if getattr(loader, "num_workers", 0) and hasattr(loader, "worker_init_fn"):
             if not isinstance(loader.worker_init_fn, NameWorker):
                 loader.worker_init_fn = NameWorker(loader.worker_init_fn)
+        try:
+            # Under `pipeprof run` the DataLoader is timed here only, not twice.
+            loader._pipeprof_manual = True
+        except (AttributeError, TypeError):
+            pass
+        if hasattr(loader, "num_workers"):
+            # The viewer names DataLoader arguments in its advice (these are the loader's
+            # own, so they replace what pipeprof.init(settings=...) said of the same keys).
+            pipeprof.settings(**loader_settings(loader, device))
 
     def __len__(self):
         return len(self.loader)
+
+    def __getattr__(self, name):
+        # Everything else is the loader's: `.dataset`, `.sampler.set_epoch(e)`, `.batch_size`,
+        # `.num_workers`. Only called for names this wrapper does not have itself.
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
 
     def report(self, loss=None, correct=None):
         """The current step's loss and correct predictions, for its step record."""
@@ -104,19 +154,23 @@ class ProfiledLoader:
                     batch = _to_device(batch, self.device, self.non_blocking)
                     self._synchronize()
             self._loss, self._correct = 0.0, 0
-            with pipeprof.span("compute", step=self.step):
-                yield batch
-                # CUDA runs asynchronously: without a sync the body's kernels would be
-                # charged to the next wait.
-                self._synchronize()
-            pipeprof.step(
-                self.step,
-                epoch=self.epoch,
-                images=_batch_size(batch),
-                loss=self._loss,
-                correct=self._correct,
-            )
-            self.step += 1
+            try:
+                with pipeprof.span("compute", step=self.step):
+                    yield batch
+                    # CUDA runs asynchronously: without a sync the body's kernels would be
+                    # charged to the next wait.
+                    self._synchronize()
+            finally:
+                # Also when the loop leaves with `break` (the generator is closed at the
+                # yield): the last step happened and is reported.
+                pipeprof.step(
+                    self.step,
+                    epoch=self.epoch,
+                    images=_batch_size(batch),
+                    loss=self._loss,
+                    correct=self._correct,
+                )
+                self.step += 1
 
 
 def profile(loader, device=None, non_blocking=False, sync=False, start_step=0):

@@ -173,7 +173,11 @@ fn finish(py: Python<'_>, workers_timeout: f64) -> PyResult<()> {
         Role::Parent(s) => {
             let t = if workers_timeout.is_finite() { workers_timeout.clamp(0.0, 3600.0) } else { 0.0 };
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(t);
-            while s.producers() > 0 && std::time::Instant::now() < deadline {
+            // Connected workers get the time to deliver what they sent; ones that are alive
+            // but quiet (persistent DataLoader workers idle at exit) end the wait once
+            // nothing has arrived for a while, instead of holding the exit for the timeout.
+            let quiet = std::time::Duration::from_millis(100);
+            while s.producers() > 0 && std::time::Instant::now() < deadline && s.producers_quiet_for() < quiet {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             s.finish()
@@ -297,6 +301,61 @@ fn step(
     };
     if let Some(p) = &state()?.probe {
         p.send(Event::Step(rec));
+    }
+    Ok(())
+}
+
+/// Sends a span timed by the caller: `stage` from `start_ns` (the [`now_ns`] clock) for
+/// `dur_ns`, as the calling thread's. For spans cut after the fact (a loop body less the
+/// device copies inside it, a sample's transforms summed by stage); `cpu_ns` is the thread's
+/// CPU time over it when the caller measured it.
+#[pyfunction]
+#[pyo3(signature = (stage, start_ns, dur_ns, step=None, cpu_ns=None))]
+fn record(stage: &str, start_ns: u64, dur_ns: u64, step: Option<u64>, cpu_ns: Option<u64>) -> PyResult<()> {
+    let stage = Stage::from_name(stage)
+        .ok_or_else(|| PyValueError::new_err(format!("pipeprof.record: unknown stage {stage:?}")))?;
+    // A span longer than a day is a clock mix-up, not a measurement.
+    if dur_ns > 86_400 * 1_000_000_000 {
+        return Err(PyValueError::new_err(format!("pipeprof.record: duration {dur_ns} ns is over a day")));
+    }
+    let probe = state()?.probe.clone();
+    if let Some(p) = probe {
+        let rec = probes::SpanRecord {
+            stage,
+            thread: 0,
+            start_ns,
+            dur_ns,
+            // On-CPU time cannot exceed the wall time it was measured in.
+            cpu_ns: cpu_ns.map_or(probes::NONE, |c| c.min(dur_ns)),
+            queue_ns: probes::NONE,
+            step: step.unwrap_or(probes::NONE),
+            sample: probes::NONE,
+            bytes: probes::NONE,
+        };
+        probes::layer::record(&p, rec);
+    }
+    Ok(())
+}
+
+/// Sends run settings learned while the program runs (a JSON object; later keys win).
+#[pyfunction]
+fn settings(settings_json: &str) -> PyResult<()> {
+    let v: serde_json::Value = serde_json::from_str(settings_json)
+        .map_err(|e| PyValueError::new_err(format!("pipeprof.settings: not JSON: {e}")))?;
+    let probe = state()?.probe.clone();
+    if let Some(p) = probe {
+        p.send(Event::Settings(Box::new(v)));
+    }
+    Ok(())
+}
+
+/// Says the program failed, and why (an uncaught exception): the run's summary is marked failed.
+#[pyfunction]
+fn failed(why: &str) -> PyResult<()> {
+    let probe = state()?.probe.clone();
+    if let Some(p) = probe {
+        probes::flush_thread();
+        p.send_blocking(Event::Failed(why.into()));
     }
     Ok(())
 }
@@ -465,6 +524,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(name_thread, m)?,
         wrap_pyfunction!(step, m)?,
         wrap_pyfunction!(stages, m)?,
+        wrap_pyfunction!(record, m)?,
+        wrap_pyfunction!(settings, m)?,
+        wrap_pyfunction!(failed, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -1,5 +1,6 @@
-"""The PyTorch DataLoader wrapper and the Keras callback, driven by stand-ins for torch and
-keras (neither is a dependency): their stages and steps arrive through attach."""
+"""The PyTorch DataLoader wrapper driven by a stand-in for torch (the wrapper needs only
+iteration and ``.to``): its stages and steps arrive through attach. The real frameworks are
+tested in test_frameworks.py."""
 
 import json
 
@@ -68,52 +69,3 @@ def test_dataloader_wrapper_times_wait_transfer_compute_and_reports_steps(scenar
     assert checks["syncs"] == 20, "after each transfer and each step's compute"
     assert checks["inner_init_called"] == [3] and checks["process_name"] == "loader-3"
     assert checks["len"] == 5
-
-
-KERAS = """
-    import json, sys, types
-    import pipeprof, pipeprof.keras
-
-    class Callback:
-        # keras.callbacks.Callback's surface that fit() relies on.
-        def __init__(self):
-            self.model = None
-            self.params = {}
-        def on_epoch_begin(self, epoch, logs=None): pass
-        def on_train_batch_begin(self, batch, logs=None): pass
-        def on_train_batch_end(self, batch, logs=None): pass
-        def on_epoch_end(self, epoch, logs=None): pass
-        def on_train_end(self, logs=None): pass
-
-    fake = types.ModuleType("keras")
-    fake.callbacks = types.SimpleNamespace(Callback=Callback)
-    sys.modules["keras"] = fake
-
-    addr = pipeprof.init(program="pytest-keras", settings={"batch_size": 8}, sample=False)
-    print("attach:", addr, flush=True)
-    pipeprof.wait_for_clients(1)
-    cb = pipeprof.keras.callback(batch_size=8)
-    # The order model.fit calls them in, two epochs of three batches.
-    for epoch in range(2):
-        cb.on_epoch_begin(epoch)
-        for b in range(3):
-            cb.on_train_batch_begin(b)
-            cb.on_train_batch_end(b, {"loss": 1.0 - 0.1 * b, "accuracy": 0.25})
-        cb.on_epoch_end(epoch, {"loss": 0.8})
-    cb.on_train_end()
-    print(json.dumps({"is_callback": isinstance(cb, Callback), "model": cb.model}), flush=True)
-    pipeprof.finish()
-"""
-
-
-def test_keras_callback_times_wait_and_compute_and_reports_steps(scenario):
-    run = scenario(KERAS)
-    s, out, err = run.attach()
-    assert s["steps"] == 6 and s["images"] == 48, s
-    # Before each batch, plus the wait opened after each epoch's last batch.
-    assert count(s, "compute") == 6 and count(s, "wait") == 8, s["stages"]
-    assert [e["epoch"] for e in s["epochs"]] == [1, 2]
-    assert abs(s["last_loss"] - 0.8) < 1e-6 and s["epochs"][0]["accuracy"] == 0.25
-    code, out, err = run.wait()
-    assert code == 0, err
-    assert json.loads(out.strip().splitlines()[-1]) == {"is_callback": True, "model": None}

@@ -80,6 +80,64 @@ pub struct RunSettings {
     /// 1 .heic"); empty when there were none.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub ignored: String,
+    /// The framework of an attached or `pipeprof run` program ("pytorch", "keras"); empty for
+    /// pipeprof's own training. Advice names that framework's knobs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub framework: String,
+    /// PyTorch `DataLoader(pin_memory=…)`, when the run said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_memory: Option<bool>,
+    /// PyTorch `DataLoader(persistent_workers=…)`, when the run said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistent_workers: Option<bool>,
+    /// The program reports no correct-prediction counts (a PyTorch loop profiled with no edit):
+    /// views show no accuracy rather than 0%.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_accuracy: bool,
+    /// PyTorch `DataLoader(prefetch_factor=…)`: batches queued per worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_factor: Option<usize>,
+    /// Settings the run sent that did not read ("input = \"3x150x150\": …"): the others
+    /// are kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+impl RunSettings {
+    /// Merges settings sent as JSON, key by key: a key whose value does not read is listed in
+    /// [`RunSettings::unreadable`] and the others are kept (one bad key never drops them all).
+    /// Keys pipeprof does not know are ignored. Returns the refused keys' messages.
+    pub fn merge_json(&mut self, v: &serde_json::Value) -> Vec<String> {
+        let Some(obj) = v.as_object() else {
+            if v.is_null() {
+                return Vec::new();
+            }
+            let why = format!("settings are not a JSON object: {v}");
+            self.unreadable.push(why.clone());
+            return vec![why];
+        };
+        let Ok(mut cur) = serde_json::to_value(&*self) else { return Vec::new() };
+        let mut refused = Vec::new();
+        for (k, val) in obj {
+            if k == "unreadable" {
+                continue;
+            }
+            let mut trial = cur.clone();
+            if let Some(o) = trial.as_object_mut() {
+                o.insert(k.clone(), val.clone());
+            }
+            match serde_json::from_value::<RunSettings>(trial.clone()) {
+                Ok(mut s) => {
+                    s.unreadable = std::mem::take(&mut self.unreadable);
+                    *self = s;
+                    cur = trial;
+                }
+                Err(e) => refused.push(format!("{k} = {val}: {e}")),
+            }
+        }
+        self.unreadable.extend(refused.iter().cloned());
+        refused
+    }
 }
 
 struct StageAgg {
@@ -194,6 +252,19 @@ pub struct StepSplit {
     /// workers (`--workers auto`), whose earlier steps ran another pipeline. `None`: the run.
     #[serde(default)]
     pub from_step: Option<u64>,
+    /// The run's first compute, when it was a one-off (a JIT/XLA compile, a warm-up: over
+    /// [`STARTUP_COMPUTE_RATIO`] × the median of the others): left out of the figures above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_compute_ms: Option<f64>,
+}
+
+/// A first compute this many times the median of the next ones is a start-up one-off.
+pub const STARTUP_COMPUTE_RATIO: f64 = 3.0;
+
+/// Whether the first compute of a run is a one-off to leave out of the compute mean: over
+/// [`STARTUP_COMPUTE_RATIO`] × the median compute, with at least two more to judge by.
+pub fn startup_compute_one_off(first_ns: u64, count: u64, median_ns: u64) -> bool {
+    count >= 3 && median_ns > 0 && first_ns as f64 > STARTUP_COMPUTE_RATIO * median_ns as f64
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -269,6 +340,9 @@ pub struct Summary {
     pub machine: MachineSummary,
     /// The filesystem holding the data folder.
     pub data_fs: Option<FsInfo>,
+    /// Why the profiled program failed (an uncaught exception, a non-zero exit), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 impl Summary {
@@ -350,8 +424,12 @@ pub struct Aggregator {
     /// The first wait of the run: it includes filling the prefetch queue (start-up, not
     /// steady state), so the step split leaves it out.
     first_wait_ns: Option<u64>,
+    /// The first compute of the run (a compile or warm-up may make it a one-off).
+    first_compute_ns: Option<u64>,
     /// Since the last workers change, when there was one.
     phase: Option<Phase>,
+    /// The first failure the program reported.
+    failed: Option<String>,
 }
 
 impl Aggregator {
@@ -379,7 +457,9 @@ impl Aggregator {
             points: VecDeque::with_capacity(RECENT_POINTS),
             cur: StepPoint::default(),
             first_wait_ns: None,
+            first_compute_ns: None,
             phase: None,
+            failed: None,
         }
     }
 
@@ -457,6 +537,9 @@ impl Aggregator {
                     self.push_loader_thread(s);
                 }
                 self.see(s.start_ns, s.end_ns());
+                if s.stage == Stage::Compute && self.first_compute_ns.is_none() {
+                    self.first_compute_ns = Some(s.dur_ns);
+                }
                 if s.stage == Stage::Wait {
                     self.train_start_ns = self.train_start_ns.min(s.start_ns);
                     if self.first_wait_ns.is_none() {
@@ -512,6 +595,13 @@ impl Aggregator {
                 self.phase = Some(Phase { first_step: self.steps, skip_wait: true, ..Default::default() });
                 let tag = if *settled { "chose" } else { "trying" };
                 self.settings.auto_workers.push(format!("{tag} {workers}: {reason}"));
+            }
+            Event::Settings(v) => {
+                // Refused keys stay listed in the settings: the report shows them.
+                self.settings.merge_json(v);
+            }
+            Event::Failed(why) => {
+                self.failed.get_or_insert_with(|| why.to_string());
             }
             Event::Finish | Event::Spans(_) => {}
         }
@@ -587,6 +677,10 @@ impl Aggregator {
         let first = self.first_wait_ns.unwrap_or(0);
         let per = |total: u64, n: u64| if n > 0 { ms(total) / n as f64 } else { 0.0 };
         let phase = self.phase.filter(|p| p.computes >= MIN_PHASE_STEPS && p.waits > 0);
+        let compute_agg = &self.stages[Stage::Compute.index()];
+        let startup_compute = self
+            .first_compute_ns
+            .filter(|f| startup_compute_one_off(*f, compute_agg.count, compute_agg.hist.value_at_quantile(0.5)));
         let (wait_ms, transfer_ms, compute_ms) = match phase {
             // After the last workers change: the pipeline the run settled on, not the ones tried.
             Some(p) => (per(p.wait_ns, p.waits), per(p.transfer_ns, p.transfers), per(p.compute_ns, p.computes)),
@@ -596,7 +690,11 @@ impl Aggregator {
                     n => ms(wall(Stage::Wait).saturating_sub(first)) / (n - 1) as f64,
                 };
                 let all = |s: Stage| per(wall(s), count(s));
-                (wait_ms, all(Stage::Transfer), all(Stage::Compute))
+                let compute_ms = match startup_compute {
+                    Some(f) => ms(wall(Stage::Compute).saturating_sub(f)) / (count(Stage::Compute) - 1) as f64,
+                    None => all(Stage::Compute),
+                };
+                (wait_ms, all(Stage::Transfer), compute_ms)
             }
         };
         let step_ms = wait_ms + transfer_ms + compute_ms;
@@ -612,6 +710,7 @@ impl Aggregator {
             transfer_share: share(transfer_ms),
             compute_share: share(compute_ms),
             from_step: phase.map(|p| p.first_step),
+            startup_compute_ms: startup_compute.filter(|_| phase.is_none()).map(ms),
         };
         let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
         let workers = self.settings.workers.max(1) as f64;
@@ -652,6 +751,7 @@ impl Aggregator {
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
             machine: self.machine.summary(),
             data_fs: self.data_fs.clone(),
+            failed: self.failed.clone(),
         }
     }
 }
@@ -659,6 +759,102 @@ impl Aggregator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_merge_key_by_key_and_keep_what_reads() {
+        use serde_json::json;
+        // (sent, batch_size, workers, input, refused keys)
+        type Row = (serde_json::Value, usize, usize, [usize; 3], Vec<&'static str>);
+        let table: Vec<Row> = vec![
+            (json!({"batch_size": 32, "workers": 2}), 32, 2, [0, 0, 0], vec![]),
+            // The bad key of the original report: the others stay.
+            (json!({"input": "3x150x150", "batch_size": 32, "workers": 4}), 32, 4, [0, 0, 0], vec!["input"]),
+            (json!({"input": [3, 64, 64], "workers": "many"}), 0, 0, [3, 64, 64], vec!["workers"]),
+            // Keys pipeprof does not know are ignored, not refused.
+            (json!({"optimizer": "adam", "batch_size": 8}), 8, 0, [0, 0, 0], vec![]),
+            (json!(null), 0, 0, [0, 0, 0], vec![]),
+        ];
+        for (sent, batch, workers, input, refused) in table {
+            let mut st = RunSettings::default();
+            let why = st.merge_json(&sent);
+            assert_eq!((st.batch_size, st.workers, st.input), (batch, workers, input), "{sent}");
+            let keys: Vec<&str> = why.iter().map(|w| w.split(' ').next().unwrap_or("")).collect();
+            assert_eq!(keys, refused, "{sent}: {why:?}");
+            assert_eq!(st.unreadable, why, "{sent}");
+        }
+        let mut st = RunSettings::default();
+        assert_eq!(st.merge_json(&json!([1, 2])).len(), 1, "not an object");
+        // Later settings win, and earlier refusals stay listed.
+        let mut st2 = RunSettings::default();
+        st2.merge_json(&json!({"input": "3x1", "workers": 1}));
+        st2.merge_json(&json!({"workers": 3, "framework": "pytorch", "pin_memory": true}));
+        assert_eq!((st2.workers, st2.framework.as_str(), st2.pin_memory), (3, "pytorch", Some(true)));
+        assert_eq!(st2.unreadable.len(), 1);
+    }
+
+    #[test]
+    fn settings_and_failure_events_reach_the_summary() {
+        let mut a = Aggregator::new(RunSettings { model: "train.py".into(), ..RunSettings::default() });
+        a.push(&Event::Settings(Box::new(serde_json::json!({"framework": "keras", "batch_size": 16}))));
+        a.push(&Event::Failed("ValueError: bad label (in train.py, line 3)".into()));
+        a.push(&Event::Failed("a later failure".into()));
+        let s = a.summary();
+        assert_eq!(
+            (s.settings.model.as_str(), s.settings.framework.as_str(), s.settings.batch_size),
+            ("train.py", "keras", 16)
+        );
+        assert_eq!(
+            s.failed.as_deref(),
+            Some("ValueError: bad label (in train.py, line 3)"),
+            "the first failure is the one"
+        );
+        let json = serde_json::to_value(&s).expect("summary serialises");
+        assert_eq!(json["failed"], "ValueError: bad label (in train.py, line 3)");
+        assert!(Aggregator::new(RunSettings::default()).summary().failed.is_none());
+    }
+
+    #[test]
+    fn a_one_off_first_compute_is_left_out_of_the_split() {
+        let ms = 1_000_000;
+        // (first compute, later computes, expected compute mean, one-off?)
+        let table: [(u64, &[u64], f64, bool); 4] = [
+            (800, &[5, 5, 5, 5], 5.0, true),
+            // Not past 3× the median: a normal step.
+            (12, &[5, 5, 5, 5], 6.4, false),
+            // Too few steps to judge.
+            (800, &[5], 402.5, false),
+            (5, &[5, 5, 5], 5.0, false),
+        ];
+        for (first, rest, mean, one_off) in table {
+            let mut a = Aggregator::new(RunSettings::default());
+            let mut t = 0;
+            for (k, c) in std::iter::once(&first).chain(rest).enumerate() {
+                a.push(&span(Stage::Wait, t, ms, NONE));
+                a.push(&Event::Span(SpanRecord { step: k as u64, ..span_record(Stage::Compute, t + ms, c * ms) }));
+                t += (c + 1) * ms;
+            }
+            let sp = a.summary().split;
+            assert!((sp.compute_ms - mean).abs() < 1e-9, "first {first}: {sp:?}");
+            assert_eq!(sp.startup_compute_ms.is_some(), one_off, "first {first}");
+        }
+        assert!(startup_compute_one_off(31, 3, 10));
+        assert!(!startup_compute_one_off(30, 3, 10));
+        assert!(!startup_compute_one_off(31, 2, 10));
+    }
+
+    fn span_record(stage: Stage, start: u64, dur: u64) -> SpanRecord {
+        SpanRecord {
+            stage,
+            thread: 1,
+            start_ns: start,
+            dur_ns: dur,
+            cpu_ns: NONE,
+            queue_ns: NONE,
+            step: 0,
+            sample: NONE,
+            bytes: NONE,
+        }
+    }
 
     fn span(stage: Stage, start: u64, dur: u64, cpu: u64) -> Event {
         Event::Span(SpanRecord {

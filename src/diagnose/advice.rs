@@ -30,6 +30,7 @@ impl Change {
             | Change::U8Batches
             | Change::CheckDevice => None,
             Change::Saved(c) => c.clone(),
+            Change::Code(c) => Some(c.clone()),
         }
     }
 }
@@ -254,6 +255,10 @@ impl Facts<'_> {
 
     fn pre_resize_advice(&self) -> Option<Advice> {
         let resize = self.p.stage(Stage::Resize)?;
+        // A program that never said its input size: there is no size to advise.
+        if self.s.settings.input[1] == 0 || self.s.settings.input[2] == 0 {
+            return None;
+        }
         let after = self.p.pre_resized();
         let gain = self.gain(&after)?;
         let decode = self.p.stage(Stage::Decode).map_or(0.0, |d| d.wall_ms);

@@ -60,6 +60,7 @@ mod advice;
 mod classify;
 mod diagnosed;
 mod evidence;
+pub mod frameworks;
 pub mod model;
 #[cfg(test)]
 mod tests;
@@ -164,6 +165,9 @@ pub enum Change {
     /// Advice read back from a summary file: only its command text was saved, so it is shown
     /// as written and never applied.
     Saved(Option<String>),
+    /// A change to the program's own code, in its framework's terms
+    /// (`DataLoader(..., num_workers=6)`): shown as written; pipeprof cannot apply it.
+    Code(String),
 }
 
 /// One concrete action with its predicted effect.
@@ -261,7 +265,7 @@ pub fn diagnose(s: &Summary) -> Verdict {
         headline: if provisional { evidence::provisional(&headline, sp.steps) } else { headline },
         provisional,
         evidence: f.evidence(&limiter),
-        advice: f.advice(&limiter, &flags),
+        advice: frameworks::in_user_terms(f.advice(&limiter, &flags), s),
         severity: f.severity,
         limiter,
         flags,

@@ -77,6 +77,7 @@ impl B {
             compute_share: compute / total,
             startup_wait_ms: 0.0,
             from_step: None,
+            startup_compute_ms: None,
         };
         self.0.images_per_s = self.0.settings.batch_size as f64 * 1000.0 / total;
         self.0.elapsed_s = total * steps as f64 / 1000.0;

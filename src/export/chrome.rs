@@ -260,6 +260,14 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 let t = self.last_ts;
                 self.instant("workers", t, json!({"workers": workers, "reason": reason, "settled": settled}))?;
             }
+            Event::Settings(v) => {
+                let t = self.last_ts;
+                self.instant("settings", t, (**v).clone())?;
+            }
+            Event::Failed(why) => {
+                let t = self.last_ts;
+                self.instant("program failed", t, json!({ "error": why }))?;
+            }
             Event::Finish => {}
         }
         Ok(())

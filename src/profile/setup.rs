@@ -176,6 +176,7 @@ pub fn settings(
         simulated: opts.simulated(),
         auto_workers: Vec::new(),
         ignored: data.ignored.clone().unwrap_or_default(),
+        ..RunSettings::default()
     }
 }
 

@@ -32,6 +32,19 @@ use tracing_subscriber::layer::SubscriberExt;
 
 /// Environment variable: listen on this TCP address instead of a Unix socket.
 pub const LISTEN_ENV: &str = "PIPEPROF_LISTEN";
+/// Environment variable set by `pipeprof run` (and by a serving Python parent): the address
+/// of the run this process belongs to. A process started with it sends its spans there as a
+/// producer instead of serving its own.
+pub const PARENT_ENV: &str = "PIPEPROF_PARENT";
+/// The pid of the process serving [`PARENT_ENV`]: the server itself must not connect to itself.
+pub const PARENT_PID_ENV: &str = "PIPEPROF_PARENT_PID";
+
+/// The run this process was started in (`pipeprof run`), from the environment, if any.
+pub fn parent_run() -> Option<String> {
+    let addr = std::env::var(PARENT_ENV).ok().filter(|a| !a.is_empty())?;
+    let pid = std::env::var(PARENT_PID_ENV).ok();
+    (pid.as_deref() != Some(std::process::id().to_string().as_str())).then_some(addr)
+}
 
 /// Why attach could not start.
 #[derive(Debug, thiserror::Error)]
@@ -137,14 +150,43 @@ pub struct Session {
     probe: Probe,
     address: String,
     socket: Option<PathBuf>,
-    server: Arc<std::sync::Mutex<server::Server>>,
+    /// None when this process sends into a run it was started in (`pipeprof run`).
+    server: Option<Arc<std::sync::Mutex<server::Server>>>,
     samplers: Option<SamplerHandle>,
     acceptor: Option<JoinHandle<()>>,
     wake: Option<Wake>,
+    producer: Option<producer::Producer>,
 }
 
 /// Installs the Layer as the global subscriber, starts the samplers and the server.
+///
+/// Started by `pipeprof run` (its address in [`PARENT_ENV`]), the program serves nothing: it
+/// sends its spans, steps and settings to that run as a producer, and the run samples the
+/// machine. The calls are the same either way.
 pub fn init(opts: Options) -> Result<Session, AttachError> {
+    if let Some(parent) = parent_run() {
+        let hello = wire::Hello {
+            version: wire::VERSION,
+            pid: std::process::id(),
+            program: opts.program.clone(),
+            settings: opts.settings.clone(),
+            threads: Vec::new(),
+        };
+        let prod = producer::connect(&parent, hello, opts.capacity)?;
+        let probe = prod.probe();
+        let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+        tracing::subscriber::set_global_default(sub).map_err(|_| AttachError::SubscriberSet)?;
+        return Ok(Session {
+            probe,
+            address: parent,
+            socket: None,
+            server: None,
+            samplers: None,
+            acceptor: None,
+            wake: None,
+            producer: Some(prod),
+        });
+    }
     let (probe, rx) = Probe::new(opts.capacity.max(1));
     let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
     tracing::subscriber::set_global_default(sub).map_err(|_| AttachError::SubscriberSet)?;
@@ -195,7 +237,16 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
         Some(cfg) => crate::sampler::start(probe.clone(), cfg).ok(),
         None => None,
     };
-    Ok(Session { probe, address, socket, server, samplers, acceptor: Some(acceptor), wake: Some(wake) })
+    Ok(Session {
+        probe,
+        address,
+        socket,
+        server: Some(server),
+        samplers,
+        acceptor: Some(acceptor),
+        wake: Some(wake),
+        producer: None,
+    })
 }
 
 fn spawn_acceptor<C: server::Conn>(
@@ -239,19 +290,26 @@ impl Session {
 
     /// The server's counters so far (slow clients cut off, bad handshakes).
     pub fn stats(&self) -> wire::ServerStats {
-        self.server.lock().map(|s| s.stats()).unwrap_or_default()
+        self.server.as_ref().and_then(|s| s.lock().ok()).map(|s| s.stats()).unwrap_or_default()
     }
 
     /// Worker processes sending their spans into this run now (see [`producer`]), counting
     /// connections whose handshake is not read yet: zero means every worker that connected
     /// has had all it sent relayed.
     pub fn producers(&self) -> usize {
-        self.server.lock().map(|s| s.producers()).unwrap_or(0)
+        self.server.as_ref().and_then(|s| s.lock().ok()).map_or(0, |s| s.producers())
+    }
+
+    /// How long no producer has sent anything: connected workers that are alive but idle (a
+    /// DataLoader's persistent workers) have nothing in flight once this passes a few
+    /// milliseconds, so a program's end need not wait for them to disconnect.
+    pub fn producers_quiet_for(&self) -> Duration {
+        self.server.as_ref().and_then(|s| s.lock().ok()).map_or(Duration::MAX, |s| s.producers_quiet_for())
     }
 
     /// Clients attached now.
     pub fn clients(&self) -> usize {
-        self.server.lock().map(|s| s.clients()).unwrap_or(0)
+        self.server.as_ref().and_then(|s| s.lock().ok()).map_or(0, |s| s.clients())
     }
 
     /// Waits until at least one client is attached, up to `timeout`. Returns whether one is.
@@ -272,12 +330,18 @@ impl Session {
     }
 
     fn shutdown(&mut self) {
+        if let Some(p) = self.producer.take() {
+            // Part of a `pipeprof run`: what is buffered goes to it; the run ends there.
+            p.finish();
+            return;
+        }
         if let Some(s) = self.samplers.take() {
             s.stop();
         }
         crate::layer::flush_thread();
         self.probe.send_blocking(Event::Finish);
-        if let Ok(mut s) = self.server.lock() {
+        let server = self.server.clone();
+        if let Some(mut s) = server.as_ref().and_then(|s| s.lock().ok()) {
             s.mark_stopping();
         }
         if let Some(w) = self.wake.take() {
@@ -286,7 +350,7 @@ impl Session {
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }
-        if let Ok(mut s) = self.server.lock() {
+        if let Some(mut s) = server.as_ref().and_then(|s| s.lock().ok()) {
             s.join();
         }
         if let Some(p) = self.socket.take() {

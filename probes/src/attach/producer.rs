@@ -183,6 +183,11 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
         }
         Err(e) => return Relayed { hello: empty_hello(), spans: 0, error: Some(e) },
     };
+    // A producer that knows its run's settings says them in its hello (a Rust program under
+    // `pipeprof run`): they are the run's.
+    if hello.settings.is_object() {
+        probe.send(Event::Settings(Box::new(hello.settings.clone())));
+    }
     let label = format!("{} (pid {})", hello.program, hello.pid);
     let mut threads = Threads { label, map: HashMap::new(), overflow: None };
     let mut spans = 0u64;
@@ -202,6 +207,8 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
             Ok(Frame::Event(WireEvent::Skipped { path, reason })) => {
                 probe.send(Event::Skipped { path: path.into(), reason: reason.into() })
             }
+            Ok(Frame::Event(WireEvent::Settings(v))) => probe.send(Event::Settings(Box::new(v))),
+            Ok(Frame::Event(WireEvent::Failed(why))) => probe.send(Event::Failed(why.into_boxed_str())),
             // The parent samples the machine itself; a worker's samples would be counted twice.
             Ok(Frame::Event(WireEvent::Host(_) | WireEvent::Gpu(_))) => {}
             Ok(Frame::End(_)) => break None,

@@ -67,10 +67,28 @@ struct Shared {
     producers: AtomicU64,
     /// Threads relaying a producer: not joined at shutdown (a worker may outlive the run).
     relay_threads: Mutex<Vec<std::thread::ThreadId>>,
+    /// When a producer last sent bytes (monotonic ns; 0: never).
+    last_relay_ns: AtomicU64,
     stopping: AtomicBool,
     /// The last GPU sample: the "GPU sampling off" notice is sent once at start, and a client
     /// that attaches later must still see it.
     last_gpu: Mutex<Option<Arc<Vec<u8>>>>,
+}
+
+/// A reader that notes when bytes last arrived.
+struct Touch<'a, R> {
+    inner: R,
+    last: &'a AtomicU64,
+}
+
+impl<R: std::io::Read> std::io::Read for Touch<'_, R> {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(b)?;
+        if n > 0 {
+            self.last.store(crate::clock::now_ns(), Ordering::Relaxed);
+        }
+        Ok(n)
+    }
 }
 
 /// The running server.
@@ -175,7 +193,8 @@ impl Server {
                         conn.shutdown();
                         return;
                     }
-                    let r = super::producer::relay(&mut std::io::BufReader::new(&mut conn), &probe);
+                    let mut touched = Touch { inner: &mut conn, last: &shared.last_relay_ns };
+                    let r = super::producer::relay(&mut std::io::BufReader::new(&mut touched), &probe);
                     shared.producers.fetch_sub(1, Ordering::SeqCst);
                     if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
                         eprintln!(
@@ -252,6 +271,12 @@ impl Server {
     /// handshake is not read yet.
     pub fn producers(&self) -> usize {
         self.shared.producers.load(Ordering::SeqCst) as usize
+    }
+
+    /// How long no producer has sent anything (since the server started, if none ever did).
+    pub fn producers_quiet_for(&self) -> Duration {
+        let last = self.shared.last_relay_ns.load(Ordering::Relaxed);
+        Duration::from_nanos(crate::clock::now_ns().saturating_sub(last))
     }
 
     /// Counters so far.

@@ -123,6 +123,10 @@ pub enum WireEvent {
     Host(HostSample),
     /// A GPU sample.
     Gpu(GpuSample),
+    /// Settings learned while the run goes (see [`Event::Settings`]).
+    Settings(serde_json::Value),
+    /// The program failed, and why (see [`Event::Failed`]).
+    Failed(String),
 }
 
 /// One server → client message.
@@ -151,6 +155,8 @@ impl Frame {
             }
             Event::Host(h) => Frame::Event(WireEvent::Host((**h).clone())),
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
+            Event::Settings(v) => Frame::Event(WireEvent::Settings((**v).clone())),
+            Event::Failed(why) => Frame::Event(WireEvent::Failed(why.to_string())),
             Event::Finish | Event::Workers { .. } => return None,
         })
     }
@@ -166,6 +172,8 @@ impl Frame {
             }
             Frame::Event(WireEvent::Host(h)) => Event::Host(Box::new(h)),
             Frame::Event(WireEvent::Gpu(g)) => Event::Gpu(Box::new(g)),
+            Frame::Event(WireEvent::Settings(v)) => Event::Settings(Box::new(v)),
+            Frame::Event(WireEvent::Failed(why)) => Event::Failed(why.into_boxed_str()),
             Frame::Hello(_) | Frame::End(_) => return None,
         })
     }

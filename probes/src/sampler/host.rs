@@ -5,7 +5,7 @@
 use super::{HostSample, OtherCpu, SamplerError, ThreadCpu};
 use crate::clock;
 use crate::fsinfo::{self, FsKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, MINIMUM_CPU_UPDATE_INTERVAL};
@@ -94,21 +94,58 @@ fn share_of_total(prev: CpuTimes, cur: CpuTimes, part: impl Fn(&CpuTimes) -> u64
     Some((x as f64 * 100.0 / total as f64) as f32)
 }
 
+/// Every process under `root` (children, grandchildren, …) from (pid, parent pid) pairs: a
+/// profiled program's DataLoader workers, a launcher's ranks. `root` itself is not included.
+pub fn descendants(root: u32, procs: impl Iterator<Item = (u32, u32)>) -> HashSet<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (pid, ppid) in procs {
+        if pid != ppid {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = HashSet::new();
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            // A cycle (pids reused while listing) cannot loop forever: each pid once.
+            if c != root && out.insert(c) {
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// CPU ticks a process used, its own and those of its children it has reaped
+/// (`/proc/<pid>/stat` fields 14–17): a worker that exited stays counted in its parent.
+pub fn parse_tree_ticks(text: &str) -> Option<u64> {
+    let close = text.rfind(')')?;
+    let mut rest = text.get(close + 1..)?.split_whitespace().skip(11);
+    let mut ticks = 0u64;
+    for _ in 0..4 {
+        // cutime and cstime are signed in the kernel's format (never negative in practice).
+        let v: i64 = rest.next()?.parse().ok()?;
+        ticks = ticks.saturating_add(v.max(0) as u64);
+    }
+    Some(ticks)
+}
+
 /// Other programs by CPU, busiest first: processes of one name are summed (three `sh` busy
-/// loops are one competitor using three cores), `own` is left out, at most `n` kept.
+/// loops are one competitor using three cores), `own` (the sampled process and its
+/// descendants: they are the run) is left out, at most `n` kept.
 ///
 /// `budget_pct` is what the machine's own counters say all other programs used (100 = one
 /// core): per-process figures measured over a different interval can add up to more cores than
 /// exist, so they are scaled down to it.
 pub fn top_others(
     procs: impl Iterator<Item = (u32, String, f32)>,
-    own: u32,
+    own: &dyn Fn(u32) -> bool,
     n: usize,
     budget_pct: Option<f32>,
 ) -> Vec<OtherCpu> {
     let mut by_name: HashMap<String, OtherCpu> = HashMap::new();
     for (pid, name, cpu) in procs {
-        if pid == own || !cpu.is_finite() || cpu <= 0.0 {
+        if own(pid) || !cpu.is_finite() || cpu <= 0.0 {
             continue;
         }
         let e = by_name.entry(name.clone()).or_insert_with(|| OtherCpu { name, ..Default::default() });
@@ -181,6 +218,15 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
     let utime: u64 = rest.next()?.parse().ok()?;
     let stime: u64 = rest.next()?.parse().ok()?;
     Some(TaskStat { comm, ticks: utime + stime })
+}
+
+/// Ticks of the children a process has reaped (`/proc/<pid>/stat` fields 16–17).
+fn reaped_children_ticks(text: &str) -> Option<u64> {
+    let close = text.rfind(')')?;
+    let mut rest = text.get(close + 1..)?.split_whitespace().skip(13);
+    let cutime: i64 = rest.next()?.parse().ok()?;
+    let cstime: i64 = rest.next()?.parse().ok()?;
+    Some((cutime.max(0) + cstime.max(0)) as u64)
 }
 
 fn read_proc_io(pid: u32) -> Option<ProcIo> {
@@ -283,6 +329,8 @@ pub struct HostSampler {
     last_others_ns: u64,
     /// Listings made so far (the first is only a baseline).
     others_listed: u32,
+    /// The sampled process's descendants at the last listing: their CPU is the run's.
+    descendants: HashSet<u32>,
 }
 
 impl std::fmt::Debug for HostSampler {
@@ -317,12 +365,14 @@ impl HostSampler {
             prev_threads: HashMap::new(),
             last_others_ns: 0,
             others_listed: 0,
+            descendants: HashSet::new(),
         };
         s.sys.refresh_cpu_usage();
         // The baseline of every process's CPU time: the first sample can then name the busy
         // ones (sysinfo's per-process CPU % needs two refreshes).
         let kind = ProcessRefreshKind::nothing().without_tasks().with_cpu();
         s.sys.refresh_processes_specifics(ProcessesToUpdate::All, true, kind);
+        s.refresh_descendants();
         s.last_cpu_refresh_ns = clock::now_ns();
         s.prev_t_ns = s.last_cpu_refresh_ns;
         s.prev_proc_cpu_ns = s.process_cpu_ns().1;
@@ -424,12 +474,30 @@ impl HostSampler {
         self.others_listed = self.others_listed.saturating_add(1);
         let kind = ProcessRefreshKind::nothing().without_tasks().with_cpu();
         self.sys.refresh_processes_specifics(ProcessesToUpdate::All, true, kind);
+        self.refresh_descendants();
         let procs = self
             .sys
             .processes()
             .iter()
             .map(|(pid, p)| (pid.as_u32(), p.name().to_string_lossy().into_owned(), p.cpu_usage()));
-        top_others(procs, self.pid, TOP_OTHERS, budget_pct)
+        let (root, tree) = (self.pid, &self.descendants);
+        top_others(procs, &|p| p == root || tree.contains(&p), TOP_OTHERS, budget_pct)
+    }
+
+    /// The sampled process's descendants, from the process list sysinfo last refreshed.
+    fn refresh_descendants(&mut self) {
+        let pairs = self.sys.processes().iter().filter_map(|(pid, p)| Some((pid.as_u32(), p.parent()?.as_u32())));
+        self.descendants = descendants(self.pid, pairs);
+    }
+
+    /// CPU ns of the sampled process's descendants, live ones and those they reaped.
+    fn descendants_cpu_ns(&self) -> u64 {
+        let ticks: u64 = self
+            .descendants
+            .iter()
+            .filter_map(|p| parse_tree_ticks(&std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?))
+            .sum();
+        ticks.saturating_mul(self.tick_ns)
     }
 
     /// (RSS bytes, cumulative CPU ns) of the sampled process.
@@ -442,12 +510,22 @@ impl HostSampler {
         self.sys.refresh_processes_specifics(ProcessesToUpdate::Some(&[pid]), true, kind);
         let proc = self.sys.process(pid);
         let rss = proc.map_or(0, |p| p.memory());
-        let cpu = if self.own {
+        let own = if self.own {
             clock::process_cpu_ns()
         } else {
-            proc.map_or(self.prev_proc_cpu_ns, |p| p.accumulated_cpu_time().saturating_mul(1_000_000))
+            proc.map_or(0, |p| p.accumulated_cpu_time().saturating_mul(1_000_000))
         };
-        (rss, cpu)
+        // The run's CPU is the process tree's: a Python script's DataLoader workers, the
+        // ranks a launcher started, the children they already reaped.
+        let reaped = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|t| reaped_children_ticks(&t))
+            .unwrap_or(0)
+            .saturating_mul(self.tick_ns);
+        let cpu = own.saturating_add(reaped).saturating_add(self.descendants_cpu_ns());
+        // A process tree that shrank (a child's figures gone before its parent reaped it) must
+        // not make the cumulative figure go back.
+        (rss, cpu.max(self.prev_proc_cpu_ns))
     }
 
     /// CPU of the matching threads over the last `dt_ns`, and the new per-thread baseline.
@@ -523,6 +601,40 @@ mod tests {
     }
 
     #[test]
+    fn a_process_tree_is_the_run_and_not_other_programs() {
+        // 10 → 11 (a DataLoader worker) → 12 (its helper); 20 is a stranger; 13 names itself
+        // as its own parent (pid reuse while listing) and 30 is under the stranger.
+        let pairs = [(11, 10), (12, 11), (20, 1), (13, 13), (30, 20), (14, 10)];
+        let tree = descendants(10, pairs.into_iter());
+        let mut got: Vec<u32> = tree.iter().copied().collect();
+        got.sort();
+        assert_eq!(got, vec![11, 12, 14]);
+        assert!(descendants(99, pairs.into_iter()).is_empty());
+        // A cycle through the root ends.
+        assert_eq!(descendants(1, [(2, 1), (1, 2)].into_iter()).into_iter().collect::<Vec<_>>(), vec![2]);
+        let procs = || {
+            vec![
+                (10, "python".to_string(), 90.0),
+                (11, "pt_data_worker".to_string(), 80.0),
+                (20, "sh".to_string(), 50.0),
+            ]
+            .into_iter()
+        };
+        let own = |p: u32| p == 10 || tree.contains(&p);
+        let top = top_others(procs(), &own, 3, None);
+        assert_eq!(top.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), vec!["sh"]);
+    }
+
+    #[test]
+    fn tree_ticks_count_reaped_children() {
+        // Fields after the name: state ppid … utime=7 stime=3 cutime=20 cstime=5.
+        let stat = "42 (py (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 20 5 20 0 4 0 1 1 1";
+        assert_eq!(parse_tree_ticks(stat), Some(35));
+        assert_eq!(reaped_children_ticks(stat), Some(25));
+        assert_eq!(parse_tree_ticks("42 (cut) S 1"), None);
+    }
+
+    #[test]
     fn steal_and_top_others() {
         let a = CpuTimes { total: 1_000, iowait: 0, steal: 100 };
         let b = CpuTimes { total: 1_200, iowait: 0, steal: 150 };
@@ -530,11 +642,11 @@ mod tests {
         assert_eq!(parse_proc_stat_total("cpu 1 2 3 4 5 6 7 8 9 10\n").map(|c| c.steal), Some(8));
         let procs = [(1, "sh", 90.0), (2, "sh", 80.0), (3, "me", 400.0), (4, "cc1", 95.0), (5, "idle", 0.0)];
         let all = || procs.iter().map(|(p, n, c)| (*p, n.to_string(), *c));
-        let top = top_others(all(), 3, 2, None);
+        let top = top_others(all(), &|p| p == 3, 2, None);
         let got: Vec<(&str, u32, f32)> = top.iter().map(|o| (o.name.as_str(), o.processes, o.cpu_pct)).collect();
         assert_eq!(got, [("sh", 2, 170.0), ("cc1", 1, 95.0)], "own process left out, same names summed");
         // The machine says the others used 1.3 cores in all: 2.65 cores of figures scale down.
-        let top = top_others(all(), 3, 2, Some(132.5));
+        let top = top_others(all(), &|p| p == 3, 2, Some(132.5));
         let got: Vec<f32> = top.iter().map(|o| o.cpu_pct).collect();
         assert_eq!(got, [85.0, 47.5]);
     }

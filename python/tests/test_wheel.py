@@ -1,0 +1,80 @@
+"""The wheel as a user installs it: the `pipeprof` command beside the environment's Python,
+every subcommand, with no Rust toolchain on PATH; `python -m pipeprof`; settings that do
+not all read."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HANG_S
+
+
+def installed():
+    p = Path(sys.executable).parent / "pipeprof"
+    if not p.exists():
+        pytest.fail(f"{p} missing: install the wheel into this environment (scripts/test.sh does: scripts/build-wheel.sh)")
+    return p
+
+
+def no_cargo_env(tmp_path):
+    # Only the environment's scripts and the system's: no ~/.cargo/bin.
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", XDG_RUNTIME_DIR=str(runtime))
+
+
+def test_the_wheel_carries_the_command_with_every_subcommand(tmp_path):
+    env = no_cargo_env(tmp_path)
+    assert subprocess.run(["which", "cargo"], env=env, capture_output=True).returncode != 0
+    helptext = subprocess.run(["pipeprof", "--help"], env=env, capture_output=True, text=True, check=True).stdout
+    for sub in ("profile", "run", "attach", "report", "demo-data", "cache"):
+        assert f"\n  {sub} " in helptext, helptext
+    listed = subprocess.run(["pipeprof", "attach", "--list"], env=env, capture_output=True, text=True, check=True)
+    assert "no instrumented runs" in listed.stdout
+    via_python = subprocess.run([sys.executable, "-m", "pipeprof", "--version"], env=env, capture_output=True, text=True)
+    assert via_python.returncode == 0 and via_python.stdout.startswith("pipeprof "), via_python
+
+
+def test_one_bad_setting_leaves_the_others(scenario):
+    run = scenario(
+        """
+        import pipeprof
+        addr = pipeprof.init(program="bad-settings", settings={"input": "3x150x150", "batch_size": 32, "workers": 3}, sample=False)
+        print("attach:", addr, flush=True)
+        pipeprof.wait_for_clients(1)
+        pipeprof.settings(framework="pytorch", pin_memory=False)
+        for k in range(3):
+            with pipeprof.span("wait", step=k):
+                pass
+            with pipeprof.span("compute", step=k):
+                pass
+            pipeprof.step(k, images=32)
+        pipeprof.finish()
+        """
+    )
+    s, out, err = run.attach()
+    st = s["settings"]
+    assert (st["batch_size"], st["workers"], st["framework"], st["pin_memory"]) == (32, 3, "pytorch", False), st
+    assert len(st["unreadable"]) == 1 and st["unreadable"][0].startswith("input"), st
+    assert "does not read, left out: input" in err
+    assert run.wait()[0] == 0
+
+
+def test_the_command_runs_an_installed_python_with_no_edit(tmp_path):
+    env = no_cargo_env(tmp_path)
+    script = tmp_path / "plain.py"
+    script.write_text("import pipeprof\nprint('role', pipeprof.role(), pipeprof.is_main())\n")
+    p = subprocess.run(
+        ["pipeprof", "run", "--once", "--no-gpu", "--summary", str(tmp_path / "s.json"), "--", sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert p.returncode == 0, p.stderr
+    # The start-up hook connected the script to the run as its main program.
+    assert "role worker True" in p.stdout, p.stdout + p.stderr
+    assert json.loads((tmp_path / "s.json").read_text())["settings"]["model"] == "plain.py"

@@ -1,0 +1,226 @@
+//! Advice in the user's terms: for a PyTorch or Keras program (`pipeprof run`, `attach`), each
+//! change is said with that framework's knob — `DataLoader(num_workers=6)`, never a pipeprof
+//! flag the script does not have. The prediction and the reason are the model's, unchanged.
+
+use super::{Advice, Change};
+use crate::aggregate::Summary;
+
+/// The frameworks whose knobs advice can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    PyTorch,
+    Keras,
+}
+
+impl Framework {
+    /// The framework a run's settings name, if advice should speak it.
+    pub fn of(name: &str) -> Option<Framework> {
+        match name {
+            "pytorch" | "torch" => Some(Framework::PyTorch),
+            "keras" | "tensorflow" | "tf.keras" => Some(Framework::Keras),
+            _ => None,
+        }
+    }
+}
+
+/// The (action, code) a change stands for in `fw`, or None to keep the advice as it is.
+fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> {
+    let st = &s.settings;
+    let w = st.workers;
+    Some(match (fw, change) {
+        (Framework::PyTorch, Change::Workers(n)) => (
+            format!("raise the DataLoader's workers {w} → {n}"),
+            if w == 0 && st.persistent_workers != Some(true) {
+                format!("DataLoader(..., num_workers={n}, persistent_workers=True)")
+            } else {
+                format!("DataLoader(..., num_workers={n})")
+            },
+        ),
+        (Framework::PyTorch, Change::BatchSize(n)) => (
+            format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
+            format!("DataLoader(..., batch_size={n})"),
+        ),
+        (Framework::PyTorch, Change::Prefetch(depth)) => {
+            if w == 0 {
+                // Without workers nothing loads ahead: workers first.
+                ("load batches ahead in worker processes".into(), "DataLoader(..., num_workers=2, prefetch_factor=2)".into())
+            } else {
+                let factor = depth.div_ceil(w).max(2);
+                let now = st.prefetch_factor.unwrap_or(2);
+                (
+                    format!("queue more batches per worker: prefetch_factor {now} → {factor}"),
+                    format!("DataLoader(..., prefetch_factor={factor})"),
+                )
+            }
+        }
+        (Framework::PyTorch, Change::UseDevice(d)) if d == "cpu" => {
+            ("or train on the CPU".into(), "device = \"cpu\"  # model.to(device), batch.to(device)".into())
+        }
+        (Framework::PyTorch, Change::UseDevice(_)) => (
+            "train on the GPU".into(),
+            "model.to(\"cuda\"); xs = xs.to(\"cuda\", non_blocking=True)  # DataLoader(..., pin_memory=True)".into(),
+        ),
+        (Framework::PyTorch, Change::U8Batches) => (
+            "hand out uint8 batches and convert to float on the device".into(),
+            "transforms.PILToTensor() in the dataset; xs.to(device, non_blocking=True).float().div_(255)".into(),
+        ),
+        (Framework::Keras, Change::Workers(n)) => (
+            format!("load batches in {n} workers"),
+            format!("PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"),
+        ),
+        (Framework::Keras, Change::Prefetch(depth)) => (
+            format!("queue {depth} batches ahead"),
+            format!("PyDataset(..., max_queue_size={depth})  # tf.data: .prefetch(tf.data.AUTOTUNE)"),
+        ),
+        (Framework::Keras, Change::BatchSize(n)) => (
+            format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
+            format!("model.fit(..., batch_size={n})  # a PyDataset: {n} samples per __getitem__"),
+        ),
+        (Framework::Keras, Change::UseDevice(d)) if d == "cpu" => {
+            ("or train on the CPU".into(), "CUDA_VISIBLE_DEVICES=\"\" python train.py".into())
+        }
+        (Framework::Keras, Change::UseDevice(_)) => (
+            "train on the GPU".into(),
+            "pip install \"jax[cuda12]\" (or tensorflow[and-cuda], or torch with CUDA) for your Keras backend".into(),
+        ),
+        _ => return None,
+    })
+}
+
+/// Rewrites the advice of a framework's run in that framework's terms; other runs unchanged.
+pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
+    let Some(fw) = Framework::of(&s.settings.framework) else { return advice };
+    let mut out: Vec<Advice> = advice
+        .into_iter()
+        .map(|mut a| {
+            if let Some((action, code)) = say(fw, &a.change, s) {
+                a.action = action;
+                a.change = Change::Code(code);
+            }
+            // pipeprof's own build flags mean nothing to a Python program.
+            a.reason = a.reason.replace(" (needs a build with --features cuda)", "");
+            a
+        })
+        .collect();
+    if fw == Framework::PyTorch {
+        out.extend(persistent_workers(s));
+    }
+    out
+}
+
+/// PyTorch starts a loader's workers anew at every epoch unless they persist: when the run's
+/// first wait (workers starting, the queue filling) is long against a step, every epoch after
+/// the first pays it again.
+fn persistent_workers(s: &Summary) -> Option<Advice> {
+    let st = &s.settings;
+    let sp = &s.split;
+    let epochs = s.epochs.len() as f64;
+    if st.workers == 0 || st.persistent_workers != Some(false) || epochs < 2.0 || s.elapsed_s <= 0.0 {
+        return None;
+    }
+    if sp.startup_wait_ms < 2.0 * sp.mean_step_ms.max(1.0) {
+        return None;
+    }
+    let saved_s = sp.startup_wait_ms / 1000.0 * (epochs - 1.0);
+    let gain = s.elapsed_s / (s.elapsed_s - saved_s).max(f64::MIN_POSITIVE);
+    Some(Advice {
+        action: "keep the DataLoader's workers between epochs".into(),
+        change: Change::Code("DataLoader(..., persistent_workers=True)".into()),
+        predicted_speedup: (gain >= super::thresholds::MIN_GAIN).then_some(gain),
+        reason: format!(
+            "the first batch waited {:.0} ms while {} workers started; without persistent workers each of the {} epochs starts them again",
+            sp.startup_wait_ms, st.workers, epochs
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{EpochSummary, RunSettings};
+
+    fn summary(framework: &str, workers: usize, persistent: Option<bool>) -> Summary {
+        Summary {
+            settings: RunSettings {
+                framework: framework.into(),
+                workers,
+                batch_size: 32,
+                persistent_workers: persistent,
+                prefetch_factor: (workers > 0).then_some(2),
+                ..RunSettings::default()
+            },
+            ..Summary::default()
+        }
+    }
+
+    fn advice(change: Change) -> Advice {
+        Advice {
+            action: "pipeprof's words".into(),
+            change,
+            predicted_speedup: Some(2.0),
+            reason: "why (needs a build with --features cuda)".into(),
+        }
+    }
+
+    #[test]
+    fn advice_names_the_frameworks_knobs_never_pipeprof_flags() {
+        // (framework, workers, change, expected code)
+        let table: Vec<(&str, usize, Change, &str)> = vec![
+            ("pytorch", 2, Change::Workers(6), "DataLoader(..., num_workers=6)"),
+            ("pytorch", 0, Change::Workers(2), "DataLoader(..., num_workers=2, persistent_workers=True)"),
+            ("pytorch", 2, Change::BatchSize(64), "DataLoader(..., batch_size=64)"),
+            ("pytorch", 4, Change::Prefetch(13), "DataLoader(..., prefetch_factor=4)"),
+            ("pytorch", 0, Change::Prefetch(13), "DataLoader(..., num_workers=2, prefetch_factor=2)"),
+            ("pytorch", 2, Change::UseDevice("cpu".into()), "device = \"cpu\"  # model.to(device), batch.to(device)"),
+            ("keras", 0, Change::Workers(4), "PyDataset(..., workers=4, use_multiprocessing=True)  # tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"),
+            ("keras", 0, Change::Prefetch(8), "PyDataset(..., max_queue_size=8)  # tf.data: .prefetch(tf.data.AUTOTUNE)"),
+        ];
+        for (fw, workers, change, code) in table {
+            // A loader without workers has none to keep: PyTorch says persistent_workers=False.
+            let s = summary(fw, workers, Some(workers > 0));
+            let out = in_user_terms(vec![advice(change.clone())], &s);
+            assert_eq!(out.len(), 1, "{fw} {change:?}");
+            assert_eq!(out[0].change, Change::Code(code.into()), "{fw} {change:?}");
+            assert_ne!(out[0].action, "pipeprof's words");
+            assert_eq!(out[0].predicted_speedup, Some(2.0), "the prediction is the model's");
+            assert!(!out[0].reason.contains("--features"), "{}", out[0].reason);
+            assert!(!out[0].change.command().unwrap_or_default().starts_with("--"));
+        }
+        // A change with no framework form keeps its words (a cache of its own, contention).
+        let s = summary("pytorch", 2, Some(true));
+        let out = in_user_terms(vec![advice(Change::PackOwnLoader)], &s);
+        assert_eq!((out[0].change.clone(), out[0].action.as_str()), (Change::PackOwnLoader, "pipeprof's words"));
+        // pipeprof's own runs are untouched.
+        let own = summary("", 2, None);
+        assert_eq!(in_user_terms(vec![advice(Change::Workers(6))], &own)[0].change, Change::Workers(6));
+    }
+
+    #[test]
+    fn persistent_workers_advised_when_worker_start_up_repeats_each_epoch() {
+        let mut s = summary("pytorch", 4, Some(false));
+        s.epochs = vec![EpochSummary::default(), EpochSummary::default(), EpochSummary::default()];
+        s.elapsed_s = 10.0;
+        s.split.mean_step_ms = 50.0;
+        s.split.startup_wait_ms = 1500.0;
+        let out = in_user_terms(Vec::new(), &s);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].change, Change::Code("DataLoader(..., persistent_workers=True)".into()));
+        // 1.5 s saved in each of 2 later epochs of a 10 s run: 10 / 7.
+        let g = out[0].predicted_speedup.unwrap_or_default();
+        assert!((g - 10.0 / 7.0).abs() < 1e-9, "{g}");
+        // Not when workers already persist, there are none, one epoch, or start-up is short.
+        for (workers, persistent, epochs, startup) in [
+            (4, Some(true), 3, 1500.0),
+            (0, Some(false), 3, 1500.0),
+            (4, Some(false), 1, 1500.0),
+            (4, Some(false), 3, 60.0),
+        ] {
+            let mut s = summary("pytorch", workers, persistent);
+            s.epochs = vec![EpochSummary::default(); epochs];
+            s.elapsed_s = 10.0;
+            s.split.mean_step_ms = 50.0;
+            s.split.startup_wait_ms = startup;
+            assert!(in_user_terms(Vec::new(), &s).is_empty(), "{workers} {persistent:?} {epochs} {startup}");
+        }
+    }
+}

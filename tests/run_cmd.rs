@@ -1,0 +1,142 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `pipeprof run -- CMD`: the program's exit code, its failure, an interrupt passed on, and a
+//! Rust program (the example trainer) sending its spans to the run it was started in.
+//! Python programs under `pipeprof run` are tested with real PyTorch and Keras in python/tests.
+
+mod common;
+
+use common::text;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `pipeprof run` with a private runtime folder (its socket and start-up hook go there).
+fn run_cmd(runtime: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
+    c.env("XDG_RUNTIME_DIR", runtime).arg("run").arg("--once").arg("--no-gpu");
+    c
+}
+
+fn summary(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).expect("summary written")).expect("summary is JSON")
+}
+
+#[test]
+fn the_programs_exit_code_is_pipeprofs_and_a_failure_is_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s.json");
+    let out = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(&s)
+        .args(["--", "sh", "-c", "echo training; exit 3"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(text(&out.stdout).contains("training"), "the program keeps its output");
+    assert!(err.contains("RUN FAILED: sh exited with status 3"), "{err}");
+    assert!(err.contains("no process of `sh -c echo training; exit 3` connected"), "{err}");
+    assert_eq!(summary(&s)["failed"], "sh exited with status 3");
+    // The run's scratch files are gone: the socket and the start-up hook's folder.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_clean_exit_is_no_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s.json");
+    let out = run_cmd(dir.path()).arg("--summary").arg(&s).args(["--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(summary(&s).get("failed").is_none());
+}
+
+#[test]
+fn a_program_that_does_not_exist_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cmd(dir.path()).args(["--", "/no/such/trainer", "--epochs", "2"]).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot start `/no/such/trainer`: not found"), "{err}");
+}
+
+#[test]
+fn nothing_to_run_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cmd(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("<CMD>"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s.json");
+    // The program says it started, then waits to be interrupted; pipeprof gets the SIGINT.
+    let mut child = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(&s)
+        .args(["--", "sh", "-c", "echo started; while :; do sleep 0.05; done"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "started");
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(report.contains("── pipeprof report"), "{report}");
+    // sh dies of the SIGINT passed to its group: 128 + 2, an interruption, not a failure.
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("was interrupted (exit code 130)"), "{err}");
+    assert!(summary(&s).get("failed").is_none());
+}
+
+fn example() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_pipeprof")).parent().unwrap().join("examples/train_cnn");
+    assert!(p.exists(), "{} missing: run the tests with `cargo test --release --workspace`", p.display());
+    p
+}
+
+#[test]
+fn a_rust_program_started_under_run_sends_its_stages_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imgs");
+    common::demo(&data, 3, 8, 5);
+    let (s, t) = (dir.path().join("s.json"), dir.path().join("t.json"));
+    let out = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(&s)
+        .arg("--trace")
+        .arg(&t)
+        .arg("--")
+        .arg(example())
+        .arg("--data")
+        .arg(&data)
+        .args(["--steps", "5", "--size", "16", "--workers", "1", "--batch-size", "4"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v = summary(&s);
+    assert_eq!(v["steps"], 5, "{err}");
+    assert_eq!(v["images"], 20);
+    let stages: Vec<&str> = v["stages"].as_array().unwrap().iter().filter_map(|x| x["stage"].as_str()).collect();
+    for st in ["read", "decode", "resize", "wait", "compute"] {
+        assert!(stages.contains(&st), "{st} missing from {stages:?}");
+    }
+    // The program's own settings (its hello) are the run's.
+    assert_eq!(v["settings"]["batch_size"], 4, "{}", v["settings"]);
+    // Its loader thread is named as in the program, under its pid.
+    let names: Vec<&str> = v["loader_threads"].as_array().unwrap().iter().filter_map(|x| x["name"].as_str()).collect();
+    assert!(names.iter().any(|n| n.starts_with("loader")), "{names:?}");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&t).unwrap()).expect("the trace parses");
+    assert!(trace["traceEvents"].as_array().is_some_and(|e| e.len() > 20));
+}
