@@ -185,7 +185,8 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
                 step: num(a, "step"),
                 epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
                 images: a["images"].as_u64().unwrap_or(0) as u32,
-                loss: a["loss"].as_f64().unwrap_or(0.0) as f32,
+                // A trace leaves a NaN or inf loss out of its counter.
+                loss: a["loss"].as_f64().map_or(f32::NAN, |l| l as f32),
                 correct: a["correct"].as_u64().unwrap_or(0) as u32,
                 end_ns: ns(&e["ts"]),
                 queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,

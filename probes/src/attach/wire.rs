@@ -151,7 +151,7 @@ impl Frame {
             }
             Event::Host(h) => Frame::Event(WireEvent::Host((**h).clone())),
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
-            Event::Finish | Event::Workers { .. } => return None,
+            Event::Finish | Event::Workers { .. } | Event::Stalled { .. } => return None,
         })
     }
 
@@ -373,6 +373,33 @@ mod tests {
             let bytes = encode(&f).unwrap();
             assert_eq!(read_frame(&mut &bytes[..]), Ok(f));
         }
+    }
+
+    #[test]
+    fn a_diverged_loss_and_non_finite_samples_cross_the_wire() {
+        for loss in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e39_f64 as f32] {
+            let step = crate::StepRecord {
+                step: 410,
+                epoch: 0,
+                images: 32,
+                loss,
+                correct: 0,
+                end_ns: 9,
+                queued: 1,
+                validation: false,
+            };
+            let bytes = encode(&Frame::Event(WireEvent::Step(step))).unwrap();
+            match read_frame(&mut &bytes[..]) {
+                Ok(Frame::Event(WireEvent::Step(back))) => {
+                    assert!(back.loss.is_nan() == loss.is_nan() && (loss.is_nan() || back.loss == loss), "{loss}");
+                }
+                other => panic!("{loss}: {other:?}"),
+            }
+        }
+        let host = HostSample { global_cpu_pct: f32::NAN, iowait_pct: Some(f32::INFINITY), ..Default::default() };
+        let bytes = encode(&Frame::Event(WireEvent::Host(host))).unwrap();
+        let Ok(Frame::Event(WireEvent::Host(back))) = read_frame(&mut &bytes[..]) else { panic!("host sample lost") };
+        assert!(back.global_cpu_pct.is_nan() && back.iowait_pct == Some(f32::INFINITY));
     }
 
     #[test]

@@ -51,6 +51,13 @@ pub fn flag_label(f: &Flag) -> String {
         Flag::TinyModel => "tiny model: per-step overhead dominates".into(),
         Flag::ComputeCompetesWithLoader => "CPU training shares cores with the loader".into(),
         Flag::Simulated { what } => format!("simulated: {what}"),
+        Flag::Diverged { first_nan, first_inf } => {
+            format!(
+                "{}: training diverged, lower the learning rate",
+                crate::diagnose::loss_words(*first_nan, *first_inf)
+            )
+        }
+        Flag::Stalled(s) => crate::diagnose::stall_words(s),
         Flag::ValidationHeavy { share } => format!("validation takes {:.0}% of the run", share * 100.0),
         Flag::CoreContention { share, others, external } => {
             let who = if *external && !others.is_empty() { format!(" ({})", others.join(", ")) } else { String::new() };
