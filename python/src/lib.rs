@@ -114,9 +114,11 @@ fn init(
         opts.listen = listen;
     }
     opts.sampler = sample.then(|| SamplerConfig { hz, ..SamplerConfig::default() });
-    let session = py
-        .detach(move || attach::start(opts, probe, rx))
-        .map_err(|e| PyRuntimeError::new_err(format!("pipeprof.init: {e}")))?;
+    // Started with the GIL held: releasing it while holding the state lock would deadlock
+    // against a thread that holds the GIL and calls `step` or opens its first span. Binding
+    // a socket and starting threads is quick.
+    let _ = py;
+    let session = attach::start(opts, probe, rx).map_err(|e| PyRuntimeError::new_err(format!("pipeprof.init: {e}")))?;
     let address = session.address().to_string();
     st.role = Role::Parent(session);
     Ok(address)
@@ -143,7 +145,12 @@ fn connect_worker(py: Python<'_>, address: String, program: String, capacity: us
         settings: serde_json::Value::Null,
         threads: Vec::new(),
     };
-    let prod = match py.detach(move || producer::connect(&address, hello, capacity)) {
+    // The connect may wait on the network: without the GIL, and without the state lock
+    // (held across a GIL release it deadlocks against a thread calling `step`).
+    drop(st);
+    let connected = py.detach(move || producer::connect(&address, hello, capacity));
+    let mut st = state()?;
+    let prod = match connected {
         Ok(p) => p,
         Err(e) => {
             // Spans made from now on are dropped at once instead of filling the parent's
@@ -217,7 +224,15 @@ fn clients() -> PyResult<usize> {
 #[pyfunction]
 #[pyo3(signature = (n=1, timeout=None))]
 fn wait_for_clients(py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<bool> {
-    let deadline = timeout.map(|t| std::time::Instant::now() + std::time::Duration::from_secs_f64(t.max(0.0)));
+    // inf (or a timeout past what a clock can hold) waits without a deadline; NaN or a
+    // negative one does not wait.
+    let deadline = match timeout {
+        Some(t) if t.is_nan() => Some(std::time::Instant::now()),
+        Some(t) => std::time::Duration::try_from_secs_f64(t.max(0.0))
+            .ok()
+            .and_then(|d| std::time::Instant::now().checked_add(d)),
+        None => None,
+    };
     loop {
         let enough = match &state()?.role {
             Role::Parent(s) => s.clients() >= n,
