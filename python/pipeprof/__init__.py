@@ -47,6 +47,8 @@ __all__ = [
 
 #: The parent's attach address, inherited by worker processes.
 ADDRESS_ENV = "PIPEPROF_PARENT"
+# The token a TCP run's viewers and workers must send (set by the run itself).
+TOKEN_ENV = "PIPEPROF_TOKEN"
 #: The parent's pid: a process with the address but another pid is a worker.
 PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
 
@@ -57,6 +59,16 @@ STAGES = tuple(stages())
 span = Span
 
 _process_name = None
+
+
+def _c_getenv(name):
+    """The C environment's value (what the native module set), which os.environ does not see."""
+    import ctypes
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    value = getenv(name.encode())
+    return value.decode() if value else None
 
 
 def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
@@ -76,6 +88,11 @@ def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
         program = os.path.basename(sys.argv[0] or "") or "python"
     text = json.dumps(settings or {}, default=str)
     addr = _native.init(program, text, listen, sample, hz)
+    # Over TCP the run's token was put in the C environment for worker processes; copy it
+    # into os.environ too, which a `subprocess` given `env=dict(os.environ)` reads.
+    token = _c_getenv(TOKEN_ENV)
+    if token:
+        os.environ[TOKEN_ENV] = token
     os.environ[ADDRESS_ENV] = addr
     os.environ[PARENT_PID_ENV] = str(os.getpid())
     atexit.register(finish)

@@ -297,9 +297,9 @@ fn step(
     validation: bool,
     end_ns: Option<u64>,
 ) -> PyResult<()> {
-    // The wire carries steps as JSON, where a NaN or infinite loss would not decode: a
-    // diverged run still reports its steps, with the largest finite loss.
-    let loss = if loss.is_finite() { loss as f32 } else { f32::MAX };
+    // A NaN or infinite loss (a diverged run; 1e39 becomes inf in f32) is data: the wire
+    // carries it as a word, and the report flags where training diverged.
+    let loss = loss as f32;
     let rec = StepRecord {
         step,
         epoch,
