@@ -242,3 +242,38 @@ fn a_fifo_named_like_an_image_is_skipped_at_scan_and_named() {
     assert!(stderr.contains("zz_pipe.png") && stderr.contains("not a regular file"), "{stderr}");
     assert!(trace_events(&r.trace).iter().any(|e| e["name"] == "compute"));
 }
+
+#[test]
+fn ctrl_c_during_check_advice_stops_the_follow_ups_and_removes_their_temporary_folder() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let r = setup();
+    // A preprocess-bound run, so there is advice to check; its own process group, as a
+    // terminal's, so that Ctrl-C reaches the follow-up run too.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .args(["profile", "--model", r.model.to_str().unwrap(), "--data", r.data.to_str().unwrap()])
+        .args(["--steps", "8", "--workers", "1", "--slow", "decode=+15ms", "--no-tui", "--no-gpu", "--check-advice"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let tmp = std::env::temp_dir().join(format!("pipeprof-check-{}", child.id()));
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut seen, mut line) = (String::new(), String::new());
+    while !seen.contains("check-advice: run 1/") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no follow-up run started:\n{seen}");
+        seen.push_str(&line);
+    }
+    assert!(tmp.is_dir(), "the follow-ups' folder exists while they run");
+    // Ctrl-C: SIGINT to the whole foreground process group.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{seen}{rest}");
+    assert!(rest.contains("check-advice: interrupted"), "{seen}{rest}");
+    assert!(!rest.contains("check-advice: run 2/"), "no follow-up started after the interrupt:\n{rest}");
+    assert!(!tmp.exists(), "{} removed", tmp.display());
+}

@@ -86,12 +86,14 @@ fn start_live_view_with(tmp: &std::path::Path, extra: &str, ready: &[&str]) -> O
     // proves the key stops it. After pipeprof, the shell reports its exit status and whether
     // the terminal is back in cooked mode (raw mode shows as -icanon -echo).
     let script = format!(
-        "'{bin}' profile --model '{model}' --data '{data}' --steps 100000 {extra}; echo \"pipeprof-exit=$?\"; \
+        "sh -c 'echo $$ > \"{pid}\"; exec \"{bin}\" profile --model \"{model}\" --data \"{data}\" --steps 100000 {extra}'; \
+         echo \"pipeprof-exit=$?\"; \
          echo \"tty: $(stty -a | tr -s ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' ')\"; \
          echo test-done; sleep 600",
         bin = env!("CARGO_BIN_EXE_pipeprof"),
         model = model.display(),
         data = data.display(),
+        pid = tmp.join("pid").display(),
     );
     let name = tmp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmux = Tmux { socket: format!("pipeprof-test-{}-{name}", std::process::id()) };
@@ -147,7 +149,7 @@ fn ctrl_c_in_the_live_view_stops_like_q() {
 fn two_ctrl_c_50_ms_apart_in_the_live_view_are_one_interrupt_with_trace_and_summary_written() {
     let tmp = tempfile::tempdir().unwrap();
     let (trace, summary) = (tmp.path().join("t.json"), tmp.path().join("s.json"));
-    let extra = format!("--trace '{}' --summary '{}'", trace.display(), summary.display());
+    let extra = format!("--trace \"{}\" --summary \"{}\"", trace.display(), summary.display());
     let Some((tmux, _)) = start_live_view_with(tmp.path(), &extra, FILLED) else { return };
     // The stimulus: a nervous user (or key repeat) pressing Ctrl-C twice, 50 ms apart.
     tmux.run(&["send-keys", "-t", "pp", "C-c"]);
@@ -167,7 +169,7 @@ fn a_ctrl_c_after_the_grace_period_exits_at_once_with_the_terminal_restored_and_
     let (trace, summary) = (tmp.path().join("t.json"), tmp.path().join("s.json"));
     // The first step never ends (its compute takes an hour): the first Ctrl-C cannot end the
     // run before the second.
-    let extra = format!("--trace '{}' --summary '{}' --slow compute=+3599s", trace.display(), summary.display());
+    let extra = format!("--trace \"{}\" --summary \"{}\" --slow compute=+3599s", trace.display(), summary.display());
     // The view refreshes without steps too (on time): the loader's spans show.
     let Some((tmux, _)) = start_live_view_with(tmp.path(), &extra, &["read", "decode"]) else { return };
     tmux.run(&["send-keys", "-t", "pp", "C-c"]);
@@ -175,6 +177,29 @@ fn a_ctrl_c_after_the_grace_period_exits_at_once_with_the_terminal_restored_and_
     tmux.run(&["send-keys", "-t", "pp", "C-c"]);
     let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
     assert!(after.contains("pipeprof-exit=130"), "{after}");
+    assert!(after.contains("tty: icanon echo"), "raw mode is off again:\n{after}");
+    let alt = tmux.run(&["display-message", "-p", "-t", "pp", "#{alternate_on}"]);
+    assert_eq!(String::from_utf8_lossy(&alt.stdout).trim(), "0", "back on the normal screen");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).expect("the trace is closed, strictly valid JSON");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    assert!(s.get("failed").is_some(), "an immediate exit marks the summary failed: {s}");
+}
+
+#[test]
+fn two_sigterms_apart_while_the_view_is_up_exit_at_once_with_the_terminal_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (trace, summary) = (tmp.path().join("t.json"), tmp.path().join("s.json"));
+    let extra = format!("--trace \"{}\" --summary \"{}\" --slow compute=+3599s", trace.display(), summary.display());
+    let Some((tmux, _)) = start_live_view_with(tmp.path(), &extra, &["read", "decode"]) else { return };
+    // `sh` wrote its pid, then exec'd pipeprof in place: that pid is pipeprof's.
+    let pid: i32 = std::fs::read_to_string(tmp.path().join("pid")).unwrap().trim().parse().unwrap();
+    // The stimulus: `docker stop` twice, or a supervisor that insists.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    std::thread::sleep(pipeprof::signal::GRACE + Duration::from_millis(100));
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
+    assert!(after.contains("pipeprof-exit=143"), "{after}");
     assert!(after.contains("tty: icanon echo"), "raw mode is off again:\n{after}");
     let alt = tmux.run(&["display-message", "-p", "-t", "pp", "#{alternate_on}"]);
     assert_eq!(String::from_utf8_lossy(&alt.stdout).trim(), "0", "back on the normal screen");
