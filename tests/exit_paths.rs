@@ -277,3 +277,19 @@ fn ctrl_c_during_check_advice_stops_the_follow_ups_and_removes_their_temporary_f
     assert!(!rest.contains("check-advice: run 2/"), "no follow-up started after the interrupt:\n{rest}");
     assert!(!tmp.exists(), "{} removed", tmp.display());
 }
+
+#[test]
+fn a_worker_busy_with_a_slow_batch_at_the_stop_is_not_called_stuck() {
+    let r = setup();
+    // Each decode spins 600 ms: a batch of 4 takes 2.4 s, longer than the stop waits for a
+    // worker, but every stage ends well within that wait.
+    let child = start(&r, &["--steps", "100", "--slow", "decode=+600ms"]);
+    wait_for_span(&r.trace, "decode");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let (report, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(report.contains("pipeprof report") && !report.contains("left behind"), "{report}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&r.summary).unwrap()).unwrap();
+    assert_eq!(s["stalls"], serde_json::json!([]), "{s}");
+}

@@ -160,7 +160,8 @@ pub struct Loader {
     /// The first worker that died, once the training loop has run into its closed queue.
     failure: Option<WorkerFailure>,
     stop: Arc<AtomicBool>,
-    /// Workers left behind, stuck, by a halt (their threads end with the process).
+    /// Workers left behind by a halt, stuck or still finishing a batch (their threads end
+    /// on their own or with the process).
     abandoned: Vec<String>,
     /// The step the current workers started from.
     first: u64,
@@ -249,10 +250,13 @@ impl Loader {
                 std::thread::sleep(Duration::from_millis(5));
             }
             if !h.is_finished() {
-                // Stuck in a call that does not return: named, and left behind.
+                // Left behind: it ends with the process. Named as stuck only when its current
+                // stage was open the whole wait (a read that does not return), not when it is
+                // busy finishing a slow batch.
                 let thread = h.thread().name().unwrap_or("loader").to_string();
                 let now = clock::now_ns();
-                for w in watch::open_work().into_iter().filter(|w| w.thread == thread) {
+                let stuck = |w: &watch::OpenWork| now.saturating_sub(w.since_ns) >= HALT_WAIT.as_nanos() as u64;
+                for w in watch::open_work().into_iter().filter(|w| w.thread == thread && stuck(w)) {
                     self.probe.send_blocking(Event::Stalled {
                         thread: w.thread.into_boxed_str(),
                         stage: w.stage,
@@ -354,7 +358,7 @@ impl Loader {
         self.next_batch_until(&NEVER)
     }
 
-    /// Workers left behind by a halt because they were stuck.
+    /// Workers left behind by a halt: still running when its wait (`HALT_WAIT`) ran out.
     pub fn abandoned(&self) -> &[String] {
         &self.abandoned
     }
