@@ -51,8 +51,9 @@ pub fn collect(
         export(&ev, &mut exporters);
         agg.push(&ev);
         since_publish += 1;
-        // Publishing costs a summary and a copy of the recent series: do it on steps and skips
-        // (at most every PUBLISH_EVERY), and every so many events.
+        // Publishing costs a summary and a copy of the recent series: do it on steps, skips
+        // and stalls (at most every PUBLISH_EVERY), every so many events, and at least every
+        // PUBLISH_STALE while events come.
         let since = last_publish.map(|t| t.elapsed());
         let due = since.is_none_or(|t| t >= PUBLISH_EVERY);
         let stale = since.is_none_or(|t| t >= PUBLISH_STALE);
