@@ -54,6 +54,7 @@ fn main() {
         progress: false,
         fail_after: None,
         abort_after: None,
+        panic_on: None,
     })
     .unwrap();
     println!(

@@ -7,9 +7,10 @@ use crate::export::Exporter;
 use crate::session;
 use crate::{report, signal};
 use anyhow::{bail, Context};
+use probes::attach::conn::{Address, Stream};
 use probes::attach::wire::{self, Frame, ServerStats};
 use probes::Event;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,55 +64,11 @@ pub fn discover(dir: &Path) -> Vec<Found> {
     found
 }
 
-enum Stream {
-    Unix(std::os::unix::net::UnixStream),
-    Tcp(std::net::TcpStream),
-}
-
-impl Read for Stream {
-    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.read(b),
-            Stream::Tcp(s) => s.read(b),
-        }
-    }
-}
-
-impl Stream {
-    /// A function that shuts the connection down from another thread.
-    fn try_clone_closer(&self) -> std::io::Result<Box<dyn Fn() + Send>> {
-        Ok(match self {
-            Stream::Unix(s) => {
-                let c = s.try_clone()?;
-                Box::new(move || {
-                    let _ = c.shutdown(std::net::Shutdown::Both);
-                })
-            }
-            Stream::Tcp(s) => {
-                let c = s.try_clone()?;
-                Box::new(move || {
-                    let _ = c.shutdown(std::net::Shutdown::Both);
-                })
-            }
-        })
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write(b),
-            Stream::Tcp(s) => s.write(b),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn connect(target: Option<&str>) -> anyhow::Result<(Stream, String)> {
+/// The run to watch: the one found, a PID, a socket path or HOST:PORT (the one rule of
+/// [`Address::parse`], shared with producers).
+fn connect(target: Option<&str>) -> anyhow::Result<(Stream, Address)> {
     let dir = probes::attach::runtime_dir()?;
-    let socket = match target {
+    let address = match target {
         None => {
             let found = discover(&dir);
             match found.as_slice() {
@@ -120,27 +77,26 @@ fn connect(target: Option<&str>) -> anyhow::Result<(Stream, String)> {
                      `cargo run --release --example train_cnn -- --data /tmp/pp-imgs`, or pass HOST:PORT",
                     dir.display()
                 ),
-                [one] => one.socket.clone(),
+                [one] => Address::Unix(one.socket.clone()),
                 many => {
                     let list: Vec<String> = many.iter().map(|f| format!("  {}  {}", f.pid, f.program)).collect();
                     bail!("several runs can be attached to; pass a PID:\n{}", list.join("\n"))
                 }
             }
         }
-        Some(t) if t.chars().all(|c| c.is_ascii_digit()) => dir.join(format!("{t}.sock")),
-        Some(t) if t.contains('/') || t.ends_with(".sock") => PathBuf::from(t),
-        Some(t) => {
-            let s = std::net::TcpStream::connect(t).with_context(|| format!("cannot connect to {t}"))?;
-            return Ok((Stream::Tcp(s), t.to_string()));
+        Some(t) if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) => {
+            Address::Unix(dir.join(format!("{t}.sock")))
         }
+        Some(t) => Address::parse(t),
     };
-    let s = std::os::unix::net::UnixStream::connect(&socket).with_context(|| {
-        format!(
+    let s = Stream::connect(&address).with_context(|| match &address {
+        Address::Unix(p) => format!(
             "cannot connect to {} (is the run still going? `pipeprof attach --list` shows the live ones)",
-            socket.display()
-        )
+            p.display()
+        ),
+        Address::Tcp(t) => format!("cannot connect to {t}"),
     })?;
-    Ok((Stream::Unix(s), socket.display().to_string()))
+    Ok((s, address))
 }
 
 /// How a connection ended.
@@ -225,13 +181,19 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         list()?;
         return Ok(Diagnosed::default());
     }
-    let (mut stream, addr) = connect(args.target.as_deref())?;
+    let (mut stream, address) = connect(args.target.as_deref())?;
+    let addr = address.to_string();
     wire::client_hello(&mut stream).context("handshake")?;
     let closer = stream.try_clone_closer()?;
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let hello = match wire::read_frame(&mut reader) {
         Ok(Frame::Hello(h)) => h,
         Ok(_) => bail!("{addr}: the run did not greet first"),
+        Err(e) if matches!(address, Address::Tcp(_)) => bail!(
+            "{addr}: {e}: a run listening on TCP closes on viewers without its token \
+             (set {}= to the token the run printed)",
+            wire::TOKEN_ENV
+        ),
         Err(e) => bail!("{addr}: {e}"),
     };
     let settings = settings_of(&hello, &addr)?;

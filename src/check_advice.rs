@@ -263,6 +263,8 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         println!("check-advice: cannot create {} ({e}): skipped", tmp.display());
         return;
     }
+    // Removed on every way out: return, panic (drop), an immediate exit (abort hook).
+    let _tmp_guard = TempDir::new(&tmp);
     let steps = steps.unwrap_or(DEFAULT_STEPS);
     let parent: Vec<OsString> = std::env::args_os().skip(1).collect();
     println!(
@@ -271,6 +273,11 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
     );
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
     for (k, f) in runs.iter().enumerate() {
+        // Ctrl-C reached the child (same process group) and this process: no more runs.
+        if crate::signal::stopping() {
+            eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
+            break;
+        }
         eprintln!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label);
         let summary = tmp.join(format!("run-{k}.json"));
         let mut note = None;
@@ -306,8 +313,28 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
             .and_then(|child| run_child(&exe, &child, &summary));
         results.push((measured, note));
     }
-    let _ = std::fs::remove_dir_all(&tmp);
-    print!("{}", render(&runs, &results, main.images_per_s));
+    drop(_tmp_guard);
+    print!("{}", render(&runs[..results.len()], &results, main.images_per_s));
+}
+
+/// The follow-ups' temporary folder (summaries, a cache, a copy of the data set): removed
+/// when dropped, and by an immediate exit on a second interrupt, which drops nothing.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(dir: &Path) -> TempDir {
+        let d = dir.to_path_buf();
+        crate::signal::on_abort(Box::new(move || {
+            let _ = std::fs::remove_dir_all(&d);
+        }));
+        TempDir(dir.to_path_buf())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The table. Measured × is against the baseline follow-up (same length, same conditions),

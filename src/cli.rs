@@ -146,6 +146,10 @@ pub struct ProfileArgs {
     /// size, prefetch, the packed cache) and print predicted vs measured images/s.
     #[arg(long)]
     pub check_advice: bool,
+    /// Name a loader stage open longer than this as stalled, live and in the report (a read
+    /// that never returns: a FIFO, a hung network drive). Default 30.
+    #[arg(long, value_name = "SECONDS")]
+    pub stall_after: Option<f64>,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,

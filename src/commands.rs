@@ -71,6 +71,7 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
         no_tui: a.no_tui,
         check_advice: a.check_advice,
         channel_capacity: a.channel_capacity,
+        stall_after: a.stall_after,
     }
 }
 

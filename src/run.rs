@@ -34,7 +34,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,8 +46,11 @@ pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
 /// The start-up hook Python children import (the same file the wheel ships).
 const SITECUSTOMIZE: &str = include_str!("../python/pipeprof/_bootstrap/sitecustomize.py");
 
-/// How long, after the program exited, its processes' last frames may take to arrive.
-const DRAIN: Duration = Duration::from_secs(3);
+/// How long, after the program exited, its processes' last frames may take to arrive: while
+/// a process of the run is still connected and sent something in the last [`QUIET`], up to
+/// [`DRAIN`] (a pool worker ended by SIGTERM sends its last spans from its handler).
+const DRAIN: Duration = Duration::from_secs(10);
+const QUIET: Duration = Duration::from_secs(1);
 
 /// What `pipeprof run` was asked for.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +106,24 @@ impl Ending {
 struct Relays {
     open: AtomicUsize,
     processes: Mutex<Vec<String>>,
+    /// When bytes last arrived from any process of the run (monotonic ns).
+    last_ns: AtomicU64,
+}
+
+/// A connection that notes when bytes arrive.
+struct Noting<'a> {
+    conn: &'a UnixStream,
+    last: &'a AtomicU64,
+}
+
+impl std::io::Read for Noting<'_> {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.conn).read(b)?;
+        if n > 0 {
+            self.last.store(probes::clock::now_ns(), Ordering::Relaxed);
+        }
+        Ok(n)
+    }
 }
 
 /// Files this run made, removed on every way out (the listener's socket, the hook's folder).
@@ -153,7 +174,8 @@ fn serve(listener: UnixListener, probe: Probe, relays: Arc<Relays>, stop: Arc<At
             match wire::check_peer_hello(&mut conn) {
                 Ok(wire::Peer::Producer) => {
                     let _ = conn.set_read_timeout(None);
-                    let r = probes::attach::producer::relay(&mut BufReader::new(&conn), &probe);
+                    let noting = Noting { conn: &conn, last: &mine.last_ns };
+                    let r = probes::attach::producer::relay(&mut BufReader::new(noting), &probe);
                     if let Ok(mut p) = mine.processes.lock() {
                         p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
                     }
@@ -336,8 +358,18 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             if take_terminal {
                 give_terminal(0);
             }
-            let deadline = Instant::now() + DRAIN;
-            while relays.open.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            let exited = Instant::now();
+            let deadline = exited + DRAIN;
+            let quiet = || {
+                let last = relays.last_ns.load(Ordering::Relaxed);
+                probes::clock::now_ns().saturating_sub(last) >= QUIET.as_nanos() as u64
+            };
+            // Connected processes get QUIET after the program's end in any case, and longer
+            // while they still send.
+            while relays.open.load(Ordering::SeqCst) > 0
+                && Instant::now() < deadline
+                && (exited.elapsed() < QUIET || !quiet())
+            {
                 std::thread::sleep(Duration::from_millis(5));
             }
             probe.send_blocking(Event::Finish);

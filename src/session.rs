@@ -19,6 +19,10 @@ pub type Latest = Arc<Mutex<Live>>;
 /// and the live view redraws at 10 Hz anyway.
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
+/// Longest time between two publications while events come: a run stuck before its first
+/// step (a read that never returns) still shows its samples and stalls.
+const PUBLISH_STALE: Duration = Duration::from_secs(1);
+
 /// Events between two publications when no step or skip comes.
 const PUBLISH_EVERY_EVENTS: u32 = 4096;
 
@@ -43,14 +47,17 @@ pub fn collect(
         if ev == Event::Finish {
             break;
         }
-        let publish = matches!(ev, Event::Step(_) | Event::Skipped { .. });
+        let publish = matches!(ev, Event::Step(_) | Event::Skipped { .. } | Event::Stalled { .. });
         export(&ev, &mut exporters);
         agg.push(&ev);
         since_publish += 1;
-        // Publishing costs a summary and a copy of the recent series: do it on steps and skips
-        // (at most every PUBLISH_EVERY), and every so many events.
-        let due = last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY);
-        if (publish && due) || since_publish >= PUBLISH_EVERY_EVENTS {
+        // Publishing costs a summary and a copy of the recent series: do it on steps, skips
+        // and stalls (at most every PUBLISH_EVERY), every so many events, and at least every
+        // PUBLISH_STALE while events come.
+        let since = last_publish.map(|t| t.elapsed());
+        let due = since.is_none_or(|t| t >= PUBLISH_EVERY);
+        let stale = since.is_none_or(|t| t >= PUBLISH_STALE);
+        if (publish && due) || stale || since_publish >= PUBLISH_EVERY_EVENTS {
             since_publish = 0;
             last_publish = Some(Instant::now());
             publish_snapshot(&mut agg, latest, dropped);
@@ -91,7 +98,9 @@ fn export(ev: &Event, exporters: &mut Vec<Box<dyn Exporter>>) {
 fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, dropped: &dyn Fn() -> u64) {
     agg.set_dropped(dropped());
     let snap = agg.snapshot();
-    let verdict = (snap.summary.steps > 0).then(|| diagnose::diagnose(&snap.summary));
+    // A stalled run may have no step yet: its verdict names the stall.
+    let judge = snap.summary.steps > 0 || !snap.summary.stalls.is_empty();
+    let verdict = judge.then(|| diagnose::diagnose(&snap.summary));
     // The lock is held only for the move, not while the snapshot is built.
     // A view that panicked while reading poisons the lock; the slot is still whole.
     *latest.lock().unwrap_or_else(|e| e.into_inner()) = Live { snap, verdict };

@@ -1,9 +1,14 @@
 //! Ctrl-C and SIGTERM ask the run to stop cleanly; a second one, later, exits at once.
 //!
 //! Signals are received on a thread of their own (signal-hook), not in a handler: the code
-//! that reacts may take its time and call anything. A second signal that arrives within
-//! [`GRACE`] of the first is the same interrupt — `timeout` and a terminal's Ctrl-C deliver one
-//! to the process and again to its group, microseconds apart — and is ignored.
+//! that reacts may take its time and call anything. The live view's Ctrl-C key (raw mode
+//! turns Ctrl-C into a key) comes through [`interrupt`] too: one path for both. A second
+//! interrupt that arrives within [`GRACE`] of the first is the same interrupt — `timeout` and
+//! a terminal's Ctrl-C deliver one to the process and again to its group, microseconds apart;
+//! a nervous user presses twice — and is ignored. A later one exits at once: the terminal is
+//! restored, then the abort hooks close the trace and write the summary marked failed. The
+//! hooks are disarmed once the run has written its files ([`disarm_after`]): nothing is
+//! written twice.
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -14,8 +19,16 @@ use std::time::{Duration, Instant};
 static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static INSTALLED: OnceLock<()> = OnceLock::new();
+/// When the first interrupt came.
+static FIRST: Mutex<Option<Instant>> = Mutex::new(None);
 /// Run just before an immediate exit on a second interrupt (close what must be closed).
 static ON_ABORT: Mutex<Vec<Box<dyn Fn() + Send>>> = Mutex::new(Vec::new());
+/// Puts the terminal back before an immediate exit (set by the live view).
+static RESTORE_TERMINAL: OnceLock<fn()> = OnceLock::new();
+
+/// How long an immediate exit waits for the run to finish writing its files (then its hooks
+/// have nothing left to do).
+const HOOKS_WAIT: Duration = Duration::from_secs(2);
 
 /// A repeat of the first interrupt within this time is the same interrupt.
 pub const GRACE: Duration = Duration::from_millis(500);
@@ -51,27 +64,8 @@ pub fn install() {
             }
         };
         let spawned = std::thread::Builder::new().name("pp-signals".into()).spawn(move || {
-            let mut first: Option<Instant> = None;
             for sig in signals.forever() {
-                // The live view's q sets STOP too: a signal after it is a second interrupt.
-                let stopping = STOP.load(Ordering::SeqCst);
-                let since = first.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
-                match respond(stopping, since) {
-                    Response::Stop => {
-                        first = Some(Instant::now());
-                        SIGNAL.store(sig, Ordering::SeqCst);
-                        STOP.store(true, Ordering::SeqCst);
-                    }
-                    Response::Ignore => {}
-                    Response::Exit => {
-                        eprintln!("\npipeprof: second interrupt: closing the trace and exiting now");
-                        // try_lock: a registration in progress must not hold up the exit.
-                        if let Ok(hooks) = ON_ABORT.try_lock() {
-                            hooks.iter().for_each(|h| h());
-                        }
-                        std::process::exit(128 + sig);
-                    }
-                }
+                interrupt(sig);
             }
         });
         if let Err(e) = spawned {
@@ -80,9 +74,83 @@ pub fn install() {
     });
 }
 
+/// An interrupt: signal `sig` arrived, or the live view's Ctrl-C key (`SIGINT`). The first
+/// asks the run to stop; a repeat within [`GRACE`] is ignored; a later one exits at once.
+pub fn interrupt(sig: i32) {
+    // The live view's q sets STOP too: a signal after it is a second interrupt.
+    let stopping = STOP.load(Ordering::SeqCst);
+    let mut first = FIRST.lock().unwrap_or_else(|e| e.into_inner());
+    let since = first.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
+    match respond(stopping, since) {
+        Response::Stop => {
+            *first = Some(Instant::now());
+            SIGNAL.store(sig, Ordering::SeqCst);
+            STOP.store(true, Ordering::SeqCst);
+        }
+        Response::Ignore => {}
+        Response::Exit => {
+            drop(first);
+            exit_now(sig)
+        }
+    }
+}
+
+/// The immediate exit: terminal restored, abort hooks run (after the run's own writing, if
+/// it is at it, for at most [`HOOKS_WAIT`]), status 128 + `sig`.
+fn exit_now(sig: i32) -> ! {
+    if let Some(restore) = RESTORE_TERMINAL.get() {
+        restore();
+    }
+    eprintln!("\npipeprof: second interrupt: closing the trace and exiting now");
+    let deadline = Instant::now() + HOOKS_WAIT;
+    loop {
+        match ON_ABORT.try_lock() {
+            Ok(hooks) => {
+                hooks.iter().for_each(|h| h());
+                break;
+            }
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                p.into_inner().iter().for_each(|h| h());
+                break;
+            }
+            // The run is writing its files (or registering a hook): wait, boundedly.
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => break,
+        }
+    }
+    std::process::exit(128 + sig);
+}
+
 /// Registers `f` to run before an immediate exit on a second interrupt.
 pub fn on_abort(f: Box<dyn Fn() + Send>) {
     ON_ABORT.lock().unwrap_or_else(|e| e.into_inner()).push(f);
+}
+
+/// Runs `write` (the run writing its own files) with the abort hooks held back, then
+/// disarms them: an immediate exit meanwhile waits for `write`, and after it finds nothing
+/// to do, so a complete file is never overwritten by one marked failed.
+pub fn disarm_after<R>(write: impl FnOnce() -> R) -> R {
+    let mut hooks = ON_ABORT.lock().unwrap_or_else(|e| e.into_inner());
+    let r = write();
+    hooks.clear();
+    r
+}
+
+/// Sets what puts the terminal back before an immediate exit (the live view's restore).
+pub fn on_exit_restore_terminal(restore: fn()) {
+    let _ = RESTORE_TERMINAL.set(restore);
+}
+
+/// The live view's Ctrl-C key: an interrupt like SIGINT.
+pub fn interrupt_key() {
+    interrupt(SIGINT);
+}
+
+/// Whether a stop was asked for (an interrupt, or the live view's q).
+pub fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst)
 }
 
 /// The flag the training loop polls (also set by the live view's `q`).

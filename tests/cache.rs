@@ -29,6 +29,7 @@ fn opts(data: &Path, out: &Path) -> BuildOptions {
         progress: false,
         fail_after: None,
         abort_after: None,
+        panic_on: None,
     }
 }
 
@@ -70,6 +71,20 @@ fn cached_pixels_and_labels_are_bitwise_those_of_the_decode_path() {
     let from_cache = all_batches(Arc::new(p));
     assert_eq!(from_folder.len(), 18);
     assert_eq!(from_folder, from_cache);
+}
+
+#[test]
+fn a_sample_whose_decoder_panics_is_skipped_and_named_and_the_build_finishes() {
+    let (_d, data, out) = setup();
+    let ds = scan(&data).unwrap();
+    let victim = ds.samples[7].path.to_string_lossy().into_owned();
+    let mut o = opts(&data, &out);
+    o.panic_on = Some(victim.clone());
+    let r = build(&o).unwrap();
+    assert_eq!((r.images, r.skipped.len()), (59, 1), "every other sample is cached");
+    let (path, reason) = &r.skipped[0];
+    assert!(*path == victim && reason.contains("the decoder panicked"), "{path}: {reason}");
+    assert_eq!(Packed::open(&out).unwrap().len(), 59);
 }
 
 #[test]

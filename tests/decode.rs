@@ -151,3 +151,33 @@ fn grayscale_jpeg_is_replicated_to_rgb_and_kept_as_luma() {
     assert_eq!(gray.channels, 1);
     assert!(gray.data.iter().zip(luma.as_raw()).all(|(a, b)| a.abs_diff(*b) <= 3));
 }
+
+#[test]
+fn hostile_jpegs_cut_between_scans_cut_cmyk_and_endless_scans_are_refused_with_a_reason() {
+    use pipeprof::data::image::MAX_JPEG_SCANS;
+    let img = photo(64, 48);
+    // A progressive file cut just before its last scan: no error inside a scan, but not all
+    // its pixel data.
+    let progressive = jpeg(&img, 90, true);
+    let last_scan = progressive.windows(2).rposition(|w| w == [0xFF, 0xDA]).unwrap();
+    assert!(decode_for(&progressive, 3, 0, 0).is_ok(), "the whole file decodes");
+    let cut = decode_for(&progressive[..last_scan], 3, 0, 0);
+    assert!(matches!(cut, Err(ImageError::Truncated(_))), "{cut:?}");
+
+    // CMYK (decoded by the image crate, not libjpeg): whole is fine, cut is refused.
+    let cmyk: Vec<u8> = img.as_raw().chunks(3).flat_map(|p| [255 - p[0], 255 - p[1], 255 - p[2], 0]).collect();
+    let mut whole = Vec::new();
+    jpeg_encoder::Encoder::new(&mut whole, 90).encode(&cmyk, 64, 48, jpeg_encoder::ColorType::Cmyk).unwrap();
+    assert!(decode_for(&whole, 3, 0, 0).is_ok(), "a whole CMYK JPEG decodes");
+    let cut = decode_for(&whole[..whole.len() * 2 / 3], 3, 0, 0);
+    assert!(matches!(cut, Err(ImageError::Truncated(_))), "{cut:?}");
+
+    // Thousands of scans: refused before any decoding, saying why.
+    let mut endless = vec![0xFF, 0xD8];
+    for _ in 0..MAX_JPEG_SCANS + 1 {
+        endless.extend([0xFF, 0xDA, 0x00, 0x02]);
+    }
+    endless.extend([0xFF, 0xD9]);
+    let e = decode_for(&endless, 3, 0, 0).unwrap_err().to_string();
+    assert!(e.contains(&format!("{} scans", MAX_JPEG_SCANS + 1)), "{e}");
+}

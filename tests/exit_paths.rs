@@ -197,3 +197,99 @@ fn kill_9_leaves_a_prefix_that_report_repair_closes() {
     let evs = trace_events(&r.trace);
     assert!(evs.iter().any(|e| e["ph"] == "X" && e["name"] == "compute"));
 }
+
+#[test]
+fn a_read_that_never_returns_is_named_and_sigterm_ends_the_run_without_waiting_for_it() {
+    use std::io::BufRead;
+    let r = setup();
+    // Every read takes an hour (a hung network drive): the run never gets its first batch.
+    let mut child = start(&r, &["--steps", "100", "--slow", "read=+3599s", "--stall-after", "0.5"]);
+    // The watchdog names the stuck read on stderr: read lines until it does.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while !seen.contains("has been reading") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr ended before the stall was named:\n{seen}");
+        seen.push_str(&line);
+    }
+    assert!(seen.contains("loader-0 has been reading") && seen.contains("imgs/"), "{seen}");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{seen}{rest}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("was still reading") && report.contains("left behind"), "{report}");
+    let evs = trace_events(&r.trace);
+    let stalled = evs.iter().find(|e| e["name"] == "stalled").expect("the trace names the stall");
+    assert!(stalled["args"]["file"].as_str().unwrap().contains("imgs/"), "{stalled}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&r.summary).unwrap()).unwrap();
+    let stalls = s["stalls"].as_array().unwrap();
+    assert!(stalls.iter().any(|x| x["abandoned"] == true && x["stage"] == "read"), "{s}");
+}
+
+#[test]
+fn a_fifo_named_like_an_image_is_skipped_at_scan_and_named() {
+    let r = setup();
+    let fifo =
+        r.data.join(std::fs::read_dir(&r.data).unwrap().next().unwrap().unwrap().file_name()).join("zz_pipe.png");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
+    let out = start(&r, &["--steps", "3"]).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("zz_pipe.png") && stderr.contains("not a regular file"), "{stderr}");
+    assert!(trace_events(&r.trace).iter().any(|e| e["name"] == "compute"));
+}
+
+#[test]
+fn ctrl_c_during_check_advice_stops_the_follow_ups_and_removes_their_temporary_folder() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let r = setup();
+    // A preprocess-bound run, so there is advice to check; its own process group, as a
+    // terminal's, so that Ctrl-C reaches the follow-up run too.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .args(["profile", "--model", r.model.to_str().unwrap(), "--data", r.data.to_str().unwrap()])
+        .args(["--steps", "8", "--workers", "1", "--slow", "decode=+15ms", "--no-tui", "--no-gpu", "--check-advice"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let tmp = std::env::temp_dir().join(format!("pipeprof-check-{}", child.id()));
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut seen, mut line) = (String::new(), String::new());
+    while !seen.contains("check-advice: run 1/") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no follow-up run started:\n{seen}");
+        seen.push_str(&line);
+    }
+    assert!(tmp.is_dir(), "the follow-ups' folder exists while they run");
+    // Ctrl-C: SIGINT to the whole foreground process group.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{seen}{rest}");
+    assert!(rest.contains("check-advice: interrupted"), "{seen}{rest}");
+    assert!(!rest.contains("check-advice: run 2/"), "no follow-up started after the interrupt:\n{rest}");
+    assert!(!tmp.exists(), "{} removed", tmp.display());
+}
+
+#[test]
+fn a_worker_busy_with_a_slow_batch_at_the_stop_is_not_called_stuck() {
+    let r = setup();
+    // Each decode spins 600 ms: a batch of 4 takes 2.4 s, longer than the stop waits for a
+    // worker, but every stage ends well within that wait.
+    let child = start(&r, &["--steps", "100", "--slow", "decode=+600ms"]);
+    wait_for_span(&r.trace, "decode");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let (report, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(report.contains("pipeprof report") && !report.contains("left behind"), "{report}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&r.summary).unwrap()).unwrap();
+    assert_eq!(s["stalls"], serde_json::json!([]), "{s}");
+}

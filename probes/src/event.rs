@@ -46,7 +46,8 @@ pub struct StepRecord {
     pub epoch: u32,
     /// Images in the batch.
     pub images: u32,
-    /// Mean loss over the batch.
+    /// Mean loss over the batch (NaN or ±inf when training diverged: written as words).
+    #[serde(with = "crate::nonfinite")]
     pub loss: f32,
     /// Correct predictions in the batch.
     pub correct: u32,
@@ -100,6 +101,20 @@ pub enum Event {
     Settings(Box<serde_json::Value>),
     /// The profiled program failed (an uncaught exception, a crashed worker): why, in words.
     Failed(Box<str>),
+    /// A stage has been open longer than the stall threshold (a read that does not return):
+    /// sent by the watchdog while it lasts, and once more for a thread left behind.
+    Stalled {
+        /// Thread name.
+        thread: Box<str>,
+        /// The stage it is in.
+        stage: Stage,
+        /// The file (or sample) it is working on.
+        file: Box<str>,
+        /// How long the stage has been open, ns.
+        open_ns: u64,
+        /// The run ended without it: the thread was left behind, still stuck.
+        abandoned: bool,
+    },
     /// The producer is done: everything it sent before this has arrived.
     Finish,
 }

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod event;
 pub mod fsinfo;
 pub mod layer;
+pub mod nonfinite;
 pub mod probe;
 pub mod sampler;
 pub mod stage;

@@ -8,6 +8,7 @@ in DataLoader workers, resize, train a small CNN.
 """
 
 import argparse
+import time
 
 import torch
 from torch import nn
@@ -60,9 +61,13 @@ def main():
     ).to(args.device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    step = 0
+    step, images, t0 = 0, 0, None
     for epoch in range(args.epochs):
         for xs, ys in loader:
+            if t0 is None:
+                t0 = time.perf_counter()  # from the first batch: start-up left out
+            else:
+                images += len(ys)
             xs, ys = xs.to(args.device), ys.to(args.device)
             opt.zero_grad()
             loss = loss_fn(model(xs), ys)
@@ -75,7 +80,8 @@ def main():
                 break
         if args.steps and step >= args.steps:
             break
-    print(f"done: {step} steps")
+    took = time.perf_counter() - t0 if t0 is not None else 0.0
+    print(f"done: {step} steps, {images / took if took > 0 else 0.0:.1f} images/s after the first batch")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ __all__ = [
     "settings",
     "failed",
     "is_main",
+    "fail_on_uncaught_exception",
     "finish",
     "flush",
     "now_ns",
@@ -50,6 +51,8 @@ __all__ = [
 
 #: The parent's attach address, inherited by worker processes.
 ADDRESS_ENV = "PIPEPROF_PARENT"
+# The token a TCP run's viewers and workers must send (set by the run itself).
+TOKEN_ENV = "PIPEPROF_TOKEN"
 #: The parent's pid: a process with the address but another pid is a worker.
 PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
 #: Under ``pipeprof run``: the pid of the run's first Python process (its main program).
@@ -62,6 +65,16 @@ STAGES = tuple(stages())
 span = Span
 
 _process_name = None
+
+
+def _c_getenv(name):
+    """The C environment's value (what the native module set), which os.environ does not see."""
+    import ctypes
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    value = getenv(name.encode())
+    return value.decode() if value else None
 
 
 def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
@@ -81,10 +94,16 @@ def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
         program = os.path.basename(sys.argv[0] or "") or "python"
     text = json.dumps(settings or {}, default=str)
     addr = _native.init(program, text, listen, sample, hz)
+    # Over TCP the run's token was put in the C environment for worker processes; copy it
+    # into os.environ too, which a `subprocess` given `env=dict(os.environ)` reads.
+    token = _c_getenv(TOKEN_ENV)
+    if token:
+        os.environ[TOKEN_ENV] = token
     os.environ[ADDRESS_ENV] = addr
     os.environ[PARENT_PID_ENV] = str(os.getpid())
     os.environ[MAIN_PID_ENV] = str(os.getpid())
     atexit.register(finish)
+    fail_on_uncaught_exception()
     return addr
 
 
@@ -102,6 +121,44 @@ def settings(**values):
 def failed(why):
     """Marks the run failed, with why (an uncaught exception does this under ``pipeprof run``)."""
     _native.failed(str(why))
+
+
+def fail_on_uncaught_exception():
+    """Marks the run failed when an exception ends the program (``init`` and ``pipeprof run``
+    do this): the summary gets ``failed`` with the exception and where it was raised.
+    Ctrl-C (KeyboardInterrupt) is an interruption, not a failure."""
+    if getattr(sys.excepthook, "_pipeprof", False):
+        return
+    prev = sys.excepthook
+
+    def interrupted(e):
+        # A KeyboardInterrupt anywhere in the chain: cleanup after Ctrl-C may raise again
+        # (a DataLoader's pipe broken during its shutdown), and that is still an interruption.
+        seen = set()
+        while e is not None and id(e) not in seen:
+            if isinstance(e, KeyboardInterrupt):
+                return True
+            seen.add(id(e))
+            e = e.__cause__ or e.__context__
+        return False
+
+    def hook(kind, value, tb):
+        if not issubclass(kind, KeyboardInterrupt) and not interrupted(value):
+            last = tb
+            while last is not None and last.tb_next is not None:
+                last = last.tb_next
+            where = ""
+            if last is not None:
+                code = last.tb_frame.f_code
+                where = f" (in {os.path.basename(code.co_filename)}, line {last.tb_lineno})"
+            try:
+                failed(f"{kind.__name__}: {value}{where}")
+            except Exception:
+                pass
+        prev(kind, value, tb)
+
+    hook._pipeprof = True
+    sys.excepthook = hook
 
 
 def is_main():

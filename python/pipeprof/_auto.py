@@ -518,33 +518,13 @@ def _patch_keras(keras_mod):
 # ---------------------------------------------------------------- start
 
 
-def _failed_hook():
-    prev = sys.excepthook
-
-    def hook(kind, value, tb):
-        if not issubclass(kind, KeyboardInterrupt):
-            where = ""
-            while tb is not None and tb.tb_next is not None:
-                tb = tb.tb_next
-            if tb is not None:
-                code = tb.tb_frame.f_code
-                where = f" (in {os.path.basename(code.co_filename)}, line {tb.tb_lineno})"
-            try:
-                pipeprof.failed(f"{kind.__name__}: {value}{where}")
-            except Exception:
-                pass
-        prev(kind, value, tb)
-
-    sys.excepthook = hook
-
-
 def start():
     """Hooks this process (the run's main process, or one of its workers)."""
     if pipeprof.role() == "off":
         return
     _STATE["main"] = pipeprof.is_main()
     if _STATE["main"]:
-        _failed_hook()
+        pipeprof.fail_on_uncaught_exception()
         atexit.register(_close)
     _when_imported(
         {

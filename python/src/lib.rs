@@ -32,7 +32,7 @@ enum Role {
     /// Not initialised: spans are created but go nowhere.
     Off,
     /// The profiled program: serves `pipeprof attach`.
-    Parent(Session),
+    Parent(Box<Session>),
     /// A worker process: sends to its parent's server.
     Worker(producer::Producer),
 }
@@ -114,11 +114,13 @@ fn init(
         opts.listen = listen;
     }
     opts.sampler = sample.then(|| SamplerConfig { hz, ..SamplerConfig::default() });
-    let session = py
-        .detach(move || attach::start(opts, probe, rx))
-        .map_err(|e| PyRuntimeError::new_err(format!("pipeprof.init: {e}")))?;
+    // Started with the GIL held: releasing it while holding the state lock would deadlock
+    // against a thread that holds the GIL and calls `step` or opens its first span. Binding
+    // a socket and starting threads is quick.
+    let _ = py;
+    let session = attach::start(opts, probe, rx).map_err(|e| PyRuntimeError::new_err(format!("pipeprof.init: {e}")))?;
     let address = session.address().to_string();
-    st.role = Role::Parent(session);
+    st.role = Role::Parent(Box::new(session));
     Ok(address)
 }
 
@@ -143,7 +145,12 @@ fn connect_worker(py: Python<'_>, address: String, program: String, capacity: us
         settings: serde_json::Value::Null,
         threads: Vec::new(),
     };
-    let prod = match py.detach(move || producer::connect(&address, hello, capacity)) {
+    // The connect may wait on the network: without the GIL, and without the state lock
+    // (held across a GIL release it deadlocks against a thread calling `step`).
+    drop(st);
+    let connected = py.detach(move || producer::connect(&address, hello, capacity));
+    let mut st = state()?;
+    let prod = match connected {
         Ok(p) => p,
         Err(e) => {
             // Spans made from now on are dropped at once instead of filling the parent's
@@ -221,7 +228,15 @@ fn clients() -> PyResult<usize> {
 #[pyfunction]
 #[pyo3(signature = (n=1, timeout=None))]
 fn wait_for_clients(py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<bool> {
-    let deadline = timeout.map(|t| std::time::Instant::now() + std::time::Duration::from_secs_f64(t.max(0.0)));
+    // inf (or a timeout past what a clock can hold) waits without a deadline; NaN or a
+    // negative one does not wait.
+    let deadline = match timeout {
+        Some(t) if t.is_nan() => Some(std::time::Instant::now()),
+        Some(t) => std::time::Duration::try_from_secs_f64(t.max(0.0))
+            .ok()
+            .and_then(|d| std::time::Instant::now().checked_add(d)),
+        None => None,
+    };
     loop {
         let enough = match &state()?.role {
             Role::Parent(s) => s.clients() >= n,
@@ -286,9 +301,9 @@ fn step(
     validation: bool,
     end_ns: Option<u64>,
 ) -> PyResult<()> {
-    // The wire carries steps as JSON, where a NaN or infinite loss would not decode: a
-    // diverged run still reports its steps, with the largest finite loss.
-    let loss = if loss.is_finite() { loss as f32 } else { f32::MAX };
+    // A NaN or infinite loss (a diverged run; 1e39 becomes inf in f32) is data: the wire
+    // carries it as a word, and the report flags where training diverged.
+    let loss = loss as f32;
     let rec = StepRecord {
         step,
         epoch,

@@ -48,6 +48,9 @@ TORCH = """
         "inner_init_called": inits,
         "process_name": pipeprof._process_name,
         "len": len(loader),
+        # The loader's own attributes through the wrapper.
+        "num_workers": loader.num_workers,
+        "wrapped_init": type(loader.worker_init_fn).__name__,
     }
     pipeprof.finish()
     print(json.dumps(checks), flush=True)
@@ -69,3 +72,4 @@ def test_dataloader_wrapper_times_wait_transfer_compute_and_reports_steps(scenar
     assert checks["syncs"] == 20, "after each transfer and each step's compute"
     assert checks["inner_init_called"] == [3] and checks["process_name"] == "loader-3"
     assert checks["len"] == 5
+    assert checks["num_workers"] == 2 and checks["wrapped_init"] == "NameWorker"

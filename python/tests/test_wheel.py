@@ -78,3 +78,24 @@ def test_the_command_runs_an_installed_python_with_no_edit(tmp_path):
     # The start-up hook connected the script to the run as its main program.
     assert "role worker True" in p.stdout, p.stdout + p.stderr
     assert json.loads((tmp_path / "s.json").read_text())["settings"]["model"] == "plain.py"
+
+
+def test_an_exception_that_ends_an_attached_program_fails_the_run(scenario):
+    run = scenario(
+        """
+        import pipeprof
+        addr = pipeprof.init(program="crashes", sample=False)
+        print("attach:", addr, flush=True)
+        pipeprof.wait_for_clients(1)
+        for k in range(3):
+            with pipeprof.span("compute", step=k):
+                pass
+            pipeprof.step(k, images=4)
+        raise RuntimeError("CUDA out of memory (a stand-in)")
+        """
+    )
+    s, out, err = run.attach()
+    assert s["failed"].startswith("RuntimeError: CUDA out of memory (a stand-in) (in scenario.py, line 10)"), s.get("failed")
+    assert "RUN FAILED" in out
+    code, _, perr = run.wait()
+    assert code == 1 and "RuntimeError" in perr

@@ -20,6 +20,8 @@ pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 /// Threads with their own loader statistics; later ones are counted together (a run whose
 /// worker processes restart every epoch brings new threads each time).
 pub const MAX_LOADER_THREADS: usize = 256;
+/// Stalls listed at most (one per thread and file).
+pub const MAX_STALLS: usize = 32;
 /// The id under which threads past [`MAX_LOADER_THREADS`] are counted.
 pub const OTHER_THREADS: u32 = u32::MAX;
 
@@ -272,14 +274,53 @@ pub struct EpochSummary {
     pub epoch: u32,
     pub steps: u64,
     pub images: u64,
+    /// Mean loss per image: NaN or ±inf once training diverged (written as words).
+    #[serde(with = "probes::nonfinite")]
     pub loss: f64,
     pub accuracy: f64,
     pub seconds: f64,
     /// Mean loss over the validation pass after this epoch, when there was one.
-    #[serde(default)]
+    #[serde(with = "probes::nonfinite::option", default)]
     pub val_loss: Option<f64>,
     #[serde(default)]
     pub val_accuracy: Option<f64>,
+}
+
+/// A stage open past the stall threshold (see [`probes::Event::Stalled`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Stall {
+    pub thread: String,
+    pub stage: String,
+    pub file: String,
+    pub open_s: f64,
+    /// The run ended without the thread: it was still stuck.
+    pub abandoned: bool,
+}
+
+/// Where the loss stopped being a number: the first NaN step and the first ±inf step
+/// (training steps only).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Divergence {
+    pub first_nan: Option<u64>,
+    pub first_inf: Option<u64>,
+}
+
+impl Divergence {
+    /// The first step whose loss was not finite.
+    pub fn first(&self) -> u64 {
+        self.first_nan.into_iter().chain(self.first_inf).min().unwrap_or(0)
+    }
+
+    /// Records step `step`'s loss; `true` if it was not finite.
+    fn see(this: &mut Option<Divergence>, step: u64, loss: f32) -> bool {
+        if loss.is_finite() {
+            return false;
+        }
+        let d = this.get_or_insert_with(Divergence::default);
+        let slot = if loss.is_nan() { &mut d.first_nan } else { &mut d.first_inf };
+        slot.get_or_insert(step);
+        true
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -321,7 +362,12 @@ pub struct Summary {
     pub images: u64,
     pub elapsed_s: f64,
     pub images_per_s: f64,
+    #[serde(with = "probes::nonfinite::option")]
     pub last_loss: Option<f64>,
+    /// The first steps whose loss was not a finite number, if any: training diverged.
+    pub diverged: Option<Divergence>,
+    /// Stages open past the stall threshold: one per thread and file, longest seen.
+    pub stalls: Vec<Stall>,
     pub stages: Vec<StageSummary>,
     pub split: StepSplit,
     /// Loader threads' busy share: loader-stage wall time / (workers × elapsed).
@@ -416,6 +462,8 @@ pub struct Aggregator {
     received: u64,
     dropped: u64,
     last_loss: Option<f64>,
+    diverged: Option<Divergence>,
+    stalls: Vec<Stall>,
     machine: MachineAgg,
     data_fs: Option<FsInfo>,
     points: VecDeque<StepPoint>,
@@ -452,6 +500,8 @@ impl Aggregator {
             received: 0,
             dropped: 0,
             last_loss: None,
+            diverged: None,
+            stalls: Vec::new(),
             machine: MachineAgg::default(),
             data_fs: None,
             points: VecDeque::with_capacity(RECENT_POINTS),
@@ -559,6 +609,7 @@ impl Aggregator {
                 self.images += st.images as u64;
                 self.queued_sum += st.queued as u64;
                 self.last_loss = Some(st.loss as f64);
+                Divergence::see(&mut self.diverged, st.step, st.loss);
                 let e = self.epochs.entry(st.epoch).or_default();
                 if e.steps == 0 {
                     e.start_ns = st.end_ns;
@@ -589,6 +640,26 @@ impl Aggregator {
             }
             Event::Host(h) => self.machine.push_host(h),
             Event::Gpu(g) => self.machine.push_gpu(g),
+            Event::Stalled { thread, stage, file, open_ns, abandoned } => {
+                let open_s = *open_ns as f64 / 1e9;
+                let full = self.stalls.len() >= MAX_STALLS;
+                match self.stalls.iter_mut().find(|s| *s.thread == **thread && *s.file == **file) {
+                    Some(s) => {
+                        s.open_s = s.open_s.max(open_s);
+                        s.abandoned |= *abandoned;
+                        s.stage = stage.name().to_string();
+                    }
+                    // Bounded: a run with thousands of stuck files names the first few.
+                    None if !full => self.stalls.push(Stall {
+                        thread: thread.to_string(),
+                        stage: stage.name().to_string(),
+                        file: file.to_string(),
+                        open_s,
+                        abandoned: *abandoned,
+                    }),
+                    None => {}
+                }
+            }
             Event::Workers { workers, reason, settled } => {
                 self.settings.workers = *workers as usize;
                 // A new pipeline from the next step on: its split starts afresh.
@@ -738,6 +809,8 @@ impl Aggregator {
             elapsed_s: secs(elapsed_ns),
             images_per_s: if train_ns > 0 { self.images as f64 / secs(train_ns) } else { 0.0 },
             last_loss: self.last_loss,
+            diverged: self.diverged,
+            stalls: self.stalls.clone(),
             stages,
             split,
             loader_busy,
@@ -1028,6 +1101,25 @@ mod tests {
             s.wait_ms.abs() < 1e-9 && (s.compute_ms - 10.0).abs() < 1e-9,
             "the refill after the change is left out: {s:?}"
         );
+    }
+
+    #[test]
+    fn non_finite_losses_mark_where_training_diverged_and_the_summary_json_keeps_them() {
+        let mut a = Aggregator::new(RunSettings::default());
+        for (i, loss) in [1.0, 0.5, f32::INFINITY, f32::NAN, 2.0, f32::NAN].into_iter().enumerate() {
+            a.push(&step(i as u64, 0, loss, 1, 1000 * (i as u64 + 1)));
+        }
+        let s = a.summary();
+        assert_eq!(s.diverged, Some(Divergence { first_nan: Some(3), first_inf: Some(2) }));
+        assert_eq!(s.diverged.unwrap().first(), 2);
+        assert!(s.last_loss.unwrap().is_nan() && s.epochs[0].loss.is_nan());
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(text.contains("\"last_loss\":\"NaN\""), "{text}");
+        let back: Summary = serde_json::from_str(&text).unwrap();
+        assert!(back.epochs[0].loss.is_nan() && back.diverged == s.diverged);
+        let mut fine = Aggregator::new(RunSettings::default());
+        fine.push(&step(0, 0, 1.0, 1, 1000));
+        assert_eq!(fine.summary().diverged, None);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct BuildOptions {
     /// Testing hook: abort the process (as `kill -9` would stop it) after this many images.
     #[doc(hidden)]
     pub abort_after: Option<usize>,
+    /// Testing hook: the decoder panics on a file whose name contains this.
+    #[doc(hidden)]
+    pub panic_on: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -89,9 +92,27 @@ type Decoded = Vec<Result<Vec<u8>, String>>;
 /// Decodes and resizes one sample to u8 HWC, exactly as the loader does before its f32
 /// conversion; the error text matches the loader's skip reasons.
 fn decode_one(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Vec<u8>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let bytes = crate::data::loader::read_capped(path, crate::data::loader::MAX_IMAGE_BYTES)?;
+    #[allow(clippy::panic)]
+    if opts.panic_on.as_deref().is_some_and(|p| path.to_string_lossy().contains(p)) {
+        panic!("test hook: the decoder panics on {}", path.display());
+    }
     let px = decode_for(&bytes, opts.channels as usize, opts.width, opts.height).map_err(|e| e.to_string())?;
     resizer.resize_u8(&px, opts.width, opts.height).map(<[u8]>::to_vec).map_err(|e| e.to_string())
+}
+
+/// [`decode_one`], with a panic in the decoder (a bug it has on some hostile file) caught:
+/// that sample is skipped and named, and the build goes on. Without this the panicking
+/// thread's chunk never reached the writer, which waited for it forever.
+fn decode_guarded(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Vec<u8>, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_one(path, opts, resizer))) {
+        Ok(r) => r,
+        Err(p) => {
+            // The resizer may be half-way through: start afresh.
+            *resizer = Resizer::new();
+            Err(format!("the decoder panicked on it ({}): skipped", crate::data::loader::panic_message(&*p)))
+        }
+    }
 }
 
 /// Builds the cache described by `opts`. The final name appears only once the file is
@@ -192,7 +213,7 @@ fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: 
                 let mut resizer = Resizer::new();
                 for c in task_rx.iter() {
                     let part = &ds.samples[c * CHUNK..((c + 1) * CHUNK).min(ds.samples.len())];
-                    let decoded = part.iter().map(|x| decode_one(&x.path, opts, &mut resizer)).collect();
+                    let decoded = part.iter().map(|x| decode_guarded(&x.path, opts, &mut resizer)).collect();
                     if done_tx.send((c, decoded)).is_err() {
                         return;
                     }

@@ -109,6 +109,7 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
         progress: true,
         fail_after: None,
         abort_after: args.abort_after,
+        panic_on: None,
     };
     let r = build(&opts).with_context(|| format!("pipeprof cache: {} was not written", args.out.display()))?;
     eprintln!(

@@ -313,11 +313,12 @@ impl ModelConfig {
     /// Parses `text`; `origin` names the file in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<ModelConfig, ConfigError> {
         let cfg: ModelConfig = toml::from_str(text).map_err(|e| {
-            if let Some(message) = layer_error(text) {
-                return ConfigError::Invalid { path: origin.to_string(), message };
-            }
-            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
-            ConfigError::Parse { path: origin.to_string(), line, column, message: e.message().to_string() }
+            let (offset, message) = match layer_error(text) {
+                Some((offset, message)) => (Some(offset), message),
+                None => (e.span().map(|s| s.start), e.message().to_string()),
+            };
+            let (line, column) = offset.map(|o| line_col(text, o)).unwrap_or((1, 1));
+            ConfigError::Parse { path: origin.to_string(), line, column, message }
         })?;
         cfg.validate(origin)?;
         Ok(cfg)
@@ -331,11 +332,15 @@ impl ModelConfig {
     }
 }
 
-/// The first `[[layers]]` entry that does not parse, as "layer N (type): why": TOML points
-/// every error inside the layer list at the list's first header, which names no layer.
-fn layer_error(text: &str) -> Option<String> {
+/// The first `[[layers]]` entry that does not parse: where (the offending key, else the
+/// layer's first key) and "layer N (type): key: why". TOML points every error inside the
+/// layer list at the list's first header, which names no layer and no key.
+fn layer_error(text: &str) -> Option<(usize, String)> {
     let table: toml::Table = toml::from_str(text).ok()?;
     let layers = table.get("layers")?.as_array()?;
+    // The same document with spans: where each layer's keys are written.
+    let spanned = toml::de::DeTable::parse(text).ok()?;
+    let spanned_layers = spanned.get_ref().get("layers")?.get_ref().as_array()?;
     layers.iter().enumerate().find_map(|(i, l)| {
         let kind = l.get("type").and_then(|t| t.as_str()).unwrap_or("?");
         let why = l.clone().try_into::<LayerSpec>().err()?.message().to_string();
@@ -347,10 +352,17 @@ fn layer_error(text: &str) -> Option<String> {
             toml::Value::Table(t).try_into::<LayerSpec>().map_err(|e| e.message().to_string()).err().as_ref()
                 != Some(&why)
         });
-        Some(match key {
-            Some(k) => format!("layer {} ({kind}): {k}: {why}", i + 1),
-            None => format!("layer {} ({kind}): {why}", i + 1),
-        })
+        let keys = spanned_layers.get(i)?.get_ref().as_table()?;
+        let at = |name: &str| keys.keys().find(|k| k.get_ref() == name).map(|k| k.span().start);
+        let offset =
+            key.and_then(|k| at(k)).or_else(|| at("type")).or_else(|| keys.keys().map(|k| k.span().start).min())?;
+        Some((
+            offset,
+            match key {
+                Some(k) => format!("layer {} ({kind}): {k}: {why}", i + 1),
+                None => format!("layer {} ({kind}): {why}", i + 1),
+            },
+        ))
     })
 }
 
@@ -432,6 +444,26 @@ mod tests {
         let t = "[[layers]]\ntype = \"dense\"\nunits = 3\nactivaton = \"relu\"\n";
         let e = ModelConfig::parse(t, "m.toml").unwrap_err().to_string();
         assert!(e.contains("m.toml:") && e.contains("activaton"), "{e}");
+    }
+
+    #[test]
+    fn layer_errors_and_top_level_errors_both_give_line_and_column() {
+        // (text, where the error must point, what it must say)
+        let cases = [
+            (
+                "[[layers]]\ntype = \"flatten\"\n[[layers]]\ntype = \"conv2d\"\nfilters = 4\n  kernal_size = 3\n",
+                "m.toml:6:3:",
+                "layer 2 (conv2d): kernal_size: unknown field",
+            ),
+            ("[[layers]]\ntype = \"dropout\"\nrate = \"x\"\n", "m.toml:3:1:", "layer 1 (dropout): rate:"),
+            ("[[layers]]\ntype = \"conv3d\"\n", "m.toml:2:1:", "layer 1 (conv3d)"),
+            ("[train]\nbatch_size = 8\nepochz = 3\n[[layers]]\ntype = \"flatten\"\n", "m.toml:3:1:", "epochz"),
+        ];
+        for (text, at, says) in cases {
+            let e = ModelConfig::parse(text, "m.toml").unwrap_err().to_string();
+            assert!(e.starts_with(at), "{text:?}: {e}");
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
     }
 
     /// Each `(section, message)`: the section before a minimal model is refused with `message`.

@@ -92,20 +92,33 @@ pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Res
         return Err(ImageError::UnknownFormat);
     }
     let channels = if channels == 1 { 1 } else { 3 };
+    if format == ImageFormat::Jpeg {
+        // Each scan of a progressive JPEG is a pass over the whole image: thousands of them
+        // keep a worker busy for minutes. Counted before any decoding.
+        let scans = jpeg_scan_count(bytes);
+        if scans > MAX_JPEG_SCANS {
+            return Err(ImageError::Decode(format!(
+                "{scans} scans, over the {MAX_JPEG_SCANS} a JPEG is decoded with (a hostile or broken progressive file): refused before decoding"
+            )));
+        }
+    }
     #[cfg(pipeprof_libjpeg)]
     if format == ImageFormat::Jpeg {
         if let Some(px) = libjpeg::decode(bytes, channels, width, height)? {
+            if px.warning == Some(DecodeWarning::MissingEndMarker) && jpeg_is_progressive(bytes) {
+                // A progressive file cut between two scans decodes without an error, at the
+                // quality of the scans that arrived: its pixel data is not all there.
+                return Err(ImageError::Truncated("a progressive JPEG cut between its scans".into()));
+            }
             return Ok(px);
         }
     }
-    #[cfg(not(pipeprof_libjpeg))]
-    {
-        let _ = (width, height);
-        if format == ImageFormat::Jpeg && !jpeg_has_end_marker(bytes) {
-            // The image crate's decoder fills a cut scan with grey without a word; without
-            // libjpeg's warnings a missing end marker is the only sign, so it is refused.
-            return Err(ImageError::Truncated("no end-of-image marker after the last scan".into()));
-        }
+    let _ = (width, height);
+    if format == ImageFormat::Jpeg && !jpeg_has_end_marker(bytes) {
+        // The image crate's decoder (every JPEG without libjpeg, and CMYK/YCCK ones with it)
+        // fills a cut scan with grey without a word: a missing end marker is the only sign,
+        // so it is refused.
+        return Err(ImageError::Truncated("no end-of-image marker after the last scan".into()));
     }
     decode_with_image(bytes, format, channels)
 }
@@ -125,10 +138,27 @@ fn decode_with_image(bytes: &[u8], format: ImageFormat, channels: usize) -> Resu
     Ok(to_pixels(img, channels))
 }
 
+/// Most scans a JPEG is decoded with. A baseline JPEG has 1 per component set, a progressive
+/// one from an encoder about 10; libjpeg-turbo's tools suggest refusing past a few hundred.
+pub const MAX_JPEG_SCANS: usize = 256;
+
+/// Start-of-scan markers (FF DA) in a JPEG: none can occur inside compressed data. An
+/// embedded thumbnail's count in too (a few at most).
+pub fn jpeg_scan_count(bytes: &[u8]) -> usize {
+    bytes.windows(2).filter(|w| *w == [0xFF, 0xDA]).count()
+}
+
+/// Whether the first frame header before the first scan is progressive (SOF2, SOF6, SOF10,
+/// SOF14).
+#[cfg_attr(not(pipeprof_libjpeg), allow(dead_code))]
+fn jpeg_is_progressive(bytes: &[u8]) -> bool {
+    let first_sos = bytes.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap_or(bytes.len());
+    bytes[..first_sos].windows(2).any(|w| w[0] == 0xFF && matches!(w[1], 0xC2 | 0xC6 | 0xCA | 0xCE))
+}
+
 /// Whether an end-of-image marker (FF D9) follows the last start-of-scan (FF DA). Neither
 /// can occur inside compressed data (an FF there is followed by 00 or a restart marker), and an
 /// EXIF thumbnail's markers all come before the main image's last scan.
-#[cfg_attr(pipeprof_libjpeg, allow(dead_code))]
 fn jpeg_has_end_marker(bytes: &[u8]) -> bool {
     let last_sos = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]);
     last_sos.is_some_and(|at| bytes[at..].windows(2).any(|w| w == [0xFF, 0xD9]))

@@ -14,6 +14,7 @@ use super::plan::{EpochOrder, LoaderConfig, Plan};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
 use super::source::{LoadCtx, SampleSource, Scratch};
+use super::watch;
 use crossbeam_channel::{Receiver, Sender};
 use probes::Stage;
 use probes::{clock, Event, Probe};
@@ -21,7 +22,45 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use tracing::info_span;
+
+/// How long stopping the workers waits for each to end. A worker still inside a read that
+/// never returns (a FIFO, a hung network drive) is left behind after it, named: the run's
+/// end must not wait on it.
+const HALT_WAIT: Duration = Duration::from_millis(1000);
+
+/// Largest image file read: its size is checked before anything is read, so a 4 GB file
+/// named `.jpg` costs a message, not the memory.
+pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
+
+/// Reads `path` whole if it is a regular file of at most `max` bytes; the error says which
+/// limit and the size.
+pub fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let m = f.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !m.is_file() {
+        return Err("not a regular file: skipped".into());
+    }
+    if m.len() > max {
+        return Err(format!(
+            "{:.1} MB, over the {} MB limit for one image file: skipped",
+            m.len() as f64 / 1e6,
+            max >> 20
+        ));
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    // `take`: a file that grows while being read still stops at the limit.
+    f.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > max {
+        return Err(format!("grew past the {} MB limit for one image file while read: skipped", max >> 20));
+    }
+    Ok(bytes)
+}
+
+/// How often a training loop waiting for its batch looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// One batch, ready for the device: f32 NCHW in [0, 1] and u32 labels.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +93,9 @@ pub struct WorkerFailure {
 thread_local! {
     /// The stage this loader thread is in, for the failure report if it panics.
     static STAGE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("start") };
+    /// This worker's slot for the stall watchdog, and the sample it is loading.
+    static SLOT: std::cell::RefCell<Option<Arc<watch::Slot>>> = const { std::cell::RefCell::new(None) };
+    static SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Testing hook (`--panic-in-loader-at-step`): a worker panics while decoding this step.
@@ -66,6 +108,11 @@ pub fn inject_panic_at_step(step: Option<u64>) {
 
 fn at(stage: Stage) {
     STAGE.with(|s| s.set(stage.name()));
+    SLOT.with_borrow(|slot| {
+        if let Some(slot) = slot {
+            slot.enter(stage, SAMPLE.get(), clock::now_ns());
+        }
+    });
 }
 
 /// The text of a panic payload.
@@ -113,6 +160,9 @@ pub struct Loader {
     /// The first worker that died, once the training loop has run into its closed queue.
     failure: Option<WorkerFailure>,
     stop: Arc<AtomicBool>,
+    /// Workers left behind by a halt, stuck or still finishing a batch (their threads end
+    /// on their own or with the process).
+    abandoned: Vec<String>,
     /// The step the current workers started from.
     first: u64,
     next: u64,
@@ -145,6 +195,7 @@ impl Loader {
             first: 0,
             next: 0,
             failure: None,
+            abandoned: Vec::new(),
         };
         l.spawn(workers)?;
         Ok(l)
@@ -175,16 +226,15 @@ impl Loader {
             let first = self.first + w as u64;
             let name = if generation == 0 { format!("loader-{w}") } else { format!("loader-{w}.{generation}") };
             let h = std::thread::Builder::new().name(name.clone()).spawn(move || {
+                let slot = watch::register(&name, src.clone());
+                SLOT.with_borrow_mut(|s| *s = Some(slot.clone()));
                 // The panic is caught here, with the stage it happened in, so that the run can
                 // say which thread died where; the default hook has already printed it.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     worker(first, workers, &*src, &plan, &cfg, &stop, &skips, &probe, link, tx, &production)
-                }))
-                .map_err(|p| WorkerFailure {
-                    thread: name,
-                    stage: STAGE.with(|s| s.get()),
-                    why: panic_message(&*p),
-                })
+                }));
+                watch::retire(&slot);
+                r.map_err(|p| WorkerFailure { thread: name, stage: STAGE.with(|s| s.get()), why: panic_message(&*p) })
             })?;
             self.handles.push(h);
         }
@@ -194,7 +244,30 @@ impl Loader {
     fn halt(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         self.queues.clear();
+        let deadline = Instant::now() + HALT_WAIT;
         for h in self.handles.drain(..) {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if !h.is_finished() {
+                // Left behind: it ends with the process. Named as stuck only when its current
+                // stage was open the whole wait (a read that does not return), not when it is
+                // busy finishing a slow batch.
+                let thread = h.thread().name().unwrap_or("loader").to_string();
+                let now = clock::now_ns();
+                let stuck = |w: &watch::OpenWork| now.saturating_sub(w.since_ns) >= HALT_WAIT.as_nanos() as u64;
+                for w in watch::open_work().into_iter().filter(|w| w.thread == thread && stuck(w)) {
+                    self.probe.send_blocking(Event::Stalled {
+                        thread: w.thread.into_boxed_str(),
+                        stage: w.stage,
+                        file: w.file.into_boxed_str(),
+                        open_ns: now.saturating_sub(w.since_ns),
+                        abandoned: true,
+                    });
+                }
+                self.abandoned.push(thread);
+                continue;
+            }
             // A worker that died after the loop stopped asking (e.g. while halting for a new
             // worker count) is a failure too; the first one is kept.
             let died = match h.join() {
@@ -281,11 +354,31 @@ impl Loader {
 
     /// The next batch in step order, blocking; `None` when the plan is done.
     pub fn next_batch(&mut self) -> Option<Batch> {
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        self.next_batch_until(&NEVER)
+    }
+
+    /// Workers left behind by a halt: still running when its wait (`HALT_WAIT`) ran out.
+    pub fn abandoned(&self) -> &[String] {
+        &self.abandoned
+    }
+
+    /// The next batch in step order, blocking until it comes or `stop` is set (then `None`):
+    /// a worker stuck in a read must not keep the training loop from seeing a stop.
+    pub fn next_batch_until(&mut self, stop: &AtomicBool) -> Option<Batch> {
         if self.next >= self.total || self.queues.is_empty() {
             return None;
         }
         let i = ((self.next - self.first) % self.queues.len() as u64) as usize;
-        match self.queues[i].recv() {
+        let got = loop {
+            match self.queues[i].recv_timeout(STOP_POLL) {
+                Ok(b) => break Ok(b),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break Err(()),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) if stop.load(Ordering::Relaxed) => return None,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
+        };
+        match got {
             Ok(b) => {
                 self.next += 1;
                 Some(b)
@@ -349,9 +442,16 @@ fn worker(
         for &i in indices.iter() {
             let slot = labels.len();
             let out = &mut pixels[slot * per_image..(slot + 1) * per_image];
+            SAMPLE.set(i);
             at(Stage::Read);
             let mut ctx = LoadCtx { step, epoch, cfg, link, scratch: &mut scratch };
-            match src.load(i, &mut ctx, out) {
+            let loaded = src.load(i, &mut ctx, out);
+            SLOT.with_borrow(|slot| {
+                if let Some(s) = slot {
+                    s.leave();
+                }
+            });
+            match loaded {
                 Ok(()) => {
                     if let Some(ok) = skips.ok.get(i as usize) {
                         ok.store(true, Ordering::Relaxed);
@@ -404,7 +504,7 @@ fn load_one(
         at(Stage::Read);
         let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
         let _g = span.enter();
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+        let bytes = read_capped(path, MAX_IMAGE_BYTES)?;
         span.record("bytes", bytes.len() as u64);
         if let Some(link) = link {
             link.read(bytes.len());
@@ -474,5 +574,24 @@ impl SampleSource for Dataset {
         let Scratch { resizer, augment } = &mut *ctx.scratch;
         let aug = ctx.cfg.augment.is_on().then_some(augment);
         load_one(ctx.link, &self.samples[i as usize].path, at, ctx.cfg, resizer, aug, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_file_over_the_cap_is_refused_before_it_is_read() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("big.jpg");
+        std::fs::write(&p, vec![7u8; 3000]).unwrap();
+        assert_eq!(read_capped(&p, 3000).unwrap().len(), 3000);
+        let e = read_capped(&p, 2999).unwrap_err();
+        assert!(e.contains("over the") && e.contains("skipped"), "{e}");
+        let e = read_capped(&d.path().join("missing.jpg"), 10).unwrap_err();
+        assert!(e.starts_with("cannot read:"), "{e}");
+        assert!(read_capped(d.path(), 10).unwrap_err().contains("not a regular file"));
     }
 }

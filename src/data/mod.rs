@@ -12,6 +12,7 @@ pub mod scan;
 pub mod simulate;
 pub mod source;
 pub mod split;
+pub mod watch;
 
 pub use loader::{Batch, Loader};
 pub use plan::{LoaderConfig, Plan};

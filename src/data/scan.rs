@@ -172,6 +172,11 @@ fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>,
         let path = entry.path();
         match fs::metadata(&path) {
             Ok(m) if m.is_dir() => walk(&path, visited, files, ds),
+            // A FIFO, socket or device named like an image: reading it may never return.
+            Ok(m) if has_image_extension(&path) && !m.is_file() => ds.problems.push(ScanProblem {
+                path,
+                reason: "not a regular file (a FIFO, socket or device): skipped, reading it may never return".into(),
+            }),
             Ok(_) if has_image_extension(&path) => files.push(path),
             Ok(_) => {
                 ds.ignored += 1;

@@ -227,6 +227,10 @@ impl<'a> Facts<'a> {
     pub fn flags(&self, limiter: &Limiter) -> Vec<Flag> {
         let mut flags: Vec<Flag> =
             self.s.settings.simulated.iter().map(|w| Flag::Simulated { what: w.clone() }).collect();
+        if let Some(d) = self.s.diverged {
+            flags.insert(0, Flag::Diverged { first_nan: d.first_nan, first_inf: d.first_inf });
+        }
+        flags.extend(self.s.stalls.iter().cloned().map(Flag::Stalled));
         if self.gpu_unused {
             flags.push(Flag::GpuUnused);
         }

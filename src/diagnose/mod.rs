@@ -127,6 +127,11 @@ pub enum Flag {
     /// programs (named, busiest first) hold the cores or, without `external`, the run's own
     /// threads outnumber them.
     CoreContention { share: f64, others: Vec<String>, external: bool },
+    /// The loss stopped being a number (NaN, ±inf): training diverged. The timings are still
+    /// measured right.
+    Diverged { first_nan: Option<u64>, first_inf: Option<u64> },
+    /// A stage has been open past the stall threshold: a read that does not return.
+    Stalled(crate::aggregate::Stall),
 }
 
 /// What an [`Advice`] changes, typed: views render it, `--check-advice` applies it.
@@ -299,6 +304,36 @@ impl Severity {
     }
 }
 
+/// "loss is NaN from step 412 (inf at 410)": where the loss stopped being a number.
+pub fn loss_words(first_nan: Option<u64>, first_inf: Option<u64>) -> String {
+    match (first_nan, first_inf) {
+        (Some(n), Some(i)) => format!("loss is NaN from step {n} (inf at {i})"),
+        (Some(n), None) => format!("loss is NaN from step {n}"),
+        (None, Some(i)) => format!("loss is inf from step {i}"),
+        (None, None) => "loss is not a number".into(),
+    }
+}
+
+/// "loader-0 has been reading a/zz_pipe.png for 45 s", or for a thread the run left behind
+/// "… was still reading … after 19 s when the run ended".
+pub fn stall_words(s: &crate::aggregate::Stall) -> String {
+    let doing = match s.stage.as_str() {
+        "read" => "reading".to_string(),
+        "decode" => "decoding".to_string(),
+        "resize" => "resizing".to_string(),
+        "augment" => "augmenting".to_string(),
+        other => format!("in {other} on"),
+    };
+    if s.abandoned {
+        format!(
+            "{} was still {doing} {} after {:.0} s when the run ended: left behind (a file that never answers: a FIFO, a hung network drive?)",
+            s.thread, s.file, s.open_s
+        )
+    } else {
+        format!("{} has been {doing} {} for {:.0} s", s.thread, s.file, s.open_s)
+    }
+}
+
 impl Flag {
     /// One line saying what the trap is and what it means.
     pub fn describe(&self) -> String {
@@ -326,6 +361,10 @@ impl Flag {
                 };
                 format!("CPU contention: this run's threads wait for a core {:.0}% of the time they are ready to run; {who}", share * 100.0)
             }
+            Flag::Diverged { first_nan, first_inf } => {
+                format!("{}: training diverged — lower the learning rate; the timings stay valid", loss_words(*first_nan, *first_inf))
+            }
+            Flag::Stalled(s) => stall_words(s),
             Flag::ValidationHeavy { share } => format!(
                 "validation passes take {:.0}% of the run's wall time: validate less often, on a smaller held-out set, or with a larger batch (no gradients to store)",
                 share * 100.0

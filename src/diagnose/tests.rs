@@ -875,3 +875,48 @@ fn an_attached_program_gets_cache_advice_for_its_own_loader_not_a_pipeprof_comma
     // A cnn.toml run keeps the command it can copy.
     assert!(io_bound().verdict().advice.iter().any(|a| matches!(a.change, Change::Cache { .. })));
 }
+
+// ---- how a run ended ----
+
+#[test]
+fn a_diverged_loss_is_flagged_first_with_the_steps_and_the_timings_kept() {
+    use crate::aggregate::Divergence;
+    // (first NaN, first inf, the words)
+    let table = [
+        (Some(412), Some(410), "loss is NaN from step 412 (inf at 410): training diverged — lower the learning rate; the timings stay valid"),
+        (Some(7), None, "loss is NaN from step 7: training diverged"),
+        (None, Some(3), "loss is inf from step 3: training diverged"),
+    ];
+    for (first_nan, first_inf, words) in table {
+        let mut b = compute_bound_gpu();
+        b.0.diverged = Some(Divergence { first_nan, first_inf });
+        let v = b.verdict();
+        assert_eq!(v.flags[0], Flag::Diverged { first_nan, first_inf });
+        assert!(v.flags[0].describe().starts_with(words), "{}", v.flags[0].describe());
+        assert_eq!(v.limiter, compute_bound_gpu().verdict().limiter, "the timings' verdict is unchanged");
+    }
+    assert!(!compute_bound_gpu().verdict().flags.iter().any(|f| matches!(f, Flag::Diverged { .. })));
+}
+
+#[test]
+fn a_stall_is_flagged_with_thread_stage_file_and_time_even_before_the_first_step() {
+    use crate::aggregate::Stall;
+    let stall = |abandoned| Stall {
+        thread: "loader-0".into(),
+        stage: "read".into(),
+        file: "a/zz_pipe.png".into(),
+        open_s: 45.2,
+        abandoned,
+    };
+    let mut s = Summary::default();
+    s.stalls.push(stall(false));
+    let v = diagnose(&s);
+    let words: Vec<String> = v.flags.iter().map(Flag::describe).collect();
+    assert_eq!(words, ["loader-0 has been reading a/zz_pipe.png for 45 s"]);
+    s.stalls[0] = stall(true);
+    let left = diagnose(&s).flags[0].describe();
+    assert!(
+        left.starts_with("loader-0 was still reading a/zz_pipe.png after 45 s when the run ended: left behind"),
+        "{left}"
+    );
+}

@@ -111,7 +111,12 @@ impl<W: Write + Send> ChromeTrace<W> {
         serde_json::to_writer(&mut self.out, v).map_err(std::io::Error::other)
     }
 
-    fn counter(&mut self, name: &str, t_ns: u64, args: serde_json::Value) -> std::io::Result<()> {
+    fn counter(&mut self, name: &str, t_ns: u64, mut args: serde_json::Value) -> std::io::Result<()> {
+        // Counter series must be numbers: a NaN or inf (a diverged loss) became `null` in
+        // `json!`, and is left out of its counter (the summary keeps it, as a word).
+        if let Some(o) = args.as_object_mut() {
+            o.retain(|_, v| !v.is_null());
+        }
         self.raw(&json!({"ph":"C","name":name,"pid":self.pid,"tid":0,"ts":us(t_ns),"args":args}))
     }
 
@@ -213,6 +218,10 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                            "correct": st.correct, "batches_ready": st.queued}),
                 )?;
                 self.counter("images/s", st.end_ns, json!({ "images/s": rate }))?;
+                if !st.loss.is_finite() {
+                    let word = probes::nonfinite::word(f64::from(st.loss)).unwrap_or("NaN");
+                    self.instant("loss not finite", st.end_ns, json!({"step": st.step, "loss": word}))?;
+                }
             }
             Event::Step(_) => {}
             Event::Skipped { path, reason } => {
@@ -255,6 +264,12 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 if let Some(reason) = g.status.off_reason() {
                     self.instant("GPU sampling off", g.t_ns, json!({ "reason": reason }))?;
                 }
+            }
+            Event::Stalled { thread, stage, file, open_ns, abandoned } => {
+                let t = self.last_ts;
+                let args = json!({"thread": thread, "stage": stage.name(), "file": file,
+                                  "open_s": *open_ns as f64 / 1e9, "abandoned": abandoned});
+                self.instant("stalled", t, args)?;
             }
             Event::Workers { workers, reason, settled } => {
                 let t = self.last_ts;
@@ -381,6 +396,44 @@ mod tests {
             (settings["args"]["workers"].as_u64(), settings["args"]["trace_version"].as_u64()),
             (Some(3), Some(1))
         );
+    }
+
+    #[test]
+    fn a_diverged_loss_leaves_counters_numeric_and_reads_back_as_diverged() {
+        let buf = Shared::default();
+        let mut t = ChromeTrace::new(buf.clone(), "t", TraceLevel::Stage).unwrap();
+        let step = |step: u64, loss: f32| {
+            Event::Step(probes::StepRecord {
+                step,
+                epoch: 0,
+                images: 4,
+                loss,
+                correct: 1,
+                end_ns: 1_000 * (step + 1),
+                queued: 0,
+                validation: false,
+            })
+        };
+        for (i, loss) in [1.0, f32::INFINITY, f32::NAN, f32::NAN].into_iter().enumerate() {
+            t.event(&step(i as u64, loss)).unwrap();
+        }
+        t.finish().unwrap();
+        drop(t);
+        let evs = parse(&buf);
+        for c in evs.iter().filter(|e| e["ph"] == "C") {
+            let args = c["args"].as_object().unwrap();
+            assert!(args.values().all(|v| v.is_number()), "every counter series is a number: {c}");
+        }
+        let marks: Vec<&str> = evs
+            .iter()
+            .filter(|e| e["name"] == "loss not finite")
+            .map(|e| e["args"]["loss"].as_str().unwrap())
+            .collect();
+        assert_eq!(marks, ["inf", "NaN", "NaN"]);
+        let (s, _) = crate::export::read::summary_from_trace(&evs);
+        let d = s.diverged.unwrap();
+        assert_eq!((d.first_inf, d.first_nan), (None, Some(1)), "a trace cannot tell inf from NaN: {d:?}");
+        assert_eq!(s.steps, 4);
     }
 
     #[test]

@@ -113,42 +113,124 @@ pub fn repair_text(text: &str) -> Option<(String, usize)> {
 
 /// Rebuilds the run's statistics from trace events.
 pub fn summary_from_trace(events: &[Value]) -> (Summary, bool) {
-    let settings: RunSettings = events
-        .iter()
-        .find(|e| e["name"] == "settings" && e["ph"] == "i")
-        .and_then(|e| serde_json::from_value(e["args"].clone()).ok())
-        .unwrap_or_default();
-    let written: Option<Summary> = events
-        .iter()
-        .rev()
-        .find(|e| e["name"] == "summary" && e["ph"] == "i")
-        .and_then(|e| serde_json::from_value(e["args"].clone()).ok());
-    let mut agg = Aggregator::new(settings);
-    let mut host: std::collections::BTreeMap<u64, HostSample> = Default::default();
-    let mut capped = false;
+    let mut r = TraceSummary::new();
     for e in events {
-        capped |= push_trace_event(&mut agg, &mut host, e);
+        r.push(e);
     }
-    for h in host.into_values() {
-        agg.push(&Event::Host(Box::new(h)));
+    r.finish()
+}
+
+/// Host samples held back to pair the counters of one timestamp ("CPU %" and "RSS MB" come
+/// one after the other): bounded, so a day-long trace does not keep every sample.
+const HOST_WINDOW: usize = 64;
+
+/// The run's statistics rebuilt one trace event at a time: what it keeps is bounded whatever
+/// the trace's length (the aggregate's own state, a few held-back host samples, the last
+/// summary the run wrote).
+pub struct TraceSummary {
+    agg: Aggregator,
+    settings_seen: bool,
+    written: Option<Summary>,
+    host: std::collections::BTreeMap<u64, HostSample>,
+    capped: bool,
+}
+
+impl Default for TraceSummary {
+    fn default() -> Self {
+        Self::new()
     }
-    let mut s = agg.summary();
-    if let Some(w) = written {
-        // What a trace cannot carry, the summary written at the end of the run has.
-        s.events_received = w.events_received;
-        s.events_dropped = w.events_dropped;
-        s.machine = w.machine;
-        s.data_fs = w.data_fs;
-        s.skipped_count = w.skipped_count;
-        s.skipped = w.skipped;
-        if capped {
-            s.stages = w.stages;
-            s.loader_busy = w.loader_busy;
+}
+
+impl TraceSummary {
+    pub fn new() -> TraceSummary {
+        TraceSummary {
+            agg: Aggregator::new(RunSettings::default()),
+            settings_seen: false,
+            written: None,
+            host: Default::default(),
+            capped: false,
         }
-    } else {
-        s.events_received = 0;
     }
-    (s, capped)
+
+    /// One trace event, in file order.
+    pub fn push(&mut self, e: &Value) {
+        if e["ph"] == "i" {
+            // The run's settings: the first such event (pipeprof writes it before any span).
+            if e["name"] == "settings" && !self.settings_seen {
+                if let Ok(s) = serde_json::from_value(e["args"].clone()) {
+                    *self.agg.settings_mut() = s;
+                    self.settings_seen = true;
+                }
+            }
+            // The summary written at the end of the run: the last one counts.
+            if e["name"] == "summary" {
+                if let Ok(s) = serde_json::from_value(e["args"].clone()) {
+                    self.written = Some(s);
+                }
+            }
+        }
+        self.capped |= push_trace_event(&mut self.agg, &mut self.host, e);
+        while self.host.len() > HOST_WINDOW {
+            if let Some((_, h)) = self.host.pop_first() {
+                self.agg.push(&Event::Host(Box::new(h)));
+            }
+        }
+    }
+
+    /// The summary, and whether the per-sample loader spans were capped in the trace.
+    pub fn finish(mut self) -> (Summary, bool) {
+        for h in std::mem::take(&mut self.host).into_values() {
+            self.agg.push(&Event::Host(Box::new(h)));
+        }
+        let capped = self.capped;
+        let mut s = self.agg.summary();
+        if let Some(w) = self.written {
+            // What a trace cannot carry, the summary written at the end of the run has.
+            s.events_received = w.events_received;
+            s.events_dropped = w.events_dropped;
+            s.machine = w.machine;
+            s.data_fs = w.data_fs;
+            s.skipped_count = w.skipped_count;
+            s.skipped = w.skipped;
+            if capped {
+                s.stages = w.stages;
+                s.loader_busy = w.loader_busy;
+            }
+        } else {
+            s.events_received = 0;
+        }
+        (s, capped)
+    }
+}
+
+/// Reads a trace as pipeprof writes it, a header line then one event per line, as a
+/// stream: memory stays flat in the trace's length. `None` when the text is not laid out
+/// that way (a trace from another tool, a summary JSON): read it whole instead.
+/// Returns the summary, the events read, whether the trace was closed, and whether capped.
+pub fn stream_trace(r: impl std::io::BufRead) -> std::io::Result<Option<(Summary, usize, bool, bool)>> {
+    let mut lines = r.lines();
+    let Some(header) = lines.next().transpose()? else { return Ok(None) };
+    let header = header.trim();
+    if !(header.starts_with('{') && header.contains("\"traceEvents\"") && header.ends_with('[')) {
+        return Ok(None);
+    }
+    let mut t = TraceSummary::new();
+    let (mut events, mut complete) = (0usize, false);
+    for line in lines {
+        let line = line?;
+        let l = line.trim().trim_end_matches(',');
+        if l.starts_with(']') {
+            complete = true;
+            continue;
+        }
+        // A line cut by a kill, or not an event: left out, as the whole-file reader does.
+        if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(l) {
+            t.push(&v);
+            events += 1;
+        }
+    }
+    let (s, capped) = t.finish();
+    Ok(Some((s, events, complete, capped)))
 }
 
 /// Feeds one trace event to the aggregate (host counters are gathered in `host`, one sample
@@ -185,7 +267,8 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
                 step: num(a, "step"),
                 epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
                 images: a["images"].as_u64().unwrap_or(0) as u32,
-                loss: a["loss"].as_f64().unwrap_or(0.0) as f32,
+                // A trace leaves a NaN or inf loss out of its counter.
+                loss: a["loss"].as_f64().map_or(f32::NAN, |l| l as f32),
                 correct: a["correct"].as_u64().unwrap_or(0) as u32,
                 end_ns: ns(&e["ts"]),
                 queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
@@ -232,10 +315,19 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
     false
 }
 
-/// Loads a trace or a summary JSON.
+/// Loads a trace or a summary JSON. A trace as pipeprof writes it is read as a stream.
 pub fn load(path: &Path) -> Result<Loaded, ReadError> {
     let p = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io { path: p.clone(), source })?;
+    let io = |source| ReadError::Io { path: p.clone(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    if let Some((summary, events, complete, capped)) = stream_trace(std::io::BufReader::new(file)).map_err(io)? {
+        if events == 0 {
+            return Err(ReadError::Format { path: p, why: "no trace events found".into() });
+        }
+        check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p.clone(), why })?;
+        return Ok(Loaded { summary, events, complete, capped });
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
         if let (Some(version), Some(_)) = (v.get("schema_version"), v.get("stages")) {
             let expected = crate::aggregate::SUMMARY_SCHEMA_VERSION;
@@ -302,6 +394,31 @@ mod tests {
         std::fs::write(&path, trace).unwrap();
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("settings.workers"), "{e}");
+    }
+
+    #[test]
+    fn a_trace_read_as_a_stream_gives_what_the_whole_file_gives() {
+        let lines = [
+            r#"{"ph":"i","name":"settings","ts":0,"args":{"workers":2,"batch_size":4}}"#,
+            r#"{"ph":"X","name":"decode","tid":2,"ts":10,"dur":1000,"args":{"step":0,"sample":1,"cpu_us":900}}"#,
+            r#"{"ph":"X","name":"wait","tid":1,"ts":0,"dur":900,"args":{"step":0}}"#,
+            r#"{"ph":"C","name":"CPU %","ts":500,"args":{"process":50,"machine":60}}"#,
+            r#"{"ph":"C","name":"RSS MB","ts":500,"args":{"rss":12}}"#,
+            r#"{"ph":"C","name":"step","ts":1000,"args":{"step":0,"epoch":0,"images":4,"loss":1.5,"correct":2,"batches_ready":1}}"#,
+        ];
+        let closed = format!("{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{}\n]}}\n", lines.join(",\n"));
+        let (whole, _) = summary_from_trace(&parse_trace_text(&closed).0);
+        let (streamed, events, complete, capped) = stream_trace(closed.as_bytes()).unwrap().unwrap();
+        assert_eq!((events, complete, capped), (6, true, false));
+        assert_eq!(streamed, whole);
+        assert_eq!((streamed.settings.workers, streamed.steps), (2, 1));
+        // Cut by a kill mid-line: the whole lines count, and it says it was not closed.
+        let cut = &closed[..closed.len() - 30];
+        let (s, events, complete, _) = stream_trace(cut.as_bytes()).unwrap().unwrap();
+        assert_eq!((events, complete, s.steps), (5, false, 0));
+        // Another layout (one line, a bare array, a summary): read whole instead.
+        assert!(stream_trace(r#"{"traceEvents":[{"ph":"X"}]}"#.as_bytes()).unwrap().is_none());
+        assert!(stream_trace("[\n{}\n]".as_bytes()).unwrap().is_none());
     }
 
     #[test]

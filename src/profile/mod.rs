@@ -88,6 +88,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     let samplers = start_samplers(opts, &probe);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let trainer = start_trainer(opts, &cfg, &data, workers, auto_workers, dev, &probe, done_tx)?;
+    let (watchdog_tx, watchdog_rx) = crossbeam_channel::bounded::<()>(0);
+    let watchdog = start_watchdog(opts.stall_after(), &probe, watchdog_rx);
     session::show(opts.no_tui, &collector.1, &done_rx);
     // Whatever happened to training, the collector finishes: the trace gets closed and the
     // report covers what was measured.
@@ -97,6 +99,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
             crate::data::loader::panic_message(&*p)
         )
     });
+    drop(watchdog_tx);
+    if let Some(w) = watchdog {
+        let _ = w.join();
+    }
     let died = samplers.and_then(|s| s.stop().died);
     let outcome = match (outcome, died) {
         (Ok(Ok(_)), Some(name)) => {
@@ -209,6 +215,50 @@ fn on_abort(trace: Option<crate::export::guard::TraceGuard>, summary: Option<std
     }));
 }
 
+/// How often the watchdog looks at the loader's open work.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The stall watchdog: names a loader stage open longer than `after` (on the progress line,
+/// and through the channel into the live view, report, summary and trace), until `stop` is
+/// dropped.
+fn start_watchdog(after: std::time::Duration, probe: &Probe, stop: Receiver<()>) -> Option<JoinHandle<()>> {
+    let probe = probe.clone();
+    let threshold = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+    let spawned = std::thread::Builder::new().name("pp-watchdog".into()).spawn(move || {
+        let mut named = std::collections::HashSet::new();
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop.recv_timeout(WATCH_EVERY) {
+            let now = probes::clock::now_ns();
+            for (w, open_ns) in crate::data::watch::stalled(&crate::data::watch::open_work(), now, threshold) {
+                let stall = crate::aggregate::Stall {
+                    thread: w.thread.clone(),
+                    stage: w.stage.name().into(),
+                    file: w.file.clone(),
+                    open_s: open_ns as f64 / 1e9,
+                    abandoned: false,
+                };
+                // Named once per stall on the progress line; the live view shows it as a flag.
+                if named.insert((w.thread.clone(), w.since_ns)) && !crate::tui::is_active() {
+                    progress::warn(&crate::diagnose::stall_words(&stall));
+                }
+                probe.send(Event::Stalled {
+                    thread: w.thread.into_boxed_str(),
+                    stage: w.stage,
+                    file: w.file.into_boxed_str(),
+                    open_ns,
+                    abandoned: false,
+                });
+            }
+        }
+    });
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            progress::warn(&format!("no stall watchdog ({e}): a read that never returns will not be named"));
+            None
+        }
+    }
+}
+
 /// Host and GPU sampling, or a warning and none.
 fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::SamplerHandle> {
     let cfg = probes::sampler::SamplerConfig {
@@ -278,6 +328,19 @@ fn start_trainer(
     })?)
 }
 
+/// The summary file, marked failed with why when the run failed.
+fn write_summary(opts: &Options, done: &Diagnosed, failed: Option<&str>) -> anyhow::Result<()> {
+    let Some(path) = &opts.summary else { return Ok(()) };
+    let mut v = serde_json::to_value(done)?;
+    if let (Some(why), Some(o)) = (failed, v.as_object_mut()) {
+        o.insert("failed".into(), serde_json::Value::String(why.to_string()));
+    }
+    let json = serde_json::to_string_pretty(&v)?;
+    std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
+    eprintln!("pipeprof: summary written to {}", path.display());
+    Ok(())
+}
+
 /// The report, the summary file and the outcome's messages.
 fn finish(
     opts: &Options,
@@ -292,15 +355,9 @@ fn finish(
         progress::say(&format!("pipeprof: RUN FAILED: {why}"));
         eprintln!("pipeprof: the report above covers the steps done before the failure");
     }
-    if let Some(path) = &opts.summary {
-        let mut v = serde_json::to_value(&done)?;
-        if let (Some(why), Some(o)) = (&failed, v.as_object_mut()) {
-            o.insert("failed".into(), serde_json::Value::String(why.clone()));
-        }
-        let json = serde_json::to_string_pretty(&v)?;
-        std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
-        eprintln!("pipeprof: summary written to {}", path.display());
-    }
+    // The trace is closed (the collector ended); once the summary is written too, an
+    // immediate exit has nothing left to close: its hooks are disarmed.
+    signal::disarm_after(|| write_summary(opts, &done, failed.as_deref()))?;
     let Trained { outcome, never_loaded } = outcome??;
     for (class, failed) in &never_loaded {
         progress::warn(&format!(

@@ -37,6 +37,8 @@ pub struct Options {
     pub no_tui: bool,
     pub check_advice: bool,
     pub channel_capacity: usize,
+    /// `--stall-after`, seconds ([`STALL_AFTER_S`] when not given).
+    pub stall_after: Option<f64>,
 }
 
 impl Default for Options {
@@ -64,7 +66,20 @@ impl Default for Options {
             no_tui: false,
             check_advice: false,
             channel_capacity: probes::DEFAULT_CAPACITY,
+            stall_after: None,
         }
+    }
+}
+
+/// A loader stage open this long is named as stalled, unless `--stall-after` says otherwise.
+pub const STALL_AFTER_S: f64 = 30.0;
+/// Longest accepted `--stall-after`: a day.
+pub const MAX_STALL_AFTER_S: f64 = 86_400.0;
+
+impl Options {
+    /// The stall threshold.
+    pub fn stall_after(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.stall_after.unwrap_or(STALL_AFTER_S).clamp(1e-3, MAX_STALL_AFTER_S))
     }
 }
 
@@ -86,6 +101,9 @@ impl Options {
         }
         if !(self.sample_hz.is_finite() && self.sample_hz > 0.0 && self.sample_hz <= MAX_SAMPLE_HZ) {
             bail!("--sample-hz must be a positive number up to {MAX_SAMPLE_HZ}, got {}", self.sample_hz);
+        }
+        if let Some(s) = self.stall_after.filter(|s| !(s.is_finite() && *s > 0.0 && *s <= MAX_STALL_AFTER_S)) {
+            bail!("--stall-after must be a positive number of seconds up to {MAX_STALL_AFTER_S}, got {s}");
         }
         if !(1..=MAX_CHANNEL_CAPACITY).contains(&self.channel_capacity) {
             bail!("--channel-capacity must be between 1 and {MAX_CHANNEL_CAPACITY}, got {}", self.channel_capacity);

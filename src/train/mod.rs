@@ -303,10 +303,13 @@ pub fn train(
         let queued = loader.queued() as u32;
         let batch = {
             let _g = info_span!("wait", step = k).entered();
-            loader.next_batch()
+            loader.next_batch_until(stop)
         };
         let waited = step_start.elapsed();
-        let Some(batch) = batch else { break };
+        let Some(batch) = batch else {
+            out.interrupted |= stop.load(Ordering::Relaxed);
+            break;
+        };
         k = batch.step + 1;
         let epoch_end = k % loader.steps_per_epoch().max(1) == 0 || k == loader.total_steps();
         if batch.is_empty() {
@@ -439,7 +442,7 @@ fn validate(
             break;
         }
         let _g = info_span!("validate", step, epoch).entered();
-        let Some(batch) = loader.next_batch() else { break };
+        let Some(batch) = loader.next_batch_until(stop) else { break };
         if batch.is_empty() {
             continue;
         }

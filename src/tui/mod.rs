@@ -31,6 +31,11 @@ const TICK: Duration = Duration::from_millis(100);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static HOOK: Once = Once::new();
 
+/// Whether the live view holds the terminal now (lines printed on stderr would be lost).
+pub fn is_active() -> bool {
+    ACTIVE.load(Ordering::SeqCst)
+}
+
 /// Leaves raw mode and the alternate screen, shows the cursor. Idempotent.
 fn restore() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
@@ -59,6 +64,7 @@ struct Guard {
 impl Guard {
     fn enter() -> io::Result<Guard> {
         install_panic_hook();
+        crate::signal::on_exit_restore_terminal(restore);
         terminal::enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         let setup = (|| {
@@ -99,8 +105,8 @@ fn refresh(latest: &Mutex<Live>, st: &mut State, seen: &mut (u64, u64)) {
 
 /// Shows the live view until `done` fires (training finished, or stopped after q / Esc /
 /// Ctrl-C set `stop`), then restores the terminal. Raw mode turns Ctrl-C into a key, so it
-/// arrives here rather than as SIGINT; a second Ctrl-C while stopping exits the process at
-/// once (status 130), as a second SIGINT does without the view.
+/// arrives here rather than as SIGINT, and is handed to `signal::interrupt`: the same grace
+/// period, and the same immediate exit (terminal restored, trace closed, summary written).
 pub fn run(latest: Arc<Mutex<Live>>, done: Receiver<()>, stop: &'static AtomicBool) -> io::Result<()> {
     let mut st = State::new(Snapshot::default());
     let mut seen = (u64::MAX, u64::MAX);
@@ -133,10 +139,10 @@ pub fn run(latest: Arc<Mutex<Live>>, done: Receiver<()>, stop: &'static AtomicBo
                         stop.store(true, Ordering::SeqCst);
                         break;
                     }
-                    Action::Abort => {
-                        drop(guard);
-                        eprintln!("pipeprof: interrupted twice: exiting without a report");
-                        std::process::exit(130);
+                    Action::Interrupt => {
+                        // The same path as SIGINT: may exit at once (terminal restored first).
+                        crate::signal::interrupt_key();
+                        break;
                     }
                 },
                 Event::Resize(..) => {

@@ -49,9 +49,10 @@ pub enum Action {
     Redraw,
     /// Ask the run to stop cleanly (the report and trace are still written).
     Stop,
-    /// Ctrl-C while already stopping: the user means it, leave at once (as a second SIGINT
-    /// does outside the live view).
-    Abort,
+    /// Ctrl-C: an interrupt, exactly as SIGINT is outside the live view (raw mode makes it a
+    /// key): the first stops the run, a repeat within the grace period is the same one, a
+    /// later one exits at once. The caller hands it to `signal::interrupt`.
+    Interrupt,
 }
 
 /// What the collector publishes for the live view: the aggregate's snapshot and the verdict
@@ -121,11 +122,8 @@ impl State {
         }
         let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && matches!(key.code, KeyCode::Char('c' | 'C'));
         if ctrl_c {
-            if self.stop_requested {
-                return Action::Abort;
-            }
             self.stop_requested = true;
-            return Action::Stop;
+            return Action::Interrupt;
         }
         match key.code {
             // Esc first closes the overlay it is natural to dismiss with Esc.
@@ -229,9 +227,8 @@ mod tests {
     }
 
     #[test]
-    fn q_esc_and_ctrl_c_request_a_stop_once() {
-        for k in [key(KeyCode::Char('q')), key(KeyCode::Esc), KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)]
-        {
+    fn q_and_esc_request_a_stop_once() {
+        for k in [key(KeyCode::Char('q')), key(KeyCode::Esc)] {
             let mut st = State::new(Snapshot::default());
             assert_eq!(st.on_key(k), Action::Stop, "{k:?}");
             assert!(st.stop_requested);
@@ -242,11 +239,15 @@ mod tests {
     }
 
     #[test]
-    fn second_ctrl_c_while_stopping_aborts() {
+    fn every_ctrl_c_is_an_interrupt_for_the_one_signal_path() {
         let mut st = State::new(Snapshot::default());
         let cc = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert_eq!(st.on_key(cc), Action::Interrupt);
+        assert!(st.stop_requested);
+        assert_eq!(st.on_key(cc), Action::Interrupt, "the grace period is decided in signal, not here");
+        let mut st = State::new(Snapshot::default());
         assert_eq!(st.on_key(key(KeyCode::Char('q'))), Action::Stop);
-        assert_eq!(st.on_key(cc), Action::Abort);
+        assert_eq!(st.on_key(cc), Action::Interrupt);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! `pipeprof-<uid>` folder in the temp dir), mode 0600; or on TCP with `PIPEPROF_LISTEN` /
 //! [`Options::listen`], loopback only unless [`Options::allow_remote`] says otherwise.
 
+pub mod conn;
 pub mod producer;
 pub mod server;
 pub mod wire;
@@ -156,6 +157,8 @@ pub struct Session {
     acceptor: Option<JoinHandle<()>>,
     wake: Option<Wake>,
     producer: Option<producer::Producer>,
+    /// The token TCP peers must send (`None` on a Unix socket).
+    token: Option<String>,
 }
 
 /// Installs the Layer as the global subscriber, starts the samplers and the server.
@@ -185,6 +188,7 @@ pub fn init(opts: Options) -> Result<Session, AttachError> {
             acceptor: None,
             wake: None,
             producer: Some(prod),
+            token: None,
         });
     }
     let (probe, rx) = Probe::new(opts.capacity.max(1));
@@ -204,13 +208,27 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
         settings: opts.settings.clone(),
         threads: Vec::new(),
     };
-    let srv = server::Server::start(rx, probe.clone(), hello).map_err(io("start the server thread"))?;
+    // TCP: anyone on the machine can connect, so every peer must bring the run's token.
+    let token = opts.listen.as_ref().map(|_| run_token());
+    if let Some(t) = &token {
+        // Worker processes started from now on inherit it. Set before the server's threads
+        // start; a program that reads the environment from other threads meanwhile is
+        // warned against in the README.
+        std::env::set_var(wire::TOKEN_ENV, t);
+    }
+    let srv = server::Server::start_with_token(rx, probe.clone(), hello, token.clone())
+        .map_err(io("start the server thread"))?;
     let server = Arc::new(std::sync::Mutex::new(srv));
     let (address, socket, acceptor, wake): (String, Option<PathBuf>, JoinHandle<()>, Wake) = match &opts.listen {
         Some(addr) => {
             let a = check_listen(addr, opts.allow_remote)?;
             let l = TcpListener::bind(a).map_err(io(format!("listen on {a}")))?;
             let local = l.local_addr().map_err(io("local address"))?;
+            eprintln!(
+                "pipeprof probes: listening on {local} (TCP): viewers and workers need {}={}",
+                wire::TOKEN_ENV,
+                token.as_deref().unwrap_or_default()
+            );
             let srv = server.clone();
             let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
             let wake = Box::new(move || {
@@ -246,7 +264,29 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
         acceptor: Some(acceptor),
         wake: Some(wake),
         producer: None,
+        token,
     })
+}
+
+/// The run's token: `$PIPEPROF_TOKEN` when the user set one, else 128 random bits in hex.
+fn run_token() -> String {
+    let given = wire::env_token();
+    if !given.is_empty() {
+        return given;
+    }
+    let mut b = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    if random.is_err() {
+        // No /dev/urandom (a bare container): std's per-process random hash keys.
+        use std::hash::{BuildHasher, Hasher};
+        for (i, chunk) in b.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            h.write_u128(Instant::now().elapsed().as_nanos());
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn spawn_acceptor<C: server::Conn>(
@@ -281,6 +321,12 @@ impl Session {
     /// Where clients connect: a socket path or HOST:PORT.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The token viewers and workers must send over TCP (`$PIPEPROF_TOKEN` for them);
+    /// `None` on a Unix socket, where the socket file's permissions decide who connects.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// Reports one finished training step.

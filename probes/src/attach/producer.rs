@@ -43,16 +43,10 @@ impl<T: Write + Send + 'static> Stream for T {}
 /// starts the writer thread. `identity.pid` and `identity.program` name this process in the
 /// parent's views.
 pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Producer, AttachError> {
-    let mut out: Box<dyn Stream> = if address.contains('/') {
-        let s = std::os::unix::net::UnixStream::connect(address).map_err(io(format!("connect to {address}")))?;
-        s.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
-        Box::new(s)
-    } else {
-        let a = super::check_listen(address, true)?;
-        let s = std::net::TcpStream::connect(a).map_err(io(format!("connect to {address}")))?;
-        s.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
-        Box::new(s)
-    };
+    let s = super::conn::Stream::connect(&super::conn::Address::parse(address))
+        .map_err(io(format!("connect to {address}")))?;
+    super::server::Conn::set_write_timeout(&s, Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
+    let mut out: Box<dyn Stream> = Box::new(s);
     wire::producer_hello(&mut out).map_err(io("send the producer handshake"))?;
     let hello = wire::encode(&Frame::Hello(identity))
         .map_err(std::io::Error::other)
@@ -136,17 +130,23 @@ pub struct Relayed {
     pub error: Option<WireError>,
 }
 
+/// Longest thread name kept from a producer (characters); the rest is cut.
+pub const MAX_THREAD_NAME: usize = 64;
+
 /// Maps a producer's thread ids to ids of this process ([`crate::layer::register_thread`]).
 struct Threads {
     label: String,
-    map: HashMap<u32, u32>,
+    /// Their id → (ours, whether it was named by a Thread frame).
+    map: HashMap<u32, (u32, bool)>,
     overflow: Option<u32>,
 }
 
 impl Threads {
     fn id(&mut self, theirs: u32, name: Option<&str>, probe: &Probe) -> u32 {
-        if let Some(&ours) = self.map.get(&theirs) {
-            if name.is_none() {
+        // A thread is registered at most twice: once when first seen, once more when its
+        // name comes after its spans. Re-sent Thread frames must not grow the registry.
+        if let Some(&(ours, named)) = self.map.get(&theirs) {
+            if name.is_none() || named {
                 return ours;
             }
         }
@@ -155,11 +155,11 @@ impl Threads {
             return *self.overflow.get_or_insert_with(|| announce(probe, &format!("{label} (other threads)")));
         }
         let full = match name {
-            Some(n) => n.to_string(),
+            Some(n) => n.chars().take(MAX_THREAD_NAME).collect(),
             None => format!("{} thread-{theirs}", self.label),
         };
         let ours = announce(probe, &full);
-        self.map.insert(theirs, ours);
+        self.map.insert(theirs, (ours, name.is_some()));
         ours
     }
 }
@@ -318,6 +318,23 @@ mod tests {
         let r = relay(&mut &stream(&[hello(), host, Frame::End(Default::default())])[..], &probe);
         assert_eq!(r.error, None);
         assert_eq!(rx.try_iter().count(), 0);
+    }
+
+    #[test]
+    fn thread_frames_sent_again_register_nothing_new_and_long_names_are_cut() {
+        let (probe, rx) = Probe::new(4096);
+        let mut frames = vec![hello(), Frame::Spans(vec![span(1)])];
+        // The name after the spans: one rename. Then the same frame a thousand times.
+        let long = "w".repeat(10 * MAX_THREAD_NAME);
+        frames.extend((0..1000).map(|_| Frame::Event(WireEvent::Thread { id: 1, name: long.clone() })));
+        frames.push(Frame::Spans(vec![span(1)]));
+        frames.push(Frame::End(Default::default()));
+        let r = relay(&mut &stream(&frames)[..], &probe);
+        assert_eq!(r.error, None);
+        let (names, spans) = received(&rx);
+        assert_eq!(names.len(), 2, "the placeholder, then the name once");
+        assert_eq!(names[1].1.chars().count(), MAX_THREAD_NAME);
+        assert_eq!(spans[1].thread, names[1].0, "later spans carry the named id");
     }
 
     #[test]

@@ -17,6 +17,9 @@ use std::time::Duration;
 
 /// Frames queued per client before it counts as too slow.
 pub const CLIENT_QUEUE: usize = 4096;
+/// Connections served at once (viewers, producers, handshakes in progress), each a thread;
+/// more are refused and counted.
+pub const MAX_CONNECTIONS: u64 = 64;
 
 /// A connected stream (Unix or TCP).
 pub trait Conn: std::io::Read + Write + Send + 'static {
@@ -70,6 +73,13 @@ struct Shared {
     /// When a producer last sent bytes (monotonic ns; 0: never).
     last_relay_ns: AtomicU64,
     stopping: AtomicBool,
+    /// Connection threads alive now (see [`MAX_CONNECTIONS`]).
+    active: AtomicU64,
+    /// The End frame, once the run has ended: a viewer whose handshake lands after it gets
+    /// it at once and is closed, instead of joining a list nobody sends to any more.
+    end: Mutex<Option<Arc<Vec<u8>>>>,
+    /// The token a TCP peer must send; `None` on a Unix socket.
+    token: Option<String>,
     /// The last GPU sample: the "GPU sampling off" notice is sent once at start, and a client
     /// that attaches later must still see it.
     last_gpu: Mutex<Option<Arc<Vec<u8>>>>,
@@ -104,7 +114,17 @@ pub struct Server {
 impl Server {
     /// Starts the fan-out thread over `rx` (the probe's channel).
     pub fn start(rx: Receiver<Event>, probe: Probe, hello: Hello) -> std::io::Result<Server> {
-        let shared = Arc::new(Shared::default());
+        Server::start_with_token(rx, probe, hello, None)
+    }
+
+    /// [`Server::start`] for a TCP listener: every peer must send `token` in its handshake.
+    pub fn start_with_token(
+        rx: Receiver<Event>,
+        probe: Probe,
+        hello: Hello,
+        token: Option<String>,
+    ) -> std::io::Result<Server> {
+        let shared = Arc::new(Shared { token, ..Shared::default() });
         let s = shared.clone();
         let relay_probe = probe.clone();
         let fanout = std::thread::Builder::new().name("pp-server".into()).spawn(move || {
@@ -145,7 +165,11 @@ impl Server {
             stats.events_dropped = probe.dropped();
             // ServerStats is a few numbers: its encoding cannot fail or be too long.
             let end = Arc::new(wire::encode(&Frame::End(stats)).unwrap_or_default());
-            for c in s.clients.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            let mut clients = s.clients.lock().unwrap_or_else(|e| e.into_inner());
+            // Under the clients' lock: a viewer registering now sees either the list still
+            // served or the end.
+            *s.end.lock().unwrap_or_else(|e| e.into_inner()) = Some(end.clone());
+            for c in clients.drain(..) {
                 let _ = c.tx.try_send(end.clone());
             }
         })?;
@@ -164,6 +188,14 @@ impl Server {
             conn.shutdown();
             return;
         }
+        if self.shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            self.shared.active.fetch_sub(1, Ordering::SeqCst);
+            if let Ok(mut st) = self.shared.stats.lock() {
+                st.connections_refused += 1;
+            }
+            conn.shutdown();
+            return;
+        }
         let (tx, rx) = crossbeam_channel::bounded::<Arc<Vec<u8>>>(CLIENT_QUEUE);
         let shared = self.shared.clone();
         let hello = self.hello.lock().map(|h| h.clone()).ok();
@@ -171,9 +203,17 @@ impl Server {
         let n = self.shared.connected.fetch_add(1, Ordering::Relaxed);
         self.shared.producers.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new().name(format!("pp-client-{n}")).spawn(move || {
+            // Counted out however the thread ends.
+            struct Active(Arc<Shared>);
+            impl Drop for Active {
+                fn drop(&mut self) {
+                    self.0.active.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            let _active = Active(shared.clone());
             let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
             let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-            let peer = wire::check_peer_hello(&mut conn);
+            let peer = wire::check_peer_hello_token(&mut conn, shared.token.as_deref());
             if !matches!(peer, Ok(wire::Peer::Producer)) {
                 shared.producers.fetch_sub(1, Ordering::SeqCst);
             }
@@ -233,9 +273,19 @@ impl Server {
                     return;
                 }
             }
-            if let Ok(mut clients) = shared.clients.lock() {
-                clients.push(Client { tx });
+            let mut clients = shared.clients.lock().unwrap_or_else(|e| e.into_inner());
+            let end = shared.end.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            match end {
+                // The run ended before this viewer was registered: it gets the end, and goes.
+                Some(end) => {
+                    drop(clients);
+                    let _ = conn.write_all(&end);
+                    conn.shutdown();
+                    return;
+                }
+                None => clients.push(Client { tx }),
             }
+            drop(clients);
             for frame in rx.iter() {
                 if conn.write_all(&frame).is_err() {
                     break;
@@ -245,6 +295,7 @@ impl Server {
         });
         if spawned.is_err() {
             self.shared.producers.fetch_sub(1, Ordering::SeqCst);
+            self.shared.active.fetch_sub(1, Ordering::SeqCst);
         }
         if let (Ok(h), Ok(mut w)) = (spawned, self.writers.lock()) {
             w.retain(|h| !h.is_finished());
@@ -260,6 +311,11 @@ impl Server {
     /// Refuses new connections from now on.
     pub fn mark_stopping(&mut self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the run has ended (the fan-out sent its End frame).
+    pub fn ended(&self) -> bool {
+        self.shared.end.lock().map(|e| e.is_some()).unwrap_or(true)
     }
 
     /// Clients currently receiving events.

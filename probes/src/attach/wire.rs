@@ -1,8 +1,10 @@
 //! The attach wire format. Every byte from the other side is hostile: lengths are checked
 //! before anything is allocated, and every malformed input is an error, never a panic.
 //!
-//! Handshake: the client sends [`MAGIC`] and its version (u16 LE); the server answers with a
-//! [`Frame::Hello`]. Then frames flow server → client: `[u32 LE length][u8 tag][payload]`,
+//! Handshake: the client sends [`MAGIC`], its version (u16 LE) and the run's token (u8
+//! length, then that many bytes; empty on a Unix socket, where the file's permissions decide
+//! who connects); the server answers with a [`Frame::Hello`]. On TCP a wrong or missing token
+//! is refused before anything about the run is sent. Then frames flow server → client: `[u32 LE length][u8 tag][payload]`,
 //! length counting the tag. Span batches are binary (53 bytes per span); the rare events
 //! (threads, steps, samples, skipped files) are JSON.
 //!
@@ -22,7 +24,12 @@ pub const MAGIC: &[u8; 4] = b"PPRF";
 /// Starts a producer's connection: a process sending its spans into another's run.
 pub const PRODUCER_MAGIC: &[u8; 4] = b"PPRP";
 /// Protocol version; both sides must agree.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
+/// Longest token accepted in a handshake.
+pub const MAX_TOKEN: usize = 64;
+/// Environment variable holding the run's token: set by a TCP server for its worker
+/// processes, and read by viewers and producers.
+pub const TOKEN_ENV: &str = "PIPEPROF_TOKEN";
 /// Largest frame accepted: a decoder never allocates more than this for one frame.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes per span in a span batch.
@@ -62,6 +69,9 @@ pub enum WireError {
         /// What was wrong.
         why: String,
     },
+    /// A TCP peer without the run's token.
+    #[error("missing or wrong token: this run listens on TCP and admits only peers with its token (set {TOKEN_ENV} to the token the run printed)")]
+    Token,
     /// The connection closed cleanly between frames.
     #[error("connection closed")]
     Closed,
@@ -98,6 +108,9 @@ pub struct ServerStats {
     /// [`MAX_FRAME`]).
     #[serde(default)]
     pub unencodable_frames: u64,
+    /// Connections refused because [`super::server::MAX_CONNECTIONS`] were being served.
+    #[serde(default)]
+    pub connections_refused: u64,
 }
 
 /// The events other than span batches, as JSON.
@@ -157,7 +170,7 @@ impl Frame {
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
             Event::Settings(v) => Frame::Event(WireEvent::Settings((**v).clone())),
             Event::Failed(why) => Frame::Event(WireEvent::Failed(why.to_string())),
-            Event::Finish | Event::Workers { .. } => return None,
+            Event::Finish | Event::Workers { .. } | Event::Stalled { .. } => return None,
         })
     }
 
@@ -285,25 +298,32 @@ pub fn read_frame(r: &mut impl Read) -> Result<Frame, WireError> {
     decode(&body)
 }
 
-/// The client's half of the handshake.
-pub fn client_hello(w: &mut impl Write) -> std::io::Result<()> {
-    let mut b = MAGIC.to_vec();
+/// The token from [`TOKEN_ENV`], empty when unset (or too long to send).
+pub fn env_token() -> String {
+    std::env::var(TOKEN_ENV).ok().filter(|t| t.len() <= MAX_TOKEN).unwrap_or_default()
+}
+
+/// A handshake: `magic`, [`VERSION`], `token`.
+pub fn hello_bytes(magic: &[u8; 4], token: &str) -> Vec<u8> {
+    let token = &token.as_bytes()[..token.len().min(MAX_TOKEN)];
+    let mut b = magic.to_vec();
     b.extend(VERSION.to_le_bytes());
-    w.write_all(&b)
+    b.push(token.len() as u8);
+    b.extend_from_slice(token);
+    b
+}
+
+/// The client's half of the handshake, with the token from [`TOKEN_ENV`].
+pub fn client_hello(w: &mut impl Write) -> std::io::Result<()> {
+    w.write_all(&hello_bytes(MAGIC, &env_token()))
 }
 
 /// The server's check of the client's handshake.
 pub fn check_client_hello(r: &mut impl Read) -> Result<(), WireError> {
-    let mut b = [0u8; 6];
-    r.read_exact(&mut b).map_err(|_| WireError::Truncated)?;
-    if &b[..4] != MAGIC {
-        return Err(WireError::BadMagic);
+    match check_peer_hello(r)? {
+        Peer::Viewer => Ok(()),
+        Peer::Producer => Err(WireError::BadMagic),
     }
-    let theirs = u16::from_le_bytes([b[4], b[5]]);
-    if theirs != VERSION {
-        return Err(WireError::Version { theirs });
-    }
-    Ok(())
 }
 
 /// Who opened a connection to the server.
@@ -315,15 +335,20 @@ pub enum Peer {
     Producer,
 }
 
-/// A producer's half of the handshake (its [`Frame::Hello`] follows).
+/// A producer's half of the handshake (its [`Frame::Hello`] follows), with the token from
+/// [`TOKEN_ENV`].
 pub fn producer_hello(w: &mut impl Write) -> std::io::Result<()> {
-    let mut b = PRODUCER_MAGIC.to_vec();
-    b.extend(VERSION.to_le_bytes());
-    w.write_all(&b)
+    w.write_all(&hello_bytes(PRODUCER_MAGIC, &env_token()))
 }
 
-/// The server's check of a peer's handshake: a viewer or a producer of this version.
+/// The server's check of a peer's handshake: a viewer or a producer of this version (its
+/// token read and not checked: a Unix socket's permissions decide).
 pub fn check_peer_hello(r: &mut impl Read) -> Result<Peer, WireError> {
+    check_peer_hello_token(r, None)
+}
+
+/// [`check_peer_hello`], and with `token` the peer must have sent exactly it.
+pub fn check_peer_hello_token(r: &mut impl Read, token: Option<&str>) -> Result<Peer, WireError> {
     let mut b = [0u8; 6];
     r.read_exact(&mut b).map_err(|_| WireError::Truncated)?;
     let peer = match &b[..4] {
@@ -334,6 +359,21 @@ pub fn check_peer_hello(r: &mut impl Read) -> Result<Peer, WireError> {
     let theirs = u16::from_le_bytes([b[4], b[5]]);
     if theirs != VERSION {
         return Err(WireError::Version { theirs });
+    }
+    let mut n = [0u8; 1];
+    r.read_exact(&mut n).map_err(|_| WireError::Truncated)?;
+    let n = n[0] as usize;
+    if n > MAX_TOKEN {
+        return Err(WireError::Token);
+    }
+    let mut theirs = [0u8; MAX_TOKEN];
+    r.read_exact(&mut theirs[..n]).map_err(|_| WireError::Truncated)?;
+    if let Some(want) = token {
+        // Compared in time independent of where they differ.
+        let same = want.len() == n && want.bytes().zip(&theirs[..n]).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        if !same {
+            return Err(WireError::Token);
+        }
     }
     Ok(peer)
 }
@@ -375,12 +415,40 @@ mod tests {
                 slow_clients_dropped: 2,
                 bad_handshakes: 3,
                 unencodable_frames: 4,
+                connections_refused: 5,
             }),
         ];
         for f in frames {
             let bytes = encode(&f).unwrap();
             assert_eq!(read_frame(&mut &bytes[..]), Ok(f));
         }
+    }
+
+    #[test]
+    fn a_diverged_loss_and_non_finite_samples_cross_the_wire() {
+        for loss in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e39_f64 as f32] {
+            let step = crate::StepRecord {
+                step: 410,
+                epoch: 0,
+                images: 32,
+                loss,
+                correct: 0,
+                end_ns: 9,
+                queued: 1,
+                validation: false,
+            };
+            let bytes = encode(&Frame::Event(WireEvent::Step(step))).unwrap();
+            match read_frame(&mut &bytes[..]) {
+                Ok(Frame::Event(WireEvent::Step(back))) => {
+                    assert!(back.loss.is_nan() == loss.is_nan() && (loss.is_nan() || back.loss == loss), "{loss}");
+                }
+                other => panic!("{loss}: {other:?}"),
+            }
+        }
+        let host = HostSample { global_cpu_pct: f32::NAN, iowait_pct: Some(f32::INFINITY), ..Default::default() };
+        let bytes = encode(&Frame::Event(WireEvent::Host(host))).unwrap();
+        let Ok(Frame::Event(WireEvent::Host(back))) = read_frame(&mut &bytes[..]) else { panic!("host sample lost") };
+        assert!(back.global_cpu_pct.is_nan() && back.iowait_pct == Some(f32::INFINITY));
     }
 
     #[test]
@@ -425,5 +493,26 @@ mod tests {
         assert_eq!(check_peer_hello(&mut &b"PPR"[..]), Err(WireError::Truncated));
         // A producer is not a viewer: the viewer-only check still refuses it.
         assert_eq!(check_client_hello(&mut &p[..]), Err(WireError::BadMagic));
+    }
+
+    #[test]
+    fn a_tcp_peer_needs_the_runs_token_and_a_unix_one_does_not() {
+        let token = "3f9a0c";
+        // (what the peer sends, the token the server wants, the outcome)
+        let table = [
+            (hello_bytes(MAGIC, token), Some(token), Ok(Peer::Viewer)),
+            (hello_bytes(PRODUCER_MAGIC, token), Some(token), Ok(Peer::Producer)),
+            (hello_bytes(MAGIC, ""), Some(token), Err(WireError::Token)),
+            (hello_bytes(PRODUCER_MAGIC, "3f9a0d"), Some(token), Err(WireError::Token)),
+            (hello_bytes(MAGIC, "3f9a0c00"), Some(token), Err(WireError::Token)),
+            (hello_bytes(MAGIC, ""), None, Ok(Peer::Viewer)),
+            (b"PPRF\x03\x00\x05ab".to_vec(), Some(token), Err(WireError::Truncated)),
+        ];
+        for (bytes, want, outcome) in table {
+            assert_eq!(check_peer_hello_token(&mut &bytes[..], want), outcome, "{bytes:?}");
+        }
+        let mut long = b"PPRF\x03\x00".to_vec();
+        long.push(MAX_TOKEN as u8 + 1);
+        assert_eq!(check_peer_hello_token(&mut &long[..], Some(token)), Err(WireError::Token));
     }
 }

@@ -38,10 +38,13 @@ pub struct HostSample {
     /// When it was taken, monotonic ns ([`clock::now_ns`]).
     pub t_ns: u64,
     /// Whole-machine CPU busy %, 0–100 (average over cores).
+    #[serde(with = "crate::nonfinite")]
     pub global_cpu_pct: f32,
     /// CPU busy % of each core, 0–100.
+    #[serde(with = "crate::nonfinite::vec")]
     pub per_core_pct: Vec<f32>,
     /// The sampled process's CPU % since the previous sample: 100 = one core.
+    #[serde(with = "crate::nonfinite")]
     pub process_cpu_pct: f32,
     /// The sampled process's CPU time since it started, ns.
     pub process_cpu_ns: u64,
@@ -50,21 +53,25 @@ pub struct HostSample {
     /// Bytes per second the process caused to be read from storage (page-cache hits are not
     /// counted); `None` = not measurable here (no `/proc/<pid>/io`, or the kernel does not
     /// account storage reads per process).
+    #[serde(with = "crate::nonfinite::option", default)]
     pub read_bytes_per_s: Option<f64>,
     /// Bytes per second the process caused to be written to storage; `None` = not measurable.
+    #[serde(with = "crate::nonfinite::option", default)]
     pub write_bytes_per_s: Option<f64>,
     /// Bytes per second returned by the process's read system calls, from any source: storage,
     /// page cache, FUSE, network filesystems, pipes. Corroborates `read_bytes_per_s` where
     /// that one cannot see (network and FUSE reads never reach a block device).
+    #[serde(with = "crate::nonfinite::option", default)]
     pub syscall_read_bytes_per_s: Option<f64>,
     /// Whole-machine % of CPU time idle while waiting for I/O, from `/proc/stat`; `None`
     /// when unavailable.
+    #[serde(with = "crate::nonfinite::option", default)]
     pub iowait_pct: Option<f32>,
     /// CPU of the process's threads whose names start with one of the configured prefixes.
     pub threads: Vec<ThreadCpu>,
     /// Whole-machine % of CPU time stolen by the hypervisor for other guests (a noisy
     /// neighbour on a VM), from `/proc/stat`; `None` when unavailable.
-    #[serde(default)]
+    #[serde(with = "crate::nonfinite::option", default)]
     pub steal_pct: Option<f32>,
     /// The busiest other programs (by name, all their processes together), busiest first;
     /// refreshed about once a second (listing every process is dearer than the rest of a
@@ -81,6 +88,7 @@ pub struct OtherCpu {
     /// Processes of that name.
     pub processes: u32,
     /// Their CPU % together: 100 = one core.
+    #[serde(with = "crate::nonfinite")]
     pub cpu_pct: f32,
 }
 
@@ -92,6 +100,7 @@ pub struct ThreadCpu {
     /// Thread name (`comm`, at most 15 bytes on Linux).
     pub name: String,
     /// CPU % since the previous sample: 100 = one core.
+    #[serde(with = "crate::nonfinite")]
     pub cpu_pct: f32,
     /// CPU time since the thread started, ns (clock-tick resolution, usually 10 ms).
     pub cpu_ns: u64,
@@ -148,18 +157,23 @@ pub struct GpuDevice {
     pub name: String,
     /// % of the last sample period (1/6 s to 1 s) in which at least one kernel ran: a coarse
     /// signal, to be corroborated.
+    #[serde(with = "crate::nonfinite::option", default)]
     pub util_pct: Option<f32>,
     /// % of the last sample period in which device memory was read or written.
+    #[serde(with = "crate::nonfinite::option", default)]
     pub mem_util_pct: Option<f32>,
     /// Device memory in use by all processes, bytes.
     pub mem_used_bytes: Option<u64>,
     /// Device memory, bytes.
     pub mem_total_bytes: Option<u64>,
     /// PCIe host-to-device bytes per second (NVML averages over 20 ms).
+    #[serde(with = "crate::nonfinite::option", default)]
     pub pcie_rx_bytes_per_s: Option<f64>,
     /// PCIe device-to-host bytes per second.
+    #[serde(with = "crate::nonfinite::option", default)]
     pub pcie_tx_bytes_per_s: Option<f64>,
     /// Board power draw, watts.
+    #[serde(with = "crate::nonfinite::option", default)]
     pub power_w: Option<f32>,
     /// Streaming-multiprocessor clock, MHz.
     pub sm_clock_mhz: Option<u32>,

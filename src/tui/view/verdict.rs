@@ -51,6 +51,13 @@ pub fn flag_label(f: &Flag) -> String {
         Flag::TinyModel => "tiny model: per-step overhead dominates".into(),
         Flag::ComputeCompetesWithLoader => "CPU training shares cores with the loader".into(),
         Flag::Simulated { what } => format!("simulated: {what}"),
+        Flag::Diverged { first_nan, first_inf } => {
+            format!(
+                "{}: training diverged, lower the learning rate",
+                crate::diagnose::loss_words(*first_nan, *first_inf)
+            )
+        }
+        Flag::Stalled(s) => crate::diagnose::stall_words(s),
         Flag::ValidationHeavy { share } => format!("validation takes {:.0}% of the run", share * 100.0),
         Flag::CoreContention { share, others, external } => {
             let who = if *external && !others.is_empty() { format!(" ({})", others.join(", ")) } else { String::new() };
@@ -249,5 +256,26 @@ mod tests {
         assert_eq!(wrap("aa bb cc", 5), vec!["aa bb", "cc"]);
         assert_eq!(wrap("abcdefgh", 3), vec!["abc", "def", "gh"]);
         assert_eq!(wrap("", 3), vec![""]);
+    }
+
+    #[test]
+    fn the_live_view_names_a_diverged_loss_and_a_stall() {
+        let stall = crate::aggregate::Stall {
+            thread: "loader-0".into(),
+            stage: "read".into(),
+            file: "a/zz_pipe.png".into(),
+            open_s: 45.0,
+            abandoned: false,
+        };
+        let table = [
+            (
+                Flag::Diverged { first_nan: Some(412), first_inf: Some(410) },
+                "loss is NaN from step 412 (inf at 410): training diverged",
+            ),
+            (Flag::Stalled(stall), "loader-0 has been reading a/zz_pipe.png for 45 s"),
+        ];
+        for (flag, words) in table {
+            assert!(flag_label(&flag).starts_with(words), "{}", flag_label(&flag));
+        }
     }
 }
