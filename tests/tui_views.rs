@@ -459,3 +459,16 @@ fn every_size_renders_without_panicking() {
         }
     }
 }
+
+#[test]
+fn a_program_that_reports_no_accuracy_shows_none_rather_than_zero() {
+    let mut st = compute_bound();
+    for e in &mut st.snap.summary.epochs {
+        e.accuracy = 0.0;
+    }
+    let with = screen(&st, 120, 40);
+    assert!(with.contains("acc 0.0%"), "{with}");
+    st.snap.summary.settings.no_accuracy = true;
+    let without = screen(&st, 120, 40);
+    assert!(without.contains("acc -") && !without.contains("acc 0.0%"), "{without}");
+}

@@ -59,7 +59,11 @@ pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
         Some(m) => format!("{}/{m}", s.steps),
         None => s.steps.to_string(),
     };
-    let acc = s.epochs.last().filter(|e| e.images > 0).map_or("-".into(), |e| format!("{:.1}%", e.accuracy * 100.0));
+    let acc = s
+        .epochs
+        .last()
+        .filter(|e| e.images > 0 && !s.settings.no_accuracy)
+        .map_or("-".into(), |e| format!("{:.1}%", e.accuracy * 100.0));
     let mut l2 = Vec::new();
     l2.extend(kv("step ", step));
     l2.extend(kv("  epoch ", epoch));
