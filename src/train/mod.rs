@@ -2,13 +2,15 @@
 
 pub mod auto;
 pub mod model;
+pub mod optim;
 pub mod shapes;
 
-use crate::config::{ModelConfig, OptimizerKind};
+use crate::config::ModelConfig;
 use crate::data::{Dataset, Loader, LoaderConfig};
 use candle_core::{DType, Device, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
+use candle_nn::{VarBuilder, VarMap};
 use model::Cnn;
+use optim::Opt;
 use probes::{clock, Event, Probe, StepRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -42,30 +44,6 @@ fn cuda_device(ordinal: usize) -> anyhow::Result<Device> {
         "--device cuda:{ordinal}: this pipeprof was built without CUDA support; \
          rebuild with `cargo build --release --features cuda` on a machine with the CUDA toolkit"
     )
-}
-
-enum Opt {
-    AdamW(AdamW),
-    Sgd(SGD),
-}
-
-impl Opt {
-    fn new(kind: OptimizerKind, lr: f64, vm: &VarMap) -> candle_core::Result<Opt> {
-        let vars = vm.all_vars();
-        Ok(match kind {
-            OptimizerKind::Adam => {
-                Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() })?)
-            }
-            OptimizerKind::Adamw => Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, ..Default::default() })?),
-            OptimizerKind::Sgd => Opt::Sgd(SGD::new(vars, lr)?),
-        })
-    }
-    fn step(&mut self, grads: &candle_core::backprop::GradStore) -> candle_core::Result<()> {
-        match self {
-            Opt::AdamW(o) => o.step(grads),
-            Opt::Sgd(o) => o.step(grads),
-        }
-    }
 }
 
 /// Where the loop waits for the device. CUDA returns from a kernel launch at once, so without a
@@ -285,7 +263,7 @@ pub fn train(
     let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
     let model = Cnn::new(cfg, classes, vb)?;
     seed_weights(&vm, cfg.data.seed, dev)?;
-    let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, &vm)?;
+    let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, vm.all_vars(), dev)?;
     let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
     let mut out = TrainOutcome::default();
     let mut k = 0u64;

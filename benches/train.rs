@@ -1,0 +1,235 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Training step time per phase (forward + loss, backward, optimizer) on the CPU for the three
+//! example models, against PyTorch CPU on the same model (benches/peer_train.py), in
+//! alternating rounds with the ratio; and pipeprof's fused optimizer against candle's.
+//!
+//! `cargo bench --bench train [-- large|cnn|mlp ...]`. Threads: `PIPEPROF_BENCH_THREADS`
+//! (default 2) for both rayon (`RAYON_NUM_THREADS`) and torch (`OMP_NUM_THREADS`,
+//! `torch.set_num_threads`); the large CNN's batch: `PIPEPROF_BENCH_BATCH` (default 8);
+//! rounds: `PIPEPROF_BENCH_ROUNDS` (default 3). The peer runs when `python3 -c "import torch"`
+//! works; `PIPEPROF_PYTHON` names another interpreter.
+//!
+//! Each round runs a few steps of each side and takes their median; the table shows the
+//! median over rounds, and the ratio is pipeprof / PyTorch per round, then its median.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use pipeprof::config::ModelConfig;
+use pipeprof::train::model::Cnn;
+use pipeprof::train::optim::Opt;
+use pipeprof::train::seed_weights;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+const PEER: &str = include_str!("peer_train.py");
+
+struct Case {
+    name: &'static str,
+    toml: &'static str,
+    file: &'static str,
+    classes: usize,
+    batch: usize,
+    steps: usize,
+}
+
+/// Median ms of forward, backward, optimizer, whole step.
+type Phases = [f64; 4];
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn medians(rows: &[Phases]) -> Phases {
+    std::array::from_fn(|i| median(rows.iter().map(|r| r[i]).collect()))
+}
+
+struct Ours {
+    model: Cnn,
+    opt: Opt,
+    candle_opt: Opt,
+    xs: Tensor,
+    ys: Tensor,
+}
+
+impl Ours {
+    fn new(case: &Case) -> Ours {
+        let cfg = ModelConfig::parse(case.toml, case.file).unwrap();
+        let dev = Device::Cpu;
+        let vm = VarMap::new();
+        let model = Cnn::new(&cfg, case.classes, VarBuilder::from_varmap(&vm, DType::F32, &dev)).unwrap();
+        seed_weights(&vm, 1, &dev).unwrap();
+        let (kind, lr) = (cfg.train.optimizer, cfg.train.learning_rate);
+        let opt = Opt::new(kind, lr, vm.all_vars(), &dev).unwrap();
+        let candle_opt = Opt::candle(kind, lr, vm.all_vars()).unwrap();
+        let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
+        let n = case.batch * c * h * w;
+        let pixels: Vec<f32> = (0..n).map(|i| ((i * 2_654_435_761) % 1000) as f32 / 1000.0).collect();
+        let xs = Tensor::from_vec(pixels, (case.batch, c, h, w), &dev).unwrap();
+        let labels: Vec<u32> = (0..case.batch as u32).map(|i| i % case.classes as u32).collect();
+        let ys = Tensor::from_vec(labels, case.batch, &dev).unwrap();
+        Ours { model, opt, candle_opt, xs, ys }
+    }
+
+    /// `steps` steps with the fused optimizer (or candle's); the median of each phase.
+    fn round(&mut self, steps: usize, candle_opt: bool) -> Phases {
+        let rows: Vec<Phases> = (0..steps)
+            .map(|_| {
+                let t0 = Instant::now();
+                let logits = self.model.forward(&self.xs, true).unwrap();
+                let loss = candle_nn::loss::cross_entropy(&logits, &self.ys).unwrap();
+                let t1 = Instant::now();
+                let grads = loss.backward().unwrap();
+                let t2 = Instant::now();
+                let opt = if candle_opt { &mut self.candle_opt } else { &mut self.opt };
+                opt.step(&grads).unwrap();
+                let t3 = Instant::now();
+                loss.to_scalar::<f32>().unwrap();
+                let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+                [ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3)]
+            })
+            .collect();
+        medians(&rows)
+    }
+}
+
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    fn python() -> Option<String> {
+        let py = std::env::var("PIPEPROF_PYTHON").unwrap_or_else(|_| "python3".into());
+        let ok = Command::new(&py).args(["-c", "import torch"]).stderr(Stdio::null()).status();
+        ok.is_ok_and(|s| s.success()).then_some(py)
+    }
+
+    fn start(py: &str, script: &std::path::Path, toml: &std::path::Path, case: &Case, threads: usize) -> Peer {
+        let mut child = Command::new(py)
+            .arg(script)
+            .arg(toml)
+            .args([case.classes, case.batch, threads].map(|v| v.to_string()))
+            .env("OMP_NUM_THREADS", threads.to_string())
+            .env("MKL_NUM_THREADS", threads.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the PyTorch peer");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "peer_train.py did not start");
+        Peer { child, stdin, stdout }
+    }
+
+    fn round(&mut self, steps: usize) -> Phases {
+        writeln!(self.stdin, "{steps}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let v: Vec<f64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(v.len(), 4, "peer answered {line:?}");
+        [v[0], v[1], v[2], v[3]]
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let threads = env_usize("PIPEPROF_BENCH_THREADS", 2);
+    let rounds = env_usize("PIPEPROF_BENCH_ROUNDS", 3).max(1);
+    let large_batch = env_usize("PIPEPROF_BENCH_BATCH", 8);
+    // Before the first rayon use: candle's CPU kernels run on the global pool.
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().unwrap();
+    let cases = [
+        Case {
+            name: "large",
+            toml: include_str!("../examples/cnn_large.toml"),
+            file: "cnn_large.toml",
+            classes: 2,
+            batch: large_batch,
+            steps: 3,
+        },
+        Case {
+            name: "cnn",
+            toml: include_str!("../examples/cnn.toml"),
+            file: "cnn.toml",
+            classes: 4,
+            batch: 32,
+            steps: 10,
+        },
+        Case {
+            name: "mlp",
+            toml: include_str!("../examples/mlp_mnist.toml"),
+            file: "mlp_mnist.toml",
+            classes: 10,
+            batch: 32,
+            steps: 50,
+        },
+    ];
+    let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let py = Peer::python();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("peer_train.py");
+    std::fs::write(&script, PEER).unwrap();
+    match &py {
+        Some(p) => println!("PyTorch peer: {p}, {threads} threads each side, {rounds} alternating rounds"),
+        None => println!("PyTorch peer: off (`python3 -c \"import torch\"` failed; set PIPEPROF_PYTHON)"),
+    }
+    for case in cases.iter().filter(|c| wanted.is_empty() || wanted.iter().any(|w| w == c.name)) {
+        let toml = dir.path().join(case.file);
+        std::fs::write(&toml, case.toml).unwrap();
+        let mut ours = Ours::new(case);
+        let mut peer = py.as_ref().map(|p| Peer::start(p, &script, &toml, case, threads));
+        // Warm-up: first-touch allocations, the peer's lazy initialisation.
+        ours.round(1, false);
+        ours.round(1, true);
+        if let Some(p) = peer.as_mut() {
+            p.round(1);
+        }
+        let (mut fused, mut candle, mut torch) = (vec![], vec![], vec![]);
+        for _ in 0..rounds {
+            fused.push(ours.round(case.steps, false));
+            if let Some(p) = peer.as_mut() {
+                torch.push(p.round(case.steps));
+            }
+            candle.push(ours.round(case.steps, true));
+        }
+        println!(
+            "\n{} ({}, batch {}, {} steps × {rounds} rounds), median ms",
+            case.name, case.file, case.batch, case.steps
+        );
+        println!(
+            "{:<12} {:>12} {:>16} {:>12} {:>14} {:>14}",
+            "phase", "pipeprof", "candle's optim", "PyTorch", "pipeprof/PyT", "candle/fused"
+        );
+        let (f, c) = (medians(&fused), medians(&candle));
+        let t = (!torch.is_empty()).then(|| medians(&torch));
+        for (i, phase) in ["forward", "backward", "optimizer", "step"].iter().enumerate() {
+            let ratio = |a: &[Phases], b: &[Phases]| median(a.iter().zip(b).map(|(x, y)| x[i] / y[i]).collect());
+            let vs_torch = t.map_or("-".to_string(), |_| format!("{:.2}×", ratio(&fused, &torch)));
+            println!(
+                "{:<12} {:>12.1} {:>16.1} {:>12} {:>14} {:>13.2}×",
+                phase,
+                f[i],
+                c[i],
+                t.map_or("-".to_string(), |t| format!("{:.1}", t[i])),
+                vs_torch,
+                ratio(&candle, &fused)
+            );
+        }
+    }
+}
