@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Training step time per phase (forward + loss, backward, optimizer) on the CPU for the three
 //! example models, against PyTorch CPU on the same model (benches/peer_train.py), in
-//! alternating rounds with the ratio; and pipeprof's fused optimizer against candle's.
+//! alternating rounds with the ratio; and against itself before issue 22 (whole-graph
+//! backward, candle's optimizer) and with the whole-graph backward (what timing each layer
+//! costs).
 //!
 //! `cargo bench --bench train [-- large|cnn|mlp ...]`. Threads: `PIPEPROF_BENCH_THREADS`
 //! (default 2) for both rayon (`RAYON_NUM_THREADS`) and torch (`OMP_NUM_THREADS`,
@@ -15,6 +17,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use pipeprof::config::ModelConfig;
+use pipeprof::train::layerwise;
 use pipeprof::train::model::Cnn;
 use pipeprof::train::optim::Opt;
 use pipeprof::train::seed_weights;
@@ -72,26 +75,66 @@ impl Ours {
         Ours { model, opt, candle_opt, xs, ys }
     }
 
-    /// `steps` steps with the fused optimizer (or candle's); the median of each phase.
-    fn round(&mut self, steps: usize, candle_opt: bool) -> Phases {
+    /// `steps` steps as `pipeprof profile` runs them (layer by layer, fused optimizer), or
+    /// as before issue 22 (`loss.backward()` on the whole graph, candle's optimizer), or the
+    /// whole graph with the fused optimizer (the cost of timing each layer). The medians of
+    /// each phase, and of each layer's forward and backward when run layer by layer.
+    fn round(&mut self, steps: usize, how: How) -> (Phases, Vec<[f64; 2]>) {
+        let layers = self.model.len();
+        let mut per_layer: Vec<Vec<[f64; 2]>> = vec![vec![]; layers];
         let rows: Vec<Phases> = (0..steps)
             .map(|_| {
+                let mut times = vec![[0.0; 2]; layers];
                 let t0 = Instant::now();
-                let logits = self.model.forward(&self.xs, true).unwrap();
-                let loss = candle_nn::loss::cross_entropy(&logits, &self.ys).unwrap();
-                let t1 = Instant::now();
-                let grads = loss.backward().unwrap();
+                let (grads, t1, loss) = if how == How::Layerwise {
+                    let (logits, tape) = layerwise::forward(
+                        &self.model,
+                        &self.xs,
+                        true,
+                        || Ok(()),
+                        |i, _, d| times[i][0] = d as f64 / 1e6,
+                    )
+                    .unwrap();
+                    let loss = candle_nn::loss::cross_entropy(&logits, &self.ys).unwrap();
+                    let t1 = Instant::now();
+                    let g = layerwise::backward(
+                        &self.model,
+                        tape,
+                        &loss,
+                        || Ok(()),
+                        |i, _, d| times[i][1] = d as f64 / 1e6,
+                    )
+                    .unwrap();
+                    (g, t1, loss)
+                } else {
+                    let logits = self.model.forward(&self.xs, true).unwrap();
+                    let loss = candle_nn::loss::cross_entropy(&logits, &self.ys).unwrap();
+                    let t1 = Instant::now();
+                    (loss.backward().unwrap(), t1, loss)
+                };
                 let t2 = Instant::now();
-                let opt = if candle_opt { &mut self.candle_opt } else { &mut self.opt };
+                let opt = if how == How::Before { &mut self.candle_opt } else { &mut self.opt };
                 opt.step(&grads).unwrap();
                 let t3 = Instant::now();
                 loss.to_scalar::<f32>().unwrap();
+                for (acc, t) in per_layer.iter_mut().zip(times) {
+                    acc.push(t);
+                }
                 let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
                 [ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3)]
             })
             .collect();
-        medians(&rows)
+        let layer_medians =
+            per_layer.iter().map(|v| std::array::from_fn(|k| median(v.iter().map(|t| t[k]).collect()))).collect();
+        (medians(&rows), layer_medians)
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum How {
+    Layerwise,
+    WholeGraph,
+    Before,
 }
 
 struct Peer {
@@ -195,41 +238,53 @@ fn main() {
         let mut ours = Ours::new(case);
         let mut peer = py.as_ref().map(|p| Peer::start(p, &script, &toml, case, threads));
         // Warm-up: first-touch allocations, the peer's lazy initialisation.
-        ours.round(1, false);
-        ours.round(1, true);
+        for how in [How::Layerwise, How::WholeGraph, How::Before] {
+            ours.round(1, how);
+        }
         if let Some(p) = peer.as_mut() {
             p.round(1);
         }
-        let (mut fused, mut candle, mut torch) = (vec![], vec![], vec![]);
+        let (mut now, mut whole, mut before, mut torch, mut layers) = (vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..rounds {
-            fused.push(ours.round(case.steps, false));
+            let (p, l) = ours.round(case.steps, How::Layerwise);
+            now.push(p);
+            layers.push(l);
             if let Some(p) = peer.as_mut() {
                 torch.push(p.round(case.steps));
             }
-            candle.push(ours.round(case.steps, true));
+            whole.push(ours.round(case.steps, How::WholeGraph).0);
+            before.push(ours.round(case.steps, How::Before).0);
         }
         println!(
             "\n{} ({}, batch {}, {} steps × {rounds} rounds), median ms",
             case.name, case.file, case.batch, case.steps
         );
         println!(
-            "{:<12} {:>12} {:>16} {:>12} {:>14} {:>14}",
-            "phase", "pipeprof", "candle's optim", "PyTorch", "pipeprof/PyT", "candle/fused"
+            "{:<10} {:>9} {:>9} {:>9} {:>9} {:>13} {:>13} {:>13}",
+            "phase", "pipeprof", "whole", "before", "PyTorch", "pipeprof/PyT", "before/now", "now/whole"
         );
-        let (f, c) = (medians(&fused), medians(&candle));
+        let (n, w, b) = (medians(&now), medians(&whole), medians(&before));
         let t = (!torch.is_empty()).then(|| medians(&torch));
         for (i, phase) in ["forward", "backward", "optimizer", "step"].iter().enumerate() {
+            // Ratios per round (the two sides ran back to back), then their median.
             let ratio = |a: &[Phases], b: &[Phases]| median(a.iter().zip(b).map(|(x, y)| x[i] / y[i]).collect());
-            let vs_torch = t.map_or("-".to_string(), |_| format!("{:.2}×", ratio(&fused, &torch)));
             println!(
-                "{:<12} {:>12.1} {:>16.1} {:>12} {:>14} {:>13.2}×",
+                "{:<10} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>13} {:>12.2}× {:>12.2}×",
                 phase,
-                f[i],
-                c[i],
+                n[i],
+                w[i],
+                b[i],
                 t.map_or("-".to_string(), |t| format!("{:.1}", t[i])),
-                vs_torch,
-                ratio(&candle, &fused)
+                t.map_or("-".to_string(), |_| format!("{:.2}×", ratio(&now, &torch))),
+                ratio(&before, &now),
+                ratio(&now, &whole),
             );
+        }
+        println!("per layer (pipeprof, median ms): forward / backward");
+        for (i, name) in (0..ours.model.len()).map(|i| (i, ours.model.name(i).to_string())) {
+            let f = median(layers.iter().map(|l: &Vec<[f64; 2]>| l[i][0]).collect());
+            let bw = median(layers.iter().map(|l: &Vec<[f64; 2]>| l[i][1]).collect());
+            println!("  {name:<18} {f:>9.1} {bw:>9.1}");
         }
     }
 }

@@ -5,7 +5,7 @@ use probes::fsinfo::FsInfo;
 pub mod machine;
 
 use machine::{MachineAgg, MachineSummary};
-use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, LayerRecord, SpanRecord, Stage, StepRecord, NONE};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -22,6 +22,9 @@ pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 pub const MAX_LOADER_THREADS: usize = 256;
 /// The id under which threads past [`MAX_LOADER_THREADS`] are counted.
 pub const OTHER_THREADS: u32 = u32::MAX;
+
+/// Layers with their own timings (a model's layers; more are left out).
+pub const MAX_LAYERS: usize = 256;
 
 /// Recent per-step timings kept for charts.
 pub const RECENT_POINTS: usize = 1024;
@@ -80,6 +83,34 @@ pub struct RunSettings {
     /// 1 .heic"); empty when there were none.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub ignored: String,
+}
+
+/// One layer's mean forward and backward time per step (pipeprof's own model).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LayerSummary {
+    pub name: String,
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+}
+
+/// One part of the compute step: a layer's forward or backward pass, or the optimizer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputePart {
+    /// `dense_1 backward`, `optimizer`.
+    pub label: String,
+    /// Mean per step, ms.
+    pub ms: f64,
+    /// Share of the mean compute step.
+    pub share: f64,
+}
+
+#[derive(Default)]
+struct LayerAgg {
+    name: String,
+    forward_ns: u64,
+    forwards: u64,
+    backward_ns: u64,
+    backwards: u64,
 }
 
 struct StageAgg {
@@ -269,9 +300,32 @@ pub struct Summary {
     pub machine: MachineSummary,
     /// The filesystem holding the data folder.
     pub data_fs: Option<FsInfo>,
+    /// Per layer of the model pipeprof trains, in model order (empty for other programs).
+    pub layers: Vec<LayerSummary>,
 }
 
 impl Summary {
+    /// The compute step's parts (each layer's forward and backward, the optimizer), largest
+    /// first, as shares of the mean compute span; empty without per-layer times.
+    pub fn compute_parts(&self) -> Vec<ComputePart> {
+        let mean = |st: Stage| self.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms);
+        let Some(compute) = mean(Stage::Compute).filter(|c| *c > 0.0) else { return vec![] };
+        if self.layers.is_empty() {
+            return vec![];
+        }
+        let mut parts: Vec<ComputePart> = self
+            .layers
+            .iter()
+            .flat_map(|l| {
+                [(format!("{} forward", l.name), l.forward_ms), (format!("{} backward", l.name), l.backward_ms)]
+            })
+            .chain(mean(Stage::Optimizer).map(|o| ("optimizer".to_string(), o)))
+            .map(|(label, ms)| ComputePart { label, ms, share: ms / compute })
+            .collect();
+        parts.sort_by(|a, b| b.ms.total_cmp(&a.ms).then(a.label.cmp(&b.label)));
+        parts
+    }
+
     /// The validation passes' share of the run's wall time (their `validate` spans cover
     /// loading and forward), or None without validation.
     pub fn validation_share(&self) -> Option<f64> {
@@ -352,6 +406,7 @@ pub struct Aggregator {
     first_wait_ns: Option<u64>,
     /// Since the last workers change, when there was one.
     phase: Option<Phase>,
+    layers: Vec<LayerAgg>,
 }
 
 impl Aggregator {
@@ -380,6 +435,7 @@ impl Aggregator {
             cur: StepPoint::default(),
             first_wait_ns: None,
             phase: None,
+            layers: Vec::new(),
         }
     }
 
@@ -513,7 +569,25 @@ impl Aggregator {
                 let tag = if *settled { "chose" } else { "trying" };
                 self.settings.auto_workers.push(format!("{tag} {workers}: {reason}"));
             }
+            Event::Layer(l) => self.push_layer(l),
             Event::Finish | Event::Spans(_) => {}
+        }
+    }
+
+    fn push_layer(&mut self, l: &LayerRecord) {
+        let i = match self.layers.iter().position(|a| *a.name == *l.layer) {
+            Some(i) => i,
+            None if self.layers.len() < MAX_LAYERS => {
+                self.layers.push(LayerAgg { name: l.layer.to_string(), ..Default::default() });
+                self.layers.len() - 1
+            }
+            None => return,
+        };
+        let a = &mut self.layers[i];
+        if l.backward {
+            (a.backward_ns, a.backwards) = (a.backward_ns + l.dur_ns, a.backwards + 1);
+        } else {
+            (a.forward_ns, a.forwards) = (a.forward_ns + l.dur_ns, a.forwards + 1);
         }
     }
 
@@ -652,6 +726,15 @@ impl Aggregator {
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
             machine: self.machine.summary(),
             data_fs: self.data_fs.clone(),
+            layers: self
+                .layers
+                .iter()
+                .map(|a| LayerSummary {
+                    name: a.name.clone(),
+                    forward_ms: per(a.forward_ns, a.forwards),
+                    backward_ms: per(a.backward_ns, a.backwards),
+                })
+                .collect(),
         }
     }
 }
@@ -659,6 +742,63 @@ impl Aggregator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn layer(name: &str, backward: bool, step: u64, dur_ms: u64) -> Event {
+        Event::Layer(LayerRecord {
+            layer: name.into(),
+            backward,
+            step,
+            start_ns: step * 1_000_000_000,
+            dur_ns: dur_ms * 1_000_000,
+        })
+    }
+
+    #[test]
+    fn layer_times_become_per_step_means_and_shares_of_compute() {
+        let mut a = Aggregator::new(RunSettings::default());
+        for step in 0..2 {
+            let t0 = step * 1_000_000_000;
+            a.push(&Event::Span(SpanRecord { step, ..compute_span(t0, 100) }));
+            a.push(&Event::Span(SpanRecord { stage: Stage::Optimizer, step, ..compute_span(t0, 10 + step * 10) }));
+            a.push(&layer("conv2d_1", false, step, 5));
+            a.push(&layer("dense_1", false, step, 10 + step * 10));
+            a.push(&layer("dense_1", true, step, 50));
+            a.push(&layer("conv2d_1", true, step, 20));
+        }
+        let s = a.summary();
+        let names: Vec<&str> = s.layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["conv2d_1", "dense_1"], "model order, as first seen");
+        assert_eq!((s.layers[1].forward_ms, s.layers[1].backward_ms), (15.0, 50.0));
+        let parts = s.compute_parts();
+        let labels: Vec<&str> = parts.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["dense_1 backward", "conv2d_1 backward", "dense_1 forward", "optimizer", "conv2d_1 forward"]
+        );
+        assert!((parts[0].share - 0.5).abs() < 1e-9, "50 ms of a 100 ms compute step");
+        assert_eq!(parts[3].ms, 15.0);
+    }
+
+    #[test]
+    fn no_layer_times_no_compute_parts() {
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&Event::Span(compute_span(0, 100)));
+        assert!(a.summary().compute_parts().is_empty());
+    }
+
+    fn compute_span(start_ns: u64, dur_ms: u64) -> SpanRecord {
+        SpanRecord {
+            stage: Stage::Compute,
+            thread: 1,
+            start_ns,
+            dur_ns: dur_ms * 1_000_000,
+            cpu_ns: NONE,
+            queue_ns: NONE,
+            step: 0,
+            sample: NONE,
+            bytes: NONE,
+        }
+    }
 
     fn span(stage: Stage, start: u64, dur: u64, cpu: u64) -> Event {
         Event::Span(SpanRecord {

@@ -1,6 +1,7 @@
 //! The training loop: wait for a batch, transfer it, compute. Each phase is a span.
 
 pub mod auto;
+pub mod layerwise;
 pub mod model;
 pub mod optim;
 pub mod shapes;
@@ -11,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use model::Cnn;
 use optim::Opt;
-use probes::{clock, Event, Probe, StepRecord};
+use probes::{clock, Event, LayerRecord, Probe, StepRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tracing::info_span;
@@ -312,7 +313,8 @@ pub fn train(
             }
             (xs, ys)
         };
-        let (loss, correct) = compute_step(&model, &mut opt, (&xs, &ys), dev, sync, slow_compute.as_ref(), batch.step)?;
+        let (loss, correct) =
+            compute_step(&model, &mut opt, probe, (&xs, &ys), dev, sync, slow_compute.as_ref(), batch.step)?;
         out.steps += 1;
         out.images += n as u64;
         probe.send(Event::Step(StepRecord {
@@ -342,9 +344,11 @@ pub fn train(
 
 /// Forward, backward and optimizer for one batch, each a span inside `compute`; the loss and
 /// the number of correct predictions.
+#[allow(clippy::too_many_arguments)]
 fn compute_step(
     model: &Cnn,
     opt: &mut Opt,
+    probe: &Probe,
     (xs, ys): (&Tensor, &Tensor),
     dev: &Device,
     sync: GpuSync,
@@ -355,16 +359,24 @@ fn compute_step(
     if let Some(s) = slow {
         s.apply();
     }
-    let (logits, loss) = {
+    // Each layer's part of each pass goes to the probe as it ends (one record per layer and
+    // pass: a step's handful, not a hot path).
+    let layer_time = |backward: bool| {
+        move |i: usize, start_ns: u64, dur_ns: u64| {
+            probe.send(Event::Layer(LayerRecord { layer: model.name(i).into(), backward, step, start_ns, dur_ns }));
+        }
+    };
+    let done = || phase_done(dev, sync);
+    let (logits, loss, tape) = {
         let _g = info_span!("forward", step).entered();
-        let logits = model.forward(xs, true)?;
+        let (logits, tape) = layerwise::forward(model, xs, true, done, layer_time(false))?;
         let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
         phase_done(dev, sync)?;
-        (logits, loss)
+        (logits, loss, tape)
     };
     let grads = {
         let _g = info_span!("backward", step).entered();
-        let grads = loss.backward()?;
+        let grads = layerwise::backward(model, tape, &loss, done, layer_time(true))?;
         phase_done(dev, sync)?;
         grads
     };

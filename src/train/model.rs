@@ -17,6 +17,8 @@ enum Layer {
 /// The model: `Cnn::new(cfg, classes, vb)`, then `forward(&xs, train)` returns logits.
 pub struct Cnn {
     layers: Vec<Layer>,
+    /// Each layer's name in cnn.toml's numbering (`conv2d_1`, `max_pooling2d_1`, …).
+    names: Vec<String>,
 }
 
 fn activate(xs: Tensor, act: Activation) -> Result<Tensor> {
@@ -35,6 +37,7 @@ impl Cnn {
     pub fn new(cfg: &ModelConfig, classes: usize, vb: VarBuilder) -> Result<Cnn> {
         let shapes = cfg.infer_shapes(classes).map_err(candle_core::Error::msg)?;
         let mut layers = Vec::with_capacity(shapes.len());
+        let names = shapes.iter().map(|l| l.name.clone()).collect();
         let mut in_shape = vec![cfg.input.channels, cfg.input.height, cfg.input.width];
         let last = shapes.len() - 1;
         for (i, l) in shapes.iter().enumerate() {
@@ -75,29 +78,58 @@ impl Cnn {
             layers.push(layer);
             in_shape = l.output.clone();
         }
-        Ok(Cnn { layers })
+        Ok(Cnn { layers, names })
     }
 
     /// Logits `(batch, classes)` for `xs` of shape `(batch, channels, height, width)`.
     pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor> {
         let mut xs = xs.clone();
-        for layer in &self.layers {
-            xs = match layer {
-                Layer::Conv { conv, pad, act } => {
-                    let padded = match pad {
-                        Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
-                        None => xs,
-                    };
-                    activate(conv.forward(&padded)?, *act)?
-                }
-                Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s)?,
-                Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s)?,
-                Layer::Flatten => xs.flatten_from(1)?,
-                Layer::Dense { fc, act } => activate(fc.forward(&xs)?, *act)?,
-                Layer::Dropout(d) => d.forward(&xs, train)?,
-            };
+        for i in 0..self.layers.len() {
+            xs = self.forward_layer(i, &xs, train)?;
         }
         Ok(xs)
+    }
+
+    /// Layers, in order.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// Layer `i`'s name (`dense_1`).
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// Layer `i` alone (with its activation) on `xs`.
+    pub fn forward_layer(&self, i: usize, xs: &Tensor, train: bool) -> Result<Tensor> {
+        match &self.layers[i] {
+            Layer::Conv { conv, pad, act } => {
+                let padded = match pad {
+                    Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
+                    None => xs.clone(),
+                };
+                activate(conv.forward(&padded)?, *act)
+            }
+            Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s),
+            Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s),
+            Layer::Flatten => xs.flatten_from(1),
+            Layer::Dense { fc, act } => activate(fc.forward(xs)?, *act),
+            Layer::Dropout(d) => d.forward(xs, train),
+        }
+    }
+
+    /// Layer `i`'s parameters (weight, then bias), none for pooling, flatten and dropout.
+    pub fn params(&self, i: usize) -> Vec<&Tensor> {
+        let (w, b) = match &self.layers[i] {
+            Layer::Conv { conv, .. } => (conv.weight(), conv.bias()),
+            Layer::Dense { fc, .. } => (fc.weight(), fc.bias()),
+            _ => return vec![],
+        };
+        std::iter::once(w).chain(b).collect()
     }
 }
 

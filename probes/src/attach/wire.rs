@@ -151,7 +151,8 @@ impl Frame {
             }
             Event::Host(h) => Frame::Event(WireEvent::Host((**h).clone())),
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
-            Event::Finish | Event::Workers { .. } => return None,
+            // Layer times come from pipeprof's own model, never from an attached program.
+            Event::Finish | Event::Workers { .. } | Event::Layer(_) => return None,
         })
     }
 
