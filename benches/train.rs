@@ -8,11 +8,13 @@
 //! `cargo bench --bench train [-- large|cnn|mlp ...]`. Threads: `PIPEPROF_BENCH_THREADS`
 //! (default 2) for both rayon (`RAYON_NUM_THREADS`) and torch (`OMP_NUM_THREADS`,
 //! `torch.set_num_threads`); the large CNN's batch: `PIPEPROF_BENCH_BATCH` (default 8);
-//! rounds: `PIPEPROF_BENCH_ROUNDS` (default 3). The peer runs when `python3 -c "import torch"`
+//! rounds: `PIPEPROF_BENCH_ROUNDS` (default 3); `PIPEPROF_BENCH_MALLOC=default` skips
+//! [`pipeprof::train::keep_freed_memory`]. The peer runs when `python3 -c "import torch"`
 //! works; `PIPEPROF_PYTHON` names another interpreter.
 //!
-//! Each round runs a few steps of each side and takes their median; the table shows the
-//! median over rounds, and the ratio is pipeprof / PyTorch per round, then its median.
+//! Each round runs pipeprof's three variants one step each in turn, then the peer's steps;
+//! the table shows the median over rounds of each round's median, and each ratio is the median
+//! over rounds of the ratio within a round.
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
@@ -75,9 +77,10 @@ impl Ours {
         Ours { model, opt, candle_opt, xs, ys }
     }
 
-    /// `steps` steps as `pipeprof profile` runs them (layer by layer, fused optimizer), or
-    /// as before issue 22 (`loss.backward()` on the whole graph, candle's optimizer), or the
-    /// whole graph with the fused optimizer (the cost of timing each layer). The medians of
+    /// `steps` steps as `pipeprof profile` runs them (layer by layer, pipeprof's convolution,
+    /// fused optimizer), or as before issue 22 (`loss.backward()` on the whole graph, candle's
+    /// convolution and optimizer), or the whole graph with pipeprof's kernels (the cost of
+    /// timing each layer). The medians of
     /// each phase, and of each layer's forward and backward when run layer by layer.
     fn round(&mut self, steps: usize, how: How) -> (Phases, Vec<[f64; 2]>) {
         let layers = self.model.len();
@@ -85,6 +88,8 @@ impl Ours {
         let rows: Vec<Phases> = (0..steps)
             .map(|_| {
                 let mut times = vec![[0.0; 2]; layers];
+                // Before issue 22: candle's convolution too.
+                self.model.use_candle_conv(how == How::Before);
                 let t0 = Instant::now();
                 let (grads, t1, loss) = if how == How::Layerwise {
                     let (logits, tape) = layerwise::forward(
@@ -197,6 +202,11 @@ fn main() {
     let large_batch = env_usize("PIPEPROF_BENCH_BATCH", 8);
     // Before the first rayon use: candle's CPU kernels run on the global pool.
     rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().unwrap();
+    // As `pipeprof profile` does on a CPU device (PIPEPROF_BENCH_MALLOC=default leaves glibc's
+    // settings, to measure what this is worth in alternating processes).
+    if std::env::var("PIPEPROF_BENCH_MALLOC").as_deref() != Ok("default") {
+        pipeprof::train::keep_freed_memory(&Device::Cpu);
+    }
     let cases = [
         Case {
             name: "large",
@@ -245,15 +255,24 @@ fn main() {
             p.round(1);
         }
         let (mut now, mut whole, mut before, mut torch, mut layers) = (vec![], vec![], vec![], vec![], vec![]);
+        // Rounds: pipeprof's three ways one step each in turn, `steps` times, then the peer's
+        // `steps` steps (its OpenMP threads spin a while after each parallel region, so it
+        // runs its steps together, as it would alone). Ratios compare neighbours.
         for _ in 0..rounds {
-            let (p, l) = ours.round(case.steps, How::Layerwise);
-            now.push(p);
-            layers.push(l);
+            let mut rows: [Vec<Phases>; 3] = Default::default();
+            for _ in 0..case.steps {
+                let (p, l) = ours.round(1, How::Layerwise);
+                rows[0].push(p);
+                layers.push(l);
+                rows[1].push(ours.round(1, How::WholeGraph).0);
+                rows[2].push(ours.round(1, How::Before).0);
+            }
+            now.push(medians(&rows[0]));
+            whole.push(medians(&rows[1]));
+            before.push(medians(&rows[2]));
             if let Some(p) = peer.as_mut() {
                 torch.push(p.round(case.steps));
             }
-            whole.push(ours.round(case.steps, How::WholeGraph).0);
-            before.push(ours.round(case.steps, How::Before).0);
         }
         println!(
             "\n{} ({}, batch {}, {} steps × {rounds} rounds), median ms",

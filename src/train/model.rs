@@ -19,6 +19,38 @@ pub struct Cnn {
     layers: Vec<Layer>,
     /// Each layer's name in cnn.toml's numbering (`conv2d_1`, `max_pooling2d_1`, …).
     names: Vec<String>,
+    /// candle's convolution and dense product on the CPU too (benches compare the two).
+    candle_conv: std::cell::Cell<bool>,
+}
+
+/// The convolution: on the CPU, pipeprof's own kernel (its backward skips the input's gradient
+/// when nothing needs it and uses im2col + matrix products throughout: see `train::kernels`);
+/// elsewhere candle's.
+fn conv2d(conv: &Conv2d, xs: &Tensor) -> Result<Tensor> {
+    let c = conv.config();
+    if !xs.device().is_cpu() || c.padding != 0 || c.dilation != 1 || c.groups != 1 {
+        return conv.forward(xs);
+    }
+    let stride = c.stride;
+    let ys = xs.apply_op2(conv.weight(), super::kernels::Conv2d { stride })?;
+    match conv.bias() {
+        Some(b) => ys.broadcast_add(&b.reshape((1, b.elem_count(), 1, 1))?),
+        None => Ok(ys),
+    }
+}
+
+/// The dense layer: on the CPU with a 2-D input, pipeprof's own product (its backward writes
+/// the weight's gradient once, in the weight's layout: see `train::kernels`); else candle's.
+fn dense(fc: &Linear, xs: &Tensor) -> Result<Tensor> {
+    if !xs.device().is_cpu() || xs.rank() != 2 {
+        return fc.forward(xs);
+    }
+    let xs = if xs.is_contiguous() { xs.clone() } else { xs.contiguous()? };
+    let ys = xs.apply_op2(fc.weight(), super::kernels::Dense)?;
+    match fc.bias() {
+        Some(b) => ys.broadcast_add(b),
+        None => Ok(ys),
+    }
 }
 
 fn activate(xs: Tensor, act: Activation) -> Result<Tensor> {
@@ -78,7 +110,7 @@ impl Cnn {
             layers.push(layer);
             in_shape = l.output.clone();
         }
-        Ok(Cnn { layers, names })
+        Ok(Cnn { layers, names, candle_conv: std::cell::Cell::new(false) })
     }
 
     /// Logits `(batch, classes)` for `xs` of shape `(batch, channels, height, width)`.
@@ -88,6 +120,12 @@ impl Cnn {
             xs = self.forward_layer(i, &xs, train)?;
         }
         Ok(xs)
+    }
+
+    /// Uses candle's own convolution and dense product on the CPU as well (for benches:
+    /// before and after).
+    pub fn use_candle_conv(&self, on: bool) {
+        self.candle_conv.set(on);
     }
 
     /// Layers, in order.
@@ -112,12 +150,16 @@ impl Cnn {
                     Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
                     None => xs.clone(),
                 };
-                activate(conv.forward(&padded)?, *act)
+                let ys = if self.candle_conv.get() { conv.forward(&padded)? } else { conv2d(conv, &padded)? };
+                activate(ys, *act)
             }
             Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s),
             Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s),
             Layer::Flatten => xs.flatten_from(1),
-            Layer::Dense { fc, act } => activate(fc.forward(xs)?, *act),
+            Layer::Dense { fc, act } => {
+                let ys = if self.candle_conv.get() { fc.forward(xs)? } else { dense(fc, xs)? };
+                activate(ys, *act)
+            }
             Layer::Dropout(d) => d.forward(xs, train),
         }
     }

@@ -1,0 +1,364 @@
+//! CPU kernels with backward passes of their own, where candle 0.11's are slow.
+//!
+//! [`Conv2d`]: a 2-D convolution (stride s, no padding, no dilation: "same" padding is
+//! applied before it, as zeros).
+//!
+//! candle 0.11's backward for `conv2d` always computes the input's gradient, with
+//! `conv_transpose2d`, a direct loop on the CPU, even when the input needs none (the first
+//! layer's input is the batch), and then the kernel's gradient as a convolution of the input
+//! by the output gradient. Here both passes are im2col + one matrix product per image (the
+//! `gemm` crate candle itself uses), split over the batch on the rayon pool:
+//! forward `y = W·col(x)`, kernel gradient `dW = Σ dy·col(x)ᵀ`, and, only when the input
+//! tracks a gradient, `dx = col⁻¹(Wᵀ·dy)`.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// The geometry of one convolution.
+#[derive(Debug, Clone, Copy)]
+struct Geom {
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    oh: usize,
+    ow: usize,
+}
+
+impl Geom {
+    /// Rows of the column matrix: one per kernel weight of one output channel.
+    fn k(&self) -> usize {
+        self.c_in * self.kh * self.kw
+    }
+    fn positions(&self) -> usize {
+        self.oh * self.ow
+    }
+}
+
+/// `col[(c·kh + i)·kw + j][oy·ow + ox] = x[c][oy·s + i][ox·s + j]` for one image.
+fn im2col(g: &Geom, x: &[f32], col: &mut [f32]) {
+    let p = g.positions();
+    for c in 0..g.c_in {
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &mut col[((c * g.kh + i) * g.kw + j) * p..][..p];
+                for oy in 0..g.oh {
+                    let src = &x[(c * g.h + oy * g.stride + i) * g.w + j..];
+                    let dst = &mut row[oy * g.ow..][..g.ow];
+                    if g.stride == 1 {
+                        dst.copy_from_slice(&src[..g.ow]);
+                    } else {
+                        for (ox, d) in dst.iter_mut().enumerate() {
+                            *d = src[ox * g.stride];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The adjoint of [`im2col`]: adds each column entry back onto the pixel it came from.
+fn col2im(g: &Geom, col: &[f32], dx: &mut [f32]) {
+    let p = g.positions();
+    for c in 0..g.c_in {
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &col[((c * g.kh + i) * g.kw + j) * p..][..p];
+                for oy in 0..g.oh {
+                    let dst = &mut dx[(c * g.h + oy * g.stride + i) * g.w + j..];
+                    let src = &row[oy * g.ow..][..g.ow];
+                    if g.stride == 1 {
+                        for (d, s) in dst[..g.ow].iter_mut().zip(src) {
+                            *d += s;
+                        }
+                    } else {
+                        for (ox, s) in src.iter().enumerate() {
+                            dst[ox * g.stride] += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Row-major `dst (m×n) = [dst +] a (m×k) · b (k×n)`, where `a_t`/`b_t` say the operand is
+/// stored transposed (its rows are the product's columns).
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    accumulate: bool,
+    a: &[f32],
+    a_t: bool,
+    b: &[f32],
+    b_t: bool,
+    par: Parallelism,
+) {
+    assert!(dst.len() >= m * n && a.len() >= m * k && b.len() >= k * n, "matmul: operand too short");
+    let (a_cs, a_rs) = if a_t { (m as isize, 1) } else { (1, k as isize) };
+    let (b_cs, b_rs) = if b_t { (k as isize, 1) } else { (1, n as isize) };
+    // SAFETY: the lengths are checked above; the strides describe row-major (or transposed)
+    // matrices inside those slices, and dst does not overlap a or b (distinct borrows).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+/// A contiguous f32 view of a CPU tensor, or an error.
+fn slice_of<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
+    let CpuStorage::F32(v) = storage else { candle_core::bail!("conv2d: {:?} is not f32", storage.dtype()) };
+    match layout.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => candle_core::bail!("conv2d: operand is not contiguous"),
+    }
+}
+
+/// The convolution as a candle op: forward and backward on the CPU.
+pub struct Conv2d {
+    pub stride: usize,
+}
+
+impl Conv2d {
+    fn geom(&self, x: &Shape, w: &Shape) -> Result<Geom> {
+        let (_, c_in, h, wd) = x.dims4()?;
+        let (c_out, wc, kh, kw) = w.dims4()?;
+        if wc != c_in || kh > h || kw > wd || self.stride == 0 {
+            candle_core::bail!("conv2d: input {x:?} and kernel {w:?} do not fit (stride {})", self.stride)
+        }
+        let (oh, ow) = ((h - kh) / self.stride + 1, (wd - kw) / self.stride + 1);
+        Ok(Geom { c_in, h, w: wd, c_out, kh, kw, stride: self.stride, oh, ow })
+    }
+}
+
+/// Runs `f` on the data of a contiguous f32 CPU tensor.
+fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    let t = if t.is_contiguous() { t.clone() } else { t.contiguous()? };
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(c) => f(slice_of(c, layout)?),
+        _ => candle_core::bail!("conv2d: this kernel runs on the CPU only"),
+    }
+}
+
+impl CustomOp2 for Conv2d {
+    fn name(&self) -> &'static str {
+        "pipeprof-conv2d"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let g = self.geom(xl.shape(), wl.shape())?;
+        let b = xl.shape().dims()[0];
+        let (x, w) = (slice_of(xs, xl)?, slice_of(ws, wl)?);
+        let (img, out_img) = (g.c_in * g.h * g.w, g.c_out * g.positions());
+        let mut out = vec![0f32; b * out_img];
+        out.par_chunks_mut(out_img).zip(x.par_chunks(img)).for_each_init(
+            || vec![0f32; g.k() * g.positions()],
+            |col, (y, x)| {
+                im2col(&g, x, col);
+                matmul((g.c_out, g.positions(), g.k()), y, false, w, false, col, false, Parallelism::None);
+            },
+        );
+        Ok((CpuStorage::F32(out), Shape::from((b, g.c_out, g.oh, g.ow))))
+    }
+
+    fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = self.geom(x.shape(), w.shape())?;
+        let b = x.dim(0)?;
+        let (img, out_img, k, p) = (g.c_in * g.h * g.w, g.c_out * g.positions(), g.k(), g.positions());
+        let want_dx = x.track_op();
+        let (dw, dx) = with_data(x, |xd| {
+            with_data(w, |wd| {
+                with_data(grad, |gd| {
+                    let mut dx = want_dx.then(|| vec![0f32; b * img]);
+                    // Each task: a run of images, its own kernel gradient, summed at the end.
+                    let per = b.div_ceil(rayon::current_num_threads().clamp(1, b));
+                    let dx_chunks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+                        Some(d) => d.chunks_mut(per * img).map(Some).collect(),
+                        None => (0..b.div_ceil(per)).map(|_| None).collect(),
+                    };
+                    let partial: Vec<Vec<f32>> = dx_chunks
+                        .into_par_iter()
+                        .enumerate()
+                        .map(|(t, mut dx)| {
+                            let mut dw = vec![0f32; g.c_out * k];
+                            let mut col = vec![0f32; k * p];
+                            for (n, i) in (t * per..((t + 1) * per).min(b)).enumerate() {
+                                let (xi, gi) = (&xd[i * img..][..img], &gd[i * out_img..][..out_img]);
+                                im2col(&g, xi, &mut col);
+                                // dW (c_out × k) += dy (c_out × p) · colᵀ (p × k)
+                                matmul((g.c_out, k, p), &mut dw, n > 0, gi, false, &col, true, Parallelism::None);
+                                if let Some(dx) = dx.as_mut() {
+                                    // dcol (k × p) = Wᵀ (k × c_out) · dy (c_out × p), then back to pixels.
+                                    matmul((k, p, g.c_out), &mut col, false, wd, true, gi, false, Parallelism::None);
+                                    col2im(&g, &col, &mut dx[n * img..][..img]);
+                                }
+                            }
+                            dw
+                        })
+                        .collect();
+                    let mut dw = vec![0f32; g.c_out * k];
+                    for part in partial {
+                        for (a, v) in dw.iter_mut().zip(part) {
+                            *a += v;
+                        }
+                    }
+                    Ok((dw, dx))
+                })
+            })
+        })?;
+        let dev = x.device();
+        let dw = Tensor::from_vec(dw, w.shape(), dev)?;
+        let dx = dx.map(|d| Tensor::from_vec(d, x.shape(), dev)).transpose()?;
+        Ok((dx, Some(dw)))
+    }
+}
+
+/// A dense layer's product `y = x·Wᵀ` for `x (batch × in)` and `W (out × in)`.
+pub struct Dense;
+
+impl CustomOp2 for Dense {
+    fn name(&self) -> &'static str {
+        "pipeprof-dense"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let ((b, k), (n, wk)) = (xl.shape().dims2()?, wl.shape().dims2()?);
+        if k != wk {
+            candle_core::bail!("dense: input {:?} and weight {:?} do not fit", xl.shape(), wl.shape())
+        }
+        let (x, w) = (slice_of(xs, xl)?, slice_of(ws, wl)?);
+        let mut y = vec![0f32; b * n];
+        matmul((b, n, k), &mut y, false, x, false, w, true, par());
+        Ok((CpuStorage::F32(y), Shape::from((b, n))))
+    }
+
+    fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let ((b, k), (n, _)) = (x.dims2()?, w.dims2()?);
+        let want_dx = x.track_op();
+        let (dw, dx) = with_data(x, |xd| {
+            with_data(w, |wd| {
+                with_data(grad, |gd| {
+                    // dW (n × k) = dyᵀ (n × b) · x (b × k)
+                    let mut dw = vec![0f32; n * k];
+                    matmul((n, k, b), &mut dw, false, gd, true, xd, false, par());
+                    // dx (b × k) = dy (b × n) · W (n × k)
+                    let dx = want_dx.then(|| {
+                        let mut dx = vec![0f32; b * k];
+                        matmul((b, k, n), &mut dx, false, gd, false, wd, false, par());
+                        dx
+                    });
+                    Ok((dw, dx))
+                })
+            })
+        })?;
+        let dev = x.device();
+        let dw = Tensor::from_vec(dw, w.shape(), dev)?;
+        let dx = dx.map(|d| Tensor::from_vec(d, x.shape(), dev)).transpose()?;
+        Ok((dx, Some(dw)))
+    }
+}
+
+/// One product over the whole rayon pool.
+fn par() -> Parallelism {
+    Parallelism::Rayon(rayon::current_num_threads())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn data(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0) - 0.5).collect()
+    }
+
+    fn close(a: &Tensor, b: &Tensor) {
+        let (a, b) =
+            (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        assert_eq!(a.len(), b.len());
+        assert!(a.iter().any(|v| *v != 0.0));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-4 * x.abs().max(1.0), "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn forward_and_gradients_match_candles_conv2d() {
+        let dev = Device::Cpu;
+        for stride in [1, 2] {
+            // 3 images (more than one per rayon task), 2 → 4 channels, a 3×2 kernel.
+            let x = Var::from_tensor(&Tensor::from_vec(data(3 * 2 * 9 * 8, 1), (3, 2, 9, 8), &dev).unwrap()).unwrap();
+            let w = Var::from_tensor(&Tensor::from_vec(data(4 * 2 * 3 * 2, 2), (4, 2, 3, 2), &dev).unwrap()).unwrap();
+            let up = Tensor::from_vec(data(3 * 4 * 7 * 7, 3), (3, 4, 7, 7), &dev).unwrap();
+            let ours = x.as_tensor().apply_op2(w.as_tensor(), Conv2d { stride }).unwrap();
+            let theirs = x.as_tensor().conv2d(w.as_tensor(), 0, stride, 1, 1).unwrap();
+            close(&ours, &theirs);
+            // Σ y·u: the gradient of y is u, an arbitrary upstream gradient.
+            let up = up.narrow(2, 0, ours.dim(2).unwrap()).unwrap().narrow(3, 0, ours.dim(3).unwrap()).unwrap();
+            let g1 = (&ours * &up).unwrap().sum_all().unwrap().backward().unwrap();
+            let g2 = (&theirs * &up).unwrap().sum_all().unwrap().backward().unwrap();
+            for v in [&x, &w] {
+                close(g1.get(v.as_tensor()).unwrap(), g2.get(v.as_tensor()).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn dense_forward_and_gradients_match_candles_linear() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::from_vec(data(5 * 7, 6), (5, 7), &dev).unwrap()).unwrap();
+        let w = Var::from_tensor(&Tensor::from_vec(data(3 * 7, 7), (3, 7), &dev).unwrap()).unwrap();
+        let up = Tensor::from_vec(data(5 * 3, 8), (5, 3), &dev).unwrap();
+        let ours = x.as_tensor().apply_op2(w.as_tensor(), Dense).unwrap();
+        let theirs = x.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap();
+        close(&ours, &theirs);
+        let g1 = (&ours * &up).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (&theirs * &up).unwrap().sum_all().unwrap().backward().unwrap();
+        for v in [&x, &w] {
+            close(g1.get(v.as_tensor()).unwrap(), g2.get(v.as_tensor()).unwrap());
+        }
+        // An input that needs no gradient gets none.
+        let y = x.as_tensor().detach().apply_op2(w.as_tensor(), Dense).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        assert!(g.get(w.as_tensor()).is_some() && g.get(&x.as_tensor().detach()).is_none());
+    }
+
+    #[test]
+    fn an_input_without_gradient_gets_none_computed() {
+        let dev = Device::Cpu;
+        let x = Tensor::from_vec(data(2 * 5 * 5, 4), (2, 1, 5, 5), &dev).unwrap();
+        let w = Var::from_tensor(&Tensor::from_vec(data(3 * 3 * 3, 5), (3, 1, 3, 3), &dev).unwrap()).unwrap();
+        let y = x.apply_op2(w.as_tensor(), Conv2d { stride: 1 }).unwrap();
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        assert!(grads.get(&x).is_none());
+        let theirs = x.conv2d(w.as_tensor(), 0, 1, 1, 1).unwrap().sum_all().unwrap().backward().unwrap();
+        close(grads.get(w.as_tensor()).unwrap(), theirs.get(w.as_tensor()).unwrap());
+    }
+}
