@@ -1,7 +1,9 @@
 //! CPU kernels with backward passes of their own, where candle 0.11's are slow.
 //!
-//! [`Conv2d`]: a 2-D convolution (stride s, no padding, no dilation: "same" padding is
-//! applied before it, as zeros).
+//! [`Conv2d`]: a 2-D convolution with its bias and, optionally, a ReLU (stride s, no padding,
+//! no dilation: "same" padding is applied before it, as zeros). The ReLU and the bias are
+//! folded in because candle's backward for them is single-threaded and allocates a tensor
+//! of the activation's size at each of its several steps.
 //!
 //! candle 0.11's backward for `conv2d` always computes the input's gradient, with
 //! `conv_transpose2d`, a direct loop on the CPU, even when the input needs none (the first
@@ -12,7 +14,7 @@
 //! tracks a gradient, `dx = col⁻¹(Wᵀ·dy)`.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -140,9 +142,10 @@ fn slice_of<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
     }
 }
 
-/// The convolution as a candle op: forward and backward on the CPU.
+/// The convolution with its bias (and ReLU, when `relu`) as one candle op on the CPU.
 pub struct Conv2d {
     pub stride: usize,
+    pub relu: bool,
 }
 
 impl Conv2d {
@@ -167,76 +170,125 @@ fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     }
 }
 
-impl CustomOp2 for Conv2d {
+impl CustomOp3 for Conv2d {
     fn name(&self) -> &'static str {
         "pipeprof-conv2d"
     }
 
-    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        bs: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let g = self.geom(xl.shape(), wl.shape())?;
         let b = xl.shape().dims()[0];
-        let (x, w) = (slice_of(xs, xl)?, slice_of(ws, wl)?);
-        let (img, out_img) = (g.c_in * g.h * g.w, g.c_out * g.positions());
+        let (x, w, bias) = (slice_of(xs, xl)?, slice_of(ws, wl)?, slice_of(bs, bl)?);
+        if bias.len() != g.c_out {
+            candle_core::bail!("conv2d: bias {:?} for {} filters", bl.shape(), g.c_out)
+        }
+        let (img, out_img, p) = (g.c_in * g.h * g.w, g.c_out * g.positions(), g.positions());
         let mut out = vec![0f32; b * out_img];
+        let relu = self.relu;
         out.par_chunks_mut(out_img).zip(x.par_chunks(img)).for_each_init(
-            || vec![0f32; g.k() * g.positions()],
+            || vec![0f32; g.k() * p],
             |col, (y, x)| {
                 im2col(&g, x, col);
-                matmul((g.c_out, g.positions(), g.k()), y, false, w, false, col, false, Parallelism::None);
+                matmul((g.c_out, p, g.k()), y, false, w, false, col, false, Parallelism::None);
+                for (row, &bc) in y.chunks_mut(p).zip(bias) {
+                    for v in row {
+                        let z = *v + bc;
+                        *v = if relu { z.max(0.0) } else { z };
+                    }
+                }
             },
         );
         Ok((CpuStorage::F32(out), Shape::from((b, g.c_out, g.oh, g.ow))))
     }
 
-    fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = self.geom(x.shape(), w.shape())?;
         let b = x.dim(0)?;
         let (img, out_img, k, p) = (g.c_in * g.h * g.w, g.c_out * g.positions(), g.k(), g.positions());
         let want_dx = x.track_op();
-        let (dw, dx) = with_data(x, |xd| {
+        let relu = self.relu;
+        let (dw, db, dx) = with_data(x, |xd| {
             with_data(w, |wd| {
                 with_data(grad, |gd| {
-                    let mut dx = want_dx.then(|| vec![0f32; b * img]);
-                    // Each task: a run of images, its own kernel gradient, summed at the end.
-                    let per = b.div_ceil(rayon::current_num_threads().clamp(1, b));
-                    let dx_chunks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
-                        Some(d) => d.chunks_mut(per * img).map(Some).collect(),
-                        None => (0..b.div_ceil(per)).map(|_| None).collect(),
-                    };
-                    let partial: Vec<Vec<f32>> = dx_chunks
-                        .into_par_iter()
-                        .enumerate()
-                        .map(|(t, mut dx)| {
-                            let mut dw = vec![0f32; g.c_out * k];
-                            let mut col = vec![0f32; k * p];
-                            for (n, i) in (t * per..((t + 1) * per).min(b)).enumerate() {
-                                let (xi, gi) = (&xd[i * img..][..img], &gd[i * out_img..][..out_img]);
-                                im2col(&g, xi, &mut col);
-                                // dW (c_out × k) += dy (c_out × p) · colᵀ (p × k)
-                                matmul((g.c_out, k, p), &mut dw, n > 0, gi, false, &col, true, Parallelism::None);
-                                if let Some(dx) = dx.as_mut() {
-                                    // dcol (k × p) = Wᵀ (k × c_out) · dy (c_out × p), then back to pixels.
-                                    matmul((k, p, g.c_out), &mut col, false, wd, true, gi, false, Parallelism::None);
-                                    col2im(&g, &col, &mut dx[n * img..][..img]);
+                    with_data(res, |yd| {
+                        let mut dx = want_dx.then(|| vec![0f32; b * img]);
+                        // Each task: a run of images, its own kernel and bias gradients, summed
+                        // at the end.
+                        let per = b.div_ceil(rayon::current_num_threads().clamp(1, b));
+                        let dx_chunks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+                            Some(d) => d.chunks_mut(per * img).map(Some).collect(),
+                            None => (0..b.div_ceil(per)).map(|_| None).collect(),
+                        };
+                        let partial: Vec<(Vec<f32>, Vec<f32>)> = dx_chunks
+                            .into_par_iter()
+                            .enumerate()
+                            .map(|(t, mut dx)| {
+                                let mut dw = vec![0f32; g.c_out * k];
+                                let mut db = vec![0f32; g.c_out];
+                                let mut col = vec![0f32; k * p];
+                                let mut gz = vec![0f32; out_img];
+                                for (n, i) in (t * per..((t + 1) * per).min(b)).enumerate() {
+                                    let (xi, gi, yi) = (
+                                        &xd[i * img..][..img],
+                                        &gd[i * out_img..][..out_img],
+                                        &yd[i * out_img..][..out_img],
+                                    );
+                                    // Through the ReLU (y > 0 passes), then the bias.
+                                    for (((z, &gv), &yv), c) in gz.iter_mut().zip(gi).zip(yi).zip(0..) {
+                                        *z = if !relu || yv > 0.0 { gv } else { 0.0 };
+                                        db[c / p] += *z;
+                                    }
+                                    im2col(&g, xi, &mut col);
+                                    // dW (c_out × k) += dz (c_out × p) · colᵀ (p × k)
+                                    matmul((g.c_out, k, p), &mut dw, n > 0, &gz, false, &col, true, Parallelism::None);
+                                    if let Some(dx) = dx.as_mut() {
+                                        // dcol (k × p) = Wᵀ (k × c_out) · dz (c_out × p), back to pixels.
+                                        matmul(
+                                            (k, p, g.c_out),
+                                            &mut col,
+                                            false,
+                                            wd,
+                                            true,
+                                            &gz,
+                                            false,
+                                            Parallelism::None,
+                                        );
+                                        col2im(&g, &col, &mut dx[n * img..][..img]);
+                                    }
                                 }
-                            }
-                            dw
-                        })
-                        .collect();
-                    let mut dw = vec![0f32; g.c_out * k];
-                    for part in partial {
-                        for (a, v) in dw.iter_mut().zip(part) {
-                            *a += v;
+                                (dw, db)
+                            })
+                            .collect();
+                        let (mut dw, mut db) = (vec![0f32; g.c_out * k], vec![0f32; g.c_out]);
+                        for (pw, pb) in partial {
+                            dw.iter_mut().zip(pw).for_each(|(a, v)| *a += v);
+                            db.iter_mut().zip(pb).for_each(|(a, v)| *a += v);
                         }
-                    }
-                    Ok((dw, dx))
+                        Ok((dw, db, dx))
+                    })
                 })
             })
         })?;
         let dev = x.device();
         let dw = Tensor::from_vec(dw, w.shape(), dev)?;
+        let db = Tensor::from_vec(db, bias.shape(), dev)?;
         let dx = dx.map(|d| Tensor::from_vec(d, x.shape(), dev)).transpose()?;
-        Ok((dx, Some(dw)))
+        Ok((dx, Some(dw), Some(db)))
     }
 }
 
@@ -310,21 +362,28 @@ mod tests {
     }
 
     #[test]
-    fn forward_and_gradients_match_candles_conv2d() {
+    fn forward_and_gradients_match_candles_conv2d_bias_and_relu() {
         let dev = Device::Cpu;
-        for stride in [1, 2] {
+        for (stride, relu) in [(1, true), (2, true), (1, false)] {
             // 3 images (more than one per rayon task), 2 → 4 channels, a 3×2 kernel.
             let x = Var::from_tensor(&Tensor::from_vec(data(3 * 2 * 9 * 8, 1), (3, 2, 9, 8), &dev).unwrap()).unwrap();
             let w = Var::from_tensor(&Tensor::from_vec(data(4 * 2 * 3 * 2, 2), (4, 2, 3, 2), &dev).unwrap()).unwrap();
-            let up = Tensor::from_vec(data(3 * 4 * 7 * 7, 3), (3, 4, 7, 7), &dev).unwrap();
-            let ours = x.as_tensor().apply_op2(w.as_tensor(), Conv2d { stride }).unwrap();
-            let theirs = x.as_tensor().conv2d(w.as_tensor(), 0, stride, 1, 1).unwrap();
+            let bias = Var::from_tensor(&Tensor::new(&[0.1f32, -0.2, 0.05, 0.0], &dev).unwrap()).unwrap();
+            let ours = x.as_tensor().apply_op3(w.as_tensor(), bias.as_tensor(), Conv2d { stride, relu }).unwrap();
+            let theirs = x
+                .as_tensor()
+                .conv2d(w.as_tensor(), 0, stride, 1, 1)
+                .unwrap()
+                .broadcast_add(&bias.as_tensor().reshape((1, 4, 1, 1)).unwrap())
+                .unwrap();
+            let theirs = if relu { theirs.relu().unwrap() } else { theirs };
             close(&ours, &theirs);
             // Σ y·u: the gradient of y is u, an arbitrary upstream gradient.
-            let up = up.narrow(2, 0, ours.dim(2).unwrap()).unwrap().narrow(3, 0, ours.dim(3).unwrap()).unwrap();
+            let (oh, ow) = (ours.dim(2).unwrap(), ours.dim(3).unwrap());
+            let up = Tensor::from_vec(data(3 * 4 * oh * ow, 3), (3, 4, oh, ow), &dev).unwrap();
             let g1 = (&ours * &up).unwrap().sum_all().unwrap().backward().unwrap();
             let g2 = (&theirs * &up).unwrap().sum_all().unwrap().backward().unwrap();
-            for v in [&x, &w] {
+            for v in [&x, &w, &bias] {
                 close(g1.get(v.as_tensor()).unwrap(), g2.get(v.as_tensor()).unwrap());
             }
         }
@@ -355,7 +414,8 @@ mod tests {
         let dev = Device::Cpu;
         let x = Tensor::from_vec(data(2 * 5 * 5, 4), (2, 1, 5, 5), &dev).unwrap();
         let w = Var::from_tensor(&Tensor::from_vec(data(3 * 3 * 3, 5), (3, 1, 3, 3), &dev).unwrap()).unwrap();
-        let y = x.apply_op2(w.as_tensor(), Conv2d { stride: 1 }).unwrap();
+        let bias = Var::zeros(3, candle_core::DType::F32, &dev).unwrap();
+        let y = x.apply_op3(w.as_tensor(), bias.as_tensor(), Conv2d { stride: 1, relu: false }).unwrap();
         let grads = y.sum_all().unwrap().backward().unwrap();
         assert!(grads.get(&x).is_none());
         let theirs = x.conv2d(w.as_tensor(), 0, 1, 1, 1).unwrap().sum_all().unwrap().backward().unwrap();

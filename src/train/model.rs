@@ -23,19 +23,21 @@ pub struct Cnn {
     candle_conv: std::cell::Cell<bool>,
 }
 
-/// The convolution: on the CPU, pipeprof's own kernel (its backward skips the input's gradient
-/// when nothing needs it and uses im2col + matrix products throughout: see `train::kernels`);
-/// elsewhere candle's.
-fn conv2d(conv: &Conv2d, xs: &Tensor) -> Result<Tensor> {
+/// The convolution with its bias and activation: on the CPU, pipeprof's own kernel (bias and
+/// ReLU folded in; its backward skips the input's gradient when nothing needs it and uses
+/// im2col + matrix products throughout: see `train::kernels`); elsewhere candle's.
+fn conv2d(conv: &Conv2d, xs: &Tensor, act: Activation) -> Result<Tensor> {
     let c = conv.config();
-    if !xs.device().is_cpu() || c.padding != 0 || c.dilation != 1 || c.groups != 1 {
-        return conv.forward(xs);
-    }
-    let stride = c.stride;
-    let ys = xs.apply_op2(conv.weight(), super::kernels::Conv2d { stride })?;
-    match conv.bias() {
-        Some(b) => ys.broadcast_add(&b.reshape((1, b.elem_count(), 1, 1))?),
-        None => Ok(ys),
+    let plain = c.padding == 0 && c.dilation == 1 && c.groups == 1;
+    let (true, true, Some(bias)) = (xs.device().is_cpu(), plain, conv.bias()) else {
+        return activate(conv.forward(xs)?, act);
+    };
+    let relu = act == Activation::Relu;
+    let ys = xs.apply_op3(conv.weight(), bias, super::kernels::Conv2d { stride: c.stride, relu })?;
+    if relu {
+        Ok(ys)
+    } else {
+        activate(ys, act)
     }
 }
 
@@ -150,8 +152,11 @@ impl Cnn {
                     Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
                     None => xs.clone(),
                 };
-                let ys = if self.candle_conv.get() { conv.forward(&padded)? } else { conv2d(conv, &padded)? };
-                activate(ys, *act)
+                if self.candle_conv.get() {
+                    activate(conv.forward(&padded)?, *act)
+                } else {
+                    conv2d(conv, &padded, *act)
+                }
             }
             Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s),
             Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s),
