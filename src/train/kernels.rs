@@ -14,7 +14,7 @@
 //! tracks a gradient, `dx = col⁻¹(Wᵀ·dy)`.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -337,6 +337,82 @@ impl CustomOp2 for Dense {
     }
 }
 
+/// Max pooling with a window of `k` and stride `k` (the windows do not overlap: the only case
+/// candle's backward supports too). candle's backward builds a mask from upsampled copies
+/// (upsample, compare, cast, average-pool, multiply, upsample, multiply: seven tensors of the
+/// input's size, single-threaded) and splits the gradient among tied maxima; here each
+/// window's gradient goes to its first maximum, as PyTorch does, one pass per plane on the
+/// rayon pool. (Ties are windows of ReLU zeros, whose gradient the ReLU below stops anyway.)
+pub struct MaxPool {
+    pub k: usize,
+}
+
+impl MaxPool {
+    fn dims(&self, s: &Shape) -> Result<(usize, usize, usize, usize, usize)> {
+        let (b, c, h, w) = s.dims4()?;
+        if self.k == 0 || self.k > h || self.k > w {
+            candle_core::bail!("max pool: window {} does not fit {s:?}", self.k)
+        }
+        Ok((b * c, h, w, h / self.k, w / self.k))
+    }
+
+    /// The index within a plane of the first maximum of output cell (oy, ox).
+    fn argmax(&self, plane: &[f32], w: usize, oy: usize, ox: usize) -> usize {
+        let k = self.k;
+        let mut best = (oy * k) * w + ox * k;
+        for i in 0..k {
+            for j in 0..k {
+                let at = (oy * k + i) * w + ox * k + j;
+                if plane[at] > plane[best] {
+                    best = at;
+                }
+            }
+        }
+        best
+    }
+}
+
+impl CustomOp1 for MaxPool {
+    fn name(&self) -> &'static str {
+        "pipeprof-max-pool"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (planes, h, w, oh, ow) = self.dims(xl.shape())?;
+        let x = slice_of(xs, xl)?;
+        let mut out = vec![0f32; planes * oh * ow];
+        out.par_chunks_mut(oh * ow).zip(x.par_chunks(h * w)).for_each(|(y, plane)| {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    y[oy * ow + ox] = plane[self.argmax(plane, w, oy, ox)];
+                }
+            }
+        });
+        let (b, c, _, _) = xl.shape().dims4()?;
+        Ok((CpuStorage::F32(out), Shape::from((b, c, oh, ow))))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let (planes, h, w, oh, ow) = self.dims(x.shape())?;
+        let dx = with_data(x, |xd| {
+            with_data(grad, |gd| {
+                let mut dx = vec![0f32; planes * h * w];
+                dx.par_chunks_mut(h * w).zip(xd.par_chunks(h * w)).zip(gd.par_chunks(oh * ow)).for_each(
+                    |((d, plane), g)| {
+                        for oy in 0..oh {
+                            for ox in 0..ow {
+                                d[self.argmax(plane, w, oy, ox)] += g[oy * ow + ox];
+                            }
+                        }
+                    },
+                );
+                Ok(dx)
+            })
+        })?;
+        Ok(Some(Tensor::from_vec(dx, x.shape(), x.device())?))
+    }
+}
+
 /// One product over the whole rayon pool.
 fn par() -> Parallelism {
     Parallelism::Rayon(rayon::current_num_threads())
@@ -407,6 +483,44 @@ mod tests {
         let y = x.as_tensor().detach().apply_op2(w.as_tensor(), Dense).unwrap();
         let g = y.sum_all().unwrap().backward().unwrap();
         assert!(g.get(w.as_tensor()).is_some() && g.get(&x.as_tensor().detach()).is_none());
+    }
+
+    #[test]
+    fn max_pool_forward_matches_candles_and_routes_each_gradient_to_its_maximum() {
+        let dev = Device::Cpu;
+        // Distinct values (no ties), a 7×9 plane: the last row and column fall outside a window.
+        let (n, h, w) = (2 * 3 * 7 * 9, 7, 9);
+        let vals: Vec<f32> = (0..n).map(|i| ((i * 7919) % n) as f32 / n as f32 - 0.5).collect();
+        let x = Var::from_tensor(&Tensor::from_vec(vals.clone(), (2, 3, h, w), &dev).unwrap()).unwrap();
+        let ours = x.as_tensor().apply_op1(MaxPool { k: 2 }).unwrap();
+        let theirs = x.as_tensor().max_pool2d_with_stride(2, 2).unwrap();
+        assert_eq!(ours.dims(), &[2, 3, 3, 4]);
+        close(&ours, &theirs);
+        let up_vals = data(2 * 3 * 3 * 4, 9);
+        let up = Tensor::from_vec(up_vals.clone(), (2, 3, 3, 4), &dev).unwrap();
+        let g = (&ours * &up).unwrap().sum_all().unwrap().backward().unwrap();
+        let got = g.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        // d max / d x = 1 at the maximum, 0 elsewhere (candle 0.11 gives 1/k² there: its
+        // mask is divided by the window's average instead of its count of maxima).
+        let mut want = vec![0f32; n];
+        for plane in 0..6 {
+            for (oy, ox) in (0..3).flat_map(|oy| (0..4).map(move |ox| (oy, ox))) {
+                let cells = (0..4).map(|q| plane * h * w + (oy * 2 + q / 2) * w + ox * 2 + q % 2);
+                let best = cells.max_by(|&a, &b| vals[a].total_cmp(&vals[b])).unwrap();
+                want[best] = up_vals[plane * 12 + oy * 4 + ox];
+            }
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn max_pool_sends_a_tied_windows_gradient_to_its_first_maximum() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::zeros((1, 1, 2, 2), candle_core::DType::F32, &dev).unwrap()).unwrap();
+        let y = x.as_tensor().apply_op1(MaxPool { k: 2 }).unwrap();
+        let g = (y * 4.0).unwrap().sum_all().unwrap().backward().unwrap();
+        let d = g.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(d, [4.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub struct Cnn {
     layers: Vec<Layer>,
     /// Each layer's name in cnn.toml's numbering (`conv2d_1`, `max_pooling2d_1`, …).
     names: Vec<String>,
-    /// candle's convolution and dense product on the CPU too (benches compare the two).
+    /// candle's convolution, dense product and max pool on the CPU too (benches compare).
     candle_conv: std::cell::Cell<bool>,
 }
 
@@ -157,6 +157,10 @@ impl Cnn {
                 } else {
                     conv2d(conv, &padded, *act)
                 }
+            }
+            Layer::MaxPool { k, s } if k == s && xs.device().is_cpu() && !self.candle_conv.get() => {
+                let xs = if xs.is_contiguous() { xs.clone() } else { xs.contiguous()? };
+                xs.apply_op1(super::kernels::MaxPool { k: *k })
             }
             Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s),
             Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s),
