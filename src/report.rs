@@ -139,7 +139,12 @@ fn render_compute_parts(o: &mut String, s: &Summary) {
         return;
     }
     let _ = writeln!(o);
-    let _ = writeln!(o, "compute per step, by layer and pass (largest first):");
+    let timed = match s.layer_steps {
+        0 => String::new(),
+        1 => " (1 step timed layer by layer)".to_string(),
+        n => format!(" ({n} steps timed layer by layer)"),
+    };
+    let _ = writeln!(o, "compute per step, by layer and pass, largest first{timed}:");
     for p in parts.iter().take(COMPUTE_PARTS_SHOWN) {
         let _ = writeln!(o, "  {:<28} {:>9}  {:>4} of compute", p.label, ms(p.ms), pct(p.share));
     }

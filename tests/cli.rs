@@ -104,12 +104,16 @@ fn tiny_model_learns_and_every_stage_arrives_in_causal_order() {
         }
     }
     assert_eq!(per_sample.len(), images as usize);
-    // Every layer of the model, both passes, once per step; and the summary's means per layer.
+    // Every layer of the model, both passes, once per timed step.
     let layers: Vec<&str> = s["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert!(!layers.is_empty());
+    // Steps 1–3, then every 10th, of the 54 (steps 0..54): 1, 2, 3, 10, 20, 30, 40, 50.
+    let timed = (0..54).filter(|s| pipeprof::train::times_layers(*s)).count() as u64;
+    assert_eq!(timed, 8);
+    assert_eq!(s["layer_steps"], 8);
     for l in &layers {
         for pass in ["forward", "backward"] {
-            assert_eq!(layer_spans.get(&format!("{l} {pass}")), Some(&54), "{l} {pass}");
+            assert_eq!(layer_spans.get(&format!("{l} {pass}")), Some(&timed), "{l} {pass}");
         }
     }
     assert_eq!(layer_spans.len(), 2 * layers.len(), "{layer_spans:?}");

@@ -302,6 +302,11 @@ pub struct Summary {
     pub data_fs: Option<FsInfo>,
     /// Per layer of the model pipeprof trains, in model order (empty for other programs).
     pub layers: Vec<LayerSummary>,
+    /// Mean `compute` of the steps timed layer by layer (only some are), ms: what the layers'
+    /// shares are of.
+    pub layer_compute_ms: f64,
+    /// Steps timed layer by layer.
+    pub layer_steps: u64,
 }
 
 impl Summary {
@@ -309,7 +314,9 @@ impl Summary {
     /// first, as shares of the mean compute span; empty without per-layer times.
     pub fn compute_parts(&self) -> Vec<ComputePart> {
         let mean = |st: Stage| self.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms);
-        let Some(compute) = mean(Stage::Compute).filter(|c| *c > 0.0) else { return vec![] };
+        // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
+        let timed = Some(self.layer_compute_ms).filter(|c| *c > 0.0);
+        let Some(compute) = timed.or(mean(Stage::Compute)).filter(|c| *c > 0.0) else { return vec![] };
         if self.layers.is_empty() {
             return vec![];
         }
@@ -407,6 +414,12 @@ pub struct Aggregator {
     /// Since the last workers change, when there was one.
     phase: Option<Phase>,
     layers: Vec<LayerAgg>,
+    /// Steps with layer times whose compute span has not arrived (the Layer batches spans, so
+    /// a step's compute span can come after later steps' layer records), and the compute spans
+    /// of such steps.
+    layer_pending: std::collections::BTreeSet<u64>,
+    layer_compute_ns: u64,
+    layer_computes: u64,
 }
 
 impl Aggregator {
@@ -436,6 +449,9 @@ impl Aggregator {
             first_wait_ns: None,
             phase: None,
             layers: Vec::new(),
+            layer_pending: std::collections::BTreeSet::new(),
+            layer_compute_ns: 0,
+            layer_computes: 0,
         }
     }
 
@@ -520,6 +536,11 @@ impl Aggregator {
                     }
                 }
                 self.track_step(s);
+                if s.stage == Stage::Compute && self.layer_pending.remove(&s.step) {
+                    // Layer records are sent before their step's compute span closes.
+                    self.layer_compute_ns += s.dur_ns;
+                    self.layer_computes += 1;
+                }
                 if let Some(p) = self.phase.as_mut() {
                     p.push(s);
                 }
@@ -575,6 +596,10 @@ impl Aggregator {
     }
 
     fn push_layer(&mut self, l: &LayerRecord) {
+        if self.layer_pending.insert(l.step) && self.layer_pending.len() > MAX_LAYERS {
+            // Bounded: a compute span that never comes (a run cut short) leaves its step here.
+            self.layer_pending.pop_first();
+        }
         let i = match self.layers.iter().position(|a| *a.name == *l.layer) {
             Some(i) => i,
             None if self.layers.len() < MAX_LAYERS => {
@@ -735,6 +760,8 @@ impl Aggregator {
                     backward_ms: per(a.backward_ns, a.backwards),
                 })
                 .collect(),
+            layer_compute_ms: per(self.layer_compute_ns, self.layer_computes),
+            layer_steps: self.layer_computes,
         }
     }
 }
@@ -757,14 +784,19 @@ mod tests {
     fn layer_times_become_per_step_means_and_shares_of_compute() {
         let mut a = Aggregator::new(RunSettings::default());
         for step in 0..2 {
-            let t0 = step * 1_000_000_000;
-            a.push(&Event::Span(SpanRecord { step, ..compute_span(t0, 100) }));
-            a.push(&Event::Span(SpanRecord { stage: Stage::Optimizer, step, ..compute_span(t0, 10 + step * 10) }));
             a.push(&layer("conv2d_1", false, step, 5));
             a.push(&layer("dense_1", false, step, 10 + step * 10));
             a.push(&layer("dense_1", true, step, 50));
             a.push(&layer("conv2d_1", true, step, 20));
         }
+        // The Layer batches spans: both steps' compute spans come after all layer records.
+        for step in 0..2 {
+            let t0 = step * 1_000_000_000;
+            a.push(&Event::Span(SpanRecord { step, ..compute_span(t0, 100) }));
+            a.push(&Event::Span(SpanRecord { stage: Stage::Optimizer, step, ..compute_span(t0, 10 + step * 10) }));
+        }
+        // A step not timed layer by layer (slower or faster) leaves the shares alone.
+        a.push(&Event::Span(SpanRecord { step: 2, ..compute_span(2_000_000_000, 400) }));
         let s = a.summary();
         let names: Vec<&str> = s.layers.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["conv2d_1", "dense_1"], "model order, as first seen");
@@ -776,6 +808,7 @@ mod tests {
             ["dense_1 backward", "conv2d_1 backward", "dense_1 forward", "optimizer", "conv2d_1 forward"]
         );
         assert!((parts[0].share - 0.5).abs() < 1e-9, "50 ms of a 100 ms compute step");
+        assert_eq!((s.layer_steps, s.layer_compute_ms), (2, 100.0));
         assert_eq!(parts[3].ms, 15.0);
     }
 

@@ -367,8 +367,20 @@ pub fn train(
     Ok(out)
 }
 
+/// Steps between two steps timed layer by layer. Cutting the graph between layers copies each
+/// activation and runs one backward call per layer: 1.0–1.1× the step on the large CNN but up
+/// to ≈ 1.5× on the small ones in `cargo bench --bench train`, so only some steps pay it.
+pub const LAYER_EVERY: u64 = 10;
+
+/// Whether step `step` is timed layer by layer: steps 1–3 (step 0 also pays for first-touch
+/// allocations) and every [`LAYER_EVERY`]th after.
+pub fn times_layers(step: u64) -> bool {
+    (1..=3).contains(&step) || (step > 0 && step % LAYER_EVERY == 0)
+}
+
 /// Forward, backward and optimizer for one batch, each a span inside `compute`; the loss and
-/// the number of correct predictions.
+/// the number of correct predictions. Some steps ([`times_layers`]) run layer by layer and
+/// send each layer's forward and backward time.
 #[allow(clippy::too_many_arguments)]
 fn compute_step(
     model: &Cnn,
@@ -392,18 +404,30 @@ fn compute_step(
         }
     };
     let done = || phase_done(dev, sync);
-    let (logits, loss, tape) = {
-        let _g = info_span!("forward", step).entered();
-        let (logits, tape) = layerwise::forward(model, xs, true, done, layer_time(false))?;
-        let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
-        phase_done(dev, sync)?;
-        (logits, loss, tape)
-    };
-    let grads = {
+    let (logits, loss, grads) = if times_layers(step) {
+        let (logits, loss, tape) = {
+            let _g = info_span!("forward", step).entered();
+            let (logits, tape) = layerwise::forward(model, xs, true, done, layer_time(false))?;
+            let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
+            phase_done(dev, sync)?;
+            (logits, loss, tape)
+        };
         let _g = info_span!("backward", step).entered();
         let grads = layerwise::backward(model, tape, &loss, done, layer_time(true))?;
         phase_done(dev, sync)?;
-        grads
+        (logits, loss, grads)
+    } else {
+        let (logits, loss) = {
+            let _g = info_span!("forward", step).entered();
+            let logits = model.forward(xs, true)?;
+            let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
+            phase_done(dev, sync)?;
+            (logits, loss)
+        };
+        let _g = info_span!("backward", step).entered();
+        let grads = loss.backward()?;
+        phase_done(dev, sync)?;
+        (logits, loss, grads)
     };
     {
         let _g = info_span!("optimizer", step).entered();
