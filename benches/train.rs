@@ -5,6 +5,11 @@
 //! backward, candle's optimizer) and with the whole-graph backward (what timing each layer
 //! costs).
 //!
+//! Columns: "pipeprof" is a step as `pipeprof profile` runs most steps (whole graph,
+//! pipeprof's CPU kernels, fused optimizer); "per-layer" a step timed layer by layer (steps
+//! 1–3 and every 10th); "before" as before issue 22 (candle's conv2d, dense, max-pool and
+//! Adam; the allocator setting stays, see `PIPEPROF_BENCH_MALLOC`).
+//!
 //! `cargo bench --bench train [-- large|cnn|mlp ...]`. Threads: `PIPEPROF_BENCH_THREADS`
 //! (default 2) for both rayon (`RAYON_NUM_THREADS`) and torch (`OMP_NUM_THREADS`,
 //! `torch.set_num_threads`); the large CNN's batch: `PIPEPROF_BENCH_BATCH` (default 8);
@@ -280,26 +285,26 @@ fn main() {
         );
         println!(
             "{:<10} {:>9} {:>9} {:>9} {:>9} {:>13} {:>13} {:>13}",
-            "phase", "pipeprof", "whole", "before", "PyTorch", "pipeprof/PyT", "before/now", "now/whole"
+            "phase", "pipeprof", "per-layer", "before", "PyTorch", "pipeprof/PyT", "before/now", "layer/whole"
         );
         let (n, w, b) = (medians(&now), medians(&whole), medians(&before));
         let t = (!torch.is_empty()).then(|| medians(&torch));
         for (i, phase) in ["forward", "backward", "optimizer", "step"].iter().enumerate() {
-            // Ratios per round (the two sides ran back to back), then their median.
+            // Ratios within a round (the sides ran back to back), then their median.
             let ratio = |a: &[Phases], b: &[Phases]| median(a.iter().zip(b).map(|(x, y)| x[i] / y[i]).collect());
             println!(
                 "{:<10} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>13} {:>12.2}× {:>12.2}×",
                 phase,
-                n[i],
                 w[i],
+                n[i],
                 b[i],
                 t.map_or("-".to_string(), |t| format!("{:.1}", t[i])),
-                t.map_or("-".to_string(), |_| format!("{:.2}×", ratio(&now, &torch))),
-                ratio(&before, &now),
+                t.map_or("-".to_string(), |_| format!("{:.2}×", ratio(&whole, &torch))),
+                ratio(&before, &whole),
                 ratio(&now, &whole),
             );
         }
-        println!("per layer (pipeprof, median ms): forward / backward");
+        println!("per layer (the per-layer steps, median ms): forward / backward");
         for (i, name) in (0..ours.model.len()).map(|i| (i, ours.model.name(i).to_string())) {
             let f = median(layers.iter().map(|l: &Vec<[f64; 2]>| l[i][0]).collect());
             let bw = median(layers.iter().map(|l: &Vec<[f64; 2]>| l[i][1]).collect());
