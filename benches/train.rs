@@ -120,7 +120,9 @@ impl Ours {
                     let logits = self.model.forward(&self.xs, true).unwrap();
                     let loss = candle_nn::loss::cross_entropy(&logits, &self.ys).unwrap();
                     let t1 = Instant::now();
-                    (loss.backward().unwrap(), t1, loss)
+                    let mut g = loss.backward().unwrap();
+                    self.model.take_grads(&mut g).unwrap();
+                    (g, t1, loss)
                 };
                 let t2 = Instant::now();
                 let opt = if how == How::Before { &mut self.candle_opt } else { &mut self.opt };

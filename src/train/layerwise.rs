@@ -88,6 +88,7 @@ pub fn backward(
             None => loss.backward()?,
             Some(g) => seeded(&output, g)?.backward()?,
         };
+        model.take_layer_grads(i, &mut grads)?;
         if i > 0 {
             // No gradient reaches this layer's input: the layers below get none either.
             match grads.remove(&input) {
@@ -113,7 +114,11 @@ pub fn backward(
     }
     match all {
         Some(a) => Ok(a),
-        None => loss.backward(),
+        None => {
+            let mut grads = loss.backward()?;
+            model.take_grads(&mut grads)?;
+            Ok(grads)
+        }
     }
 }
 
@@ -149,7 +154,8 @@ mod tests {
     fn layerwise_gradients_equal_candles_whole_graph_backward() {
         let (model, vm, xs, ys) = setup();
         let whole = candle_nn::loss::cross_entropy(&model.forward(&xs, false).unwrap(), &ys).unwrap();
-        let reference = whole.backward().unwrap();
+        let mut reference = whole.backward().unwrap();
+        model.take_grads(&mut reference).unwrap();
         let (mut fwd, mut bwd) = (vec![], vec![]);
         let (logits, tape) = forward(&model, &xs, false, || Ok(()), |i, _, _| fwd.push(i)).unwrap();
         let loss = candle_nn::loss::cross_entropy(&logits, &ys).unwrap();

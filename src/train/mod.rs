@@ -425,7 +425,8 @@ fn compute_step(
             (logits, loss)
         };
         let _g = info_span!("backward", step).entered();
-        let grads = loss.backward()?;
+        let mut grads = loss.backward()?;
+        model.take_grads(&mut grads)?;
         phase_done(dev, sync)?;
         (logits, loss, grads)
     };

@@ -2,6 +2,7 @@
 
 use super::shapes::same_padding;
 use crate::config::{Activation, LayerSpec, ModelConfig, Padding, Units};
+use candle_core::backprop::GradStore;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Dropout, Linear, VarBuilder};
 
@@ -10,7 +11,7 @@ enum Layer {
     MaxPool { k: usize, s: usize },
     AvgPool { k: usize, s: usize },
     Flatten,
-    Dense { fc: Linear, act: Activation },
+    Dense { fc: Linear, act: Activation, dw: super::kernels::GradSlot },
     Dropout(Dropout),
 }
 
@@ -43,12 +44,12 @@ fn conv2d(conv: &Conv2d, xs: &Tensor, act: Activation) -> Result<Tensor> {
 
 /// The dense layer: on the CPU with a 2-D input, pipeprof's own product (its backward writes
 /// the weight's gradient once, in the weight's layout: see `train::kernels`); else candle's.
-fn dense(fc: &Linear, xs: &Tensor) -> Result<Tensor> {
+fn dense(fc: &Linear, xs: &Tensor, dw: &super::kernels::GradSlot) -> Result<Tensor> {
     if !xs.device().is_cpu() || xs.rank() != 2 {
         return fc.forward(xs);
     }
     let xs = if xs.is_contiguous() { xs.clone() } else { xs.contiguous()? };
-    let ys = xs.apply_op2(fc.weight(), super::kernels::Dense)?;
+    let ys = xs.apply_op2(fc.weight(), super::kernels::Dense { dw: dw.clone() })?;
     match fc.bias() {
         Some(b) => ys.broadcast_add(b),
         None => Ok(ys),
@@ -105,7 +106,7 @@ impl Cnn {
                     // A final softmax is folded into the cross-entropy loss on the logits.
                     let act =
                         if i == last && *activation == Activation::Softmax { Activation::Linear } else { *activation };
-                    Layer::Dense { fc, act }
+                    Layer::Dense { fc, act, dw: Default::default() }
                 }
                 LayerSpec::Dropout { rate } => Layer::Dropout(Dropout::new(*rate as f32)),
             };
@@ -165,12 +166,33 @@ impl Cnn {
             Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s),
             Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s),
             Layer::Flatten => xs.flatten_from(1),
-            Layer::Dense { fc, act } => {
-                let ys = if self.candle_conv.get() { fc.forward(xs)? } else { dense(fc, xs)? };
+            Layer::Dense { fc, act, dw } => {
+                let ys = if self.candle_conv.get() { fc.forward(xs)? } else { dense(fc, xs, dw)? };
                 activate(ys, *act)
             }
             Layer::Dropout(d) => d.forward(xs, train),
         }
+    }
+
+    /// Moves the weight gradients the dense kernels left aside (see `kernels::GradSlot`) into
+    /// `grads`: after every backward pass over this model's graph.
+    pub fn take_grads(&self, grads: &mut GradStore) -> Result<()> {
+        (0..self.layers.len()).try_for_each(|i| self.take_layer_grads(i, grads))
+    }
+
+    /// [`Cnn::take_grads`] for layer `i` alone.
+    pub fn take_layer_grads(&self, i: usize, grads: &mut GradStore) -> Result<()> {
+        if let Layer::Dense { fc, dw, .. } = &self.layers[i] {
+            let taken = dw.lock().map_err(|_| candle_core::Error::msg("dense: gradient slot poisoned"))?.take();
+            if let Some(g) = taken {
+                let sum = match grads.remove(fc.weight()) {
+                    Some(prev) => (prev + g)?,
+                    None => g,
+                };
+                grads.insert(fc.weight(), sum);
+            }
+        }
+        Ok(())
     }
 
     /// Layer `i`'s parameters (weight, then bias), none for pooling, flatten and dropout.
