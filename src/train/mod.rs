@@ -55,13 +55,18 @@ fn cuda_device(ordinal: usize) -> anyhow::Result<Device> {
 /// them. Measured on the large CNN (batch 8, 2 threads): 18 of 41 CPU-seconds in the kernel
 /// before, 2.2 after. The cost: the heap keeps its peak size until the process exits. Only
 /// for a CPU device, the only one whose tensors live in this heap; glibc only (other C
-/// libraries' allocators have other rules).
+/// libraries' allocators have other rules). Call it before the process starts threads (the
+/// profile command does; `train` calls it again, harmlessly).
 pub fn keep_freed_memory(dev: &Device) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if dev.is_cpu() {
         // SAFETY: mallopt only changes allocator settings; it is safe to call at any time.
         unsafe {
             libc::mallopt(libc::M_MMAP_MAX, 0);
+            // One arena: a thread's own arena lives in 64 MB heaps that glibc unmaps when they
+            // empty, so the training thread faulted its tensors in again anyway (profile of
+            // the large CNN, batch 32: 8.3 of 17 CPU-seconds in the kernel, 0.7 with one arena).
+            libc::mallopt(libc::M_ARENA_MAX, 1);
             // -1: never trim (mallopt(3)).
             libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
             libc::mallopt(libc::M_TOP_PAD, 256 << 20);
