@@ -16,6 +16,7 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
     render_header(&mut o, s);
     render_stage_table(&mut o, s);
     render_step_split(&mut o, s);
+    render_compute_parts(&mut o, s);
     render_epochs(&mut o, s);
     render_machine(&mut o, s);
     render_files(&mut o, s);
@@ -180,6 +181,32 @@ fn render_step_split(o: &mut String, s: &Summary) {
         s.mean_queued
     );
     render_loader_threads(o, s);
+}
+
+/// Parts of the compute step shown; the rest are summed on one line.
+const COMPUTE_PARTS_SHOWN: usize = 6;
+
+/// Where compute goes, layer by layer and pass by pass, largest first.
+fn render_compute_parts(o: &mut String, s: &Summary) {
+    let parts = s.compute_parts();
+    if parts.is_empty() {
+        return;
+    }
+    let _ = writeln!(o);
+    let timed = match s.layer_steps {
+        0 => String::new(),
+        1 => " (1 step timed layer by layer)".to_string(),
+        n => format!(" ({n} steps timed layer by layer)"),
+    };
+    let _ = writeln!(o, "compute per step, by layer and pass, largest first{timed}:");
+    for p in parts.iter().take(COMPUTE_PARTS_SHOWN) {
+        let _ = writeln!(o, "  {:<28} {:>9}  {:>4} of compute", p.label, ms(p.ms), pct(p.share));
+    }
+    if parts.len() > COMPUTE_PARTS_SHOWN {
+        let rest = &parts[COMPUTE_PARTS_SHOWN..];
+        let (ms_sum, share) = rest.iter().fold((0.0, 0.0), |(m, sh), p| (m + p.ms, sh + p.share));
+        let _ = writeln!(o, "  {:<28} {:>9}  {:>4} of compute", format!("{} more", rest.len()), ms(ms_sum), pct(share));
+    }
 }
 
 /// Keras-style epoch table (with validation columns when a pass ran).
@@ -447,6 +474,36 @@ mod tests {
         assert!(r.contains("a/b.png: truncated"), "{r}");
         assert!(r.contains("7 dropped"), "{r}");
         assert!(!r.contains("val_loss"), "no validation, no columns: {r}");
+    }
+
+    #[test]
+    fn report_lists_the_largest_layer_passes_as_shares_of_compute() {
+        let mut s = Summary { steps: 5, ..Default::default() };
+        let stage = |name: &str, mean_ms: f64| StageSummary {
+            stage: name.into(),
+            count: 5,
+            total_ms: mean_ms * 5.0,
+            mean_ms,
+            p50_ms: mean_ms,
+            p95_ms: mean_ms,
+            max_ms: mean_ms,
+            on_cpu: None,
+            core_wait: None,
+            bytes: 0,
+            per_second: 1.0,
+        };
+        s.stages.push(stage("compute", 200.0));
+        s.stages.push(stage("optimizer", 20.0));
+        for (i, name) in ["conv2d_1", "max_pooling2d_1", "conv2d_2", "flatten_1", "dense_1"].iter().enumerate() {
+            let backward_ms = if *name == "dense_1" { 122.0 } else { i as f64 };
+            s.layers.push(crate::aggregate::LayerSummary { name: name.to_string(), forward_ms: 1.0, backward_ms });
+        }
+        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let lines: Vec<&str> = r.lines().skip_while(|l| !l.starts_with("compute per step")).collect();
+        assert!(lines[1].contains("dense_1 backward") && lines[1].contains("61% of compute"), "{r}");
+        assert!(lines[2].contains("optimizer") && lines[2].contains("10% of compute"), "{r}");
+        // 11 parts: 6 shown, the other 5 on one line.
+        assert!(lines[7].contains("5 more"), "{r}");
     }
 
     #[test]

@@ -82,6 +82,7 @@ fn tiny_model_learns_and_every_stage_arrives_in_causal_order() {
         .collect();
     let mut per_sample: HashMap<(u64, u64), HashMap<String, (f64, f64)>> = HashMap::new();
     let mut transfer_start: HashMap<u64, f64> = HashMap::new();
+    let mut layer_spans: HashMap<String, u64> = HashMap::new();
     for e in evs.iter().filter(|e| e["ph"] == "X") {
         let name = e["name"].as_str().unwrap().to_string();
         let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
@@ -91,6 +92,10 @@ fn tiny_model_learns_and_every_stage_arrives_in_causal_order() {
             assert!(thread.starts_with("loader-"), "{name} on {thread}");
             let sample = e["args"]["sample"].as_u64().unwrap();
             per_sample.entry((step, sample)).or_default().insert(name, (ts, ts + dur));
+        } else if e["cat"] == "layer" {
+            // Each layer's forward and backward, on the track beside the training thread.
+            assert_eq!(thread, "train: layers", "{name}");
+            *layer_spans.entry(name).or_default() += 1;
         } else {
             assert_eq!(thread, "train", "{name}");
             if name == "transfer" {
@@ -99,6 +104,19 @@ fn tiny_model_learns_and_every_stage_arrives_in_causal_order() {
         }
     }
     assert_eq!(per_sample.len(), images as usize);
+    // Every layer of the model, both passes, once per timed step.
+    let layers: Vec<&str> = s["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert!(!layers.is_empty());
+    // Steps 1–3, then every 10th, of the 54 (steps 0..54): 1, 2, 3, 10, 20, 30, 40, 50.
+    let timed = (0..54).filter(|s| pipeprof::train::times_layers(*s)).count() as u64;
+    assert_eq!(timed, 8);
+    assert_eq!(s["layer_steps"], 8);
+    for l in &layers {
+        for pass in ["forward", "backward"] {
+            assert_eq!(layer_spans.get(&format!("{l} {pass}")), Some(&timed), "{l} {pass}");
+        }
+    }
+    assert_eq!(layer_spans.len(), 2 * layers.len(), "{layer_spans:?}");
     // Per thread, top-level spans never overlap and appear in time order.
     let mut last_end: HashMap<u64, f64> = HashMap::new();
     for e in evs.iter().filter(|e| e["ph"] == "X") {

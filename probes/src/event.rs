@@ -59,6 +59,22 @@ pub struct StepRecord {
     pub validation: bool,
 }
 
+/// One layer's part of a forward or backward pass of the model pipeprof trains (sent by its
+/// training loop; a program of the user's own sends none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerRecord {
+    /// The layer's name in the model (`dense_1`).
+    pub layer: Box<str>,
+    /// The backward pass (else the forward pass).
+    pub backward: bool,
+    /// The training step.
+    pub step: u64,
+    /// Start, monotonic ns.
+    pub start_ns: u64,
+    /// Wall-clock duration, ns.
+    pub dur_ns: u64,
+}
+
 /// Everything the collector receives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -76,6 +92,8 @@ pub enum Event {
     },
     /// A training step finished.
     Step(StepRecord),
+    /// One layer's forward or backward time in a step.
+    Layer(LayerRecord),
     /// A file was skipped (unreadable or undecodable).
     Skipped {
         /// The path, as given.

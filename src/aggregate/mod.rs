@@ -5,7 +5,7 @@ use probes::fsinfo::FsInfo;
 pub mod machine;
 
 use machine::{MachineAgg, MachineSummary};
-use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, LayerRecord, SpanRecord, Stage, StepRecord, NONE};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -24,6 +24,9 @@ pub const MAX_LOADER_THREADS: usize = 256;
 pub const MAX_STALLS: usize = 32;
 /// The id under which threads past [`MAX_LOADER_THREADS`] are counted.
 pub const OTHER_THREADS: u32 = u32::MAX;
+
+/// Layers with their own timings (a model's layers; more are left out).
+pub const MAX_LAYERS: usize = 256;
 
 /// Recent per-step timings kept for charts.
 pub const RECENT_POINTS: usize = 1024;
@@ -140,6 +143,34 @@ impl RunSettings {
         self.unreadable.extend(refused.iter().cloned());
         refused
     }
+}
+
+/// One layer's mean forward and backward time per step (pipeprof's own model).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LayerSummary {
+    pub name: String,
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+}
+
+/// One part of the compute step: a layer's forward or backward pass, or the optimizer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputePart {
+    /// `dense_1 backward`, `optimizer`.
+    pub label: String,
+    /// Mean per step, ms.
+    pub ms: f64,
+    /// Share of the mean compute step.
+    pub share: f64,
+}
+
+#[derive(Default)]
+struct LayerAgg {
+    name: String,
+    forward_ns: u64,
+    forwards: u64,
+    backward_ns: u64,
+    backwards: u64,
 }
 
 struct StageAgg {
@@ -389,9 +420,39 @@ pub struct Summary {
     /// Why the profiled program failed (an uncaught exception, a non-zero exit), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// Per layer of the model pipeprof trains, in model order (empty for other programs).
+    pub layers: Vec<LayerSummary>,
+    /// Mean `compute` of the steps timed layer by layer (only some are), ms: what the layers'
+    /// shares are of.
+    pub layer_compute_ms: f64,
+    /// Steps timed layer by layer.
+    pub layer_steps: u64,
 }
 
 impl Summary {
+    /// The compute step's parts (each layer's forward and backward, the optimizer), largest
+    /// first, as shares of the mean compute span; empty without per-layer times.
+    pub fn compute_parts(&self) -> Vec<ComputePart> {
+        let mean = |st: Stage| self.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms);
+        // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
+        let timed = Some(self.layer_compute_ms).filter(|c| *c > 0.0);
+        let Some(compute) = timed.or(mean(Stage::Compute)).filter(|c| *c > 0.0) else { return vec![] };
+        if self.layers.is_empty() {
+            return vec![];
+        }
+        let mut parts: Vec<ComputePart> = self
+            .layers
+            .iter()
+            .flat_map(|l| {
+                [(format!("{} forward", l.name), l.forward_ms), (format!("{} backward", l.name), l.backward_ms)]
+            })
+            .chain(mean(Stage::Optimizer).map(|o| ("optimizer".to_string(), o)))
+            .map(|(label, ms)| ComputePart { label, ms, share: ms / compute })
+            .collect();
+        parts.sort_by(|a, b| b.ms.total_cmp(&a.ms).then(a.label.cmp(&b.label)));
+        parts
+    }
+
     /// The validation passes' share of the run's wall time (their `validate` spans cover
     /// loading and forward), or None without validation.
     pub fn validation_share(&self) -> Option<f64> {
@@ -478,6 +539,13 @@ pub struct Aggregator {
     phase: Option<Phase>,
     /// The first failure the program reported.
     failed: Option<String>,
+    layers: Vec<LayerAgg>,
+    /// Steps with layer times whose compute span has not arrived (the Layer batches spans, so
+    /// a step's compute span can come after later steps' layer records), and the compute spans
+    /// of such steps.
+    layer_pending: std::collections::BTreeSet<u64>,
+    layer_compute_ns: u64,
+    layer_computes: u64,
 }
 
 impl Aggregator {
@@ -510,6 +578,10 @@ impl Aggregator {
             first_compute_ns: None,
             phase: None,
             failed: None,
+            layers: Vec::new(),
+            layer_pending: std::collections::BTreeSet::new(),
+            layer_compute_ns: 0,
+            layer_computes: 0,
         }
     }
 
@@ -597,6 +669,11 @@ impl Aggregator {
                     }
                 }
                 self.track_step(s);
+                if s.stage == Stage::Compute && self.layer_pending.remove(&s.step) {
+                    // Layer records are sent before their step's compute span closes.
+                    self.layer_compute_ns += s.dur_ns;
+                    self.layer_computes += 1;
+                }
                 if let Some(p) = self.phase.as_mut() {
                     p.push(s);
                 }
@@ -674,7 +751,29 @@ impl Aggregator {
             Event::Failed(why) => {
                 self.failed.get_or_insert_with(|| why.to_string());
             }
+            Event::Layer(l) => self.push_layer(l),
             Event::Finish | Event::Spans(_) => {}
+        }
+    }
+
+    fn push_layer(&mut self, l: &LayerRecord) {
+        if self.layer_pending.insert(l.step) && self.layer_pending.len() > MAX_LAYERS {
+            // Bounded: a compute span that never comes (a run cut short) leaves its step here.
+            self.layer_pending.pop_first();
+        }
+        let i = match self.layers.iter().position(|a| *a.name == *l.layer) {
+            Some(i) => i,
+            None if self.layers.len() < MAX_LAYERS => {
+                self.layers.push(LayerAgg { name: l.layer.to_string(), ..Default::default() });
+                self.layers.len() - 1
+            }
+            None => return,
+        };
+        let a = &mut self.layers[i];
+        if l.backward {
+            (a.backward_ns, a.backwards) = (a.backward_ns + l.dur_ns, a.backwards + 1);
+        } else {
+            (a.forward_ns, a.forwards) = (a.forward_ns + l.dur_ns, a.forwards + 1);
         }
     }
 
@@ -825,6 +924,17 @@ impl Aggregator {
             machine: self.machine.summary(),
             data_fs: self.data_fs.clone(),
             failed: self.failed.clone(),
+            layers: self
+                .layers
+                .iter()
+                .map(|a| LayerSummary {
+                    name: a.name.clone(),
+                    forward_ms: per(a.forward_ns, a.forwards),
+                    backward_ms: per(a.backward_ns, a.backwards),
+                })
+                .collect(),
+            layer_compute_ms: per(self.layer_compute_ns, self.layer_computes),
+            layer_steps: self.layer_computes,
         }
     }
 }
@@ -921,6 +1031,69 @@ mod tests {
             thread: 1,
             start_ns: start,
             dur_ns: dur,
+            cpu_ns: NONE,
+            queue_ns: NONE,
+            step: 0,
+            sample: NONE,
+            bytes: NONE,
+        }
+    }
+
+    fn layer(name: &str, backward: bool, step: u64, dur_ms: u64) -> Event {
+        Event::Layer(LayerRecord {
+            layer: name.into(),
+            backward,
+            step,
+            start_ns: step * 1_000_000_000,
+            dur_ns: dur_ms * 1_000_000,
+        })
+    }
+
+    #[test]
+    fn layer_times_become_per_step_means_and_shares_of_compute() {
+        let mut a = Aggregator::new(RunSettings::default());
+        for step in 0..2 {
+            a.push(&layer("conv2d_1", false, step, 5));
+            a.push(&layer("dense_1", false, step, 10 + step * 10));
+            a.push(&layer("dense_1", true, step, 50));
+            a.push(&layer("conv2d_1", true, step, 20));
+        }
+        // The Layer batches spans: both steps' compute spans come after all layer records.
+        for step in 0..2 {
+            let t0 = step * 1_000_000_000;
+            a.push(&Event::Span(SpanRecord { step, ..compute_span(t0, 100) }));
+            a.push(&Event::Span(SpanRecord { stage: Stage::Optimizer, step, ..compute_span(t0, 10 + step * 10) }));
+        }
+        // A step not timed layer by layer (slower or faster) leaves the shares alone.
+        a.push(&Event::Span(SpanRecord { step: 2, ..compute_span(2_000_000_000, 400) }));
+        let s = a.summary();
+        let names: Vec<&str> = s.layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["conv2d_1", "dense_1"], "model order, as first seen");
+        assert_eq!((s.layers[1].forward_ms, s.layers[1].backward_ms), (15.0, 50.0));
+        let parts = s.compute_parts();
+        let labels: Vec<&str> = parts.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["dense_1 backward", "conv2d_1 backward", "dense_1 forward", "optimizer", "conv2d_1 forward"]
+        );
+        assert!((parts[0].share - 0.5).abs() < 1e-9, "50 ms of a 100 ms compute step");
+        assert_eq!((s.layer_steps, s.layer_compute_ms), (2, 100.0));
+        assert_eq!(parts[3].ms, 15.0);
+    }
+
+    #[test]
+    fn no_layer_times_no_compute_parts() {
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&Event::Span(compute_span(0, 100)));
+        assert!(a.summary().compute_parts().is_empty());
+    }
+
+    fn compute_span(start_ns: u64, dur_ms: u64) -> SpanRecord {
+        SpanRecord {
+            stage: Stage::Compute,
+            thread: 1,
+            start_ns,
+            dur_ns: dur_ms * 1_000_000,
             cpu_ns: NONE,
             queue_ns: NONE,
             step: 0,

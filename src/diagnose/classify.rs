@@ -4,7 +4,7 @@
 use super::model::{is_cpu_device, Capacity, Pipeline};
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
-use crate::aggregate::{StageSummary, Summary};
+use crate::aggregate::{ComputePart, StageSummary, Summary};
 use probes::stage::Stage;
 
 /// Why a run counts as per-step-overhead bound.
@@ -96,7 +96,8 @@ impl<'a> Facts<'a> {
             return Some(OverheadWhy::TinyStep(compute));
         }
         if let Some(fixed) = self.p.fixed_step_ms() {
-            if compute > 0.0 && fixed / compute >= FIXED_COST_SHARE {
+            // An optimizer that dominates a large model is work per parameter: compute.
+            if compute > 0.0 && fixed / compute >= FIXED_COST_SHARE && !self.large_model() {
                 return Some(OverheadWhy::FixedCost(fixed / compute));
             }
         }
@@ -107,6 +108,27 @@ impl<'a> Facts<'a> {
             }
             _ => None,
         }
+    }
+
+    /// The model has at least [`SMALL_MODEL_PARAMS`] parameters (unknown for a program of the
+    /// user's own: then not large).
+    pub fn large_model(&self) -> bool {
+        self.s.settings.params >= SMALL_MODEL_PARAMS
+    }
+
+    /// The largest part of the compute step: a layer's forward or backward pass (pipeprof's
+    /// own model), else the optimizer when it takes at least [`FIXED_COST_SHARE`] of compute.
+    pub fn dominant_part(&self) -> Option<ComputePart> {
+        if let Some(top) = self.s.compute_parts().into_iter().next() {
+            return Some(top);
+        }
+        let compute = self.s.split.compute_ms;
+        let fixed = self.p.fixed_step_ms().filter(|_| compute > 0.0)?;
+        (fixed / compute >= FIXED_COST_SHARE).then(|| ComputePart {
+            label: "optimizer".into(),
+            ms: fixed,
+            share: fixed / compute,
+        })
     }
 
     /// The model says the loader outpaces the training loop on average.

@@ -172,10 +172,23 @@ impl Facts<'_> {
                 "Transfer-bound: host→device copies take {} of each step",
                 pct(sp.transfer_share)
             ),
-            Limiter::Compute => format!(
-                "Compute-bound: the model's computation takes {} of each step; the input pipeline keeps up",
-                pct(sp.compute_share)
-            ),
+            Limiter::Compute => match self.dominant_part() {
+                Some(part) if part.label == "optimizer" => format!(
+                    "Compute-bound (optimizer): the model's computation takes {} of each step, {} of it in the optimizer step; the input pipeline keeps up",
+                    pct(sp.compute_share),
+                    pct(part.share)
+                ),
+                Some(part) => format!(
+                    "Compute-bound: the model's computation takes {} of each step, {} of it in {}; the input pipeline keeps up",
+                    pct(sp.compute_share),
+                    pct(part.share),
+                    part.label
+                ),
+                None => format!(
+                    "Compute-bound: the model's computation takes {} of each step; the input pipeline keeps up",
+                    pct(sp.compute_share)
+                ),
+            },
             Limiter::Overhead => self.overhead_headline(),
             Limiter::Balanced => format!(
                 "Balanced: the loader and the training loop run at nearly the same pace (wait {waited} of each step)"
@@ -338,6 +351,9 @@ impl Facts<'_> {
             ms(sp.compute_ms / self.p.batch),
             pct(sp.compute_share)
         ));
+        if let Some(part) = self.dominant_part() {
+            ev.push(self.dominant_line(&part));
+        }
         let headroom = self.cap.loader() / self.cap.compute;
         let near = if *limiter == Limiter::Balanced {
             format!(": under {BALANCED_HEADROOM}×, both sides are near their limit")
@@ -353,6 +369,22 @@ impl Facts<'_> {
             ev.push(format!("GPU busy {u:.0}% on average"));
         }
         ev.extend(self.cpu_line());
+    }
+
+    /// The largest part of compute; for the optimizer, its cost per parameter (what a large
+    /// model's optimizer step is judged by: it grows with the parameters, not the batch).
+    fn dominant_line(&self, part: &crate::aggregate::ComputePart) -> String {
+        let params = self.s.settings.params;
+        if part.label == "optimizer" && params > 0 {
+            return format!(
+                "the optimizer step takes {} of compute ({} per step): {:.1} ns per parameter over {:.1} M parameters, whatever the batch size",
+                pct(part.share),
+                ms(part.ms),
+                part.ms * 1e6 / params as f64,
+                params as f64 / 1e6
+            );
+        }
+        format!("{} takes {} of compute ({} per step), the largest part", part.label, pct(part.share), ms(part.ms))
     }
 
     fn overhead_evidence(&self, ev: &mut Vec<String>) {

@@ -23,11 +23,15 @@
 //!    the data is on a network/FUSE mount, else `Preprocess`.
 //! 4. `Overhead` — not input-bound and the step's cost does not follow its work: compute
 //!    < [`OVERHEAD_STEP_MS`] (5 ms) per step, or the optimizer step (whose cost follows the
-//!    parameter count, not the batch) ≥ [`FIXED_COST_SHARE`] (50%) of compute, or the GPU in use
-//!    is busy < [`GPU_LOW_UTIL_PCT`] (50%) on average while the loop does not wait.
+//!    parameter count, not the batch) ≥ [`FIXED_COST_SHARE`] (50%) of compute in a model under
+//!    [`SMALL_MODEL_PARAMS`] (1 M) parameters (a larger one's optimizer is work per parameter:
+//!    `Compute`, "(optimizer)", with its ns per parameter as evidence), or the GPU in use is
+//!    busy < [`GPU_LOW_UTIL_PCT`] (50%) on average while the loop does not wait.
 //! 5. `Balanced` — not input-bound, and the loader could supply less than
 //!    [`BALANCED_HEADROOM`] (1.2×) what the training loop takes: both sides near their limit.
-//! 6. `Compute` — otherwise: the model's computation dominates (the healthy case).
+//! 6. `Compute` — otherwise: the model's computation dominates (the healthy case). With
+//!    per-layer times (pipeprof's own model), the headline names the largest part of compute:
+//!    a layer's forward or backward pass, or the optimizer.
 //!
 //! # Flags
 //! `Simulated` (each entry of `settings.simulated`); `GpuUnused` (NVML lists a GPU and the

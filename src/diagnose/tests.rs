@@ -109,6 +109,20 @@ impl B {
         self
     }
 
+    fn params(mut self, n: usize) -> B {
+        self.0.settings.params = n;
+        self
+    }
+
+    /// Per-layer means per step: (name, forward ms, backward ms).
+    fn layers(mut self, layers: &[(&str, f64, f64)]) -> B {
+        self.0.layers = layers
+            .iter()
+            .map(|&(name, f, b)| crate::aggregate::LayerSummary { name: name.into(), forward_ms: f, backward_ms: b })
+            .collect();
+        self
+    }
+
     fn workers(mut self, w: usize, cores: usize) -> B {
         self.0.settings.workers = w;
         self.0.settings.cores = cores;
@@ -375,6 +389,37 @@ fn batch_independent_optimizer_step_gives_overhead() {
     let v = compute_bound_gpu().optimizer(60.0).verdict();
     assert_eq!(v.limiter, Limiter::Overhead, "{v:#?}");
     assert!(v.evidence.iter().any(|e| e.contains("optimizer step")));
+}
+
+#[test]
+fn optimizer_dominating_a_large_model_is_compute_with_its_cost_per_parameter() {
+    // The issue-22 case: 42.5 M parameters, Adam 71% of compute on the CPU.
+    let v = compute_bound_gpu().device("cpu").gpu(0.0, None).params(42_500_000).optimizer(71.0).verdict();
+    assert_eq!(v.limiter, Limiter::Compute, "{v:#?}");
+    assert!(!v.flags.contains(&Flag::TinyModel), "{v:#?}");
+    assert!(v.headline.contains("Compute-bound (optimizer)") && v.headline.contains("71%"), "{}", v.headline);
+    // 71 ms over 42.5 M parameters: 1.7 ns each.
+    assert!(v.evidence.iter().any(|e| e.contains("1.7 ns per parameter over 42.5 M parameters")), "{v:#?}");
+    assert!(!has_command(&v, "--batch-size"), "{v:#?}");
+}
+
+#[test]
+fn optimizer_dominating_a_small_model_stays_per_step_overhead() {
+    let v = compute_bound_gpu().params(SMALL_MODEL_PARAMS - 1).optimizer(60.0).verdict();
+    assert_eq!(v.limiter, Limiter::Overhead, "{v:#?}");
+    assert!(v.flags.contains(&Flag::TinyModel));
+}
+
+#[test]
+fn compute_bound_run_names_the_layer_and_pass_that_dominate() {
+    let v = compute_bound_gpu()
+        .params(42_500_000)
+        .layers(&[("conv2d_1", 4.0, 10.0), ("dense_1", 5.0, 61.0), ("dense_2", 0.5, 0.5)])
+        .optimizer(19.0)
+        .verdict();
+    assert_eq!(v.limiter, Limiter::Compute, "{v:#?}");
+    assert!(v.headline.contains("61% of it in dense_1 backward"), "{}", v.headline);
+    assert!(v.evidence.iter().any(|e| e.starts_with("dense_1 backward takes 61% of compute")), "{v:#?}");
 }
 
 #[test]

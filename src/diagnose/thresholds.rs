@@ -23,8 +23,14 @@ pub const IO_OFF_CPU_SHARE: f64 = 0.5;
 pub const IOWAIT_PCT: f64 = 20.0;
 /// Compute per step under which fixed per-step costs dominate, ms.
 pub const OVERHEAD_STEP_MS: f64 = 5.0;
-/// Share of compute in the batch-independent optimizer step marking a per-step-overhead run.
+/// Share of compute in the batch-independent optimizer step marking a per-step-overhead run
+/// (for a model under [`SMALL_MODEL_PARAMS`]).
 pub const FIXED_COST_SHARE: f64 = 0.5;
+/// Parameters from which an optimizer step that dominates compute is the model's own work
+/// (memory traffic per parameter), not a fixed per-step cost: such a run is compute-bound,
+/// and its evidence is the optimizer's cost per parameter. 1 M parameters is ≈ 16 MB of Adam
+/// state: far beyond any per-call overhead.
+pub const SMALL_MODEL_PARAMS: usize = 1_000_000;
 /// Mean GPU utilisation % under which a not-input-bound GPU run is overhead-bound.
 pub const GPU_LOW_UTIL_PCT: f64 = 50.0;
 /// Loader capacity / compute capacity under which the run is balanced.

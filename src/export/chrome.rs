@@ -47,6 +47,8 @@ pub struct ChromeTrace<W: Write + Send> {
     capped: bool,
     last_step_end: Option<u64>,
     last_ts: u64,
+    /// Whether the per-layer track has been named.
+    layer_track: bool,
     /// Set by the command when the run failed (a thread died): written with the summary.
     failure: Arc<OnceLock<String>>,
 }
@@ -72,6 +74,9 @@ impl ChromeTrace<BufWriter<super::guard::GuardedFile>> {
     }
 }
 
+/// The trace track of per-layer times (a thread id no real thread gets).
+const LAYER_TID: u32 = u32::MAX - 1;
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
@@ -90,6 +95,7 @@ impl<W: Write + Send> ChromeTrace<W> {
             capped: false,
             last_step_end: None,
             last_ts: 0,
+            layer_track: false,
             failure: Arc::new(OnceLock::new()),
         };
         t.raw(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":process_name}}))?;
@@ -122,6 +128,21 @@ impl<W: Write + Send> ChromeTrace<W> {
 
     fn instant(&mut self, name: &str, t_ns: u64, args: serde_json::Value) -> std::io::Result<()> {
         self.raw(&json!({"ph":"i","s":"g","name":name,"pid":self.pid,"tid":0,"ts":us(t_ns),"args":args}))
+    }
+
+    /// A layer's forward or backward time, on a track of its own under the training thread's
+    /// `forward`/`backward` spans (the records carry no thread: they come from the loop).
+    fn layer(&mut self, l: &probes::LayerRecord) -> std::io::Result<()> {
+        let (pid, tid) = (self.pid, LAYER_TID);
+        if !self.layer_track {
+            self.layer_track = true;
+            self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,"args":{"name":"train: layers"}}))?;
+            self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":tid,"args":{"sort_index":1}}))?;
+        }
+        self.last_ts = self.last_ts.max(l.start_ns + l.dur_ns);
+        let phase = if l.backward { "backward" } else { "forward" };
+        self.raw(&json!({"ph":"X","name":format!("{} {phase}", l.layer),"cat":"layer","pid":pid,"tid":tid,
+                         "ts":us(l.start_ns),"dur":us(l.dur_ns),"args":{"step":l.step,"layer":&*l.layer,"phase":phase}}))
     }
 
     fn span(&mut self, s: &SpanRecord) -> std::io::Result<()> {
@@ -283,6 +304,7 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 let t = self.last_ts;
                 self.instant("program failed", t, json!({ "error": why }))?;
             }
+            Event::Layer(l) => self.layer(l)?,
             Event::Finish => {}
         }
         Ok(())
@@ -434,6 +456,29 @@ mod tests {
         let d = s.diverged.unwrap();
         assert_eq!((d.first_inf, d.first_nan), (None, Some(1)), "a trace cannot tell inf from NaN: {d:?}");
         assert_eq!(s.steps, 4);
+    }
+
+    #[test]
+    fn layer_times_go_on_their_own_named_track() {
+        let buf = Shared::default();
+        let mut t = ChromeTrace::new(buf.clone(), "t", TraceLevel::Stage).unwrap();
+        for backward in [false, true] {
+            let l = probes::LayerRecord { layer: "dense_1".into(), backward, step: 4, start_ns: 2_000, dur_ns: 3_500 };
+            t.event(&Event::Layer(l)).unwrap();
+        }
+        t.finish().unwrap();
+        let evs = parse(&buf);
+        let xs: Vec<&serde_json::Value> = evs.iter().filter(|e| e["ph"] == "X").collect();
+        let names: Vec<&str> = xs.iter().filter_map(|e| e["name"].as_str()).collect();
+        assert_eq!(names, ["dense_1 forward", "dense_1 backward"]);
+        assert_eq!(
+            (xs[1]["ts"].as_f64(), xs[1]["dur"].as_f64(), xs[1]["args"]["step"].as_u64()),
+            (Some(2.0), Some(3.5), Some(4))
+        );
+        let tid = xs[0]["tid"].clone();
+        let named: Vec<_> = evs.iter().filter(|e| e["name"] == "thread_name" && e["tid"] == tid).collect();
+        assert_eq!(named.len(), 1, "the track is named once");
+        assert_eq!(named[0]["args"]["name"], "train: layers");
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     let (mut cfg, model_name) = config::load_model(opts.model.as_deref())?;
     opts.apply(&mut cfg);
     let dev = train::parse_device(&opts.device)?;
+    // Before any thread starts: the allocator setting covers every thread's allocations only
+    // when no thread has taken an arena of its own yet.
+    train::keep_freed_memory(&dev);
     // candle computes on rayon's global pool; named threads make its CPU use visible (they
     // would otherwise inherit the name of the thread that started the pool).
     let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();

@@ -1,15 +1,19 @@
 //! The training loop: wait for a batch, transfer it, compute. Each phase is a span.
 
 pub mod auto;
+pub mod kernels;
+pub mod layerwise;
 pub mod model;
+pub mod optim;
 pub mod shapes;
 
-use crate::config::{ModelConfig, OptimizerKind};
+use crate::config::ModelConfig;
 use crate::data::{Dataset, Loader, LoaderConfig};
 use candle_core::{DType, Device, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
+use candle_nn::{VarBuilder, VarMap};
 use model::Cnn;
-use probes::{clock, Event, Probe, StepRecord};
+use optim::Opt;
+use probes::{clock, Event, LayerRecord, Probe, StepRecord};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tracing::info_span;
@@ -44,28 +48,32 @@ fn cuda_device(ordinal: usize) -> anyhow::Result<Device> {
     )
 }
 
-enum Opt {
-    AdamW(AdamW),
-    Sgd(SGD),
-}
-
-impl Opt {
-    fn new(kind: OptimizerKind, lr: f64, vm: &VarMap) -> candle_core::Result<Opt> {
-        let vars = vm.all_vars();
-        Ok(match kind {
-            OptimizerKind::Adam => {
-                Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() })?)
-            }
-            OptimizerKind::Adamw => Opt::AdamW(AdamW::new(vars, ParamsAdamW { lr, ..Default::default() })?),
-            OptimizerKind::Sgd => Opt::Sgd(SGD::new(vars, lr)?),
-        })
-    }
-    fn step(&mut self, grads: &candle_core::backprop::GradStore) -> candle_core::Result<()> {
-        match self {
-            Opt::AdamW(o) => o.step(grads),
-            Opt::Sgd(o) => o.step(grads),
+/// Keeps memory that candle frees in the process's heap for its next tensors. candle allocates
+/// every result afresh, and glibc serves each allocation over its mmap threshold (128 KiB to
+/// 32 MiB) with its own mmap and hands it back with munmap when freed: every step of a large
+/// model then faults its activations and gradients in again, page by page, and the kernel zeroes
+/// them. Measured on the large CNN (batch 8, 2 threads): 18 of 41 CPU-seconds in the kernel
+/// before, 2.2 after. The cost: the heap keeps its peak size until the process exits. Only
+/// for a CPU device, the only one whose tensors live in this heap; glibc only (other C
+/// libraries' allocators have other rules). Call it before the process starts threads (the
+/// profile command does; `train` calls it again, harmlessly).
+pub fn keep_freed_memory(dev: &Device) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if dev.is_cpu() {
+        // SAFETY: mallopt only changes allocator settings; it is safe to call at any time.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_MAX, 0);
+            // One arena: a thread's own arena lives in 64 MB heaps that glibc unmaps when they
+            // empty, so the training thread faulted its tensors in again anyway (profile of
+            // the large CNN, batch 32: 8.3 of 17 CPU-seconds in the kernel, 0.7 with one arena).
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+            // -1: never trim (mallopt(3)).
+            libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
+            libc::mallopt(libc::M_TOP_PAD, 256 << 20);
         }
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = dev;
 }
 
 /// Where the loop waits for the device. CUDA returns from a kernel launch at once, so without a
@@ -281,11 +289,12 @@ pub fn train(
     use crate::data::simulate::extra_for;
     let slow_transfer = extra_for(&hooks.slow, probes::Stage::Transfer);
     let slow_compute = extra_for(&hooks.slow, probes::Stage::Compute);
+    keep_freed_memory(dev);
     let vm = VarMap::new();
     let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
     let model = Cnn::new(cfg, classes, vb)?;
     seed_weights(&vm, cfg.data.seed, dev)?;
-    let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, &vm)?;
+    let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, vm.all_vars(), dev)?;
     let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
     let mut out = TrainOutcome::default();
     let mut k = 0u64;
@@ -337,7 +346,8 @@ pub fn train(
             }
             (xs, ys)
         };
-        let (loss, correct) = compute_step(&model, &mut opt, (&xs, &ys), dev, sync, slow_compute.as_ref(), batch.step)?;
+        let (loss, correct) =
+            compute_step(&model, &mut opt, probe, (&xs, &ys), dev, sync, slow_compute.as_ref(), batch.step)?;
         out.steps += 1;
         out.images += n as u64;
         probe.send(Event::Step(StepRecord {
@@ -365,11 +375,25 @@ pub fn train(
     Ok(out)
 }
 
+/// Steps between two steps timed layer by layer. Cutting the graph between layers copies each
+/// activation and runs one backward call per layer: 1.0–1.1× the step on the large CNN but up
+/// to ≈ 1.5× on the small ones in `cargo bench --bench train`, so only some steps pay it.
+pub const LAYER_EVERY: u64 = 10;
+
+/// Whether step `step` is timed layer by layer: steps 1–3 (step 0 also pays for first-touch
+/// allocations) and every [`LAYER_EVERY`]th after.
+pub fn times_layers(step: u64) -> bool {
+    (1..=3).contains(&step) || (step > 0 && step % LAYER_EVERY == 0)
+}
+
 /// Forward, backward and optimizer for one batch, each a span inside `compute`; the loss and
-/// the number of correct predictions.
+/// the number of correct predictions. Some steps ([`times_layers`]) run layer by layer and
+/// send each layer's forward and backward time.
+#[allow(clippy::too_many_arguments)]
 fn compute_step(
     model: &Cnn,
     opt: &mut Opt,
+    probe: &Probe,
     (xs, ys): (&Tensor, &Tensor),
     dev: &Device,
     sync: GpuSync,
@@ -380,18 +404,39 @@ fn compute_step(
     if let Some(s) = slow {
         s.apply();
     }
-    let (logits, loss) = {
-        let _g = info_span!("forward", step).entered();
-        let logits = model.forward(xs, true)?;
-        let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
-        phase_done(dev, sync)?;
-        (logits, loss)
+    // Each layer's part of each pass goes to the probe as it ends (one record per layer and
+    // pass: a step's handful, not a hot path).
+    let layer_time = |backward: bool| {
+        move |i: usize, start_ns: u64, dur_ns: u64| {
+            probe.send(Event::Layer(LayerRecord { layer: model.name(i).into(), backward, step, start_ns, dur_ns }));
+        }
     };
-    let grads = {
+    let done = || phase_done(dev, sync);
+    let (logits, loss, grads) = if times_layers(step) {
+        let (logits, loss, tape) = {
+            let _g = info_span!("forward", step).entered();
+            let (logits, tape) = layerwise::forward(model, xs, true, done, layer_time(false))?;
+            let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
+            phase_done(dev, sync)?;
+            (logits, loss, tape)
+        };
         let _g = info_span!("backward", step).entered();
-        let grads = loss.backward()?;
+        let grads = layerwise::backward(model, tape, &loss, done, layer_time(true))?;
         phase_done(dev, sync)?;
-        grads
+        (logits, loss, grads)
+    } else {
+        let (logits, loss) = {
+            let _g = info_span!("forward", step).entered();
+            let logits = model.forward(xs, true)?;
+            let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
+            phase_done(dev, sync)?;
+            (logits, loss)
+        };
+        let _g = info_span!("backward", step).entered();
+        let mut grads = loss.backward()?;
+        model.take_grads(&mut grads)?;
+        phase_done(dev, sync)?;
+        (logits, loss, grads)
     };
     {
         let _g = info_span!("optimizer", step).entered();

@@ -2,6 +2,7 @@
 
 use super::shapes::same_padding;
 use crate::config::{Activation, LayerSpec, ModelConfig, Padding, Units};
+use candle_core::backprop::GradStore;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Dropout, Linear, VarBuilder};
 
@@ -10,13 +11,49 @@ enum Layer {
     MaxPool { k: usize, s: usize },
     AvgPool { k: usize, s: usize },
     Flatten,
-    Dense { fc: Linear, act: Activation },
+    Dense { fc: Linear, act: Activation, dw: super::kernels::GradSlot },
     Dropout(Dropout),
 }
 
 /// The model: `Cnn::new(cfg, classes, vb)`, then `forward(&xs, train)` returns logits.
 pub struct Cnn {
     layers: Vec<Layer>,
+    /// Each layer's name in cnn.toml's numbering (`conv2d_1`, `max_pooling2d_1`, …).
+    names: Vec<String>,
+    /// candle's convolution, dense product and max pool on the CPU too (benches compare).
+    candle_conv: std::cell::Cell<bool>,
+}
+
+/// The convolution with its bias and activation: on the CPU, pipeprof's own kernel (bias and
+/// ReLU folded in; its backward skips the input's gradient when nothing needs it and uses
+/// im2col + matrix products throughout: see `train::kernels`); elsewhere candle's.
+fn conv2d(conv: &Conv2d, xs: &Tensor, act: Activation) -> Result<Tensor> {
+    let c = conv.config();
+    let plain = c.padding == 0 && c.dilation == 1 && c.groups == 1;
+    let (true, true, Some(bias)) = (xs.device().is_cpu(), plain, conv.bias()) else {
+        return activate(conv.forward(xs)?, act);
+    };
+    let relu = act == Activation::Relu;
+    let ys = xs.apply_op3(conv.weight(), bias, super::kernels::Conv2d { stride: c.stride, relu })?;
+    if relu {
+        Ok(ys)
+    } else {
+        activate(ys, act)
+    }
+}
+
+/// The dense layer: on the CPU with a 2-D input, pipeprof's own product (its backward writes
+/// the weight's gradient once, in the weight's layout: see `train::kernels`); else candle's.
+fn dense(fc: &Linear, xs: &Tensor, dw: &super::kernels::GradSlot) -> Result<Tensor> {
+    if !xs.device().is_cpu() || xs.rank() != 2 {
+        return fc.forward(xs);
+    }
+    let xs = if xs.is_contiguous() { xs.clone() } else { xs.contiguous()? };
+    let ys = xs.apply_op2(fc.weight(), super::kernels::Dense { dw: dw.clone() })?;
+    match fc.bias() {
+        Some(b) => ys.broadcast_add(b),
+        None => Ok(ys),
+    }
 }
 
 fn activate(xs: Tensor, act: Activation) -> Result<Tensor> {
@@ -35,6 +72,7 @@ impl Cnn {
     pub fn new(cfg: &ModelConfig, classes: usize, vb: VarBuilder) -> Result<Cnn> {
         let shapes = cfg.infer_shapes(classes).map_err(candle_core::Error::msg)?;
         let mut layers = Vec::with_capacity(shapes.len());
+        let names = shapes.iter().map(|l| l.name.clone()).collect();
         let mut in_shape = vec![cfg.input.channels, cfg.input.height, cfg.input.width];
         let last = shapes.len() - 1;
         for (i, l) in shapes.iter().enumerate() {
@@ -68,36 +106,103 @@ impl Cnn {
                     // A final softmax is folded into the cross-entropy loss on the logits.
                     let act =
                         if i == last && *activation == Activation::Softmax { Activation::Linear } else { *activation };
-                    Layer::Dense { fc, act }
+                    Layer::Dense { fc, act, dw: Default::default() }
                 }
                 LayerSpec::Dropout { rate } => Layer::Dropout(Dropout::new(*rate as f32)),
             };
             layers.push(layer);
             in_shape = l.output.clone();
         }
-        Ok(Cnn { layers })
+        Ok(Cnn { layers, names, candle_conv: std::cell::Cell::new(false) })
     }
 
     /// Logits `(batch, classes)` for `xs` of shape `(batch, channels, height, width)`.
     pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor> {
         let mut xs = xs.clone();
-        for layer in &self.layers {
-            xs = match layer {
-                Layer::Conv { conv, pad, act } => {
-                    let padded = match pad {
-                        Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
-                        None => xs,
-                    };
-                    activate(conv.forward(&padded)?, *act)?
-                }
-                Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s)?,
-                Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s)?,
-                Layer::Flatten => xs.flatten_from(1)?,
-                Layer::Dense { fc, act } => activate(fc.forward(&xs)?, *act)?,
-                Layer::Dropout(d) => d.forward(&xs, train)?,
-            };
+        for i in 0..self.layers.len() {
+            xs = self.forward_layer(i, &xs, train)?;
         }
         Ok(xs)
+    }
+
+    /// Uses candle's own convolution and dense product on the CPU as well (for benches:
+    /// before and after).
+    pub fn use_candle_conv(&self, on: bool) {
+        self.candle_conv.set(on);
+    }
+
+    /// Layers, in order.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// Layer `i`'s name (`dense_1`).
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// Layer `i` alone (with its activation) on `xs`.
+    pub fn forward_layer(&self, i: usize, xs: &Tensor, train: bool) -> Result<Tensor> {
+        match &self.layers[i] {
+            Layer::Conv { conv, pad, act } => {
+                let padded = match pad {
+                    Some((t, b, l, r)) => xs.pad_with_zeros(2, *t, *b)?.pad_with_zeros(3, *l, *r)?,
+                    None => xs.clone(),
+                };
+                if self.candle_conv.get() {
+                    activate(conv.forward(&padded)?, *act)
+                } else {
+                    conv2d(conv, &padded, *act)
+                }
+            }
+            Layer::MaxPool { k, s } if k == s && xs.device().is_cpu() && !self.candle_conv.get() => {
+                let xs = if xs.is_contiguous() { xs.clone() } else { xs.contiguous()? };
+                xs.apply_op1(super::kernels::MaxPool { k: *k })
+            }
+            Layer::MaxPool { k, s } => xs.max_pool2d_with_stride(*k, *s),
+            Layer::AvgPool { k, s } => xs.avg_pool2d_with_stride(*k, *s),
+            Layer::Flatten => xs.flatten_from(1),
+            Layer::Dense { fc, act, dw } => {
+                let ys = if self.candle_conv.get() { fc.forward(xs)? } else { dense(fc, xs, dw)? };
+                activate(ys, *act)
+            }
+            Layer::Dropout(d) => d.forward(xs, train),
+        }
+    }
+
+    /// Moves the weight gradients the dense kernels left aside (see `kernels::GradSlot`) into
+    /// `grads`: after every backward pass over this model's graph.
+    pub fn take_grads(&self, grads: &mut GradStore) -> Result<()> {
+        (0..self.layers.len()).try_for_each(|i| self.take_layer_grads(i, grads))
+    }
+
+    /// [`Cnn::take_grads`] for layer `i` alone.
+    pub fn take_layer_grads(&self, i: usize, grads: &mut GradStore) -> Result<()> {
+        if let Layer::Dense { fc, dw, .. } = &self.layers[i] {
+            let taken = dw.lock().map_err(|_| candle_core::Error::msg("dense: gradient slot poisoned"))?.take();
+            if let Some(g) = taken {
+                let sum = match grads.remove(fc.weight()) {
+                    Some(prev) => (prev + g)?,
+                    None => g,
+                };
+                grads.insert(fc.weight(), sum);
+            }
+        }
+        Ok(())
+    }
+
+    /// Layer `i`'s parameters (weight, then bias), none for pooling, flatten and dropout.
+    pub fn params(&self, i: usize) -> Vec<&Tensor> {
+        let (w, b) = match &self.layers[i] {
+            Layer::Conv { conv, .. } => (conv.weight(), conv.bias()),
+            Layer::Dense { fc, .. } => (fc.weight(), fc.bias()),
+            _ => return vec![],
+        };
+        std::iter::once(w).chain(b).collect()
     }
 }
 

@@ -170,7 +170,8 @@ impl Frame {
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
             Event::Settings(v) => Frame::Event(WireEvent::Settings((**v).clone())),
             Event::Failed(why) => Frame::Event(WireEvent::Failed(why.to_string())),
-            Event::Finish | Event::Workers { .. } | Event::Stalled { .. } => return None,
+            // Layer times come from pipeprof's own model, never from an attached program.
+            Event::Finish | Event::Workers { .. } | Event::Stalled { .. } | Event::Layer(_) => return None,
         })
     }
 
