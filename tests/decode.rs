@@ -2,7 +2,7 @@
 //! The decoder on a hostile ImageFolder tree (cut JPEGs, every accepted format, a stray .txt),
 //! and the scaled JPEG decode against a full decode + resize.
 
-use pipeprof::data::image::{decode, decode_for, DecodeWarning, ImageError, Resizer};
+use pipeprof::data::image::{decode, decode_for, decode_for_reusing, DecodeWarning, ImageError, Resizer};
 use pipeprof::data::scan;
 use std::fs;
 use std::path::Path;
@@ -137,6 +137,21 @@ fn scaled_jpeg_decode_matches_full_decode_and_resize() {
     assert_eq!((gray.channels, gray.data.len()), (1, (scaled.width * scaled.height) as usize));
     let near = decode_for(&bytes, 3, 700, 150).unwrap();
     assert_eq!((near.width, near.height), (1200, 800));
+}
+
+#[test]
+fn a_reused_buffer_decodes_to_the_same_pixels() {
+    // A loader worker hands back the previous image's buffer, larger and full of old pixels
+    // (and a smaller one, which must grow).
+    let big = jpeg(&photo(320, 300), 90, false);
+    let small = jpeg(&photo(64, 48), 90, true);
+    for (bytes, (w, h)) in [(&big, (150, 150)), (&small, (150, 150)), (&big, (0, 0))] {
+        let fresh = decode_for(bytes, 3, w, h).unwrap();
+        for reuse in [vec![0xA5u8; 400_000], vec![7u8; 10]] {
+            let px = decode_for_reusing(bytes, 3, w, h, reuse).unwrap();
+            assert_eq!(px, fresh);
+        }
+    }
 }
 
 #[test]

@@ -84,6 +84,18 @@ pub fn decode(bytes: &[u8], channels: usize) -> Result<Pixels, ImageError> {
 /// that size on both axes is decoded at the smallest 1/2^k scale (k ≤ 3) that still covers it,
 /// 4–64× fewer pixels to reconstruct. 0 for either size decodes at full size.
 pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Result<Pixels, ImageError> {
+    decode_for_reusing(bytes, channels, width, height, Vec::new())
+}
+
+/// As [`decode_for`]; a JPEG decoded by libjpeg is written into `reuse` (its capacity kept:
+/// a loader worker hands back the previous image's buffer instead of allocating one per image).
+pub fn decode_for_reusing(
+    bytes: &[u8],
+    channels: usize,
+    width: u32,
+    height: u32,
+    reuse: Vec<u8>,
+) -> Result<Pixels, ImageError> {
     if bytes.is_empty() {
         return Err(ImageError::Empty);
     }
@@ -104,7 +116,7 @@ pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Res
     }
     #[cfg(pipeprof_libjpeg)]
     if format == ImageFormat::Jpeg {
-        if let Some(px) = libjpeg::decode(bytes, channels, width, height)? {
+        if let Some(px) = libjpeg::decode(bytes, channels, width, height, reuse)? {
             if px.warning == Some(DecodeWarning::MissingEndMarker) && jpeg_is_progressive(bytes) {
                 // A progressive file cut between two scans decodes without an error, at the
                 // quality of the scans that arrived: its pixel data is not all there.
@@ -113,7 +125,8 @@ pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Res
             return Ok(px);
         }
     }
-    let _ = (width, height);
+    #[cfg(not(pipeprof_libjpeg))]
+    let _ = (width, height, reuse);
     if format == ImageFormat::Jpeg && !jpeg_has_end_marker(bytes) {
         // The image crate's decoder (every JPEG without libjpeg, and CMYK/YCCK ones with it)
         // fills a cut scan with grey without a word: a missing end marker is the only sign,
@@ -261,8 +274,9 @@ mod libjpeg {
         channels: usize,
         width: u32,
         height: u32,
+        mut data: Vec<u8>,
     ) -> std::result::Result<Option<Pixels>, ImageError> {
-        let mut data: Vec<u8> = Vec::new();
+        data.clear();
         let mut r = Result { width: 0, height: 0, out_w: 0, out_h: 0, out_c: 0, warnings: 0, msg: [0; 200] };
         let len = c_ulong::try_from(bytes.len()).map_err(|_| ImageError::Decode("file too large".into()))?;
         // SAFETY: bytes outlives the call; the shim writes only into r and into the buffer
