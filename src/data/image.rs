@@ -87,6 +87,13 @@ pub fn decode_for(bytes: &[u8], channels: usize, width: u32, height: u32) -> Res
     decode_for_reusing(bytes, channels, width, height, Vec::new())
 }
 
+/// As [`decode_for_reusing`] with 3 channels, except that a grayscale JPEG decoded by libjpeg
+/// comes back as 1 channel of luma: [`Resizer::resize_into_rgb`] then resizes one plane
+/// instead of three identical ones and copies it (the loader's path).
+pub fn decode_for_keeping_gray(bytes: &[u8], width: u32, height: u32, reuse: Vec<u8>) -> Result<Pixels, ImageError> {
+    decode_inner(bytes, 3, width, height, reuse, true)
+}
+
 /// As [`decode_for`]; a JPEG decoded by libjpeg is written into `reuse` (its capacity kept:
 /// a loader worker hands back the previous image's buffer instead of allocating one per image).
 pub fn decode_for_reusing(
@@ -95,6 +102,17 @@ pub fn decode_for_reusing(
     width: u32,
     height: u32,
     reuse: Vec<u8>,
+) -> Result<Pixels, ImageError> {
+    decode_inner(bytes, channels, width, height, reuse, false)
+}
+
+fn decode_inner(
+    bytes: &[u8],
+    channels: usize,
+    width: u32,
+    height: u32,
+    reuse: Vec<u8>,
+    keep_gray: bool,
 ) -> Result<Pixels, ImageError> {
     if bytes.is_empty() {
         return Err(ImageError::Empty);
@@ -116,7 +134,8 @@ pub fn decode_for_reusing(
     }
     #[cfg(pipeprof_libjpeg)]
     if format == ImageFormat::Jpeg {
-        if let Some(px) = libjpeg::decode(bytes, channels, width, height, reuse)? {
+        let mode = if channels == 1 { 1 } else { 2 * c_mode(keep_gray) };
+        if let Some(px) = libjpeg::decode(bytes, mode, width, height, reuse)? {
             if px.warning == Some(DecodeWarning::MissingEndMarker) && jpeg_is_progressive(bytes) {
                 // A progressive file cut between two scans decodes without an error, at the
                 // quality of the scans that arrived: its pixel data is not all there.
@@ -126,7 +145,7 @@ pub fn decode_for_reusing(
         }
     }
     #[cfg(not(pipeprof_libjpeg))]
-    let _ = (width, height, reuse);
+    let _ = (width, height, reuse, keep_gray);
     if format == ImageFormat::Jpeg && !jpeg_has_end_marker(bytes) {
         // The image crate's decoder (every JPEG without libjpeg, and CMYK/YCCK ones with it)
         // fills a cut scan with grey without a word: a missing end marker is the only sign,
@@ -149,6 +168,11 @@ fn decode_with_image(bytes: &[u8], format: ImageFormat, channels: usize) -> Resu
     decoder.set_limits(limits).map_err(from_image_error)?;
     let img = DynamicImage::from_decoder(decoder).map_err(from_image_error)?;
     Ok(to_pixels(img, channels))
+}
+
+#[cfg(pipeprof_libjpeg)]
+fn c_mode(keep_gray: bool) -> i32 {
+    i32::from(keep_gray)
 }
 
 /// Most scans a JPEG is decoded with. A baseline JPEG has 1 per component set, a progressive
@@ -269,9 +293,10 @@ mod libjpeg {
     }
 
     /// `Ok(None)`: a JPEG libjpeg does not convert itself (CMYK/YCCK); decode it elsewhere.
+    /// `mode`: 0 RGB, 1 luma, 2 luma for a grayscale file and RGB for a colour one.
     pub(super) fn decode(
         bytes: &[u8],
-        channels: usize,
+        mode: i32,
         width: u32,
         height: u32,
         mut data: Vec<u8>,
@@ -287,7 +312,7 @@ mod libjpeg {
                 len,
                 width,
                 height,
-                c_int::from(channels == 1),
+                mode as c_int,
                 MAX_PIXELS,
                 alloc,
                 &mut data as *mut Vec<u8> as *mut c_void,
@@ -368,6 +393,20 @@ impl Resizer {
             .map_err(|e| ImageError::Resize(e.to_string()))?;
         self.inner.resize(&src, &mut dst, &self.options).map_err(|e| ImageError::Resize(e.to_string()))?;
         Ok(&self.scratch)
+    }
+
+    /// As [`Resizer::resize_into`] into 3 planes: a 1-channel `px` is resized once and its
+    /// plane written three times (the same values a resize of its RGB replica gives).
+    pub fn resize_into_rgb(&mut self, px: &Pixels, width: u32, height: u32, out: &mut [f32]) -> Result<(), ImageError> {
+        let plane = width as usize * height as usize;
+        if px.channels != 1 || out.len() < 3 * plane {
+            return self.resize_into(px, width, height, out);
+        }
+        let (first, rest) = out.split_at_mut(plane);
+        hwc_to_chw(self.resize_u8(px, width, height)?, 1, plane, first);
+        rest[..plane].copy_from_slice(first);
+        rest[plane..2 * plane].copy_from_slice(first);
+        Ok(())
     }
 
     /// Resizes and writes channel-major f32 in [0, 1] into `out` (len = c·h·w).

@@ -9,7 +9,7 @@
 //! [`Dataset`] (read → decode → resize, each a span).
 
 use super::augment;
-use super::image::{decode_for_reusing, hwc_to_chw};
+use super::image::{decode_for_keeping_gray, decode_for_reusing, hwc_to_chw};
 use super::plan::{EpochOrder, LoaderConfig, Plan};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
@@ -565,7 +565,14 @@ fn load_pixels(
             s.apply();
         }
         let reuse = std::mem::take(&mut scratch.pixels);
-        decode_for_reusing(bytes, cfg.channels, cfg.width, cfg.height, reuse).map_err(|e| e.to_string())?
+        // A grayscale JPEG stays one channel through the resize (no augmentation: that
+        // works on the channels the model gets).
+        if cfg.channels == 3 && aug.is_none() {
+            decode_for_keeping_gray(bytes, cfg.width, cfg.height, reuse)
+        } else {
+            decode_for_reusing(bytes, cfg.channels, cfg.width, cfg.height, reuse)
+        }
+        .map_err(|e| e.to_string())?
     };
     let Some(buf) = aug else {
         at(Stage::Resize);
@@ -573,7 +580,7 @@ fn load_pixels(
         if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
             s.apply();
         }
-        resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())?;
+        resizer.resize_into_rgb(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())?;
         return Ok(Some(px.data));
     };
     let hwc = {
