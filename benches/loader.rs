@@ -26,7 +26,9 @@ const PEER: &str = include_str!("peer_loader.py");
 const SIDE: u32 = 150;
 
 fn pass(ds: &Arc<Dataset>, probe: &Probe) -> (f64, f64) {
-    let cfg = LoaderConfig { height: SIDE, width: SIDE, shuffle: false, ..LoaderConfig::default() };
+    // PIPEPROF_BENCH_WORKERS: more loader threads in the child (for allocator checks by hand).
+    let workers = std::env::var("PIPEPROF_BENCH_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
+    let cfg = LoaderConfig { height: SIDE, width: SIDE, shuffle: false, workers, ..LoaderConfig::default() };
     let cpu0 = clock::process_cpu_ns();
     let t0 = clock::now_ns();
     let mut loader = Loader::start(ds.clone(), cfg, probe.clone()).unwrap_or_else(|e| panic!("loader: {e}"));
