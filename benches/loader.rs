@@ -2,10 +2,13 @@
 //! Loader throughput at 150×150, 1 worker, images per CPU-second: pipeprof against the Pillow
 //! peer (benches/peer_loader.py) on three sets, in alternating processes, with the ratio.
 //!
-//! `cargo bench --bench loader [-- DIR]`. Without DIR, writes once under target/:
+//! `cargo bench --bench loader [-- DIR]`. Without DIR, writes once under target/ (all four, of
+//! which `PIPEPROF_LOADER_SETS=d` picks some to measure):
 //! (a) bench-photos: 200 noisy 500×375 JPEGs (q75, 4:2:0), as the other benches use;
 //! (b) bench-camera: 24 photo-like 3000×2000 JPEGs (q90, 4:2:0, as a phone camera writes);
-//! (c) bench-pngs: 100 noisy 500×375 PNGs.
+//! (c) bench-pngs: 100 noisy 500×375 PNGs;
+//! (d) bench-small: 250 small photo-like images of the mix real data sets have (sizes around a
+//! median of ≈ 305×302): 200 JPEGs (q90, 4:2:0, 1 in 5 grayscale) and 50 PNGs.
 //! The peer runs when `python3 -c "import PIL, numpy"` works (`pip install pillow numpy`).
 //! Then, in this process: decode + resize per image with the scaled JPEG decode vs at full
 //! size, and the PSNR between the two results.
@@ -23,7 +26,9 @@ const PEER: &str = include_str!("peer_loader.py");
 const SIDE: u32 = 150;
 
 fn pass(ds: &Arc<Dataset>, probe: &Probe) -> (f64, f64) {
-    let cfg = LoaderConfig { height: SIDE, width: SIDE, shuffle: false, ..LoaderConfig::default() };
+    // PIPEPROF_BENCH_WORKERS: more loader threads in the child (for allocator checks by hand).
+    let workers = std::env::var("PIPEPROF_BENCH_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
+    let cfg = LoaderConfig { height: SIDE, width: SIDE, shuffle: false, workers, ..LoaderConfig::default() };
     let cpu0 = clock::process_cpu_ns();
     let t0 = clock::now_ns();
     let mut loader = Loader::start(ds.clone(), cfg, probe.clone()).unwrap_or_else(|e| panic!("loader: {e}"));
@@ -98,6 +103,40 @@ fn camera_set(dir: &Path) {
         let mut enc = jpeg_encoder::Encoder::new(&mut out, 90);
         enc.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
         enc.encode(&px, 3000, 2000, jpeg_encoder::ColorType::Rgb).unwrap();
+        std::fs::write(sub.join(format!("img_{i:03}.jpg")), out).unwrap();
+    }
+    std::fs::write(dir.join(MARK), "").unwrap();
+}
+
+/// The small real-photo mix: 250 images of 265–345 × 262–342 px, 4 classes; every 5th is a
+/// PNG, every 5th of the rest a grayscale JPEG. Deterministic.
+fn small_set(dir: &Path) {
+    const MARK: &str = ".small-v2";
+    if dir.join(MARK).exists() {
+        return;
+    }
+    for i in 0..250u64 {
+        let sub = dir.join(format!("class_{}", i % 4));
+        std::fs::create_dir_all(&sub).unwrap();
+        let (w, h) = (265 + (i * 37 % 81) as usize, 262 + (i * 53 % 81) as usize);
+        let px = camera_frame(w, h, 1000 + i, 8);
+        if i % 5 == 4 {
+            let img = image::RgbImage::from_raw(w as u32, h as u32, px).unwrap();
+            img.save(sub.join(format!("img_{i:03}.png"))).unwrap();
+            continue;
+        }
+        let mut out = Vec::new();
+        let mut enc = jpeg_encoder::Encoder::new(&mut out, 90);
+        enc.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
+        if (i / 5) % 5 == 2 {
+            let luma: Vec<u8> = px
+                .chunks_exact(3)
+                .map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8)
+                .collect();
+            enc.encode(&luma, w as u16, h as u16, jpeg_encoder::ColorType::Luma).unwrap();
+        } else {
+            enc.encode(&px, w as u16, h as u16, jpeg_encoder::ColorType::Rgb).unwrap();
+        }
         std::fs::write(sub.join(format!("img_{i:03}.jpg")), out).unwrap();
     }
     std::fs::write(dir.join(MARK), "").unwrap();
@@ -186,14 +225,19 @@ fn main() {
         Some(d) => vec![(d.clone(), PathBuf::from(d), 5)],
         None => {
             let (a, b, c) = (target.join("bench-photos"), target.join("bench-camera"), target.join("bench-pngs"));
+            let d = target.join("bench-small");
             demo_set(&a, 50, DemoFormat::Jpeg);
             camera_set(&b);
             demo_set(&c, 25, DemoFormat::Png);
-            vec![
+            small_set(&d);
+            let only = std::env::var("PIPEPROF_LOADER_SETS").unwrap_or_else(|_| "abcd".into());
+            let all: Vec<(String, PathBuf, usize)> = vec![
                 ("(a) 200 JPEGs 500×375 q75".into(), a, 5),
                 ("(b) 24 JPEGs 3000×2000 q90".into(), b, 3),
                 ("(c) 100 PNGs 500×375".into(), c, 5),
-            ]
+                ("(d) 250 small photos ≈305×302: 160 JPEGs, 40 grayscale JPEGs, 50 PNGs".into(), d, 7),
+            ];
+            all.into_iter().filter(|(name, ..)| only.contains(&name[1..2])).collect()
         }
     };
     let peer = std::env::temp_dir().join(format!("pipeprof-peer-{}.py", std::process::id()));

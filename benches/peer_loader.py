@@ -34,14 +34,15 @@ def load(path):
 
 
 def one_pass(paths):
-    t = os.times()
+    # process_time: the process's CPU clock (user + system, ns resolution), the clock the Rust
+    # side reads; os.times() counts in 10 ms ticks, ±4% on a 0.25 s pass.
+    c0 = time.process_time()
     t0 = time.perf_counter()
     n = 0
     for k in range(0, len(paths), BATCH):
         n += len(np.stack([load(p) for p in paths[k:k + BATCH]]))
     wall = time.perf_counter() - t0
-    u = os.times()
-    return n / ((u.user - t.user) + (u.system - t.system)), n / wall
+    return n / (time.process_time() - c0), n / wall
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 //! The decoder on a hostile ImageFolder tree (cut JPEGs, every accepted format, a stray .txt),
 //! and the scaled JPEG decode against a full decode + resize.
 
-use pipeprof::data::image::{decode, decode_for, DecodeWarning, ImageError, Resizer};
+use pipeprof::data::image::{
+    decode, decode_for, decode_for_keeping_gray, decode_for_reusing, DecodeWarning, ImageError, Resizer,
+};
 use pipeprof::data::scan;
 use std::fs;
 use std::path::Path;
@@ -137,6 +139,46 @@ fn scaled_jpeg_decode_matches_full_decode_and_resize() {
     assert_eq!((gray.channels, gray.data.len()), (1, (scaled.width * scaled.height) as usize));
     let near = decode_for(&bytes, 3, 700, 150).unwrap();
     assert_eq!((near.width, near.height), (1200, 800));
+}
+
+#[test]
+fn a_reused_buffer_decodes_to_the_same_pixels() {
+    // A loader worker hands back the previous image's buffer, larger and full of old pixels
+    // (and a smaller one, which must grow).
+    let big = jpeg(&photo(320, 300), 90, false);
+    let small = jpeg(&photo(64, 48), 90, true);
+    for (bytes, (w, h)) in [(&big, (150, 150)), (&small, (150, 150)), (&big, (0, 0))] {
+        let fresh = decode_for(bytes, 3, w, h).unwrap();
+        for reuse in [vec![0xA5u8; 400_000], vec![7u8; 10]] {
+            let px = decode_for_reusing(bytes, 3, w, h, reuse).unwrap();
+            assert_eq!(px, fresh);
+        }
+    }
+}
+
+#[test]
+fn a_grayscale_jpeg_kept_as_luma_resizes_to_the_same_planes_as_its_rgb_replica() {
+    let luma = image::GrayImage::from_fn(333, 301, |x, y| {
+        let t = ((x as f32 / 7.0).sin() * (y as f32 / 5.0).cos() * 40.0) as i32;
+        image::Luma([(60 + (x * 100 / 333) as i32 + t).clamp(0, 255) as u8])
+    });
+    let mut bytes = Vec::new();
+    jpeg_encoder::Encoder::new(&mut bytes, 90).encode(luma.as_raw(), 333, 301, jpeg_encoder::ColorType::Luma).unwrap();
+    let colour = jpeg(&photo(333, 301), 90, false);
+    let mut rz = Resizer::new();
+    for (file, side) in [(&bytes, 150u32), (&bytes, 100), (&bytes, 200), (&colour, 150)] {
+        let plane = (side * side) as usize;
+        let rgb = decode_for(file, 3, side, side).unwrap();
+        let mut want = vec![0f32; 3 * plane];
+        rz.resize_into(&rgb, side, side, &mut want).unwrap();
+        let kept = decode_for_keeping_gray(file, side, side, Vec::new()).unwrap();
+        if cfg!(pipeprof_libjpeg) {
+            assert_eq!(kept.channels, if std::ptr::eq(file, &bytes) { 1 } else { 3 });
+        }
+        let mut got = vec![-1f32; 3 * plane];
+        rz.resize_into_rgb(&kept, side, side, &mut got).unwrap();
+        assert_eq!(got, want, "{side}");
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! [`Dataset`] (read → decode → resize, each a span).
 
 use super::augment;
-use super::image::{decode_for, hwc_to_chw, Resizer};
+use super::image::{decode_for_keeping_gray, decode_for_reusing, hwc_to_chw};
 use super::plan::{EpochOrder, LoaderConfig, Plan};
 use super::scan::Dataset;
 use super::simulate::{extra_for, SlowLink};
@@ -37,7 +37,16 @@ pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
 /// Reads `path` whole if it is a regular file of at most `max` bytes; the error says which
 /// limit and the size.
 pub fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    read_capped_into(path, max, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// As [`read_capped`], into `bytes` (cleared first; its capacity is reused from one file to
+/// the next, so a worker does not allocate and fault in a new buffer per image).
+pub fn read_capped_into(path: &std::path::Path, max: u64, bytes: &mut Vec<u8>) -> Result<(), String> {
     use std::io::Read;
+    bytes.clear();
     let f = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
     let m = f.metadata().map_err(|e| format!("cannot read: {e}"))?;
     if !m.is_file() {
@@ -50,13 +59,15 @@ pub fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> 
             max >> 20
         ));
     }
-    let mut bytes = Vec::with_capacity(m.len() as usize);
+    // One spare byte: a file read whole ends on the read that returns 0, without the probe
+    // read and the regrowth `read_to_end` does for an exactly-sized buffer.
+    bytes.reserve(m.len() as usize + 1);
     // `take`: a file that grows while being read still stops at the limit.
-    f.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    f.take(max + 1).read_to_end(bytes).map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > max {
         return Err(format!("grew past the {} MB limit for one image file while read: skipped", max >> 20));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// How often a training loop waiting for its batch looks at its stop flag.
@@ -496,15 +507,44 @@ fn load_one(
     path: &std::path::Path,
     Where { step, epoch, sample }: Where,
     cfg: &LoaderConfig,
-    resizer: &mut Resizer,
-    aug: Option<&mut Vec<u8>>,
+    scratch: &mut Scratch,
     out: &mut [f32],
 ) -> Result<(), String> {
+    let px = load_pixels(link, path, Where { step, epoch, sample }, cfg, scratch, out);
+    // The decoded buffer goes back to the worker's scratch for the next image; a worker keeps
+    // no more than KEEP_BYTES of either buffer after one huge image.
+    if scratch.file.capacity() > KEEP_BYTES {
+        scratch.file = Vec::new();
+    }
+    if let Some(px) = px? {
+        if px.capacity() <= KEEP_BYTES {
+            scratch.pixels = px;
+        }
+    }
+    Ok(())
+}
+
+/// Largest read or decode buffer a worker keeps for the next image.
+const KEEP_BYTES: usize = 16 << 20;
+
+/// read → decode → resize (→ augment) into `out`; the decoded pixels' buffer, when there is
+/// one, is returned for reuse.
+fn load_pixels(
+    link: Option<&SlowLink>,
+    path: &std::path::Path,
+    Where { step, epoch, sample }: Where,
+    cfg: &LoaderConfig,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) -> Result<Option<Vec<u8>>, String> {
+    let aug = cfg.augment.is_on().then_some(&mut scratch.augment);
+    let resizer = &mut scratch.resizer;
     let bytes = {
         at(Stage::Read);
         let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
         let _g = span.enter();
-        let bytes = read_capped(path, MAX_IMAGE_BYTES)?;
+        let bytes = &mut scratch.file;
+        read_capped_into(path, MAX_IMAGE_BYTES, bytes)?;
         span.record("bytes", bytes.len() as u64);
         if let Some(link) = link {
             link.read(bytes.len());
@@ -524,7 +564,15 @@ fn load_one(
         if let Some(s) = extra_for(&cfg.slow, Stage::Decode) {
             s.apply();
         }
-        decode_for(&bytes, cfg.channels, cfg.width, cfg.height).map_err(|e| e.to_string())?
+        let reuse = std::mem::take(&mut scratch.pixels);
+        // A grayscale JPEG stays one channel through the resize (no augmentation: that
+        // works on the channels the model gets).
+        if cfg.channels == 3 && aug.is_none() {
+            decode_for_keeping_gray(bytes, cfg.width, cfg.height, reuse)
+        } else {
+            decode_for_reusing(bytes, cfg.channels, cfg.width, cfg.height, reuse)
+        }
+        .map_err(|e| e.to_string())?
     };
     let Some(buf) = aug else {
         at(Stage::Resize);
@@ -532,7 +580,8 @@ fn load_one(
         if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
             s.apply();
         }
-        return resizer.resize_into(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string());
+        resizer.resize_into_rgb(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())?;
+        return Ok(Some(px.data));
     };
     let hwc = {
         at(Stage::Resize);
@@ -553,7 +602,7 @@ fn load_one(
     let p = augment::sample(&cfg.augment, cfg.seed, epoch, sample);
     augment::apply(hwc, w, h, c, &p, buf);
     hwc_to_chw(buf, c, w * h, out);
-    Ok(())
+    Ok(Some(px.data))
 }
 
 impl SampleSource for Dataset {
@@ -571,9 +620,7 @@ impl SampleSource for Dataset {
     }
     fn load(&self, i: u32, ctx: &mut LoadCtx<'_>, out: &mut [f32]) -> Result<(), String> {
         let at = Where { step: ctx.step, epoch: ctx.epoch, sample: i };
-        let Scratch { resizer, augment } = &mut *ctx.scratch;
-        let aug = ctx.cfg.augment.is_on().then_some(augment);
-        load_one(ctx.link, &self.samples[i as usize].path, at, ctx.cfg, resizer, aug, out)
+        load_one(ctx.link, &self.samples[i as usize].path, at, ctx.cfg, ctx.scratch, out)
     }
 }
 

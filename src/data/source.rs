@@ -13,6 +13,10 @@ pub struct Scratch {
     pub resizer: Resizer,
     /// The resized u8 image before augmentation (augmentation on only).
     pub augment: Vec<u8>,
+    /// The file's bytes, read into the same buffer each time.
+    pub file: Vec<u8>,
+    /// The decoded pixels' buffer, handed to the JPEG decoder again for the next image.
+    pub pixels: Vec<u8>,
 }
 
 /// Which sample a worker is loading, and how: for spans, augmentation seeds and simulations.

@@ -59,7 +59,8 @@ static void pp_emit(j_common_ptr c, int level) {
 }
 
 /* Decodes `buf` at the smallest 1/2^k scale (k ≤ 3) whose output is still at least
- * target_w × target_h (no scaling when a target is 0), as RGB or (gray != 0) luma, into a buffer
+ * target_w × target_h (no scaling when a target is 0), as RGB or (gray == 1) luma, or (gray == 2)
+ * luma for a grayscale file and RGB for a colour one, into a buffer
  * the caller's `alloc` returns. */
 int pp_jpeg_decode(const unsigned char *buf, unsigned long len, unsigned target_w, unsigned target_h,
                    int gray, unsigned long long max_pixels, pp_alloc_fn alloc, void *ctx, pp_result *r) {
@@ -96,7 +97,8 @@ int pp_jpeg_decode(const unsigned char *buf, unsigned long len, unsigned target_
   }
   cinfo.scale_num = 1;
   cinfo.scale_denom = denom;
-  cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.out_color_space =
+      (gray == 1 || (gray == 2 && cinfo.jpeg_color_space == JCS_GRAYSCALE)) ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&cinfo);
   r->out_w = cinfo.output_width;
   r->out_h = cinfo.output_height;
