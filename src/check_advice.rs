@@ -142,12 +142,26 @@ fn last_line(b: &[u8]) -> String {
     t.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string()
 }
 
+/// What a follow-up that Ctrl-C stopped gives instead of a measurement.
+const INTERRUPTED: &str = "interrupted";
+
+/// Whether a child ended because of an interrupt (SIGINT/SIGTERM, or pipeprof's exit code
+/// after one): the interrupt hit this process's group, whether or not this process's own
+/// signal thread has set the stop flag yet.
+fn was_interrupted(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    matches!(status.code(), Some(130 | 143)) || matches!(status.signal(), Some(libc::SIGINT | libc::SIGTERM))
+}
+
 fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
     let out = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    if was_interrupted(out.status) {
+        return Err(INTERRUPTED.into());
+    }
     if !out.status.success() {
         return Err(format!("exited with {}: {}", out.status, last_line(&out.stderr)));
     }
@@ -311,6 +325,10 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         };
         let measured = child_args(&parent, f.change.as_ref(), steps, &summary, cache.as_deref())
             .and_then(|child| run_child(&exe, &child, &summary));
+        if matches!(&measured, Err(e) if e == INTERRUPTED) {
+            eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
+            break;
+        }
         results.push((measured, note));
     }
     drop(_tmp_guard);
