@@ -105,3 +105,30 @@ fn metrics_listen_refuses_a_non_loopback_address_unless_allowed() {
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("--metrics-listen nonsense"), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
+    // `cat` runs until its stdin closes: the endpoint is up as long as the test holds it open.
+    let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .args(["run", "--once", "--no-gpu", "--metrics-listen", "127.0.0.1:0", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = Run(child);
+    let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(String::from)
+        })
+        .expect("the bound address is printed on stderr");
+    std::thread::spawn(move || lines.for_each(drop));
+    let body = get(&addr, "/metrics").expect("the endpoint answers while the program runs");
+    assert!(body.contains("pipeprof_steps_total{program=\"cat\",rank=\"0\"} 0"), "{body}");
+    assert!(body.contains("pipeprof_limiter{program=\"cat\",rank=\"0\",limiter=\"not_enough_data\"} 1"), "{body}");
+    drop(run.0.stdin.take());
+    assert!(run.0.wait().unwrap().success());
+}
