@@ -9,6 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# tests/prometheus.rs scrapes a run with Debian's prometheus: installed here when missing (the
+# test skips, saying so, without it).
+if ! command -v prometheus >/dev/null && command -v apt-get >/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get install -y --no-install-recommends prometheus \
+        || echo "note: could not install prometheus; tests/prometheus.rs will be skipped" >&2
+fi
+
 cargo test --release --workspace
 
 venv="$PWD/target/pyvenv"
