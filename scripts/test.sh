@@ -9,6 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# tests/prometheus.rs scrapes a run with Debian's prometheus: installed here when missing
+# (the test fails without it; it never skips).
+if ! command -v prometheus >/dev/null && command -v apt-get >/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get install -y -q --no-install-recommends prometheus >/dev/null \
+        || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+fi
+
 cargo test --release --workspace
 
 venv="$PWD/target/pyvenv"

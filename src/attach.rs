@@ -30,6 +30,9 @@ pub struct Options {
     /// List the runs that can be attached to, and exit.
     pub list: bool,
     pub no_tui: bool,
+    /// `--metrics-listen`: serve `/metrics` there while attached.
+    pub metrics_listen: Option<String>,
+    pub metrics_allow_remote: bool,
 }
 
 /// An attachable run found on this machine.
@@ -181,6 +184,9 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         list()?;
         return Ok(Diagnosed::default());
     }
+    // Bound before anything starts: a taken port fails here, not mid-run.
+    let metrics =
+        args.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, args.metrics_allow_remote)).transpose()?;
     let (mut stream, address) = connect(args.target.as_deref())?;
     let addr = address.to_string();
     wire::client_hello(&mut stream).context("handshake")?;
@@ -220,6 +226,14 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
     let dropped = Arc::new(AtomicU64::new(0));
     let latest = session::latest(&agg);
+    // A scrape that cannot be served is not worth stopping the run for.
+    let _metrics = metrics.and_then(|l| {
+        session::serve_metrics(l, &latest)
+            .map_err(|e| {
+                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
+            })
+            .ok()
+    });
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let pumper = {
         let dropped = dropped.clone();

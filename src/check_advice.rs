@@ -87,9 +87,9 @@ fn child_settings(
     set
 }
 
-/// Parent arguments a follow-up never inherits: it would check advice itself, or overwrite the
-/// parent's trace.
-const NOT_INHERITED: [&str; 2] = ["check_advice", "trace"];
+/// Parent arguments a follow-up never inherits: it would check advice itself, overwrite the
+/// parent's trace, or take the parent's metrics port.
+const NOT_INHERITED: [&str; 4] = ["check_advice", "trace", "metrics_listen", "metrics_allow_remote"];
 
 /// The child's arguments: the options the parent was given on its command line (parsed by clap,
 /// as the parent parsed them), less those the child sets, then the child's own settings for

@@ -150,6 +150,8 @@ pub struct ProfileArgs {
     /// that never returns: a FIFO, a hung network drive). Default 30.
     #[arg(long, value_name = "SECONDS")]
     pub stall_after: Option<f64>,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
     #[arg(long, default_value_t = probes::DEFAULT_CAPACITY, hide = true)]
     pub channel_capacity: usize,
@@ -178,6 +180,8 @@ pub struct RunArgs {
     /// Do not sample the GPU (NVML).
     #[arg(long)]
     pub no_gpu: bool,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// The program and its arguments, after `--`.
     #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -205,6 +209,20 @@ pub struct AttachArgs {
     /// No live view even on a terminal: a progress line, then the report.
     #[arg(long)]
     pub no_tui: bool,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// `--metrics-listen` and its guard, shared by profile, attach and run.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus/OpenMetrics text at http://ADDR/metrics while the run goes (loopback
+    /// only unless --metrics-allow-remote); 127.0.0.1:0 picks a free port, printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// Allow --metrics-listen on a non-loopback address (the endpoint has no authentication).
+    #[arg(long, requires = "metrics_listen")]
+    pub metrics_allow_remote: bool,
 }
 
 /// `--trace-level` (see [`TraceLevel`]).

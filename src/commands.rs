@@ -22,6 +22,8 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
         trace: a.trace,
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
+        metrics_listen: a.metrics.metrics_listen,
+        metrics_allow_remote: a.metrics.metrics_allow_remote,
     }
 }
 
@@ -71,6 +73,8 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
         no_tui: a.no_tui,
         check_advice: a.check_advice,
         channel_capacity: a.channel_capacity,
+        metrics_listen: a.metrics.metrics_listen,
+        metrics_allow_remote: a.metrics.metrics_allow_remote,
         stall_after: a.stall_after,
     }
 }
@@ -84,6 +88,8 @@ fn attach_options(a: AttachArgs) -> attach::Options {
         trace: a.trace,
         list: a.list,
         no_tui: a.no_tui,
+        metrics_listen: a.metrics.metrics_listen,
+        metrics_allow_remote: a.metrics.metrics_allow_remote,
     }
 }
 

@@ -16,6 +16,7 @@ pub mod config;
 pub mod data;
 pub mod diagnose;
 pub mod export;
+pub mod metrics;
 pub mod offline;
 pub mod profile;
 pub mod progress;

@@ -63,6 +63,9 @@ pub struct Options {
     pub trace: Option<PathBuf>,
     pub sample_hz: f64,
     pub no_gpu: bool,
+    /// `--metrics-listen`: serve `/metrics` there while the program runs.
+    pub metrics_listen: Option<String>,
+    pub metrics_allow_remote: bool,
 }
 
 /// How the program ended, in the run's terms.
@@ -223,6 +226,9 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         bail!("nothing to run: give the command after --, e.g. `pipeprof run -- python train.py`")
     };
     let program = program_name(&opts.command);
+    // Bound before anything starts: a taken port fails here, not mid-run.
+    let metrics =
+        opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
     let shown = opts.command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>().join(" ");
     let live = !opts.once && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
 
@@ -323,6 +329,14 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     }));
 
     let latest = session::latest(&agg);
+    // A scrape that cannot be served is not worth stopping the run for.
+    let _metrics = metrics.and_then(|l| {
+        session::serve_metrics(l, &latest)
+            .map_err(|e| {
+                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
+            })
+            .ok()
+    });
     let collector = {
         let (latest, probe) = (latest.clone(), probe.clone());
         std::thread::Builder::new()

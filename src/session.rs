@@ -122,3 +122,21 @@ pub fn show(no_tui: bool, latest: &Latest, done: &Receiver<()>) {
         crate::progress::watch(done, &summary);
     }
 }
+
+/// Serves `/metrics` from the latest publication until the returned guard drops. A scrape
+/// copies the summary under the lock (the collector holds it only to move a snapshot in) and
+/// renders outside it.
+pub fn serve_metrics(
+    listener: crate::metrics::Listener,
+    latest: &Latest,
+) -> std::io::Result<crate::metrics::serve::Serving> {
+    let latest = latest.clone();
+    listener.serve(Box::new(move || {
+        let l = latest.lock().unwrap_or_else(|e| e.into_inner());
+        crate::metrics::Scrape {
+            summary: l.snap.summary.clone(),
+            gpu: l.snap.gpu.last().cloned(),
+            verdict: l.verdict.clone(),
+        }
+    }))
+}

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["config", "aggregate"],
     &["data", "diagnose", "progress"],
     &["train", "cache"],
-    &["report", "tui", "export"],
+    &["report", "tui", "export", "metrics"],
     &["session"],
     &["profile", "attach", "run", "offline", "cli"],
     &["check_advice"],

@@ -45,6 +45,9 @@ pub struct Finished {
 /// Runs `pipeprof profile`.
 pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     opts.validate()?;
+    // Bound before anything starts: a taken port fails here, not mid-run.
+    let metrics =
+        opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
     let (mut cfg, model_name) = config::load_model(opts.model.as_deref())?;
     opts.apply(&mut cfg);
     let dev = train::parse_device(&opts.device)?;
@@ -88,6 +91,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     signal::install();
     crate::data::loader::inject_panic_at_step(opts.panic_in_loader_at_step);
     let (collector, failure_slot) = start_collector(opts, &data, settings, &probe, rx)?;
+    // A scrape that cannot be served is not worth stopping the run for.
+    let _metrics = metrics.and_then(|l| {
+        session::serve_metrics(l, &collector.1)
+            .map_err(|e| {
+                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
+            })
+            .ok()
+    });
     let samplers = start_samplers(opts, &probe);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let trainer = start_trainer(opts, &cfg, &data, workers, auto_workers, dev, &probe, done_tx)?;

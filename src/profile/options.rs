@@ -39,6 +39,10 @@ pub struct Options {
     pub channel_capacity: usize,
     /// `--stall-after`, seconds ([`STALL_AFTER_S`] when not given).
     pub stall_after: Option<f64>,
+    /// `--metrics-listen`: serve `/metrics` there while the run goes.
+    pub metrics_listen: Option<String>,
+    /// `--metrics-allow-remote`.
+    pub metrics_allow_remote: bool,
 }
 
 impl Default for Options {
@@ -67,6 +71,8 @@ impl Default for Options {
             check_advice: false,
             channel_capacity: probes::DEFAULT_CAPACITY,
             stall_after: None,
+            metrics_listen: None,
+            metrics_allow_remote: false,
         }
     }
 }
@@ -104,6 +110,9 @@ impl Options {
         }
         if let Some(s) = self.stall_after.filter(|s| !(s.is_finite() && *s > 0.0 && *s <= MAX_STALL_AFTER_S)) {
             bail!("--stall-after must be a positive number of seconds up to {MAX_STALL_AFTER_S}, got {s}");
+        }
+        if let Some(a) = &self.metrics_listen {
+            crate::metrics::check_listen(a, self.metrics_allow_remote)?;
         }
         if !(1..=MAX_CHANNEL_CAPACITY).contains(&self.channel_capacity) {
             bail!("--channel-capacity must be between 1 and {MAX_CHANNEL_CAPACITY}, got {}", self.channel_capacity);

@@ -1,0 +1,134 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `--metrics-listen`: the real binary serves `/metrics` while it trains.
+
+mod common;
+
+use common::{demo, pipeprof, text, write_tiny_model};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+/// `GET path` over a plain TCP connection: status line, headers and body as one string, or
+/// None when nothing listens (yet, or any more).
+fn get(addr: &str, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The value of the sample whose name and labels start with `prefix`.
+fn sample(body: &str, prefix: &str) -> Option<f64> {
+    body.lines().find(|l| l.starts_with(prefix))?.rsplit(' ').next()?.parse().ok()
+}
+
+/// Kills the run when the test ends, passed or not.
+struct Run(Child);
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn profile_serves_openmetrics_with_steps_stages_and_the_limiter_while_it_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data, 2, 16, 5);
+    let model = write_tiny_model(dir.path());
+    let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .args(["profile", "--no-tui", "--no-gpu", "--model", &model, "--data"])
+        .arg(&data)
+        // Far more steps than the test waits for: it kills the run once it has its scrape.
+        .args(["--steps", "1000000", "--metrics-listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = Run(child);
+    let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
+    // The address is printed once bound, before training starts.
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("pipeprof: metrics on http://") {
+            addr = rest.strip_suffix("/metrics").map(str::to_string);
+            break;
+        }
+    }
+    let addr = addr.expect("the bound address is printed on stderr");
+    // The rest of stderr is drained, so that a full pipe never holds the run up.
+    std::thread::spawn(move || lines.for_each(drop));
+    assert!(addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"), "{addr}");
+    // Scrape until the first steps are in the published snapshot (the run is far from done).
+    let body = loop {
+        assert!(run.0.try_wait().unwrap().is_none(), "the run ended before its first steps were scraped");
+        match get(&addr, "/metrics") {
+            Some(r) if sample(&r, "pipeprof_steps_total{").is_some_and(|n| n >= 2.0) => break r,
+            _ => std::thread::yield_now(),
+        }
+    };
+    let head = body.split("\r\n\r\n").next().unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0"), "{head}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    let l = "{program=\"tiny.toml\",rank=\"0\"";
+    let step = sample(&body, &format!("pipeprof_step_seconds{l}}}")).expect("step time");
+    assert!(step > 0.0 && step < 60.0, "step {step} s");
+    let ips = sample(&body, &format!("pipeprof_images_per_second{l}}}")).expect("images/s");
+    assert!(ips > 0.0, "{ips}");
+    let wait = sample(&body, &format!("pipeprof_wait_share{l}}}")).expect("wait share");
+    assert!((0.0..=1.0).contains(&wait), "{wait}");
+    assert_eq!(sample(&body, &format!("pipeprof_events_dropped_total{l}}}")), Some(0.0));
+    let p95 = sample(&body, &format!("pipeprof_stage_p95_seconds{l},stage=\"compute\"}}")).expect("compute p95");
+    assert!(p95 > 0.0, "{p95}");
+    assert!(body.contains(&format!("pipeprof_stage_p50_seconds{l},stage=\"decode\"}}")), "{body}");
+    // One limiter at 1, the fixed others at 0.
+    let limiters: Vec<f64> =
+        body.lines().filter(|x| x.starts_with("pipeprof_limiter{")).map(|x| sample(x, "").unwrap()).collect();
+    assert_eq!(limiters.len(), 8, "{body}");
+    assert_eq!(limiters.iter().sum::<f64>(), 1.0, "{body}");
+    // Nothing but /metrics.
+    let other = get(&addr, "/").expect("still serving");
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+}
+
+#[test]
+fn metrics_listen_refuses_a_non_loopback_address_unless_allowed() {
+    let out = pipeprof(&["profile", "--no-tui", "--metrics-listen", "0.0.0.0:0"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--metrics-allow-remote"), "{err}");
+    let bad = pipeprof(&["profile", "--no-tui", "--metrics-listen", "nonsense"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("--metrics-listen nonsense"), "{}", text(&bad.stderr));
+}
+
+#[test]
+fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
+    // `cat` runs until its stdin closes: the endpoint is up as long as the test holds it open.
+    let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .args(["run", "--once", "--no-gpu", "--metrics-listen", "127.0.0.1:0", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = Run(child);
+    let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(String::from)
+        })
+        .expect("the bound address is printed on stderr");
+    std::thread::spawn(move || lines.for_each(drop));
+    let body = get(&addr, "/metrics").expect("the endpoint answers while the program runs");
+    assert!(body.contains("pipeprof_steps_total{program=\"cat\",rank=\"0\"} 0"), "{body}");
+    assert!(body.contains("pipeprof_limiter{program=\"cat\",rank=\"0\",limiter=\"not_enough_data\"} 1"), "{body}");
+    drop(run.0.stdin.take());
+    assert!(run.0.wait().unwrap().success());
+}
