@@ -30,6 +30,7 @@ import time
 
 import pipeprof
 from pipeprof import _native
+from pipeprof.torch import _batch_size
 
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
@@ -131,21 +132,6 @@ def _input_of(batch):
     if shape is None or len(shape) != 4:
         return None
     return [int(shape[1]), int(shape[2]), int(shape[3])]
-
-
-def _batch_size(batch):
-    first = batch
-    while isinstance(first, (list, tuple)) and first:
-        first = first[0]
-    if isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    shape = getattr(first, "shape", None)
-    if shape is not None and len(shape) > 0:
-        return int(shape[0])
-    try:
-        return len(first)
-    except TypeError:
-        return 0
 
 
 def _close(end_ns=None):
