@@ -78,6 +78,27 @@ impl Local {
         }
     }
 
+    /// Buffers `rec` as this thread's (its id filled in) for `probe`, and sends the batch when
+    /// it is full or a few milliseconds old. A thread that now reports to another probe hands
+    /// its old batch to the old one first.
+    fn push(&mut self, probe: &Probe, mut rec: SpanRecord) {
+        let end = rec.end_ns();
+        if !self.probe.as_ref().is_some_and(|q| q.same_channel(probe)) {
+            self.flush();
+            self.probe = Some(probe.clone());
+            self.last_send_ns = end;
+        }
+        rec.thread = self.thread_id(probe);
+        if self.buf.capacity() == 0 {
+            self.buf.reserve_exact(BATCH);
+        }
+        self.buf.push(rec);
+        if self.buf.len() >= BATCH || end.saturating_sub(self.last_send_ns) >= FLUSH_NS {
+            self.last_send_ns = end;
+            self.flush();
+        }
+    }
+
     fn thread_id(&mut self, probe: &Probe) -> u32 {
         if self.thread != 0 {
             return self.thread;
@@ -185,24 +206,8 @@ pub fn flush_thread() {
 /// the calling thread's, in the same per-thread batch as the Layer's spans: for spans that
 /// can only be cut after the fact (a loop body less the copies to the device inside it).
 /// `rec.thread` is replaced by the calling thread's id.
-pub fn record(probe: &Probe, mut rec: SpanRecord) {
-    let end = rec.end_ns();
-    with_local(|l| {
-        if !l.probe.as_ref().is_some_and(|q| q.same_channel(probe)) {
-            l.flush();
-            l.probe = Some(probe.clone());
-            l.last_send_ns = end;
-        }
-        rec.thread = l.thread_id(probe);
-        if l.buf.capacity() == 0 {
-            l.buf.reserve_exact(BATCH);
-        }
-        l.buf.push(rec);
-        if l.buf.len() >= BATCH || end.saturating_sub(l.last_send_ns) >= FLUSH_NS {
-            l.last_send_ns = end;
-            l.flush();
-        }
-    });
+pub fn record(probe: &Probe, rec: SpanRecord) {
+    with_local(|l| l.push(probe, rec));
 }
 
 /// Times spans whose names are [`Stage`] names and sends them through a [`Probe`].
@@ -311,15 +316,9 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
                 };
                 (now_cpu.saturating_sub(open.cpu_start), queue)
             };
-            if !l.probe.as_ref().is_some_and(|q| q.same_channel(&self.probe)) {
-                // This thread now reports to another layer: hand the old batch to its owner.
-                l.flush();
-                l.probe = Some(self.probe.clone());
-                l.last_send_ns = end;
-            }
             let rec = SpanRecord {
                 stage: open.stage,
-                thread: l.thread_id(&self.probe),
+                thread: 0,
                 start_ns: open.start_ns,
                 dur_ns: end.saturating_sub(open.start_ns),
                 cpu_ns,
@@ -328,14 +327,7 @@ impl<S: Subscriber> Layer<S> for ProbeLayer {
                 sample: open.sample,
                 bytes: open.bytes,
             };
-            if l.buf.capacity() == 0 {
-                l.buf.reserve_exact(BATCH);
-            }
-            l.buf.push(rec);
-            if l.buf.len() >= BATCH || end.saturating_sub(l.last_send_ns) >= FLUSH_NS {
-                l.last_send_ns = end;
-                l.flush();
-            }
+            l.push(&self.probe, rec);
         });
     }
 
