@@ -30,7 +30,7 @@ import time
 
 import pipeprof
 from pipeprof import _native
-from pipeprof.torch import _batch_size
+from pipeprof.torch import _batch_size, _first_leaf
 
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
@@ -115,15 +115,6 @@ class _Open:
         self.images, self.validation = images, validation
         self.transfer_ns, self.transfer_start = 0, None
         self.loss_t, self.loss = None, None
-
-
-def _first_leaf(batch):
-    first = batch
-    while isinstance(first, (list, tuple)) and first:
-        first = first[0]
-    if isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    return first
 
 
 def _input_of(batch):

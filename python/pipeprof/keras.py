@@ -32,6 +32,7 @@ import threading
 
 import pipeprof
 from pipeprof import _native
+from pipeprof.torch import _first_leaf
 
 _now = _native.now_ns
 
@@ -46,18 +47,8 @@ def _keras():
 
 
 def _batch_size(data):
-    first = data
-    while isinstance(first, (list, tuple)) and first:
-        first = first[0]
-    if isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    shape = getattr(first, "shape", None)
-    if shape is not None and len(shape) > 0:
-        try:
-            return int(shape[0])
-        except (TypeError, ValueError):
-            return 0
-    return 0
+    """Samples in a batch: the rows of its first array (0 when it has none)."""
+    return _length(_first_leaf(data))
 
 
 class _Feed:
@@ -310,7 +301,7 @@ def _device():
 
 
 def _length(data):
-    """Samples in a fit() input, when it says: a NumPy array's rows."""
+    """Rows of an array (a fit() input, a batch's first array), when it says; else 0."""
     shape = getattr(data, "shape", None)
     if shape is not None and len(shape) > 0:
         try:

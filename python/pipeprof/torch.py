@@ -41,12 +41,18 @@ def _to_device(batch, device, non_blocking):
     return batch
 
 
-def _batch_size(batch):
+def _first_leaf(batch):
+    """The first tensor (or value) of a batch: through tuples, lists and dicts."""
     first = batch
     while isinstance(first, (list, tuple)) and first:
         first = first[0]
     if isinstance(first, dict) and first:
         first = next(iter(first.values()))
+    return first
+
+
+def _batch_size(batch):
+    first = _first_leaf(batch)
     shape = getattr(first, "shape", None)
     if shape is not None and len(shape) > 0:
         return int(shape[0])
