@@ -90,11 +90,7 @@ impl InplaceOp2 for AdamStep<'_> {
 
     fn cpu_fwd(&self, theta: &mut CpuStorage, tl: &Layout, grad: &CpuStorage, gl: &Layout) -> Result<()> {
         let g = contiguous(grad, gl, "the gradient")?;
-        let CpuStorage::F32(data) = theta else { candle_core::bail!("fused optimizer: parameter is not f32") };
-        let Some((start, end)) = tl.contiguous_offsets() else {
-            candle_core::bail!("fused optimizer: parameter is not contiguous")
-        };
-        let theta = &mut data[start..end];
+        let theta = param_slice(theta, tl)?;
         let (mut m, mut v) = (self.m.borrow_mut(), self.v.borrow_mut());
         if theta.len() != g.len() || m.len() != g.len() || v.len() != g.len() {
             candle_core::bail!("fused optimizer: parameter, gradient and moments differ in length")
@@ -114,6 +110,15 @@ impl InplaceOp2 for AdamStep<'_> {
     }
 }
 
+/// The parameter's own f32 values, updated in place: contiguous, or refused.
+fn param_slice<'s>(theta: &'s mut CpuStorage, tl: &Layout) -> Result<&'s mut [f32]> {
+    let CpuStorage::F32(data) = theta else { candle_core::bail!("fused optimizer: parameter is not f32") };
+    let Some((start, end)) = tl.contiguous_offsets() else {
+        candle_core::bail!("fused optimizer: parameter is not contiguous")
+    };
+    Ok(&mut data[start..end])
+}
+
 /// Plain SGD (candle's: no momentum), `θ ← θ − lr·g`.
 struct SgdStep {
     lr: f32,
@@ -126,11 +131,7 @@ impl InplaceOp2 for SgdStep {
 
     fn cpu_fwd(&self, theta: &mut CpuStorage, tl: &Layout, grad: &CpuStorage, gl: &Layout) -> Result<()> {
         let g = contiguous(grad, gl, "the gradient")?;
-        let CpuStorage::F32(data) = theta else { candle_core::bail!("fused optimizer: parameter is not f32") };
-        let Some((start, end)) = tl.contiguous_offsets() else {
-            candle_core::bail!("fused optimizer: parameter is not contiguous")
-        };
-        let theta = &mut data[start..end];
+        let theta = param_slice(theta, tl)?;
         if theta.len() != g.len() {
             candle_core::bail!("fused optimizer: parameter and gradient differ in length")
         }
