@@ -20,6 +20,7 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
     render_epochs(&mut o, s);
     render_machine(&mut o, s);
     render_files(&mut o, s);
+    o.push_str(&render_ranks(s));
     o.push_str(&render_verdict(verdict));
     o
 }
@@ -434,6 +435,88 @@ fn render_machine(o: &mut String, s: &Summary) {
             }
         }
     }
+}
+
+/// Ranks with their own column in the stage table at most (wider runs list their lines only).
+const RANK_COLUMNS: usize = 8;
+
+/// A distributed run: one line per rank, each stage's mean by rank, and the straggler verdict.
+/// Empty for a run of one process.
+pub fn render_ranks(s: &Summary) -> String {
+    let mut o = String::new();
+    if s.ranks.is_empty() {
+        return o;
+    }
+    let verdict = crate::diagnose::ranks::judge(&s.ranks);
+    let world = s.ranks.iter().map(|l| l.world_size).max().unwrap_or(0);
+    let _ = writeln!(o, "ranks: {} of {world} reported", s.ranks.len());
+    let sync =
+        |rank: u32| verdict.as_ref().and_then(|v| v.sync_wait_ms.iter().find(|(r, _)| *r == rank)).map(|(_, w)| *w);
+    for l in &s.ranks {
+        let _ = writeln!(
+            o,
+            "  rank {} · {} steps · {:.1} images/s · step {} · wait for data {} ({}) · all-reduce wait {} · loader busy {} · GPU {}{}",
+            l.rank,
+            l.steps,
+            l.images_per_s,
+            ms(l.step_ms),
+            pct(l.wait_share),
+            ms(l.wait_ms),
+            sync(l.rank).map(ms).unwrap_or_else(|| "-".into()),
+            pct(l.loader_busy),
+            l.gpu_util_pct.map(|g| format!("{g:.0}%")).unwrap_or_else(|| "-".into()),
+            l.failed.as_ref().map(|f| format!(" · FAILED: {f}")).unwrap_or_default()
+        );
+    }
+    if s.ranks.len() <= RANK_COLUMNS {
+        let mut head = format!("  {:<12}", "mean by rank");
+        for l in &s.ranks {
+            let _ = write!(head, " {:>10}", format!("rank {}", l.rank));
+        }
+        let _ = writeln!(o, "{}", head.trim_end());
+        for st in Stage::ALL {
+            let cells: Vec<Option<f64>> = s
+                .ranks
+                .iter()
+                .map(|l| l.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms))
+                .collect();
+            if cells.iter().all(Option::is_none) {
+                continue;
+            }
+            let mut row = format!("  {:<12}", st.name());
+            for c in cells {
+                let _ = write!(row, " {:>10}", c.map(ms).unwrap_or_else(|| "-".into()));
+            }
+            let _ = writeln!(o, "{row}");
+        }
+    }
+    match verdict {
+        None => {
+            let _ = writeln!(
+                o,
+                "straggler: not judged (needs two ranks with {} steps or more)",
+                crate::diagnose::ranks::RANK_MIN_STEPS
+            );
+        }
+        Some(v) => {
+            match v.straggler {
+                Some(r) => {
+                    let _ = writeln!(o, "straggler: rank {r}");
+                }
+                None => {
+                    let _ = writeln!(o, "straggler: none");
+                }
+            }
+            let _ = writeln!(o, "  {}", v.headline);
+            for e in &v.evidence {
+                let _ = writeln!(o, "  · {e}");
+            }
+            for a in &v.advice {
+                let _ = writeln!(o, "  → {a}");
+            }
+        }
+    }
+    o
 }
 
 #[cfg(test)]

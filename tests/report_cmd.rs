@@ -68,7 +68,7 @@ fn summary_json_schema_is_stable() {
     // The machine section depends on the machine: the schema test covers everything else.
     s.machine = Default::default();
     // The file holds the summary and its verdict (none here: the schema is the point).
-    let file = pipeprof::diagnose::Diagnosed { summary: s, verdict: None };
+    let file = pipeprof::diagnose::Diagnosed { summary: s, verdict: None, straggler: None };
     insta::assert_snapshot!(serde_json::to_string_pretty(&file).unwrap());
 }
 

@@ -75,6 +75,42 @@ pub struct LayerRecord {
     pub dur_ns: u64,
 }
 
+/// Where a process stands in a distributed run (PyTorch `torchrun`, any launcher that sets
+/// `RANK`, `LOCAL_RANK` and `WORLD_SIZE`): read from its environment when it connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct Rank {
+    /// Global rank, from 0.
+    pub rank: u32,
+    /// Rank on this machine (the GPU it uses, by convention).
+    #[serde(default)]
+    pub local_rank: u32,
+    /// Ranks in the run.
+    pub world_size: u32,
+}
+
+/// Largest world size read from an environment (a bound on hostile input).
+pub const MAX_WORLD_SIZE: u32 = 1 << 20;
+
+impl Rank {
+    /// This process's rank from its environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), if a
+    /// launcher set one.
+    pub fn from_env() -> Option<Rank> {
+        Rank::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The rank `get` describes: `RANK` and `WORLD_SIZE` must both read as numbers with
+    /// `RANK < WORLD_SIZE ≤` [`MAX_WORLD_SIZE`]; `LOCAL_RANK` defaults to `RANK`. Anything else
+    /// is no rank (a process outside a distributed run, or a launcher's own process).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Option<Rank> {
+        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u32>().ok());
+        let (rank, world_size) = (num("RANK")?, num("WORLD_SIZE")?);
+        if world_size == 0 || world_size > MAX_WORLD_SIZE || rank >= world_size {
+            return None;
+        }
+        Some(Rank { rank, local_rank: num("LOCAL_RANK").unwrap_or(rank), world_size })
+    }
+}
+
 /// Everything the collector receives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -133,6 +169,43 @@ pub enum Event {
         /// The run ended without it: the thread was left behind, still stuck.
         abandoned: bool,
     },
+    /// An event from one rank of a distributed run (relayed from a producer whose hello named
+    /// its rank, or from one of several runs attached at once): the collector counts it for the
+    /// run and for that rank. Never nested.
+    Ranked(Rank, Box<Event>),
     /// The producer is done: everything it sent before this has arrived.
     Finish,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_reads_from_a_launchers_environment_or_not_at_all() {
+        // (RANK, WORLD_SIZE, LOCAL_RANK) → rank
+        type Row<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<Rank>);
+        let table: [Row; 8] = [
+            (Some("1"), Some("2"), Some("1"), Some(Rank { rank: 1, local_rank: 1, world_size: 2 })),
+            (Some("3"), Some("8"), Some("1"), Some(Rank { rank: 3, local_rank: 1, world_size: 8 })),
+            // No LOCAL_RANK: the rank.
+            (Some(" 0 "), Some("2"), None, Some(Rank { rank: 0, local_rank: 0, world_size: 2 })),
+            // A launcher's own process, or no launcher.
+            (None, Some("2"), None, None),
+            (Some("0"), None, None, None),
+            // Hostile or damaged values.
+            (Some("2"), Some("2"), None, None),
+            (Some("-1"), Some("2"), None, None),
+            (Some("0"), Some("99999999999"), None, None),
+        ];
+        for (rank, world, local, want) in table {
+            let got = Rank::from_vars(|k| match k {
+                "RANK" => rank.map(String::from),
+                "WORLD_SIZE" => world.map(String::from),
+                "LOCAL_RANK" => local.map(String::from),
+                _ => None,
+            });
+            assert_eq!(got, want, "{rank:?} {world:?} {local:?}");
+        }
+    }
 }

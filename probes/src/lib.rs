@@ -14,7 +14,7 @@ pub mod probe;
 pub mod sampler;
 pub mod stage;
 
-pub use event::{Event, LayerRecord, SpanRecord, StepRecord, NONE};
+pub use event::{Event, LayerRecord, Rank, SpanRecord, StepRecord, NONE};
 pub use layer::{flush_thread, thread_names, ProbeLayer};
 pub use probe::{Probe, DEFAULT_CAPACITY};
 pub use stage::Stage;

@@ -42,6 +42,21 @@ impl Probe {
         }
     }
 
+    /// Sends without blocking; returns whether the event went (a full or closed channel drops
+    /// it and counts one).
+    pub fn try_send(&self, ev: Event) -> bool {
+        let sent = self.tx.try_send(ev).is_ok();
+        if !sent {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Counts `n` more events as dropped (the rest of a batch sent as one event).
+    pub fn count_dropped(&self, n: u64) {
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Whether two probes feed the same channel.
     pub fn same_channel(&self, other: &Probe) -> bool {
         Arc::ptr_eq(&self.dropped, &other.dropped)

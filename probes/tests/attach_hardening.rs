@@ -15,7 +15,14 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 
 fn hello() -> Hello {
-    Hello { version: wire::VERSION, pid: 1, program: "t".into(), settings: serde_json::Value::Null, threads: vec![] }
+    Hello {
+        version: wire::VERSION,
+        pid: 1,
+        program: "t".into(),
+        settings: serde_json::Value::Null,
+        threads: vec![],
+        rank: None,
+    }
 }
 
 fn step(k: u64, loss: f32) -> StepRecord {

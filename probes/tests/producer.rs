@@ -18,6 +18,7 @@ fn identity(program: &str) -> Hello {
         program: program.into(),
         settings: serde_json::Value::Null,
         threads: vec![],
+        rank: None,
     }
 }
 

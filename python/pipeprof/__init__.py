@@ -57,6 +57,9 @@ TOKEN_ENV = "PIPEPROF_TOKEN"
 PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
 #: Under ``pipeprof run``: the pid of the run's first Python process (its main program).
 MAIN_PID_ENV = "PIPEPROF_MAIN_PID"
+#: In a distributed run (``torchrun``): ``RANK:pid`` of this rank's first Python process, the
+#: rank's program; its DataLoader workers inherit it and are its workers.
+RANK_MAIN_ENV = "PIPEPROF_RANK_MAIN"
 
 #: Stage names a span may have, in pipeline order.
 STAGES = tuple(stages())
@@ -162,8 +165,34 @@ def fail_on_uncaught_exception():
 
 
 def is_main():
-    """Whether this process is the run's main program (not one of its workers)."""
-    return _native.role() == "parent" or os.environ.get(MAIN_PID_ENV) == str(os.getpid())
+    """Whether this process is the run's main program (not one of its workers): in a
+    distributed run, each rank's program is."""
+    return (
+        _native.role() == "parent"
+        or os.environ.get(MAIN_PID_ENV) == str(os.getpid())
+        or _rank_main() == f"{_rank()}:{os.getpid()}"
+    )
+
+
+def _rank():
+    """This process's rank from its launcher's environment (``RANK`` with ``WORLD_SIZE``), or None.
+    The rank itself travels to the run in the process's hello (read there from the same
+    variables)."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None or not rank.strip().isdigit():
+        return None
+    return rank.strip()
+
+
+def _rank_main():
+    """``RANK:pid`` of this rank's program: the first process of the rank claims it."""
+    rank = _rank()
+    if rank is None:
+        return None
+    mine = os.environ.get(RANK_MAIN_ENV, "")
+    if mine.split(":")[0] != rank:
+        os.environ[RANK_MAIN_ENV] = mine = f"{rank}:{os.getpid()}"
+    return mine
 
 
 def finish(workers_timeout=1.0):
@@ -234,6 +263,10 @@ def _thread_name():
     if proc is None:
         mp = sys.modules.get("multiprocessing")
         proc = mp.current_process().name if mp is not None else "worker"
+    rank = _rank()
+    if rank is not None:
+        # A distributed run: each rank's program and its loader workers say whose they are.
+        proc = f"rank {rank}" if is_main() else f"{proc} of rank {rank}"
     label = f"{proc} (pid {os.getpid()})"
     return label if t == "MainThread" else f"{label} {t}"
 
@@ -261,7 +294,12 @@ def _program_label():
     main = os.environ.get(MAIN_PID_ENV)
     if main is None:
         os.environ[MAIN_PID_ENV] = main = str(os.getpid())
-    if main != str(os.getpid()):
+    rank = _rank()
+    if rank is not None:
+        # Under a launcher (torchrun), each rank's first process is that rank's program.
+        if _rank_main() != f"{rank}:{os.getpid()}":
+            return "worker"
+    elif main != str(os.getpid()):
         return "worker"
     argv = getattr(sys, "argv", None) or [""]
     if argv[0] in ("-m", "-c", ""):

@@ -284,7 +284,18 @@ def _patch_tensor(torch_mod):
         st = getattr(_T, "open", None)
         if st is not None and st.loss_t is None and self.dim() == 0:
             st.loss_t = self
-        return orig_backward(self, *args, **kwargs)
+        if st is None or st.validation or not _distributed(torch_mod):
+            return orig_backward(self, *args, **kwargs)
+        # Under DDP the gradients' all-reduce runs inside backward(), which returns once the
+        # last bucket is reduced: a rank that waits for a slower one waits here.
+        t0 = _now()
+        try:
+            return orig_backward(self, *args, **kwargs)
+        finally:
+            try:
+                _native.record("backward", t0, _now() - t0, st.step)
+            except Exception as e:
+                _warn("backward", e)
 
     def item(self):
         v = orig_item(self)
@@ -294,6 +305,15 @@ def _patch_tensor(torch_mod):
         return v
 
     Tensor.to, Tensor.cuda, Tensor.backward, Tensor.item = to, cuda, backward, item
+
+
+def _distributed(torch_mod):
+    """Whether this process is one rank of several in an initialised process group."""
+    try:
+        dist = torch_mod.distributed
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    except Exception:
+        return False
 
 
 def _moved(st, t0, dev):

@@ -144,6 +144,7 @@ fn connect_worker(py: Python<'_>, address: String, program: String, capacity: us
         program,
         settings: serde_json::Value::Null,
         threads: Vec::new(),
+        rank: probes::Rank::from_env(),
     };
     // The connect may wait on the network: without the GIL, and without the state lock
     // (held across a GIL release it deadlocks against a thread calling `step`).

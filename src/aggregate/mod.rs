@@ -3,6 +3,7 @@
 use hdrhistogram::Histogram;
 use probes::fsinfo::FsInfo;
 pub mod machine;
+pub mod ranks;
 
 use machine::{MachineAgg, MachineSummary};
 use probes::{Event, LayerRecord, SpanRecord, Stage, StepRecord, NONE};
@@ -427,6 +428,9 @@ pub struct Summary {
     pub layer_compute_ms: f64,
     /// Steps timed layer by layer.
     pub layer_steps: u64,
+    /// One line per rank of a distributed run (empty for a run of one process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<ranks::RankLine>,
 }
 
 impl Summary {
@@ -546,6 +550,8 @@ pub struct Aggregator {
     layer_pending: std::collections::BTreeSet<u64>,
     layer_compute_ns: u64,
     layer_computes: u64,
+    /// Each rank's own aggregate, once a ranked event came.
+    ranks: Option<Box<ranks::Ranks>>,
 }
 
 impl Aggregator {
@@ -582,6 +588,7 @@ impl Aggregator {
             layer_pending: std::collections::BTreeSet::new(),
             layer_compute_ns: 0,
             layer_computes: 0,
+            ranks: None,
         }
     }
 
@@ -645,6 +652,16 @@ impl Aggregator {
     }
 
     pub fn push(&mut self, ev: &Event) {
+        if let Event::Ranked(rank, inner) = ev {
+            // For the run as a whole, and for its rank.
+            if matches!(**inner, Event::Ranked(..)) {
+                return;
+            }
+            self.push(inner);
+            let settings = &self.settings;
+            self.ranks.get_or_insert_with(|| Box::new(ranks::Ranks::new(settings.clone()))).push(*rank, inner);
+            return;
+        }
         if let Event::Spans(batch) = ev {
             for s in batch {
                 self.push(&Event::Span(*s));
@@ -752,7 +769,7 @@ impl Aggregator {
                 self.failed.get_or_insert_with(|| why.to_string());
             }
             Event::Layer(l) => self.push_layer(l),
-            Event::Finish | Event::Spans(_) => {}
+            Event::Finish | Event::Spans(_) | Event::Ranked(..) => {}
         }
     }
 
@@ -900,6 +917,8 @@ impl Aggregator {
                 val_accuracy: (a.val_images > 0).then(|| a.val_correct as f64 / a.val_images as f64),
             })
             .collect();
+        let machine = self.machine.summary();
+        let ranks = self.ranks.as_ref().map(|r| r.lines(&machine)).unwrap_or_default();
         Summary {
             schema_version: SUMMARY_SCHEMA_VERSION,
             settings: self.settings.clone(),
@@ -921,7 +940,7 @@ impl Aggregator {
             threads: self.threads.clone(),
             loader_threads: self.loader_threads(),
             mean_queued: if self.steps > 0 { self.queued_sum as f64 / self.steps as f64 } else { 0.0 },
-            machine: self.machine.summary(),
+            machine,
             data_fs: self.data_fs.clone(),
             failed: self.failed.clone(),
             layers: self
@@ -935,7 +954,13 @@ impl Aggregator {
                 .collect(),
             layer_compute_ms: per(self.layer_compute_ns, self.layer_computes),
             layer_steps: self.layer_computes,
+            ranks,
         }
+    }
+
+    /// Each rank's own summary, by rank (empty for a run of one process).
+    pub fn rank_summaries(&self) -> Vec<(probes::Rank, Summary)> {
+        self.ranks.as_ref().map(|r| r.summaries()).unwrap_or_default()
     }
 }
 

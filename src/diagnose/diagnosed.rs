@@ -14,13 +14,22 @@ pub struct Diagnosed {
     pub summary: Summary,
     #[serde(default)]
     pub verdict: Option<Verdict>,
+    /// A distributed run's straggler verdict (from `summary.ranks`; absent for one process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub straggler: Option<super::ranks::RanksVerdict>,
 }
 
 impl Diagnosed {
     /// Judges `summary` now.
     pub fn new(summary: Summary) -> Diagnosed {
         let verdict = Some(diagnose(&summary));
-        Diagnosed { summary, verdict }
+        let straggler = super::ranks::judge(&summary.ranks);
+        Diagnosed { summary, verdict, straggler }
+    }
+
+    /// The straggler verdict, judged from the summary's ranks if the pair was read without one.
+    pub fn straggler(&self) -> Option<super::ranks::RanksVerdict> {
+        self.straggler.clone().or_else(|| super::ranks::judge(&self.summary.ranks))
     }
 
     /// The verdict, computed if the pair was read without one.

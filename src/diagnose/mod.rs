@@ -66,6 +66,7 @@ mod diagnosed;
 mod evidence;
 pub mod frameworks;
 pub mod model;
+pub mod ranks;
 #[cfg(test)]
 mod tests;
 pub mod thresholds;

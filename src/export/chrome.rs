@@ -305,6 +305,7 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 self.instant("program failed", t, json!({ "error": why }))?;
             }
             Event::Layer(l) => self.layer(l)?,
+            Event::Ranked(_, inner) => self.event(inner)?,
             Event::Finish => {}
         }
         Ok(())

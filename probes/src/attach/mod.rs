@@ -174,6 +174,7 @@ pub fn init(opts: Options) -> Result<Session, AttachError> {
             program: opts.program.clone(),
             settings: opts.settings.clone(),
             threads: Vec::new(),
+            rank: crate::Rank::from_env(),
         };
         let prod = producer::connect(&parent, hello, opts.capacity)?;
         let probe = prod.probe();
@@ -207,6 +208,7 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
         program: opts.program.clone(),
         settings: opts.settings.clone(),
         threads: Vec::new(),
+        rank: crate::Rank::from_env(),
     };
     // TCP: anyone on the machine can connect, so every peer must bring the run's token.
     let token = opts.listen.as_ref().map(|_| run_token());

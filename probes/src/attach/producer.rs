@@ -136,6 +136,8 @@ pub const MAX_THREAD_NAME: usize = 64;
 /// Maps a producer's thread ids to ids of this process ([`crate::layer::register_thread`]).
 struct Threads {
     label: String,
+    /// The producer's rank: its thread names are counted for that rank.
+    rank: Option<crate::Rank>,
     /// Their id → (ours, whether it was named by a Thread frame).
     map: HashMap<u32, (u32, bool)>,
     overflow: Option<u32>,
@@ -152,22 +154,39 @@ impl Threads {
         }
         if self.map.len() >= MAX_PRODUCER_THREADS && !self.map.contains_key(&theirs) {
             let label = &self.label;
-            return *self.overflow.get_or_insert_with(|| announce(probe, &format!("{label} (other threads)")));
+            let rank = self.rank;
+            return *self.overflow.get_or_insert_with(|| announce(probe, &format!("{label} (other threads)"), rank));
         }
         let full = match name {
             Some(n) => n.chars().take(MAX_THREAD_NAME).collect(),
             None => format!("{} thread-{theirs}", self.label),
         };
-        let ours = announce(probe, &full);
+        let ours = announce(probe, &full, self.rank);
         self.map.insert(theirs, (ours, name.is_some()));
         ours
     }
 }
 
-fn announce(probe: &Probe, name: &str) -> u32 {
+fn announce(probe: &Probe, name: &str, rank: Option<crate::Rank>) -> u32 {
     let id = crate::layer::register_thread(name);
-    probe.send(Event::Thread { id, name: name.into() });
+    send(probe, rank, Event::Thread { id, name: name.into() });
     id
+}
+
+/// Sends `ev` into the run, marked with the producer's rank when it has one.
+fn send(probe: &Probe, rank: Option<crate::Rank>, ev: Event) {
+    match (rank, ev) {
+        (None, Event::Spans(v)) => probe.send_spans(v),
+        (None, ev) => probe.send(ev),
+        (Some(r), Event::Spans(v)) => {
+            // The whole batch is dropped (and counted) like an unranked one when it does not fit.
+            let n = v.len() as u64;
+            if !probe.try_send(Event::Ranked(r, Box::new(Event::Spans(v)))) {
+                probe.count_dropped(n.saturating_sub(1));
+            }
+        }
+        (Some(r), ev) => probe.send(Event::Ranked(r, Box::new(ev))),
+    }
 }
 
 /// The server's side: reads one producer's frames (after its handshake) and forwards them
@@ -185,11 +204,15 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
     };
     // A producer that knows its run's settings says them in its hello (a Rust program under
     // `pipeprof run`): they are the run's.
+    let rank = hello.rank;
     if hello.settings.is_object() {
-        probe.send(Event::Settings(Box::new(hello.settings.clone())));
+        send(probe, rank, Event::Settings(Box::new(hello.settings.clone())));
     }
-    let label = format!("{} (pid {})", hello.program, hello.pid);
-    let mut threads = Threads { label, map: HashMap::new(), overflow: None };
+    let label = match rank {
+        Some(r) => format!("{} (rank {}, pid {})", hello.program, r.rank, hello.pid),
+        None => format!("{} (pid {})", hello.program, hello.pid),
+    };
+    let mut threads = Threads { label, rank, map: HashMap::new(), overflow: None };
     let mut spans = 0u64;
     let error = loop {
         match wire::read_frame(conn) {
@@ -198,17 +221,17 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
                     s.thread = threads.id(s.thread, None, probe);
                 }
                 spans += v.len() as u64;
-                probe.send_spans(v);
+                send(probe, rank, Event::Spans(v));
             }
             Ok(Frame::Event(WireEvent::Thread { id, name })) => {
                 threads.id(id, Some(&name), probe);
             }
-            Ok(Frame::Event(WireEvent::Step(s))) => probe.send(Event::Step(s)),
+            Ok(Frame::Event(WireEvent::Step(s))) => send(probe, rank, Event::Step(s)),
             Ok(Frame::Event(WireEvent::Skipped { path, reason })) => {
-                probe.send(Event::Skipped { path: path.into(), reason: reason.into() })
+                send(probe, rank, Event::Skipped { path: path.into(), reason: reason.into() })
             }
-            Ok(Frame::Event(WireEvent::Settings(v))) => probe.send(Event::Settings(Box::new(v))),
-            Ok(Frame::Event(WireEvent::Failed(why))) => probe.send(Event::Failed(why.into_boxed_str())),
+            Ok(Frame::Event(WireEvent::Settings(v))) => send(probe, rank, Event::Settings(Box::new(v))),
+            Ok(Frame::Event(WireEvent::Failed(why))) => send(probe, rank, Event::Failed(why.into_boxed_str())),
             // The parent samples the machine itself; a worker's samples would be counted twice.
             Ok(Frame::Event(WireEvent::Host(_) | WireEvent::Gpu(_))) => {}
             Ok(Frame::End(_)) => break None,
@@ -223,7 +246,14 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
 }
 
 fn empty_hello() -> Hello {
-    Hello { version: wire::VERSION, pid: 0, program: String::new(), settings: serde_json::Value::Null, threads: vec![] }
+    Hello {
+        version: wire::VERSION,
+        pid: 0,
+        program: String::new(),
+        settings: serde_json::Value::Null,
+        threads: vec![],
+        rank: None,
+    }
 }
 
 #[cfg(test)]
@@ -254,6 +284,7 @@ mod tests {
             program: "worker-0".into(),
             settings: serde_json::Value::Null,
             threads: vec![],
+            rank: None,
         })
     }
 
@@ -335,6 +366,46 @@ mod tests {
         assert_eq!(names.len(), 2, "the placeholder, then the name once");
         assert_eq!(names[1].1.chars().count(), MAX_THREAD_NAME);
         assert_eq!(spans[1].thread, names[1].0, "later spans carry the named id");
+    }
+
+    #[test]
+    fn a_ranked_producers_events_arrive_marked_with_its_rank() {
+        let (probe, rx) = Probe::new(64);
+        let r1 = crate::Rank { rank: 1, local_rank: 1, world_size: 2 };
+        let Frame::Hello(mut h) = hello() else { unreachable!() };
+        h.rank = Some(r1);
+        let step = crate::StepRecord {
+            step: 0,
+            epoch: 0,
+            images: 8,
+            loss: 1.0,
+            correct: 0,
+            end_ns: 9,
+            queued: 0,
+            validation: false,
+        };
+        let bytes = stream(&[
+            Frame::Hello(h),
+            Frame::Event(WireEvent::Thread { id: 1, name: "rank 1".into() }),
+            Frame::Spans(vec![span(1)]),
+            Frame::Event(WireEvent::Step(step)),
+            Frame::End(Default::default()),
+        ]);
+        let r = relay(&mut &bytes[..], &probe);
+        assert_eq!((r.spans, r.error), (1, None));
+        let got: Vec<Event> = rx.try_iter().collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+        for ev in &got {
+            let Event::Ranked(rank, inner) = ev else { panic!("unmarked: {ev:?}") };
+            assert_eq!(*rank, r1);
+            assert!(!matches!(**inner, Event::Ranked(..)));
+        }
+        assert!(matches!(&got[2], Event::Ranked(_, e) if **e == Event::Step(step)));
+        // Without a rank in the hello, nothing is marked.
+        let (probe, rx) = Probe::new(64);
+        let bytes = stream(&[hello(), Frame::Spans(vec![span(1)]), Frame::End(Default::default())]);
+        relay(&mut &bytes[..], &probe);
+        assert!(rx.try_iter().all(|e| !matches!(e, Event::Ranked(..))));
     }
 
     #[test]

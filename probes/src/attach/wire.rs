@@ -93,6 +93,10 @@ pub struct Hello {
     pub settings: serde_json::Value,
     /// Threads that have sent spans so far: (probes thread id, name).
     pub threads: Vec<(u32, String)>,
+    /// The process's rank in a distributed run (from `RANK`/`WORLD_SIZE`/`LOCAL_RANK`), if any:
+    /// a relay counts a ranked producer's events for its rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<crate::Rank>,
 }
 
 /// The server's counters, sent with [`Frame::End`].
@@ -170,6 +174,9 @@ impl Frame {
             Event::Gpu(g) => Frame::Event(WireEvent::Gpu((**g).clone())),
             Event::Settings(v) => Frame::Event(WireEvent::Settings((**v).clone())),
             Event::Failed(why) => Frame::Event(WireEvent::Failed(why.to_string())),
+            // A viewer of this process sees a ranked producer's events as the run's (the rank
+            // travels in each connection's hello, not per frame).
+            Event::Ranked(_, inner) => return Frame::from_event(inner),
             // Layer times come from pipeprof's own model, never from an attached program.
             Event::Finish | Event::Workers { .. } | Event::Stalled { .. } | Event::Layer(_) => return None,
         })
@@ -407,6 +414,7 @@ mod tests {
                 program: "train".into(),
                 settings: serde_json::json!({"workers": 2}),
                 threads: vec![(1, "loader-0".into())],
+                rank: Some(crate::Rank { rank: 1, local_rank: 1, world_size: 2 }),
             }),
             Frame::Spans((0..64).map(span).collect()),
             Frame::Event(WireEvent::Thread { id: 3, name: "train".into() }),

@@ -1,0 +1,66 @@
+"""A two-rank DDP run on CPU (gloo) under `pipeprof run -- torchrun`: each rank's processes
+are recognised from the launcher's environment, kept apart (per-rank lines in the summary and
+the report), and the rank whose loader was slowed on purpose (a sleep in its Dataset, inside
+the workload) is named as the straggler, with the all-reduce wait measured in DDP's backward.
+Real torch (scripts/test.sh installs it); the test never skips."""
+
+import json
+import subprocess
+import sys
+
+from conftest import HANG_S, REPO, pipeprof_bin
+from test_frameworks import env_for
+
+DDP = REPO / "python" / "examples" / "train_ddp.py"
+STEPS = 12
+
+
+def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
+    summary = tmp_path / "d.json"
+    # `python -m torch.distributed.run` is torchrun, with this interpreter whatever PATH says.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += [str(DDP), "--slow-rank", "1", "--steps", str(STEPS)]
+    p = subprocess.run(
+        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(summary), "--", *cmd],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path),
+        timeout=HANG_S,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads(summary.read_text())
+
+    # Both ranks, apart: each its own steps, all of them.
+    lines = {r["rank"]: r for r in s.get("ranks", [])}
+    assert sorted(lines) == [0, 1], s.get("ranks")
+    for r, line in lines.items():
+        assert line["world_size"] == 2 and line["local_rank"] == r, line
+        assert line["steps"] == STEPS, line
+        assert line["backward_ms"] is not None, "the torch hooks time DDP's backward on every rank"
+    assert s["steps"] == 2 * STEPS, "the run counts every rank's steps"
+    # The slowed rank waits for its data; the other does not.
+    assert lines[1]["wait_share"] > lines[0]["wait_share"], lines
+    names = list(s["threads"].values())
+    assert any(n.startswith("rank 1 (pid ") for n in names), names
+
+    # The straggler: rank 1, for its input pipeline; rank 0 waits for it in the all-reduce.
+    v = s["straggler"]
+    assert (v["straggler"], v["cause"], v["synchronised"]) == (1, "Input", True), v
+    assert v["sync"] == "Measured", v
+    waits = dict(v["sync_wait_ms"])
+    assert waits[0] > waits[1], waits
+    assert v["evidence"][0].startswith("rank 1 waits for data"), v["evidence"]
+    assert any("rank 1" in a for a in v["advice"]), v["advice"]
+
+    # The report says the same, a line per rank.
+    out = p.stdout
+    assert "ranks: 2 of 2 reported" in out, out
+    for r in (0, 1):
+        assert f"  rank {r} · {STEPS} steps · " in out, out
+    assert "straggler: rank 1\n" in out, out
+
+    # `pipeprof report` on the summary reads the ranks back and judges them the same.
+    again = subprocess.run([pipeprof_bin(), "report", str(summary)], capture_output=True, text=True, timeout=HANG_S)
+    assert again.returncode == 0, again.stderr
+    assert "straggler: rank 1\n" in again.stdout and f"  rank 0 · {STEPS} steps · " in again.stdout, again.stdout

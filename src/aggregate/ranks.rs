@@ -1,0 +1,224 @@
+//! The ranks of a distributed run kept apart: one aggregate per rank, fed the events its
+//! processes sent ([`Event::Ranked`]), and one line per rank for the views and the straggler
+//! verdict. Pure, like the rest of `aggregate`.
+
+use super::machine::MachineSummary;
+use super::{Aggregator, RunSettings, StageSummary, Summary};
+use probes::{Event, Rank, Stage};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Ranks with their own statistics; events of later ones count for the run only (bounded
+/// memory: each rank holds a whole aggregate).
+pub const MAX_RANKS: usize = 64;
+
+/// One rank's part of the run, in the numbers the report's per-rank table shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RankLine {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub world_size: u32,
+    /// Training steps this rank reported.
+    pub steps: u64,
+    pub images: u64,
+    pub images_per_s: f64,
+    /// Mean step (wait + transfer + compute), ms: steady state, like the run's split.
+    pub step_ms: f64,
+    /// Mean wait for the next batch per step, ms.
+    pub wait_ms: f64,
+    /// Wait share of the step.
+    pub wait_share: f64,
+    pub transfer_ms: f64,
+    pub compute_ms: f64,
+    /// Mean `backward` span, ms, when the program's hooks timed one (under DDP it holds the
+    /// gradient computation and the wait for the gradients' all-reduce).
+    pub backward_ms: Option<f64>,
+    /// This rank's loader threads' busy share (see [`Summary::loader_busy`]).
+    pub loader_busy: f64,
+    /// Loader workers and batch size this rank's program reported.
+    pub workers: usize,
+    pub batch_size: usize,
+    /// Mean utilisation of the GPU numbered like its local rank, when GPUs were sampled.
+    pub gpu_util_pct: Option<f32>,
+    /// This rank's stages (the stage table's rank column).
+    pub stages: Vec<StageSummary>,
+    /// Why this rank's program failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+impl RankLine {
+    /// The line for `rank` from that rank's own summary; the GPU from the run's machine
+    /// summary (the device numbered like the local rank).
+    pub fn of(rank: Rank, s: &Summary, machine: &MachineSummary) -> RankLine {
+        let sp = &s.split;
+        let backward = s.stages.iter().find(|x| x.stage == Stage::Backward.name() && x.count > 0).map(|x| x.mean_ms);
+        let gpu = machine.devices.iter().find(|d| d.index == rank.local_rank).and_then(|d| d.util_mean_pct);
+        RankLine {
+            rank: rank.rank,
+            local_rank: rank.local_rank,
+            world_size: rank.world_size,
+            steps: s.steps,
+            images: s.images,
+            images_per_s: s.images_per_s,
+            step_ms: sp.mean_step_ms,
+            wait_ms: sp.wait_ms,
+            wait_share: sp.wait_share,
+            transfer_ms: sp.transfer_ms,
+            compute_ms: sp.compute_ms,
+            backward_ms: backward,
+            loader_busy: s.loader_busy,
+            workers: s.settings.workers,
+            batch_size: s.settings.batch_size,
+            gpu_util_pct: gpu,
+            stages: s.stages.clone(),
+            failed: s.failed.clone(),
+        }
+    }
+
+    /// The rank this line is of.
+    pub fn id(&self) -> Rank {
+        Rank { rank: self.rank, local_rank: self.local_rank, world_size: self.world_size }
+    }
+}
+
+/// One aggregate per rank seen.
+pub struct Ranks {
+    settings: RunSettings,
+    by_rank: BTreeMap<u32, (Rank, Aggregator)>,
+    /// Events of ranks past [`MAX_RANKS`] (counted for the run only).
+    pub unlisted: u64,
+}
+
+impl Ranks {
+    /// Ranks whose aggregates start from `settings` (the run's: cores, program).
+    pub fn new(settings: RunSettings) -> Ranks {
+        Ranks { settings, by_rank: BTreeMap::new(), unlisted: 0 }
+    }
+
+    /// Counts `ev` for `rank`.
+    pub fn push(&mut self, rank: Rank, ev: &Event) {
+        if matches!(ev, Event::Ranked(..)) {
+            return;
+        }
+        let full = self.by_rank.len() >= MAX_RANKS;
+        match self.by_rank.get_mut(&rank.rank) {
+            Some((_, a)) => a.push(ev),
+            None if full => self.unlisted += 1,
+            None => {
+                let mut a = Aggregator::new(self.settings.clone());
+                a.push(ev);
+                self.by_rank.insert(rank.rank, (rank, a));
+            }
+        }
+    }
+
+    /// Each rank's summary, by rank.
+    pub fn summaries(&self) -> Vec<(Rank, Summary)> {
+        self.by_rank.values().map(|(r, a)| (*r, a.summary())).collect()
+    }
+
+    /// One line per rank, by rank.
+    pub fn lines(&self, machine: &MachineSummary) -> Vec<RankLine> {
+        self.by_rank.values().map(|(r, a)| RankLine::of(*r, &a.summary(), machine)).collect()
+    }
+
+    /// Ranks seen.
+    pub fn len(&self) -> usize {
+        self.by_rank.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_rank.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probes::{SpanRecord, StepRecord, NONE};
+
+    fn span(stage: Stage, step: u64, start_ms: u64, dur_ms: u64) -> Event {
+        Event::Span(SpanRecord {
+            stage,
+            thread: 1,
+            start_ns: start_ms * 1_000_000,
+            dur_ns: dur_ms * 1_000_000,
+            cpu_ns: NONE,
+            queue_ns: NONE,
+            step,
+            sample: NONE,
+            bytes: NONE,
+        })
+    }
+
+    fn step(k: u64, end_ms: u64) -> Event {
+        Event::Step(StepRecord {
+            step: k,
+            epoch: 0,
+            images: 8,
+            loss: 1.0,
+            correct: 0,
+            end_ns: end_ms * 1_000_000,
+            queued: 0,
+            validation: false,
+        })
+    }
+
+    /// `steps` steps of `wait_ms` + `compute_ms` each.
+    fn rank_steps(steps: u64, wait_ms: u64, compute_ms: u64) -> Vec<Event> {
+        let mut t = 0;
+        let mut v = Vec::new();
+        for k in 0..steps {
+            v.push(span(Stage::Wait, k, t, wait_ms));
+            t += wait_ms;
+            v.push(span(Stage::Compute, k, t, compute_ms));
+            t += compute_ms;
+            v.push(step(k, t));
+        }
+        v
+    }
+
+    #[test]
+    fn ranked_events_count_for_the_run_and_for_their_rank_only() {
+        let mut a = Aggregator::new(RunSettings::default());
+        let r0 = Rank { rank: 0, local_rank: 0, world_size: 2 };
+        let r1 = Rank { rank: 1, local_rank: 1, world_size: 2 };
+        for ev in rank_steps(10, 2, 8) {
+            a.push(&Event::Ranked(r0, Box::new(ev)));
+        }
+        for ev in rank_steps(10, 6, 4) {
+            a.push(&Event::Ranked(r1, Box::new(ev)));
+        }
+        let s = a.summary();
+        assert_eq!(s.steps, 20, "the run counts both ranks' steps");
+        assert_eq!(s.ranks.len(), 2);
+        let (l0, l1) = (&s.ranks[0], &s.ranks[1]);
+        assert_eq!((l0.rank, l0.steps, l1.rank, l1.steps), (0, 10, 1, 10));
+        assert!((l0.wait_ms - 2.0).abs() < 1e-9 && (l1.wait_ms - 6.0).abs() < 1e-9, "{l0:?} {l1:?}");
+        assert!((l0.step_ms - 10.0).abs() < 1e-9 && (l1.step_ms - 10.0).abs() < 1e-9);
+        assert!((l1.wait_share - 0.6).abs() < 1e-9);
+        assert_eq!(l0.backward_ms, None);
+        // A run without ranks has no lines (and writes none).
+        let mut plain = Aggregator::new(RunSettings::default());
+        for ev in rank_steps(5, 1, 1) {
+            plain.push(&ev);
+        }
+        assert!(plain.summary().ranks.is_empty());
+        let json = serde_json::to_value(plain.summary()).expect("serialises");
+        assert!(json.get("ranks").is_none());
+    }
+
+    #[test]
+    fn ranks_are_bounded_and_nesting_is_ignored() {
+        let mut r = Ranks::new(RunSettings::default());
+        for k in 0..(MAX_RANKS as u32 + 5) {
+            r.push(Rank { rank: k, local_rank: 0, world_size: 1 << 16 }, &step(0, 1));
+        }
+        assert_eq!((r.len(), r.unlisted), (MAX_RANKS, 5));
+        let r0 = Rank { rank: 0, local_rank: 0, world_size: 2 };
+        r.push(r0, &Event::Ranked(r0, Box::new(step(1, 2))));
+        assert_eq!(r.summaries()[0].1.steps, 1, "a nested event is not counted");
+    }
+}

@@ -1,0 +1,392 @@
+//! The straggler verdict of a distributed run: which rank sets the pace, with evidence and
+//! advice for that rank. Pure: per-rank lines in, a verdict out.
+//!
+//! # The rule
+//! Ranks that synchronise every step (PyTorch DDP: the gradients' all-reduce ends every
+//! backward pass) all take the slowest rank's time: the fast ones wait in the all-reduce, so
+//! every rank looks busy. The ranks step together when their mean step times are within
+//! [`SYNC_STEP_SPREAD`] of each other.
+//!
+//! 1. Fewer than two ranks with [`RANK_MIN_STEPS`] steps: no verdict.
+//! 2. Not stepping together: the rank with the longest mean step is the slowest (no
+//!    all-reduce wait is claimed).
+//! 3. Stepping together, and the ranks' waits for their next batch differ by at least
+//!    [`STRAGGLER_MIN_MS`] and [`STRAGGLER_STEP_SHARE`] of the step: the rank that waits longest
+//!    for data is the straggler (cause: its input pipeline).
+//! 4. Stepping together, the all-reduce wait measured, and it differs across the ranks by as
+//!    much: the rank that waits least in the all-reduce is the one the others wait for (cause:
+//!    its compute).
+//! 5. Otherwise the ranks keep pace: no straggler.
+//!
+//! # The all-reduce wait
+//! Measured where the program's hooks timed a `backward` span per step (`pipeprof run`'s torch
+//! hooks do under `torch.distributed`: DDP reduces the gradients inside `backward()` and waits
+//! for the last bucket before it returns): a rank's wait is its mean backward minus the
+//! shortest rank's, the compute being the same model on the same batch size. Without it (or
+//! when the backward spans hold no sync: their spread is under a quarter of the data waits'),
+//! it is inferred from the step times: ranks that step together spend the difference between
+//! the longest data wait and their own waiting for the others. The verdict says which.
+
+use crate::aggregate::ranks::RankLine;
+use serde::{Deserialize, Serialize};
+
+/// Steps a rank needs before it is judged.
+pub const RANK_MIN_STEPS: u64 = 5;
+/// Ranks whose mean step times are within this share of each other step together.
+pub const SYNC_STEP_SPREAD: f64 = 0.25;
+/// Least difference of per-step waits (data or all-reduce) that names a straggler, ms.
+pub const STRAGGLER_MIN_MS: f64 = 1.0;
+/// … and as a share of the mean step.
+pub const STRAGGLER_STEP_SHARE: f64 = 0.10;
+/// Below this share of the data waits' spread, the backward spans' spread holds no sync.
+const MEASURED_SYNC_SHARE: f64 = 0.25;
+
+/// What makes the straggler slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cause {
+    /// Its input pipeline: it waits for its batches while the others wait for it.
+    Input,
+    /// Its compute: the others wait for it in the all-reduce while it does not.
+    Compute,
+    /// The ranks do not step together; this one is the slowest.
+    Slowest,
+}
+
+/// How the all-reduce wait was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyncSource {
+    /// From `backward` spans around DDP's gradient sync.
+    Measured,
+    /// From the ranks' data waits (ranks that step together).
+    Inferred,
+    /// The ranks do not step together: no all-reduce wait.
+    None,
+}
+
+/// The verdict on a run's ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RanksVerdict {
+    /// The rank that sets the pace, when one does.
+    pub straggler: Option<u32>,
+    pub cause: Option<Cause>,
+    /// Whether the ranks step together.
+    pub synchronised: bool,
+    /// One line.
+    pub headline: String,
+    pub evidence: Vec<String>,
+    /// For the straggler.
+    pub advice: Vec<String>,
+    pub sync: SyncSource,
+    /// Each judged rank's wait in the all-reduce per step, ms: (rank, ms).
+    pub sync_wait_ms: Vec<(u32, f64)>,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// Judges the ranks; `None` with fewer than two ranks of [`RANK_MIN_STEPS`] steps.
+pub fn judge(lines: &[RankLine]) -> Option<RanksVerdict> {
+    let ranks: Vec<&RankLine> =
+        lines.iter().filter(|l| l.steps >= RANK_MIN_STEPS && l.step_ms.is_finite() && l.step_ms > 0.0).collect();
+    if ranks.len() < 2 {
+        return None;
+    }
+    let by = |f: &dyn Fn(&RankLine) -> f64, max: bool| {
+        let pick = ranks.iter().copied().reduce(|a, b| {
+            let (x, y) = (f(a), f(b));
+            // Ties go to the lower rank.
+            if (max && y > x) || (!max && y < x) {
+                b
+            } else {
+                a
+            }
+        });
+        pick
+    };
+    let slow = by(&|l| l.step_ms, true)?;
+    let fast = by(&|l| l.step_ms, false)?;
+    let mean_step = ranks.iter().map(|l| l.step_ms).sum::<f64>() / ranks.len() as f64;
+    let matters = |d: f64| d >= STRAGGLER_MIN_MS && d >= STRAGGLER_STEP_SHARE * mean_step;
+    let synchronised = slow.step_ms <= fast.step_ms * (1.0 + SYNC_STEP_SPREAD);
+    if !synchronised {
+        let cause =
+            if slow.wait_share > fast.wait_share + STRAGGLER_STEP_SHARE { "waiting for data" } else { "computing" };
+        return Some(RanksVerdict {
+            straggler: Some(slow.rank),
+            cause: Some(Cause::Slowest),
+            synchronised: false,
+            headline: format!(
+                "rank {} is the slowest: {:.1} ms per step against {:.1} ms on rank {} (the ranks do not step together)",
+                slow.rank, slow.step_ms, fast.step_ms, fast.rank
+            ),
+            evidence: vec![
+                format!(
+                    "rank {} spends {} of its steps {cause} ({:.1} ms of {:.1} ms wait for data); rank {} {}",
+                    slow.rank,
+                    pct(if cause == "computing" { 1.0 - slow.wait_share } else { slow.wait_share }),
+                    slow.wait_ms,
+                    slow.step_ms,
+                    fast.rank,
+                    pct(fast.wait_share)
+                ),
+                "the ranks' step times differ by more than a synchronised run allows: no all-reduce wait is claimed"
+                    .to_string(),
+            ],
+            advice: vec![format!(
+                "if the ranks should step together (DDP), check that rank {} trains the same model on the same batch size",
+                slow.rank
+            )],
+            sync: SyncSource::None,
+            sync_wait_ms: vec![],
+        });
+    }
+    let most = by(&|l| l.wait_ms, true)?;
+    let least = by(&|l| l.wait_ms, false)?;
+    let data_spread = most.wait_ms - least.wait_ms;
+    // The all-reduce wait: measured from the backward spans when every rank has them and they
+    // hold the sync, else inferred from the data waits.
+    let backward: Option<Vec<f64>> = ranks.iter().map(|l| l.backward_ms).collect();
+    let measured = backward.and_then(|b| {
+        let min = b.iter().copied().fold(f64::INFINITY, f64::min);
+        let waits: Vec<f64> = b.iter().map(|x| x - min).collect();
+        let spread = waits.iter().copied().fold(0.0, f64::max);
+        (spread >= MEASURED_SYNC_SHARE * data_spread).then_some(waits)
+    });
+    let (sync, waits) = match measured {
+        Some(w) => (SyncSource::Measured, w),
+        None => (SyncSource::Inferred, ranks.iter().map(|l| most.wait_ms - l.wait_ms).collect()),
+    };
+    let sync_wait_ms: Vec<(u32, f64)> = ranks.iter().zip(&waits).map(|(l, w)| (l.rank, *w)).collect();
+    let how = match sync {
+        SyncSource::Measured => {
+            "measured: its backward pass, which holds DDP's gradient all-reduce, is that much longer"
+        }
+        _ => "inferred: the ranks step together, so the difference in data wait is spent waiting for the others",
+    };
+    let sync_of = |rank: u32| sync_wait_ms.iter().find(|(r, _)| *r == rank).map_or(0.0, |(_, w)| *w);
+    if matters(data_spread) {
+        let s = most;
+        let others: Vec<String> = ranks
+            .iter()
+            .filter(|l| l.rank != s.rank)
+            .map(|l| format!("rank {} {}", l.rank, pct(l.wait_share)))
+            .collect();
+        let waiting =
+            ranks.iter().filter(|l| l.rank != s.rank).copied().reduce(|a, b| if b.wait_ms < a.wait_ms { b } else { a });
+        let mut evidence = vec![format!(
+            "rank {} waits for data {} of each step ({:.1} ms of {:.1} ms), {}",
+            s.rank,
+            pct(s.wait_share),
+            s.wait_ms,
+            s.step_ms,
+            others.join(", ")
+        )];
+        if let Some(w) = waiting {
+            evidence.push(format!(
+                "rank {} spends the difference waiting in the all-reduce: {:.1} ms per step ({how})",
+                w.rank,
+                sync_of(w.rank)
+            ));
+        }
+        if s.workers > 0 || s.loader_busy > 0.0 {
+            evidence.push(format!(
+                "rank {}'s loader: {} worker{}, busy {}",
+                s.rank,
+                s.workers,
+                if s.workers == 1 { "" } else { "s" },
+                pct(s.loader_busy)
+            ));
+        }
+        let gain = data_spread / s.step_ms.max(f64::MIN_POSITIVE);
+        let advice = vec![
+            format!(
+                "speed up rank {}'s input pipeline: every rank's step would shrink by up to {:.1} ms ({}), as the others \
+                 stop waiting for it",
+                s.rank,
+                data_spread,
+                pct(gain)
+            ),
+            format!(
+                "on rank {}: more DataLoader workers (now {}), or find what makes its data slower (its shard's files, \
+                 storage, a transform only it runs); with a DistributedSampler, check that the shards are alike",
+                s.rank, s.workers
+            ),
+        ];
+        return Some(RanksVerdict {
+            straggler: Some(s.rank),
+            cause: Some(Cause::Input),
+            synchronised: true,
+            headline: format!(
+                "rank {}'s input pipeline sets the pace: it waits for data {} of each step, the other ranks wait for it",
+                s.rank,
+                pct(s.wait_share)
+            ),
+            evidence,
+            advice,
+            sync,
+            sync_wait_ms,
+        });
+    }
+    if sync == SyncSource::Measured {
+        let (lo, hi) = sync_wait_ms.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), (_, w)| (lo.min(*w), hi.max(*w)));
+        if matters(hi - lo) {
+            let s = ranks.iter().zip(&waits).reduce(|a, b| if b.1 < a.1 { b } else { a }).map(|(l, _)| *l)?;
+            return Some(RanksVerdict {
+                straggler: Some(s.rank),
+                cause: Some(Cause::Compute),
+                synchronised: true,
+                headline: format!("rank {}'s compute sets the pace: the other ranks wait for it in the all-reduce", s.rank),
+                evidence: vec![
+                    format!(
+                        "data waits are alike ({} to {} of each step)",
+                        pct(least.wait_share),
+                        pct(most.wait_share)
+                    ),
+                    format!(
+                        "rank {} waits least in the all-reduce ({:.1} ms per step), the others up to {:.1} ms ({how})",
+                        s.rank,
+                        sync_of(s.rank),
+                        hi
+                    ),
+                ],
+                advice: vec![format!(
+                    "look at rank {}'s device (GPU {}: its clocks, another process on it) and at anything only it computes",
+                    s.rank, s.local_rank
+                )],
+                sync,
+                sync_wait_ms,
+            });
+        }
+    }
+    Some(RanksVerdict {
+        straggler: None,
+        cause: None,
+        synchronised: true,
+        headline: format!(
+            "no straggler: the ranks keep pace (data wait {} to {} of each step)",
+            pct(least.wait_share),
+            pct(most.wait_share)
+        ),
+        evidence: vec![],
+        advice: vec![],
+        sync,
+        sync_wait_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(rank: u32, wait_ms: f64, compute_ms: f64, backward_ms: Option<f64>) -> RankLine {
+        let step = wait_ms + compute_ms;
+        RankLine {
+            rank,
+            local_rank: rank,
+            world_size: 2,
+            steps: 20,
+            step_ms: step,
+            wait_ms,
+            wait_share: wait_ms / step,
+            compute_ms,
+            backward_ms,
+            workers: 2,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_rank_that_sets_the_pace_is_named_with_how_the_sync_wait_was_found() {
+        // (lines, straggler, cause, sync source, rank 0's all-reduce wait)
+        type Row = (Vec<RankLine>, Option<u32>, Option<Cause>, SyncSource, f64);
+        let table: Vec<Row> = vec![
+            // The issue's example: rank 1 waits 41% for data, rank 0 6%, steps alike.
+            (
+                vec![line(0, 6.0, 94.0, None), line(1, 41.0, 59.0, None)],
+                Some(1),
+                Some(Cause::Input),
+                SyncSource::Inferred,
+                35.0,
+            ),
+            // The same, the all-reduce measured in rank 0's longer backward.
+            (
+                vec![line(0, 6.0, 94.0, Some(50.0)), line(1, 41.0, 59.0, Some(15.0))],
+                Some(1),
+                Some(Cause::Input),
+                SyncSource::Measured,
+                35.0,
+            ),
+            // Backward spans that hold no sync (no DDP): inferred after all.
+            (
+                vec![line(0, 6.0, 94.0, Some(15.0)), line(1, 41.0, 59.0, Some(15.5))],
+                Some(1),
+                Some(Cause::Input),
+                SyncSource::Inferred,
+                35.0,
+            ),
+            // Rank 0 is the slow one; three ranks.
+            (
+                vec![line(0, 30.0, 70.0, None), line(1, 2.0, 98.0, None), line(2, 3.0, 97.0, None)],
+                Some(0),
+                Some(Cause::Input),
+                SyncSource::Inferred,
+                0.0,
+            ),
+            // Data waits alike, rank 1 waits least in the all-reduce: its compute is slow.
+            (
+                vec![line(0, 2.0, 98.0, Some(60.0)), line(1, 2.0, 98.0, Some(30.0))],
+                Some(1),
+                Some(Cause::Compute),
+                SyncSource::Measured,
+                30.0,
+            ),
+            // Balanced.
+            (vec![line(0, 2.0, 98.0, None), line(1, 2.5, 97.5, None)], None, None, SyncSource::Inferred, 0.5),
+            // Not stepping together: the slowest rank, no sync claimed.
+            (
+                vec![line(0, 1.0, 49.0, None), line(1, 60.0, 40.0, None)],
+                Some(1),
+                Some(Cause::Slowest),
+                SyncSource::None,
+                f64::NAN,
+            ),
+        ];
+        for (i, (lines, straggler, cause, sync, rank0_wait)) in table.into_iter().enumerate() {
+            let v = judge(&lines).unwrap_or_else(|| panic!("row {i}: a verdict"));
+            assert_eq!((v.straggler, v.cause, v.sync), (straggler, cause, sync), "row {i}: {v:?}");
+            if rank0_wait.is_nan() {
+                assert!(v.sync_wait_ms.is_empty(), "row {i}");
+            } else {
+                let w = v.sync_wait_ms.iter().find(|(r, _)| *r == 0).map(|x| x.1).unwrap_or(f64::NAN);
+                assert!((w - rank0_wait).abs() < 1e-9, "row {i}: {w} {v:?}");
+            }
+            match straggler {
+                Some(r) => assert!(v.headline.contains(&format!("rank {r}")), "row {i}: {}", v.headline),
+                None => assert!(v.headline.starts_with("no straggler"), "row {i}"),
+            }
+            assert_eq!(v.advice.is_empty(), straggler.is_none(), "row {i}: advice for the straggler only");
+        }
+    }
+
+    #[test]
+    fn the_evidence_reads_like_the_issue_asks() {
+        let v = judge(&[line(0, 6.0, 94.0, None), line(1, 41.0, 59.0, None)]).expect("a verdict");
+        assert_eq!(v.evidence[0], "rank 1 waits for data 41% of each step (41.0 ms of 100.0 ms), rank 0 6%");
+        assert!(v.evidence[1]
+            .starts_with("rank 0 spends the difference waiting in the all-reduce: 35.0 ms per step (inferred"));
+        assert!(v.advice[0].contains("35.0 ms (35%)"), "{:?}", v.advice);
+    }
+
+    #[test]
+    fn too_few_ranks_or_steps_get_no_verdict() {
+        assert!(judge(&[]).is_none());
+        assert!(judge(&[line(0, 6.0, 94.0, None)]).is_none());
+        let mut short = line(1, 41.0, 59.0, None);
+        short.steps = RANK_MIN_STEPS - 1;
+        assert!(judge(&[line(0, 6.0, 94.0, None), short]).is_none());
+        let mut nan = line(1, 41.0, 59.0, None);
+        nan.step_ms = f64::NAN;
+        assert!(judge(&[line(0, 6.0, 94.0, None), nan]).is_none(), "a damaged line is not judged");
+    }
+}
