@@ -52,8 +52,12 @@ pub struct Scrape {
     pub verdict: Option<Verdict>,
 }
 
-/// The rank label until runs have ranks (issue 24, item 1).
+/// The `rank` label of a run of one process.
 pub const RANK: &str = "0";
+
+/// The `rank` label of a distributed run's whole-run series (each rank's own series carry its
+/// number; a run has at most [`crate::aggregate::ranks::MAX_RANKS`] of them).
+pub const ALL_RANKS: &str = "all";
 
 /// Every value of the `limiter` label, in a fixed order: one of them is 1, the others 0.
 pub const LIMITERS: [&str; 8] =
@@ -76,27 +80,38 @@ pub fn limiter_label(l: Option<&Limiter>) -> &'static str {
 type Labels = Vec<(&'static str, String)>;
 type GaugeF = Gauge<f64, AtomicU64>;
 
-/// A gauge with no labels of its own, registered and set.
-fn gauge(reg: &mut Registry, name: &str, help: &str, v: f64) {
-    let g = GaugeF::default();
-    g.set(v);
-    reg.register(name, help, g);
-}
-
-/// A counter (exposed as `NAME_total`), registered and set.
-fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
-    let c = Counter::<u64>::default();
-    c.inc_by(v);
-    reg.register(name, help, c);
-}
-
-/// A gauge family with one label, registered with a value per label value.
-fn family(reg: &mut Registry, name: &str, help: &str, key: &'static str, values: &[(String, f64)]) {
+/// A gauge family labelled by rank (and more), registered with a value per label set.
+fn gauges(reg: &mut Registry, name: &str, help: &str, values: &[(Labels, f64)]) {
     let f = Family::<Labels, GaugeF>::default();
-    for (label, v) in values {
-        f.get_or_create(&vec![(key, label.clone())]).set(*v);
+    for (labels, v) in values {
+        f.get_or_create(labels).set(*v);
     }
     reg.register(name, help, f);
+}
+
+/// A counter family (exposed as `NAME_total`) labelled by rank.
+fn counters(reg: &mut Registry, name: &str, help: &str, values: &[(Labels, u64)]) {
+    let f = Family::<Labels, Counter<u64>>::default();
+    for (labels, v) in values {
+        f.get_or_create(labels).inc_by(*v);
+    }
+    reg.register(name, help, f);
+}
+
+/// One rank's numbers (or the whole run's) for the per-rank series.
+struct Row<'a> {
+    rank: String,
+    step_ms: f64,
+    wait_share: f64,
+    images_per_s: f64,
+    steps: u64,
+    images: u64,
+    loader_busy: f64,
+    stages: &'a [crate::aggregate::StageSummary],
+}
+
+fn rank(r: &str) -> Labels {
+    vec![("rank", r.to_string())]
 }
 
 /// `program` as a label value: the last path component of the model or program name, so a
@@ -110,68 +125,104 @@ fn program_label(model: &str) -> String {
     }
 }
 
-/// The scrape as OpenMetrics text (ends with `# EOF`).
+/// The scrape as OpenMetrics text (ends with `# EOF`). Every series has `program` and
+/// `rank`: `"0"` in a run of one process; in a distributed run each rank's series carry its
+/// number and the whole run's carry `"all"`.
 pub fn render(s: &Scrape) -> String {
     let sum = &s.summary;
-    let labels = [
-        (Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model))),
-        (Cow::Borrowed("rank"), Cow::Borrowed(RANK)),
-    ];
+    let labels = [(Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model)))];
     let mut reg = Registry::with_prefix_and_labels("pipeprof", labels.into_iter());
+    let run = if sum.ranks.is_empty() { RANK } else { ALL_RANKS };
     let split = &sum.split;
-    gauge(&mut reg, "step_seconds", "Mean training step time", split.mean_step_ms / 1e3);
-    gauge(&mut reg, "wait_share", "Share of step time spent waiting for data (0-1)", split.wait_share);
-    gauge(&mut reg, "images_per_second", "Images trained per second over the run", sum.images_per_s);
-    counter(&mut reg, "steps", "Training steps seen", sum.steps);
-    counter(&mut reg, "images", "Images trained", sum.images);
-    gauge(&mut reg, "loader_busy_share", "Loader threads' busy share (0-1)", sum.loader_busy);
-    gauge(
+    let mut rows = vec![Row {
+        rank: run.to_string(),
+        step_ms: split.mean_step_ms,
+        wait_share: split.wait_share,
+        images_per_s: sum.images_per_s,
+        steps: sum.steps,
+        images: sum.images,
+        loader_busy: sum.loader_busy,
+        stages: &sum.stages,
+    }];
+    rows.extend(sum.ranks.iter().map(|l| Row {
+        rank: l.rank.to_string(),
+        step_ms: l.step_ms,
+        wait_share: l.wait_share,
+        images_per_s: l.images_per_s,
+        steps: l.steps,
+        images: l.images,
+        loader_busy: l.loader_busy,
+        stages: &l.stages,
+    }));
+    let each = |f: &dyn Fn(&Row) -> f64| -> Vec<(Labels, f64)> { rows.iter().map(|r| (rank(&r.rank), f(r))).collect() };
+    gauges(&mut reg, "step_seconds", "Mean training step time", &each(&|r| r.step_ms / 1e3));
+    gauges(&mut reg, "wait_share", "Share of step time spent waiting for data (0-1)", &each(&|r| r.wait_share));
+    gauges(&mut reg, "images_per_second", "Images trained per second over the run", &each(&|r| r.images_per_s));
+    let count =
+        |f: &dyn Fn(&Row) -> u64| -> Vec<(Labels, u64)> { rows.iter().map(|r| (rank(&r.rank), f(r))).collect() };
+    counters(&mut reg, "steps", "Training steps seen", &count(&|r| r.steps));
+    counters(&mut reg, "images", "Images trained", &count(&|r| r.images));
+    gauges(&mut reg, "loader_busy_share", "Loader threads' busy share (0-1)", &each(&|r| r.loader_busy));
+    gauges(
         &mut reg,
         "queue_batches_ready",
         "Mean batches waiting in the prefetch queue when a step took its batch",
-        sum.mean_queued,
+        &[(rank(run), sum.mean_queued)],
     );
-    let stages: Vec<_> = sum.stages.iter().filter(|x| x.count > 0).collect();
-    let per_stage = |f: &dyn Fn(&crate::aggregate::StageSummary) -> Option<f64>| -> Vec<(String, f64)> {
-        stages.iter().filter_map(|x| f(x).map(|v| (x.stage.clone(), v))).collect()
+    let per_stage = |f: &dyn Fn(&crate::aggregate::StageSummary) -> Option<f64>| -> Vec<(Labels, f64)> {
+        rows.iter()
+            .flat_map(|r| {
+                r.stages
+                    .iter()
+                    .filter(|x| x.count > 0)
+                    .filter_map(|x| f(x).map(|v| (vec![("rank", r.rank.clone()), ("stage", x.stage.clone())], v)))
+            })
+            .collect()
     };
-    family(&mut reg, "stage_p50_seconds", "Median span time per stage", "stage", &per_stage(&|x| Some(x.p50_ms / 1e3)));
-    family(
-        &mut reg,
-        "stage_p95_seconds",
-        "95th percentile span time per stage",
-        "stage",
-        &per_stage(&|x| Some(x.p95_ms / 1e3)),
-    );
-    family(
+    gauges(&mut reg, "stage_p50_seconds", "Median span time per stage", &per_stage(&|x| Some(x.p50_ms / 1e3)));
+    gauges(&mut reg, "stage_p95_seconds", "95th percentile span time per stage", &per_stage(&|x| Some(x.p95_ms / 1e3)));
+    gauges(
         &mut reg,
         "stage_on_cpu_share",
         "On-CPU share of a stage's wall time (0-1), where measured",
-        "stage",
         &per_stage(&|x| x.on_cpu),
     );
     if let Some(g) = &s.gpu {
-        let util: Vec<_> = g
-            .util_pct
-            .iter()
-            .enumerate()
-            .filter_map(|(i, u)| u.map(|u| (i.to_string(), f64::from(u) / 100.0)))
-            .collect();
+        let on = |i: usize| vec![("rank", run.to_string()), ("gpu", i.to_string())];
+        let util: Vec<_> =
+            g.util_pct.iter().enumerate().filter_map(|(i, u)| u.map(|u| (on(i), f64::from(u) / 100.0))).collect();
         let mem: Vec<_> =
-            g.mem_used_bytes.iter().enumerate().filter_map(|(i, m)| m.map(|m| (i.to_string(), m as f64))).collect();
-        family(&mut reg, "gpu_utilization_ratio", "GPU utilisation at the last sample (0-1)", "gpu", &util);
-        family(&mut reg, "gpu_memory_used_bytes", "GPU memory used at the last sample", "gpu", &mem);
+            g.mem_used_bytes.iter().enumerate().filter_map(|(i, m)| m.map(|m| (on(i), m as f64))).collect();
+        gauges(&mut reg, "gpu_utilization_ratio", "GPU utilisation at the last sample (0-1)", &util);
+        gauges(&mut reg, "gpu_memory_used_bytes", "GPU memory used at the last sample", &mem);
     }
-    counter(&mut reg, "events_dropped", "Events dropped on a full channel", sum.events_dropped);
+    counters(&mut reg, "events_dropped", "Events dropped on a full channel", &[(rank(run), sum.events_dropped)]);
     let current = limiter_label(s.verdict.as_ref().map(|v| &v.limiter));
-    let limiter: Vec<_> = LIMITERS.iter().map(|l| (l.to_string(), if *l == current { 1.0 } else { 0.0 })).collect();
-    family(
-        &mut reg,
-        "limiter",
-        "What limits the run now: 1 for the verdict's limiter, 0 for the others",
-        "limiter",
-        &limiter,
-    );
+    let limiter: Vec<_> = LIMITERS
+        .iter()
+        .map(|l| (vec![("rank", run.to_string()), ("limiter", l.to_string())], if *l == current { 1.0 } else { 0.0 }))
+        .collect();
+    gauges(&mut reg, "limiter", "What limits the run now: 1 for the verdict's limiter, 0 for the others", &limiter);
+    if let Some(v) = crate::diagnose::ranks::judge(&sum.ranks) {
+        let straggler: Vec<_> = sum
+            .ranks
+            .iter()
+            .map(|l| (rank(&l.rank.to_string()), if v.straggler == Some(l.rank) { 1.0 } else { 0.0 }))
+            .collect();
+        gauges(
+            &mut reg,
+            "straggler",
+            "1 for the rank that sets a distributed run's pace, 0 for the others",
+            &straggler,
+        );
+        let waits: Vec<_> = v.sync_wait_ms.iter().map(|(r, w)| (rank(&r.to_string()), w / 1e3)).collect();
+        gauges(
+            &mut reg,
+            "allreduce_wait_seconds",
+            "Mean wait per step in the gradients' all-reduce, measured or inferred",
+            &waits,
+        );
+    }
     let mut out = String::with_capacity(4096);
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &reg);

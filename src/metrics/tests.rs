@@ -108,3 +108,37 @@ fn every_limiter_has_a_label_in_the_fixed_set() {
         assert!(LIMITERS.contains(&limiter_label(Some(l))), "{l:?}");
     }
 }
+
+#[test]
+fn a_distributed_run_has_a_series_per_rank_and_the_straggler_gauge() {
+    use crate::aggregate::ranks::RankLine;
+    let mut sc = scrape(Some(Limiter::Io));
+    let line = |rank: u32, wait_ms: f64| RankLine {
+        rank,
+        local_rank: rank,
+        world_size: 2,
+        steps: 20,
+        images: 160,
+        images_per_s: 50.0,
+        step_ms: 100.0,
+        wait_ms,
+        wait_share: wait_ms / 100.0,
+        compute_ms: 100.0 - wait_ms,
+        stages: vec![stage("wait", wait_ms, wait_ms, None)],
+        ..Default::default()
+    };
+    sc.summary.ranks = vec![line(0, 6.0), line(1, 41.0)];
+    let text = render(&sc);
+    let p = "program=\"tiny.toml\"";
+    // The whole run is "all"; each rank its number.
+    assert_eq!(value(&text, &format!("pipeprof_wait_share{{{p},rank=\"all\"}}")), 0.4);
+    assert_eq!(value(&text, &format!("pipeprof_wait_share{{{p},rank=\"1\"}}")), 0.41);
+    assert_eq!(value(&text, &format!("pipeprof_steps_total{{{p},rank=\"0\"}}")), 20.0);
+    assert_eq!(value(&text, &format!("pipeprof_stage_p50_seconds{{{p},rank=\"1\",stage=\"wait\"}}")), 0.041);
+    assert_eq!(value(&text, &format!("pipeprof_limiter{{{p},rank=\"all\",limiter=\"io\"}}")), 1.0);
+    assert_eq!(value(&text, &format!("pipeprof_straggler{{{p},rank=\"1\"}}")), 1.0);
+    assert_eq!(value(&text, &format!("pipeprof_straggler{{{p},rank=\"0\"}}")), 0.0);
+    assert_eq!(value(&text, &format!("pipeprof_allreduce_wait_seconds{{{p},rank=\"0\"}}")), 0.035);
+    // One process: no straggler series at all.
+    assert!(!render(&scrape(None)).contains("pipeprof_straggler"));
+}
