@@ -33,7 +33,8 @@ pub enum Command {
     Run(RunArgs),
     /// Watch a training run in another process (instrumented with pipeprof's probes crate).
     Attach(AttachArgs),
-    /// Re-read a trace or summary JSON and print its report; with two files, compare them.
+    /// Re-read a trace or summary JSON and print its report; with two files, compare them; with
+    /// one per rank of a distributed run, the ranks side by side and the straggler.
     Report(ReportArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.
     DemoData(DemoArgs),
@@ -62,8 +63,10 @@ pub struct CacheArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A trace (--trace) or summary (--summary) file; two files = before and after.
-    #[arg(required = true, num_args = 1..=2, value_name = "FILE")]
+    /// A trace (--trace) or summary (--summary) file; two files = before and after; one trace
+    /// per rank of a distributed run (`--trace`'s .rankN.json files) = the per-rank table and
+    /// the straggler.
+    #[arg(required = true, num_args = 1.., value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Close a trace cut short (run killed with kill -9) in place, then report it.
     #[arg(long)]

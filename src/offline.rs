@@ -55,6 +55,15 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
 
 pub fn run(args: &Options) -> anyhow::Result<()> {
     let Some(first) = args.files.first() else { anyhow::bail!("pipeprof report needs a trace or summary file") };
+    if args.files.len() > 2
+        || (args.files.len() == 2 && {
+            // Two files are before/after, unless both are ranks of one run.
+            let ranked = |p: &PathBuf| read::load(p).map(|l| l.summary.rank.is_some()).unwrap_or(false);
+            ranked(first) && ranked(&args.files[1])
+        })
+    {
+        return ranks(args);
+    }
     let a = load(first, args.repair)?;
     match args.files.get(1) {
         None => {
@@ -70,6 +79,48 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
             let b = load(second, args.repair)?;
             print!("{}", compare(&a.summary, &b.summary, first, second));
         }
+    }
+    Ok(())
+}
+
+/// Most files `pipeprof report` reads as ranks of one run.
+pub const MAX_RANK_FILES: usize = crate::aggregate::ranks::MAX_RANKS;
+
+/// The ranks of a distributed run, one file each: their lines side by side and the straggler.
+fn ranks(args: &Options) -> anyhow::Result<()> {
+    use crate::aggregate::ranks::RankLine;
+    if args.files.len() > MAX_RANK_FILES {
+        anyhow::bail!("{} files: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", args.files.len());
+    }
+    let mut lines: Vec<(RankLine, &PathBuf, String)> = Vec::new();
+    for p in &args.files {
+        let l = load(p, args.repair)?;
+        let Some(rank) = l.summary.rank else {
+            anyhow::bail!(
+                "{}: not one rank of a distributed run (no distributedInfo): pipeprof report reads one file, two to \
+                 compare, or one trace per rank (the .rankN.json files `pipeprof run --trace` writes)",
+                p.display()
+            )
+        };
+        if let Some((_, other, _)) = lines.iter().find(|(x, _, _)| x.rank == rank.rank) {
+            anyhow::bail!("{} and {} are both rank {}: give each rank once", other.display(), p.display(), rank.rank);
+        }
+        lines.push((RankLine::of(rank, &l.summary, &l.summary.machine), p, l.summary.settings.model.clone()));
+    }
+    lines.sort_by_key(|(l, _, _)| l.rank);
+    let mut o = String::new();
+    let _ = writeln!(o, "── pipeprof report: {} ranks ─────────────────────────────────────", lines.len());
+    for (l, p, model) in &lines {
+        let _ = writeln!(o, "rank {} = {}  ({model})", l.rank, p.display());
+    }
+    let summary = Summary { ranks: lines.into_iter().map(|(l, _, _)| l).collect(), ..Default::default() };
+    o.push_str(&report::render_ranks(&summary));
+    print!("{o}");
+    if let Some(p) = &args.summary {
+        let straggler = diagnose::ranks::judge(&summary.ranks);
+        let d = Diagnosed { summary, verdict: None, straggler };
+        std::fs::write(p, serde_json::to_string_pretty(&d)?)
+            .with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(())
 }

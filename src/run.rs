@@ -257,6 +257,11 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             .with_context(|| format!("cannot create {}", p.display()))?;
         t.settings(&settings)?;
         exporters.push(Box::new(t));
+        // A distributed run's ranks also get a trace each, beside this one.
+        let mut per_rank =
+            crate::export::ranks::RankTraces::new(p, &format!("pipeprof run: {shown}"), Default::default());
+        per_rank.settings(&settings)?;
+        exporters.push(Box::new(per_rank));
     }
 
     let (probe, rx) = Probe::new(probes::DEFAULT_CAPACITY);
@@ -447,6 +452,15 @@ fn finish(
             progress::say(&format!("pipeprof: RUN FAILED: {}", done.summary.failed.as_deref().unwrap_or(why)));
             eprintln!("pipeprof: the report above covers the steps done before the failure");
         }
+    }
+    if let (Some(t), false) = (&opts.trace, done.summary.ranks.is_empty()) {
+        let files: Vec<String> = done
+            .summary
+            .ranks
+            .iter()
+            .map(|l| crate::export::ranks::rank_path(t, l.rank).display().to_string())
+            .collect();
+        eprintln!("pipeprof: a trace per rank written to {}", files.join(", "));
     }
     if let Some(p) = &opts.summary {
         std::fs::write(p, serde_json::to_string_pretty(&*done)?)

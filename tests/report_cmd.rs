@@ -12,6 +12,11 @@ const MS: u64 = 1_000_000;
 /// A run of `steps` steps of 4 images: each image decodes in `decode_ms`, each step waits
 /// `wait_ms` and computes 10 ms.
 fn events(steps: u64, decode_ms: u64, wait_ms: u64) -> Vec<Event> {
+    events_with(steps, decode_ms, wait_ms, 10)
+}
+
+/// [`events`] with `compute_ms` of compute per step.
+fn events_with(steps: u64, decode_ms: u64, wait_ms: u64, compute_ms: u64) -> Vec<Event> {
     let mut v = vec![Event::Thread { id: 1, name: "train".into() }, Event::Thread { id: 2, name: "loader-0".into() }];
     let span = |stage, thread, start, dur, step, sample| {
         Event::Span(SpanRecord {
@@ -27,19 +32,19 @@ fn events(steps: u64, decode_ms: u64, wait_ms: u64) -> Vec<Event> {
         })
     };
     for k in 0..steps {
-        let t0 = k * (wait_ms + 10) * MS;
+        let t0 = k * (wait_ms + compute_ms) * MS;
         for i in 0..4 {
             v.push(span(Stage::Decode, 2, t0 + i * decode_ms * MS, decode_ms * MS, k, k * 4 + i));
         }
         v.push(span(Stage::Wait, 1, t0, wait_ms * MS, k, NONE));
-        v.push(span(Stage::Compute, 1, t0 + wait_ms * MS, 10 * MS, k, NONE));
+        v.push(span(Stage::Compute, 1, t0 + wait_ms * MS, compute_ms * MS, k, NONE));
         v.push(Event::Step(StepRecord {
             step: k,
             epoch: 0,
             images: 4,
             loss: 1.0 / (k + 1) as f32,
             correct: 2,
-            end_ns: t0 + (wait_ms + 10) * MS,
+            end_ns: t0 + (wait_ms + compute_ms) * MS,
             queued: 0,
             validation: false,
         }));
@@ -116,4 +121,56 @@ fn report_refuses_files_that_are_not_runs() {
     let out = Command::new(env!("CARGO_BIN_EXE_pipeprof")).args(["report", p.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("neither a pipeprof trace nor a summary"));
+}
+
+#[test]
+fn report_reads_one_trace_per_rank_and_names_the_straggler() {
+    use pipeprof::export::ranks::{rank_path, RankTraces};
+    use pipeprof::export::Exporter;
+    let d = tempfile::tempdir().unwrap();
+    let base = d.path().join("t.json");
+    let mut traces = RankTraces::new(&base, "fixture", Default::default());
+    traces.settings(&settings(1)).unwrap();
+    // Steps of 40 ms on both ranks: rank 1 waits 30 ms of them for data, rank 0 1 ms.
+    let ranks = [(0, events_with(10, 1, 1, 39)), (1, events_with(10, 8, 30, 10))];
+    for (r, evs) in ranks {
+        let rank = probes::Rank { rank: r, local_rank: r, world_size: 2 };
+        for e in evs {
+            traces.event(&Event::Ranked(rank, Box::new(e))).unwrap();
+        }
+    }
+    traces.summary(&Default::default()).unwrap();
+    traces.finish().unwrap();
+    let (r0, r1) = (rank_path(&base, 0), rank_path(&base, 1));
+    let header = std::fs::read_to_string(&r1).unwrap().lines().next().unwrap().to_string();
+    assert!(header.contains(r#""distributedInfo":{"local_rank":1,"rank":1,"world_size":2}"#), "{header}");
+    assert!(header.contains(r#""clockOffsetNs":"#), "{header}");
+
+    let report =
+        |files: &[&Path]| Command::new(env!("CARGO_BIN_EXE_pipeprof")).arg("report").args(files).output().unwrap();
+    // In any order: by rank.
+    let out = report(&[&r1, &r0]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pipeprof report: 2 ranks"), "{text}");
+    let l0 = text.find("  rank 0 · 10 steps · ").expect("rank 0's line");
+    let l1 = text.find("  rank 1 · 10 steps · ").expect("rank 1's line");
+    assert!(l0 < l1, "{text}");
+    assert!(text.contains("wait for data 75% (30.0ms)"), "{text}");
+    assert!(text.contains("straggler: rank 1\n"), "{text}");
+    assert!(
+        text.contains("rank 0 spends the difference waiting in the all-reduce: 29.0 ms per step (inferred"),
+        "{text}"
+    );
+
+    // The same rank twice, or a file that is no rank: refused, naming the file.
+    let out = report(&[&r0, &r0]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("both rank 0"), "{}", String::from_utf8_lossy(&out.stderr));
+    let plain = d.path().join("plain.json");
+    write_trace(&plain, 1, 2, 5);
+    let out = report(&[&r0, &r1, &plain]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("plain.json: not one rank of a distributed run"), "{err}");
 }

@@ -21,7 +21,7 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [str(DDP), "--slow-rank", "1", "--steps", str(STEPS)]
     p = subprocess.run(
-        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(summary), "--", *cmd],
+        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(summary), "--trace", str(tmp_path / "t.json"), "--", *cmd],
         capture_output=True,
         text=True,
         env=env_for(tmp_path),
@@ -64,3 +64,13 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     again = subprocess.run([pipeprof_bin(), "report", str(summary)], capture_output=True, text=True, timeout=HANG_S)
     assert again.returncode == 0, again.stderr
     assert "straggler: rank 1\n" in again.stdout and f"  rank 0 · {STEPS} steps · " in again.stdout, again.stdout
+
+    # A trace per rank, with its rank and clock, which `pipeprof report` reads back as ranks.
+    traces = [tmp_path / f"t.rank{r}.json" for r in (0, 1)]
+    for r, t in enumerate(traces):
+        head = json.loads(t.read_text())
+        assert head["distributedInfo"] == {"rank": r, "local_rank": r, "world_size": 2}, t
+        assert isinstance(head["clockOffsetNs"], int)
+    both = subprocess.run([pipeprof_bin(), "report", *map(str, traces)], capture_output=True, text=True, timeout=HANG_S)
+    assert both.returncode == 0, both.stderr
+    assert "pipeprof report: 2 ranks" in both.stdout and "straggler: rank 1\n" in both.stdout, both.stdout

@@ -431,6 +431,10 @@ pub struct Summary {
     /// One line per rank of a distributed run (empty for a run of one process).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<ranks::RankLine>,
+    /// The rank this summary is of, when it covers one rank of a distributed run (a per-rank
+    /// trace's summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<probes::Rank>,
 }
 
 impl Summary {
@@ -955,6 +959,7 @@ impl Aggregator {
             layer_compute_ms: per(self.layer_compute_ns, self.layer_computes),
             layer_steps: self.layer_computes,
             ranks,
+            rank: None,
         }
     }
 

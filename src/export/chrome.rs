@@ -82,9 +82,25 @@ fn us(ns: u64) -> f64 {
 }
 
 impl<W: Write + Send> ChromeTrace<W> {
-    pub fn new(mut out: W, process_name: &str, level: TraceLevel) -> std::io::Result<Self> {
+    pub fn new(out: W, process_name: &str, level: TraceLevel) -> std::io::Result<Self> {
+        ChromeTrace::with_header(out, process_name, level, &serde_json::Map::new())
+    }
+
+    /// A trace whose header line also carries `fields` (top-level keys before `traceEvents`:
+    /// a rank's `distributedInfo` and clock offset).
+    pub fn with_header(
+        mut out: W,
+        process_name: &str,
+        level: TraceLevel,
+        fields: &serde_json::Map<String, serde_json::Value>,
+    ) -> std::io::Result<Self> {
         let pid = std::process::id();
-        out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
+        out.write_all(b"{\"displayTimeUnit\":\"ms\",")?;
+        for (k, v) in fields {
+            // One line: the header stays the file's first line, as readers expect.
+            out.write_all(format!("{}:{},", serde_json::Value::from(k.as_str()), v).as_bytes())?;
+        }
+        out.write_all(b"\"traceEvents\":[\n")?;
         let mut t = ChromeTrace {
             out,
             pid,

@@ -2,6 +2,7 @@
 
 pub mod chrome;
 pub mod guard;
+pub mod ranks;
 pub mod read;
 
 use crate::aggregate::RunSettings;

@@ -192,6 +192,8 @@ impl TraceSummary {
             s.data_fs = w.data_fs;
             s.skipped_count = w.skipped_count;
             s.skipped = w.skipped;
+            s.rank = w.rank;
+            s.ranks = w.ranks;
             if capped {
                 s.stages = w.stages;
                 s.loader_busy = w.loader_busy;
@@ -214,6 +216,10 @@ pub fn stream_trace(r: impl std::io::BufRead) -> std::io::Result<Option<(Summary
     if !(header.starts_with('{') && header.contains("\"traceEvents\"") && header.ends_with('[')) {
         return Ok(None);
     }
+    // A rank's trace names its rank in the header: kept for a trace cut before its summary.
+    let rank = serde_json::from_str::<Value>(&format!("{header}]}}"))
+        .ok()
+        .and_then(|v| serde_json::from_value::<probes::Rank>(v.get("distributedInfo")?.clone()).ok());
     let mut t = TraceSummary::new();
     let (mut events, mut complete) = (0usize, false);
     for line in lines {
@@ -229,7 +235,8 @@ pub fn stream_trace(r: impl std::io::BufRead) -> std::io::Result<Option<(Summary
             events += 1;
         }
     }
-    let (s, capped) = t.finish();
+    let (mut s, capped) = t.finish();
+    s.rank = s.rank.or(rank);
     Ok(Some((s, events, complete, capped)))
 }
 
