@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 pub struct Options {
     /// A PID, a socket path or HOST:PORT; None = the one instrumented run found.
     pub target: Option<String>,
+    /// More targets: with `target`, the ranks of one distributed run, watched as one.
+    pub also: Vec<String>,
     /// No live view: collect until the run ends (or `duration` passes), then report.
     pub once: bool,
     /// Detach after this many seconds.
@@ -112,19 +114,38 @@ enum Ended {
 
 /// Reads frames into events until the run ends or the connection drops; then sends
 /// [`Event::Finish`] so the collector closes.
-fn pump(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64) -> Ended {
+fn pump(r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64) -> Ended {
+    let one = Source { rank: None, machine: true, open: Arc::new(std::sync::atomic::AtomicUsize::new(1)) };
+    pump_from(r, tx, dropped, &one)
+}
+
+/// Where one connection's events go: marked with its rank (one of several runs watched at
+/// once), with or without its machine samples (the processes of one machine sample the same
+/// machine: one of them is kept), and how many connections are still open (the last one to end
+/// closes the collector).
+struct Source {
+    rank: Option<probes::Rank>,
+    machine: bool,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn pump_from(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64, src: &Source) -> Ended {
     let ended = loop {
         match wire::read_frame(&mut r) {
             Ok(Frame::End(stats)) => {
-                dropped.store(stats.events_dropped, Ordering::Relaxed);
+                dropped.fetch_add(stats.events_dropped, Ordering::Relaxed);
                 break Ended::Run(stats);
             }
             Ok(Frame::Hello(_)) => {}
             Ok(f) => {
-                if let Some(ev) = f.into_event() {
-                    if tx.send(ev).is_err() {
-                        break Ended::Other("detached".into());
-                    }
+                let ev = match (f.into_event(), src.rank) {
+                    (Some(Event::Host(_) | Event::Gpu(_)), _) if !src.machine => continue,
+                    (Some(ev @ (Event::Host(_) | Event::Gpu(_))), _) | (Some(ev), None) => ev,
+                    (Some(ev), Some(rank)) => Event::Ranked(rank, Box::new(ev)),
+                    (None, _) => continue,
+                };
+                if tx.send(ev).is_err() {
+                    break Ended::Other("detached".into());
                 }
             }
             Err(_) if signal::flag().load(Ordering::Relaxed) => break Ended::Other("detached".into()),
@@ -134,7 +155,9 @@ fn pump(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &Atomi
             Err(e) => break Ended::Other(format!("bad data from the run, disconnected: {e}")),
         }
     };
-    let _ = tx.send(Event::Finish);
+    if src.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+        let _ = tx.send(Event::Finish);
+    }
     ended
 }
 
@@ -179,17 +202,18 @@ fn say_how_it_ended(ended: Ended) {
     }
 }
 
-pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
-    if args.list {
-        list()?;
-        return Ok(Diagnosed::default());
-    }
-    // Bound before anything starts: a taken port fails here, not mid-run.
-    let metrics =
-        args.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, args.metrics_allow_remote)).transpose()?;
-    let (mut stream, address) = connect(args.target.as_deref())?;
+/// A connection to a run, greeted.
+struct Opened {
+    reader: BufReader<Stream>,
+    closer: Box<dyn Fn() + Send>,
+    hello: wire::Hello,
+    addr: String,
+}
+
+fn open(target: Option<&str>) -> anyhow::Result<Opened> {
+    let (mut stream, address) = connect(target)?;
     let addr = address.to_string();
-    wire::client_hello(&mut stream).context("handshake")?;
+    wire::client_hello(&mut stream).with_context(|| format!("{addr}: handshake"))?;
     let closer = stream.try_clone_closer()?;
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let hello = match wire::read_frame(&mut reader) {
@@ -202,6 +226,155 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         ),
         Err(e) => bail!("{addr}: {e}"),
     };
+    Ok(Opened { reader, closer, hello, addr })
+}
+
+/// The ranks each connection stands for: the rank its process said (its `RANK`), else its
+/// place in the list; two connections of one rank are refused.
+pub fn ranks_of(said: &[Option<probes::Rank>]) -> Result<Vec<probes::Rank>, String> {
+    let n = said.len() as u32;
+    let ranks: Vec<probes::Rank> = said
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or(probes::Rank { rank: i as u32, local_rank: i as u32, world_size: n }))
+        .collect();
+    for (i, r) in ranks.iter().enumerate() {
+        if let Some(j) = ranks[..i].iter().position(|x| x.rank == r.rank) {
+            return Err(format!("targets {} and {} are both rank {}: give each rank once", j + 1, i + 1, r.rank));
+        }
+    }
+    Ok(ranks)
+}
+
+/// `attach A B …`: several runs (the ranks of one distributed run) watched as one, each
+/// connection's events counted for the run and for its rank.
+fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyhow::Result<Diagnosed> {
+    if args.also.len() >= crate::aggregate::ranks::MAX_RANKS {
+        bail!(
+            "{} targets: attach watches at most {} ranks at once",
+            args.also.len() + 1,
+            crate::aggregate::ranks::MAX_RANKS
+        );
+    }
+    let targets: Vec<&str> = args.target.iter().chain(&args.also).map(String::as_str).collect();
+    let opened = targets.iter().map(|t| open(Some(t))).collect::<anyhow::Result<Vec<Opened>>>()?;
+    let said: Vec<Option<probes::Rank>> = opened.iter().map(|o| o.hello.rank).collect();
+    let ranks = ranks_of(&said).map_err(|e| anyhow::anyhow!(e))?;
+    if said.iter().any(Option::is_none) {
+        crate::progress::warn(
+            "a process named no rank (no RANK/WORLD_SIZE in its environment): ranked by the order given",
+        );
+    }
+    let settings = settings_of(&opened[0].hello, &opened[0].addr)?;
+    for (o, r) in opened.iter().zip(&ranks) {
+        crate::progress::say(&format!(
+            "pipeprof: attached to {} (pid {}) at {} as rank {}",
+            o.hello.program, o.hello.pid, o.addr, r.rank
+        ));
+    }
+    let mut agg = Aggregator::new(settings.clone());
+    for (o, r) in opened.iter().zip(&ranks) {
+        for (id, name) in &o.hello.threads {
+            agg.push(&Event::Ranked(*r, Box::new(Event::Thread { id: *id, name: name.clone().into_boxed_str() })));
+        }
+        // Each process's own settings (its batch size, workers) are its rank's.
+        if o.hello.settings.is_object() {
+            agg.push(&Event::Ranked(*r, Box::new(Event::Settings(Box::new(o.hello.settings.clone())))));
+        }
+    }
+    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
+    if let Some(p) = &args.trace {
+        let title = format!("{} ({} ranks)", opened[0].hello.program, ranks.len());
+        let mut t = ChromeTrace::create(p, &title, Default::default())
+            .with_context(|| format!("cannot create {}", p.display()))?;
+        t.settings(&settings)?;
+        exporters.push(Box::new(t));
+        let mut per_rank = crate::export::ranks::RankTraces::new(p, &title, Default::default());
+        per_rank.settings(&settings)?;
+        exporters.push(Box::new(per_rank));
+    }
+    signal::install();
+    let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
+    let dropped = Arc::new(AtomicU64::new(0));
+    let latest = session::latest(&agg);
+    let _metrics = metrics.and_then(|l| {
+        session::serve_metrics(l, &latest)
+            .map_err(|e| {
+                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
+            })
+            .ok()
+    });
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let open_count = Arc::new(std::sync::atomic::AtomicUsize::new(opened.len()));
+    let mut closers = Vec::new();
+    let mut pumpers = Vec::new();
+    for (i, (o, r)) in opened.into_iter().zip(&ranks).enumerate() {
+        closers.push(o.closer);
+        let src = Source { rank: Some(*r), machine: i == 0, open: open_count.clone() };
+        let (tx, dropped, done_tx) = (tx.clone(), dropped.clone(), done_tx.clone());
+        let reader = o.reader;
+        pumpers.push(std::thread::Builder::new().name(format!("pp-attach-{i}")).spawn(move || {
+            let ended = pump_from(reader, &tx, &dropped, &src);
+            drop(done_tx);
+            ended
+        })?);
+    }
+    drop((tx, done_tx));
+    let collector = {
+        let (latest, dropped) = (latest.clone(), dropped.clone());
+        std::thread::Builder::new()
+            .name("pp-collector".into())
+            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || dropped.load(Ordering::Relaxed)))?
+    };
+    let watcher = {
+        let deadline =
+            args.duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
+        let done = done_rx.clone();
+        std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
+            let stop = signal::flag().load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
+            if stop {
+                signal::flag().store(true, Ordering::Relaxed);
+                closers.iter().for_each(|c| c());
+                return;
+            }
+            match done.recv_timeout(Duration::from_millis(50)) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+        })?
+    };
+    session::show(args.once || args.no_tui, &latest, &done_rx);
+    let mut endings = Vec::new();
+    for p in pumpers {
+        endings.push(p.join().map_err(|_| anyhow::anyhow!("an attach reader panicked"))?);
+    }
+    let _ = watcher.join();
+    let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
+    for (ended, r) in endings.into_iter().zip(&ranks) {
+        eprint!("rank {}: ", r.rank);
+        say_how_it_ended(ended);
+    }
+    print!("{}", report::render(&done.summary, &done.verdict()));
+    if let Some(p) = &args.summary {
+        std::fs::write(p, serde_json::to_string_pretty(&done)?)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    signal::clear();
+    Ok(done)
+}
+
+pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
+    if args.list {
+        list()?;
+        return Ok(Diagnosed::default());
+    }
+    // Bound before anything starts: a taken port fails here, not mid-run.
+    let metrics =
+        args.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, args.metrics_allow_remote)).transpose()?;
+    if !args.also.is_empty() {
+        return run_ranks(args, metrics);
+    }
+    let Opened { reader, closer, hello, addr } = open(args.target.as_deref())?;
     let settings = settings_of(&hello, &addr)?;
     // The program name comes from the other process.
     crate::progress::say(&format!(
@@ -283,4 +456,22 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     // Detaching is not an interruption of anything: exit 0.
     signal::clear();
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probes::Rank;
+
+    #[test]
+    fn each_target_is_the_rank_its_process_said_else_its_place() {
+        let r = |rank, world| Some(Rank { rank, local_rank: rank, world_size: world });
+        let got = ranks_of(&[r(1, 2), r(0, 2)]).unwrap();
+        assert_eq!(got.iter().map(|x| x.rank).collect::<Vec<_>>(), vec![1, 0]);
+        let got = ranks_of(&[None, None, None]).unwrap();
+        assert_eq!(got.iter().map(|x| (x.rank, x.world_size)).collect::<Vec<_>>(), vec![(0, 3), (1, 3), (2, 3)]);
+        assert_eq!(ranks_of(&[r(1, 2), r(1, 2)]).unwrap_err(), "targets 1 and 2 are both rank 1: give each rank once");
+        // A process without a rank is ranked by its place, which may clash with one that said.
+        assert!(ranks_of(&[r(1, 2), None]).is_err());
+    }
 }

@@ -192,8 +192,10 @@ pub struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct AttachArgs {
-    /// A PID, a socket path or HOST:PORT. Default: the one instrumented run found.
-    pub target: Option<String>,
+    /// A PID, a socket path or HOST:PORT. Default: the one instrumented run found. Several:
+    /// the ranks of a distributed run side by side (each process's RANK, else the order given).
+    #[arg(value_name = "TARGET")]
+    pub targets: Vec<String>,
     /// No live view: collect until the run ends (or --duration passes), then print the report.
     #[arg(long)]
     pub once: bool,

@@ -81,7 +81,8 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
 
 fn attach_options(a: AttachArgs) -> attach::Options {
     attach::Options {
-        target: a.target,
+        target: a.targets.first().cloned(),
+        also: a.targets.iter().skip(1).cloned().collect(),
         once: a.once,
         duration: a.duration,
         summary: a.summary,

@@ -39,9 +39,15 @@ impl Env {
 
     /// Starts the example; returns it and the address it prints first.
     fn start_example(&self, extra: &[&str]) -> (Child, String) {
+        self.start_example_env(extra, &[])
+    }
+
+    /// [`Env::start_example`] with more environment variables.
+    fn start_example_env(&self, extra: &[&str], vars: &[(&str, &str)]) -> (Child, String) {
         let mut child = Command::new(example())
             .args(["--data", self.data.to_str().unwrap(), "--batch-size", "8", "--size", "24"])
             .args(extra)
+            .envs(vars.iter().copied())
             .env("XDG_RUNTIME_DIR", self.runtime())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -155,4 +161,37 @@ fn nothing_to_attach_to_and_remote_listen_are_explained() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).1.contains("not a loopback address"), "{}", text(&out).1);
+}
+
+#[test]
+fn attach_to_several_ranks_at_once_keeps_them_apart() {
+    let env = setup();
+    // Two ranks of one "distributed run", each serving its own socket; their RANK says which.
+    let (r1, a1) = env.start_example_env(
+        &["--steps", "12", "--wait-for-clients", "1"],
+        &[("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")],
+    );
+    let (r0, a0) = env.start_example_env(
+        &["--steps", "10", "--wait-for-clients", "1"],
+        &[("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")],
+    );
+    let out_json = env.dir.path().join("s.json");
+    // Given in the other order: the ranks come from the processes.
+    let out = env.attach(&[&a1, &a0, "--once", "--summary", out_json.to_str().unwrap()]).wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("as rank 1") && stderr.contains("as rank 0"), "{stderr}");
+    let s = summary(&out_json);
+    assert_eq!(s["steps"], 22, "both ranks' steps count for the run");
+    let ranks: Vec<(u64, u64)> = s["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["rank"].as_u64().unwrap(), r["steps"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ranks, vec![(0, 10), (1, 12)]);
+    assert!(stdout.contains("ranks: 2 of 2 reported") && stdout.contains("  rank 1 · 12 steps · "), "{stdout}");
+    for c in [r0, r1] {
+        assert!(c.wait_with_output().unwrap().status.success());
+    }
 }
