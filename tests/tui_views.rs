@@ -443,6 +443,33 @@ fn stage_table_lists_worker_threads_with_their_on_cpu_split() {
 }
 
 #[test]
+fn stage_table_has_a_row_per_rank_with_the_straggler_marked() {
+    use pipeprof::aggregate::ranks::RankLine;
+    let mut st = io_bound();
+    let line = |rank: u32, wait_ms: f64| RankLine {
+        rank,
+        local_rank: rank,
+        world_size: 2,
+        steps: 20,
+        images_per_s: 50.0,
+        step_ms: 100.0,
+        wait_ms,
+        wait_share: wait_ms / 100.0,
+        compute_ms: 100.0 - wait_ms,
+        ..Default::default()
+    };
+    st.snap.summary.ranks = vec![line(0, 6.0), line(1, 41.0)];
+    let out = panel(120, 20, &st, view::render_stages);
+    let row = |k: &str| out.lines().find(|l| l.contains(k)).unwrap_or_default().to_string();
+    assert!(row("⇉ rank 0").contains("6%") && !row("⇉ rank 0").contains("straggler"), "{out}");
+    assert!(row("⇉ rank 1").contains("41%") && row("⇉ rank 1").contains("straggler"), "{out}");
+    assert!(row("⇉ rank 0").contains("all-reduce 35"), "{out}");
+    // One process: no rank rows.
+    st.snap.summary.ranks.clear();
+    assert!(!panel(120, 20, &st, view::render_stages).contains('⇉'));
+}
+
+#[test]
 fn tiny_terminal_gets_a_notice() {
     let out = screen(&compute_bound(), 30, 8);
     assert!(out.contains("needs"), "{out}");

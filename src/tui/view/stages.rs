@@ -19,9 +19,14 @@ const WIDE: u16 = 110;
 /// Loader threads drawn under the stages (the busiest), when there are several.
 const THREADS_SHOWN: usize = 8;
 
-/// Rows the table wants: title rule, column header, one per stage, one per loader thread.
+/// Ranks of a distributed run drawn under the stages (the first ones), one row each.
+const RANKS_SHOWN: usize = 8;
+
+/// Rows the table wants: title rule, column header, one per stage, one per loader thread, one
+/// per rank of a distributed run.
 pub(super) fn rows(st: &State) -> u16 {
-    2 + st.snap.summary.stages.len().max(1) as u16 + thread_rows(&st.snap.summary).len() as u16
+    let s = &st.snap.summary;
+    2 + s.stages.len().max(1) as u16 + thread_rows(s).len() as u16 + s.ranks.len().min(RANKS_SHOWN) as u16
 }
 
 /// The loader threads worth a row: one thread is the whole loader, the stages say it all.
@@ -170,7 +175,30 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         cells.push(Cell::from(""));
         Row::new(cells)
     });
-    let rows = rows.chain(threads);
+    // Each rank of a distributed run: its steps, mean step, share waiting for data, its
+    // all-reduce wait and the straggler mark, images/s.
+    let verdict = crate::diagnose::ranks::judge(&s.ranks);
+    let ranks = s.ranks.iter().take(RANKS_SHOWN).map(move |l| {
+        let straggler = verdict.as_ref().is_some_and(|v| v.straggler == Some(l.rank));
+        let sync = verdict.as_ref().and_then(|v| v.sync_wait_ms.iter().find(|(r, _)| *r == l.rank)).map(|x| x.1);
+        let name = format!("⇉ rank {}", l.rank);
+        let style = if straggler { Style::default().fg(Color::Red) } else { Style::default() };
+        let mut cells =
+            vec![Cell::from(Span::styled(name, style)), right(l.steps.to_string()), right(fmt_ms(l.step_ms))];
+        let blanks = if wide { 3 } else { 1 };
+        cells.extend((0..blanks).map(|_| Cell::from("")));
+        cells.push(Cell::from(Line::styled(fmt_share(l.wait_share), bold()).right_aligned()));
+        // The mark first: the column may cut the end.
+        let mut what = if straggler { "straggler · ".to_string() } else { String::new() };
+        what.push_str(&format!("wait for data {}", fmt_ms(l.wait_ms)));
+        if let Some(w) = sync {
+            what.push_str(&format!(" · all-reduce {}", fmt_ms(w)));
+        }
+        cells.push(Cell::from(Span::styled(what, style)));
+        cells.push(right(fmt_rate(l.images_per_s)));
+        Row::new(cells)
+    });
+    let rows = rows.chain(threads).chain(ranks);
     let table = Table::new(rows, widths.into_iter().map(Constraint::Length))
         .header(Row::new(header).style(bold()))
         .column_spacing(1)
