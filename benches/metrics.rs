@@ -54,6 +54,33 @@ fn main() {
     let render_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     println!("render: {render_us:.1} µs per scrape ({} bytes)", bytes / n);
 
+    // A distributed run of 8 ranks: each rank's series and the straggler gauges as well.
+    let mut ranked = s.clone();
+    ranked.summary.ranks = (0..8u32)
+        .map(|r| pipeprof::aggregate::ranks::RankLine {
+            rank: r,
+            local_rank: r,
+            world_size: 8,
+            steps: 1000,
+            images: 32_000,
+            images_per_s: 150.0,
+            step_ms: 25.0,
+            wait_ms: 2.0 + r as f64,
+            wait_share: (2.0 + r as f64) / 25.0,
+            compute_ms: 23.0 - r as f64,
+            stages: ranked.summary.stages.clone(),
+            ..Default::default()
+        })
+        .collect();
+    let n = 5_000;
+    let mut bytes = 0;
+    let t = Instant::now();
+    for _ in 0..n {
+        bytes += render(&ranked).len();
+    }
+    let ranked_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    println!("render, 8 ranks: {ranked_us:.1} µs per scrape ({} bytes)", bytes / n);
+
     let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = l.addr();
     let _serving = l.serve(Box::new(move || s.clone())).unwrap();

@@ -47,7 +47,12 @@ pub fn collect(
         if ev == Event::Finish {
             break;
         }
-        let publish = matches!(ev, Event::Step(_) | Event::Skipped { .. } | Event::Stalled { .. });
+        // A rank's step (a distributed run) publishes like the run's own.
+        let inner = match &ev {
+            Event::Ranked(_, e) => e,
+            e => e,
+        };
+        let publish = matches!(inner, Event::Step(_) | Event::Skipped { .. } | Event::Stalled { .. });
         export(&ev, &mut exporters);
         agg.push(&ev);
         since_publish += 1;
