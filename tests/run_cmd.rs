@@ -140,3 +140,47 @@ fn a_rust_program_started_under_run_sends_its_stages_to_it() {
         serde_json::from_str(&std::fs::read_to_string(&t).unwrap()).expect("the trace parses");
     assert!(trace["traceEvents"].as_array().is_some_and(|e| e.len() > 20));
 }
+
+#[test]
+fn rust_programs_started_per_rank_are_kept_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imgs");
+    common::demo(&data, 3, 8, 5);
+    let (s, t) = (dir.path().join("s.json"), dir.path().join("t.json"));
+    // A launcher of two ranks: each rank's process learns its RANK from its environment.
+    let one = |rank: u32, steps: u32| {
+        format!(
+            "RANK={rank} LOCAL_RANK={rank} WORLD_SIZE=2 '{}' --data '{}' --steps {steps} --size 16 --workers 1 --batch-size 4",
+            example().display(),
+            data.display()
+        )
+    };
+    let script = format!("{} & {}; wait", one(0, 6), one(1, 7));
+    let out = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(&s)
+        .arg("--trace")
+        .arg(&t)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v = summary(&s);
+    assert_eq!(v["steps"], 13, "{err}");
+    let ranks: Vec<(u64, u64, u64)> = v["ranks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ranks: {v}"))
+        .iter()
+        .map(|r| (r["rank"].as_u64().unwrap(), r["steps"].as_u64().unwrap(), r["world_size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ranks, vec![(0, 6, 2), (1, 7, 2)]);
+    assert!(text(&out.stdout).contains("ranks: 2 of 2 reported"), "{}", text(&out.stdout));
+    // A trace per rank beside the run's, each naming its rank.
+    for r in 0..2 {
+        let p = dir.path().join(format!("t.rank{r}.json"));
+        let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).expect("parses");
+        assert_eq!(trace["distributedInfo"]["rank"], r);
+        assert!(trace["traceEvents"].as_array().is_some_and(|e| e.len() > 10));
+    }
+}
