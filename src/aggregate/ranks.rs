@@ -211,6 +211,19 @@ mod tests {
     }
 
     #[test]
+    fn a_ranks_gpu_is_the_device_numbered_like_its_local_rank() {
+        use crate::aggregate::machine::DeviceSummary;
+        let dev = |index, util| DeviceSummary { index, util_mean_pct: util, ..Default::default() };
+        let machine = MachineSummary { devices: vec![dev(0, Some(90.0)), dev(1, Some(35.0))], ..Default::default() };
+        let s = Summary::default();
+        // Rank 3 of a two-machine run is the second GPU of its machine.
+        let l = RankLine::of(Rank { rank: 3, local_rank: 1, world_size: 4 }, &s, &machine);
+        assert_eq!((l.rank, l.gpu_util_pct), (3, Some(35.0)));
+        let l = RankLine::of(Rank { rank: 2, local_rank: 2, world_size: 4 }, &s, &machine);
+        assert_eq!(l.gpu_util_pct, None, "no such device here");
+    }
+
+    #[test]
     fn ranks_are_bounded_and_nesting_is_ignored() {
         let mut r = Ranks::new(RunSettings::default());
         for k in 0..(MAX_RANKS as u32 + 5) {

@@ -43,6 +43,7 @@ pub fn check_settings(s: &RunSettings) -> Result<(), String> {
 /// A summary read back: its settings and machine in range.
 pub fn check_summary(s: &Summary) -> Result<(), String> {
     check_settings(&s.settings)?;
+    crate::config::validate::in_range("ranks (lines)", s.ranks.len(), 0, crate::aggregate::ranks::MAX_RANKS)?;
     crate::config::validate::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
 }
 
@@ -393,6 +394,11 @@ mod tests {
         assert!(e.contains("settings.cores must be between 0 and 65536"), "{e}");
         let e = write(&|v| v["machine"]["cores"] = (1u64 << 40).into()).unwrap_err();
         assert!(e.contains("machine.cores"), "{e}");
+        // A distributed run's ranks: bounded like the run that writes them.
+        let lines = |n: usize| Value::Array(vec![serde_json::json!({"rank": 0, "world_size": 1}); n]);
+        assert!(write(&|v| v["ranks"] = lines(2)).is_ok());
+        let e = write(&|v| v["ranks"] = lines(crate::aggregate::ranks::MAX_RANKS + 1)).unwrap_err();
+        assert!(e.contains("ranks (lines)"), "{e}");
         // The same numbers in a trace's settings event.
         let trace = format!(
             "{{\"traceEvents\":[\n{}\n]}}",
