@@ -327,9 +327,19 @@ fn step(
 /// CPU time over it when the caller measured it.
 #[pyfunction]
 #[pyo3(signature = (stage, start_ns, dur_ns, step=None, cpu_ns=None))]
-fn record(stage: &str, start_ns: u64, dur_ns: u64, step: Option<u64>, cpu_ns: Option<u64>) -> PyResult<()> {
+fn record(
+    py: Python<'_>,
+    stage: &str,
+    start_ns: u64,
+    dur_ns: u64,
+    step: Option<u64>,
+    cpu_ns: Option<u64>,
+) -> PyResult<()> {
     let stage = Stage::from_name(stage)
         .ok_or_else(|| PyValueError::new_err(format!("pipeprof.record: unknown stage {stage:?}")))?;
+    // A thread whose only spans are recorded ones (a DataLoader worker timing whole samples)
+    // is named like one that opens spans, not `thread-N`.
+    name_this_thread(py);
     // A span longer than a day is a clock mix-up, not a measurement.
     if dur_ns > 86_400 * 1_000_000_000 {
         return Err(PyValueError::new_err(format!("pipeprof.record: duration {dur_ns} ns is over a day")));

@@ -19,7 +19,8 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     summary = tmp_path / "d.json"
     # `python -m torch.distributed.run` is torchrun, with this interpreter whatever PATH says.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += [str(DDP), "--slow-rank", "1", "--steps", str(STEPS)]
+    # One DataLoader worker per rank: a rank's workers inherit its environment and are its own.
+    cmd += [str(DDP), "--slow-rank", "1", "--steps", str(STEPS), "--workers", "1"]
     p = subprocess.run(
         [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(summary), "--trace", str(tmp_path / "t.json"), "--", *cmd],
         capture_output=True,
@@ -43,6 +44,9 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     assert lines[1]["wait_share"] > lines[0]["wait_share"], lines
     names = list(s["threads"].values())
     assert any(n.startswith("rank 1 (pid ") for n in names), names
+    loaders = sorted(t["name"].split(" (pid ")[0] for t in s["loader_threads"])
+    assert loaders == ["loader-0 of rank 0", "loader-0 of rank 1"], s["loader_threads"]
+    assert lines[1]["workers"] == 1 and lines[1]["loader_busy"] > lines[0]["loader_busy"], lines
 
     # The straggler: rank 1, for its input pipeline; rank 0 waits for it in the all-reduce.
     v = s["straggler"]
