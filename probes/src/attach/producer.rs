@@ -29,6 +29,11 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Buffered frames are written out when the channel has been idle this long.
 const IDLE_FLUSH: Duration = Duration::from_millis(20);
 
+/// … and at least this often while events keep coming (a loader that records a span every few
+/// milliseconds never leaves the channel idle: its steps would reach the run's live view only
+/// when the buffer fills).
+const MAX_FLUSH_DELAY: Duration = Duration::from_millis(100);
+
 /// The sending end in a worker process. Dropping it finishes like [`Producer::finish`].
 pub struct Producer {
     probe: Probe,
@@ -63,6 +68,7 @@ pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Produc
 /// Encodes events until [`Event::Finish`] or a write fails (the parent is gone: the channel
 /// is dropped, and further sends count as dropped events).
 fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
+    let mut flushed = std::time::Instant::now();
     loop {
         let ev = match rx.recv_timeout(IDLE_FLUSH) {
             Ok(ev) => ev,
@@ -70,6 +76,7 @@ fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
                 if out.flush().is_err() {
                     return;
                 }
+                flushed = std::time::Instant::now();
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => Event::Finish,
@@ -86,6 +93,12 @@ fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
             if out.write_all(&bytes).is_err() {
                 return;
             }
+        }
+        if !out.buffer().is_empty() && flushed.elapsed() >= MAX_FLUSH_DELAY {
+            if out.flush().is_err() {
+                return;
+            }
+            flushed = std::time::Instant::now();
         }
     }
 }
