@@ -115,7 +115,8 @@ enum Ended {
 /// Reads frames into events until the run ends or the connection drops; then sends
 /// [`Event::Finish`] so the collector closes.
 fn pump(r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64) -> Ended {
-    let one = Source { rank: None, machine: true, open: Arc::new(std::sync::atomic::AtomicUsize::new(1)) };
+    let one =
+        Source { rank: None, machine: true, open: Arc::new(std::sync::atomic::AtomicUsize::new(1)), thread_base: 0 };
     pump_from(r, tx, dropped, &one)
 }
 
@@ -127,6 +128,36 @@ struct Source {
     rank: Option<probes::Rank>,
     machine: bool,
     open: Arc<std::sync::atomic::AtomicUsize>,
+    /// Added to this connection's thread ids: each program numbers its threads from 1, and
+    /// the runs watched at once must not share ids.
+    thread_base: u32,
+}
+
+/// Thread ids one connection may use before they wrap into the next one's range.
+const THREADS_PER_SOURCE: u32 = 1 << 20;
+
+/// `id` of connection `i`'s program, as the run watched as one knows it.
+fn rebased(id: u32, base: u32) -> u32 {
+    base.wrapping_add(id % THREADS_PER_SOURCE)
+}
+
+/// `ev` with its thread ids moved into its connection's range.
+fn rebase(ev: Event, base: u32) -> Event {
+    if base == 0 {
+        return ev;
+    }
+    match ev {
+        Event::Thread { id, name } => Event::Thread { id: rebased(id, base), name },
+        Event::Span(mut s) => {
+            s.thread = rebased(s.thread, base);
+            Event::Span(s)
+        }
+        Event::Spans(mut v) => {
+            v.iter_mut().for_each(|s| s.thread = rebased(s.thread, base));
+            Event::Spans(v)
+        }
+        ev => ev,
+    }
 }
 
 fn pump_from(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64, src: &Source) -> Ended {
@@ -141,7 +172,7 @@ fn pump_from(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &
                 let ev = match (f.into_event(), src.rank) {
                     (Some(Event::Host(_) | Event::Gpu(_)), _) if !src.machine => continue,
                     (Some(ev @ (Event::Host(_) | Event::Gpu(_))), _) | (Some(ev), None) => ev,
-                    (Some(ev), Some(rank)) => Event::Ranked(rank, Box::new(ev)),
+                    (Some(ev), Some(rank)) => Event::Ranked(rank, Box::new(rebase(ev, src.thread_base))),
                     (None, _) => continue,
                 };
                 if tx.send(ev).is_err() {
@@ -246,6 +277,11 @@ pub fn ranks_of(said: &[Option<probes::Rank>]) -> Result<Vec<probes::Rank>, Stri
     Ok(ranks)
 }
 
+/// The thread-id range of the `i`th of several connections (never 0: that is "no change").
+fn base_of(i: usize) -> u32 {
+    (i as u32 + 1) * THREADS_PER_SOURCE
+}
+
 /// `attach A B …`: several runs (the ranks of one distributed run) watched as one, each
 /// connection's events counted for the run and for its rank.
 fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyhow::Result<Diagnosed> {
@@ -273,9 +309,10 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
         ));
     }
     let mut agg = Aggregator::new(settings.clone());
-    for (o, r) in opened.iter().zip(&ranks) {
+    for (i, (o, r)) in opened.iter().zip(&ranks).enumerate() {
         for (id, name) in &o.hello.threads {
-            agg.push(&Event::Ranked(*r, Box::new(Event::Thread { id: *id, name: name.clone().into_boxed_str() })));
+            let t = Event::Thread { id: *id, name: name.clone().into_boxed_str() };
+            agg.push(&Event::Ranked(*r, Box::new(rebase(t, base_of(i)))));
         }
         // Each process's own settings (its batch size, workers) are its rank's.
         if o.hello.settings.is_object() {
@@ -310,7 +347,7 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
     let mut pumpers = Vec::new();
     for (i, (o, r)) in opened.into_iter().zip(&ranks).enumerate() {
         closers.push(o.closer);
-        let src = Source { rank: Some(*r), machine: i == 0, open: open_count.clone() };
+        let src = Source { rank: Some(*r), machine: i == 0, open: open_count.clone(), thread_base: base_of(i) };
         let (tx, dropped, done_tx) = (tx.clone(), dropped.clone(), done_tx.clone());
         let reader = o.reader;
         pumpers.push(std::thread::Builder::new().name(format!("pp-attach-{i}")).spawn(move || {
@@ -473,5 +510,33 @@ mod tests {
         assert_eq!(ranks_of(&[r(1, 2), r(1, 2)]).unwrap_err(), "targets 1 and 2 are both rank 1: give each rank once");
         // A process without a rank is ranked by its place, which may clash with one that said.
         assert!(ranks_of(&[r(1, 2), None]).is_err());
+    }
+
+    #[test]
+    fn the_same_thread_id_in_two_programs_is_two_threads() {
+        let t = |id| Event::Thread { id, name: "MainThread".into() };
+        let ids = |ev: Event| match ev {
+            Event::Thread { id, .. } => id,
+            _ => unreachable!(),
+        };
+        assert_eq!(ids(rebase(t(1), 0)), 1, "one connection: ids as sent");
+        let (a, b) = (ids(rebase(t(1), base_of(0))), ids(rebase(t(1), base_of(1))));
+        assert_ne!(a, b);
+        // Spans follow their thread.
+        let span = probes::SpanRecord {
+            stage: probes::Stage::Decode,
+            thread: 1,
+            start_ns: 0,
+            dur_ns: 1,
+            cpu_ns: probes::NONE,
+            queue_ns: probes::NONE,
+            step: probes::NONE,
+            sample: probes::NONE,
+            bytes: probes::NONE,
+        };
+        let Event::Spans(v) = rebase(Event::Spans(vec![span]), base_of(1)) else { unreachable!() };
+        assert_eq!(v[0].thread, b);
+        // Hostile ids stay in their connection's range.
+        assert_eq!(rebased(u32::MAX, base_of(0)) / THREADS_PER_SOURCE, 1);
     }
 }

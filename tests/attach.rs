@@ -190,6 +190,9 @@ fn attach_to_several_ranks_at_once_keeps_them_apart() {
         .map(|r| (r["rank"].as_u64().unwrap(), r["steps"].as_u64().unwrap()))
         .collect();
     assert_eq!(ranks, vec![(0, 10), (1, 12)]);
+    // Both programs number their threads from 1: each rank's loader threads are still its own.
+    let loaders = s["loader_threads"].as_array().unwrap();
+    assert_eq!(loaders.len(), 4, "two workers per rank: {loaders:?}");
     assert!(stdout.contains("ranks: 2 of 2 reported") && stdout.contains("  rank 1 · 12 steps · "), "{stdout}");
     for c in [r0, r1] {
         assert!(c.wait_with_output().unwrap().status.success());
