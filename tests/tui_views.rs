@@ -32,6 +32,7 @@ fn stage(name: &str, count: u64, mean_ms: f64, p95_ms: f64, on_cpu: Option<f64>,
         core_wait: None,
         bytes: 0,
         per_second: per_s,
+        trimmed_mean_ms: None,
     }
 }
 
@@ -327,6 +328,7 @@ fn zeros() -> State {
             core_wait: None,
             bytes: 0,
             per_second: 0.0,
+            trimmed_mean_ms: None,
         })
         .collect();
     s.steps = vec![StepPoint::default(); 3];

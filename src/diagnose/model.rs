@@ -95,6 +95,68 @@ pub struct Pipeline {
     pub compute_cpu_ms_per_image: f64,
     /// Bytes of one decoded input image (C×H×W, u8), for the packed cache.
     pub input_bytes: f64,
+    /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind the
+    /// loader's threads, per step, ms (see [`compute_core_wait`]): a change that takes CPU off
+    /// the loader gives it back to compute.
+    pub compute_wait_loader_ms: f64,
+    /// The same, behind other programs: freeing the cores gives it back.
+    pub compute_wait_others_ms: f64,
+}
+
+/// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
+/// mean.
+pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
+    x.trimmed_mean_ms.filter(|t| t.is_finite()).unwrap_or(x.mean_ms).max(0.0)
+}
+
+/// Host samples a compute thread needs before its CPU time per step is trusted: its counters
+/// are read at each sample, so the steps after the last one are not in them.
+pub const MIN_WORK_SAMPLES: u64 = 3;
+
+/// CPU device: the compute pool's (`compute-N` threads') CPU time per step, ms, from their
+/// schedstat: what a compute step costs when it runs back to back with a core for each thread
+/// it keeps busy. `None` without such threads, or with fewer than [`MIN_WORK_SAMPLES`] samples.
+pub fn compute_work_ms(s: &Summary) -> Option<f64> {
+    let pool: Vec<_> = s.machine.threads.iter().filter(|t| t.name.starts_with("compute")).collect();
+    if pool.is_empty() || s.steps == 0 || pool.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
+        return None;
+    }
+    let ns: u64 = pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum();
+    let ms = ns as f64 / 1e6 / s.steps as f64;
+    (ms > 0.0).then_some(ms)
+}
+
+/// CPU device: how much of a compute step (`compute_ms`) was waiting for a core behind the
+/// loader and behind other programs, ms per step. The compute pool's threads (`compute-N`)
+/// waited a share `w` of the time they were ready to run (their schedstat, from the sampler);
+/// that share of the step, but never below the pool's own CPU time per step (the work itself,
+/// as if it ran on one core), is split between the competitors by the cores each kept busy:
+/// the loader's (its CPU per image × the measured rate), other programs' (the median sampled),
+/// and compute's own threads', which would still be there. (0, 0) when not sampled.
+pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> (f64, f64) {
+    let (mut wait, mut cpu, mut cores_used) = (0u64, 0u64, 0.0f64);
+    for t in s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train") {
+        cores_used += f64::from(t.cpu_mean_pct) / 100.0;
+        if let (Some(w), Some(c)) = (t.core_wait_ns, t.sched_cpu_ns) {
+            if t.name.starts_with("compute") {
+                wait = wait.saturating_add(w);
+                cpu = cpu.saturating_add(c);
+            }
+        }
+    }
+    if wait == 0 || compute_ms <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let share = wait as f64 / (wait + cpu) as f64;
+    let loader = p.loader_cpu_ms() * s.images_per_s.max(0.0) / 1000.0;
+    let others = (p.cores - p.free_cores).max(0.0);
+    let all = loader + others + cores_used;
+    if all <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let work_ms = if s.steps > 0 { cpu as f64 / 1e6 / s.steps as f64 } else { 0.0 };
+    let stretch = (compute_ms * share).min((compute_ms - work_ms).max(0.0));
+    (stretch * loader / all, stretch * others / all)
 }
 
 /// Images/s each side of the pipeline can sustain.
@@ -185,11 +247,13 @@ impl Pipeline {
                 let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
                 let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
                 let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
+                // The typical image's cost: one slow file does not move it.
+                let wall = robust_ms(x);
                 Some(StageCost {
                     stage,
-                    wall_ms: x.mean_ms.max(0.0),
-                    on_cpu_ms: x.mean_ms.max(0.0) * share,
-                    core_wait_ms: x.mean_ms.max(0.0) * waiting,
+                    wall_ms: wall,
+                    on_cpu_ms: wall * share,
+                    core_wait_ms: wall * waiting,
                     measured: x.on_cpu.is_some(),
                 })
             })
@@ -215,19 +279,52 @@ impl Pipeline {
         } else {
             0.0
         };
-        Pipeline {
+        // The step's parts from the steady state; over the whole run (no change of workers),
+        // trimmed means, which leave a one-off first step and the odd preempted one out.
+        let step_part = |stage: Stage, split_ms: f64| match (s.split.from_step, measured(s, stage)) {
+            (None, Some(x)) => robust_ms(x).min(split_ms.max(0.0)),
+            _ => split_ms.max(0.0),
+        };
+        let mut compute_ms = step_part(Stage::Compute, s.split.compute_ms);
+        if cpu_device && s.split.wait_share >= super::thresholds::MODERATE_WAIT_SHARE {
+            // Steps that wait for data compute cold (the pool's threads wake, caches refill) and
+            // behind the loader's threads: a change that feeds the loop faster gets the hot
+            // step, which is about the pool's own CPU time per step.
+            if let Some(work) = compute_work_ms(s) {
+                compute_ms = compute_ms.min(work);
+            }
+        }
+        let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
             cores,
             free_cores,
             cpu_device,
             batch,
             loader,
-            transfer_ms: s.split.transfer_ms.max(0.0),
-            compute_ms: s.split.compute_ms.max(0.0),
+            transfer_ms: step_part(Stage::Transfer, s.split.transfer_ms),
+            compute_ms,
             optimizer_ms,
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
+            compute_wait_loader_ms: 0.0,
+            compute_wait_others_ms: 0.0,
+        };
+        if cpu_device {
+            (p.compute_wait_loader_ms, p.compute_wait_others_ms) = compute_core_wait(s, &p, compute_ms);
         }
+        p
+    }
+
+    /// The loader's CPU changed from `before_cpu_ms` per image to this pipeline's: the part of
+    /// compute's wait for a core that the loader caused scales with it (CPU device).
+    fn loader_cpu_changed(mut self, before_cpu_ms: f64) -> Pipeline {
+        if before_cpu_ms > 0.0 && self.compute_wait_loader_ms > 0.0 {
+            let left = (self.loader_cpu_ms() / before_cpu_ms).clamp(0.0, 1.0);
+            let freed = self.compute_wait_loader_ms * (1.0 - left);
+            self.compute_ms = (self.compute_ms - freed).max(0.0);
+            self.compute_wait_loader_ms -= freed;
+        }
+        self
     }
 
     /// Loader wall time per image, ms.
@@ -284,6 +381,7 @@ impl Pipeline {
 
     /// Images stored at the model's input size: resize nearly vanishes, decode shrinks.
     pub fn pre_resized(&self) -> Pipeline {
+        let before = self.loader_cpu_ms();
         let scale = |k: f64| {
             move |x: &mut StageCost| {
                 x.wall_ms *= k;
@@ -294,6 +392,7 @@ impl Pipeline {
         self.clone()
             .map_stage(Stage::Resize, scale(PRE_RESIZED_RESIZE_LEFT))
             .map_stage(Stage::Decode, scale(PRE_RESIZED_DECODE_LEFT))
+            .loader_cpu_changed(before)
     }
 
     /// Decoded, resized images packed in one local memory-mapped file: read is a copy, decode
@@ -308,11 +407,12 @@ impl Pipeline {
             })
             .map_stage(Stage::Decode, StageCost::vanish)
             .map_stage(Stage::Resize, StageCost::vanish)
+            .loader_cpu_changed(self.loader_cpu_ms())
     }
 
     /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.
     pub fn without_augment(&self) -> Pipeline {
-        self.clone().map_stage(Stage::Augment, StageCost::vanish)
+        self.clone().map_stage(Stage::Augment, StageCost::vanish).loader_cpu_changed(self.loader_cpu_ms())
     }
 
     /// Data on a local disk: read's blocked time falls to [`LOCAL_READ_MS`] at most; its wait
@@ -333,6 +433,8 @@ impl Pipeline {
             x.core_wait_ms = 0.0;
         }
         p.free_cores = (p.free_cores + other_cores.max(0.0)).min(p.cores);
+        p.compute_ms = (p.compute_ms - p.compute_wait_others_ms).max(0.0);
+        p.compute_wait_others_ms = 0.0;
         p
     }
 
