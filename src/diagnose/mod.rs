@@ -45,9 +45,14 @@
 //! # Predicted gains
 //! [`model`]: throughput = min(workers / loader wall per image, free cores / loader CPU per
 //! image, on a CPU device free cores / (loader + compute CPU per image), batch / (transfer +
-//! compute per step)). An action rebuilds the pipeline with one change and predicts the ratio
-//! of throughputs; advice is given when the gain is ≥ [`MIN_GAIN`], or when no number can be
-//! predicted but the action is still the fix (use the GPU, a tiny model's bigger batch).
+//! compute per step)). An action rebuilds the pipeline with one change; its gain is the model's
+//! throughput after the change over the **measured** rate now ([`measured_now`]: the steady
+//! state, steps a–b), never over the model's own estimate of today ([`gain_against_measured`]).
+//! Where that estimate is off the measured rate by more than [`MODEL_OFF_SHARE`], the evidence
+//! says so and the gain is a range ([`Basis::range`]). Advice is given when the gain is ≥
+//! [`MIN_GAIN`], or when no number can be predicted but the action is still the fix (use the
+//! GPU, a tiny model's bigger batch). Stage costs are trimmed means; on the CPU device an
+//! input-bound run's compute step is taken as the pool's CPU time per step (hot, fed).
 //!
 //! Actions and what they change: `--workers N` (N up to the cores; up to 4 per core for I/O,
 //! whose waits need no core); packed cache (read becomes a memory copy, decode and resize
