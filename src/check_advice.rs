@@ -27,6 +27,8 @@ pub struct FollowUp {
     /// `None`: the run as it was, the baseline.
     pub change: Option<Change>,
     pub predicted: Option<f64>,
+    /// The prediction as a range, where the model was off today's measured rate.
+    pub range: Option<(f64, f64)>,
 }
 
 /// Whether pipeprof can make this change itself, in a follow-up run.
@@ -42,7 +44,8 @@ pub fn applicable(change: &Change) -> bool {
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
 pub fn plan(v: &Verdict) -> Vec<FollowUp> {
-    let mut out = vec![FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0) }];
+    let mut out =
+        vec![FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0), range: None }];
     for a in &v.advice {
         let known = out.iter().any(|f| f.change.as_ref() == Some(&a.change));
         if !applicable(&a.change) || known || out.len() > MAX_FOLLOW_UPS {
@@ -53,7 +56,12 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
             Change::CopyLocal => "copy to a local temporary folder, then --data it".to_string(),
             c => c.command().unwrap_or_default(),
         };
-        out.push(FollowUp { label, change: Some(a.change.clone()), predicted: a.predicted_speedup });
+        out.push(FollowUp {
+            label,
+            change: Some(a.change.clone()),
+            predicted: a.predicted_speedup,
+            range: a.basis.and_then(|b| b.range),
+        });
     }
     out
 }
@@ -397,7 +405,11 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
     let w = runs.iter().map(|r| r.label.chars().count()).max().unwrap_or(6).max(6);
     let _ = writeln!(o, "{:<w$}  {:>11}  {:>17}  {:>10}", "advice", "predicted ×", "measured images/s", "measured ×");
     for (f, (m, note)) in runs.iter().zip(results) {
-        let pred = f.predicted.map(|p| format!("{p:.2}×")).unwrap_or_else(|| "-".into());
+        let pred = match (f.predicted, f.range) {
+            (Some(_), Some((lo, hi))) => format!("{lo:.1}–{hi:.1}×"),
+            (Some(p), None) => format!("{p:.2}×"),
+            (None, _) => "-".into(),
+        };
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
         match m {
             Ok(x) => {

@@ -11,7 +11,7 @@ import re
 import statistics
 import sys
 
-ROW = re.compile(r"^(\S.*?)\s{2,}(-|[\d.]+×)\s+(-|[\d.]+)\s+(-|[\d.]+×)(.*)$")
+ROW = re.compile(r"^(\S.*?)\s{2,}(-|[\d.]+(?:–[\d.]+)?×)\s+(-|[\d.]+)\s+(-|[\d.]+×)(.*)$")
 GOAL = 0.25
 
 
@@ -64,7 +64,7 @@ def check_rows(text):
                 on = False
             continue
         label, pred, meas, _, rest = m.groups()
-        p = None if pred == "-" else float(pred.rstrip("×"))
+        p = None if pred == "-" or "–" in pred else float(pred.rstrip("×"))
         x = None if meas == "-" else float(meas)
         rows.append((label.strip(), p, x, rest.strip()))
     return rows
@@ -95,14 +95,25 @@ def main(out):
                 continue
             verdicts.append(verdict(main_s))
             rows = check_rows(open(os.path.join(d, "out.txt")).read())
+            # The point prediction (the table shows a range where the model was off today).
+            points = {}
+            for a in main_s.get("verdict", {}).get("advice", []):
+                c = a.get("command") or ""
+                key = "pipeprof cache, then --data it" if c.startswith("pipeprof cache") else c
+                if a["action"].startswith("copy the data set"):
+                    key = "copy to a local temporary folder, then --data it"
+                points[key] = (a.get("predicted_speedup"), (a.get("basis") or {}).get("range"))
             base = next((x for (l, _, x, _) in rows if l.startswith("as run")), None)
             for label, pred, x, note in rows:
                 if label.startswith("as run"):
                     continue
                 k = per_kind.setdefault(kind(label), {"labels": [], "pred": [], "meas": [], "fail": []})
                 k["labels"].append(label)
-                if pred is not None:
-                    k["pred"].append(pred)
+                point, rng = points.get(label, (pred, None))
+                if point is not None:
+                    k["pred"].append(point)
+                if rng:
+                    k.setdefault("ranges", []).append(rng)
                 if x is not None and base:
                     k["meas"].append(x / base)
                 elif note:
@@ -127,6 +138,8 @@ def main(out):
             pred = statistics.median(v["pred"]) if v["pred"] else None
             meas = statistics.median(v["meas"]) if v["meas"] else None
             p = f"{pred:.2f}×" if pred else "-"
+            if v.get("ranges"):
+                p += f" (range in {len(v['ranges'])})"
             if v["meas"]:
                 m = f"{meas:.2f}× ({min(v['meas']):.2f}–{max(v['meas']):.2f}, n={len(v['meas'])})"
             else:

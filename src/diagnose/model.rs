@@ -17,6 +17,7 @@
 //! throughputs, so the model's constant errors cancel.
 
 use super::classify::measured;
+use super::thresholds::OTHER_CORES;
 use crate::aggregate::Summary;
 use probes::stage::Stage;
 
@@ -95,11 +96,8 @@ pub struct Pipeline {
     pub compute_cpu_ms_per_image: f64,
     /// Bytes of one decoded input image (C×H×W, u8), for the packed cache.
     pub input_bytes: f64,
-    /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind the
-    /// loader's threads, per step, ms (see [`compute_core_wait`]): a change that takes CPU off
-    /// the loader gives it back to compute.
-    pub compute_wait_loader_ms: f64,
-    /// The same, behind other programs: freeing the cores gives it back.
+    /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind other
+    /// programs, per step, ms (see [`compute_core_wait`]): freeing the cores gives it back.
     pub compute_wait_others_ms: f64,
 }
 
@@ -113,27 +111,32 @@ pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
 /// are read at each sample, so the steps after the last one are not in them.
 pub const MIN_WORK_SAMPLES: u64 = 3;
 
-/// CPU device: the compute pool's (`compute-N` threads') CPU time per step, ms, from their
-/// schedstat: what a compute step costs when it runs back to back with a core for each thread
-/// it keeps busy. `None` without such threads, or with fewer than [`MIN_WORK_SAMPLES`] samples.
+/// CPU device: the compute's own CPU time per step, ms, from the threads' schedstat: the
+/// compute pool's (`compute-N`) together, or, where the pool hardly ran (under a quarter of
+/// the training thread's: a tiny model's ops stay on the calling thread), the training
+/// thread's. About what a step costs when it runs back to back, hot. `None` without those
+/// threads, or with fewer than [`MIN_WORK_SAMPLES`] samples of them.
 pub fn compute_work_ms(s: &Summary) -> Option<f64> {
-    let pool: Vec<_> = s.machine.threads.iter().filter(|t| t.name.starts_with("compute")).collect();
-    if pool.is_empty() || s.steps == 0 || pool.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
+    let threads: Vec<_> =
+        s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train").collect();
+    if threads.is_empty() || s.steps == 0 || threads.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
         return None;
     }
-    let ns: u64 = pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum();
-    let ms = ns as f64 / 1e6 / s.steps as f64;
+    let per_step = |ns: u64| ns as f64 / 1e6 / s.steps as f64;
+    let pool: u64 = threads.iter().filter(|t| t.name != "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum();
+    let train: u64 = threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum();
+    let ms = if pool * 4 >= train { per_step(pool) } else { per_step(train) };
     (ms > 0.0).then_some(ms)
 }
 
-/// CPU device: how much of a compute step (`compute_ms`) was waiting for a core behind the
-/// loader and behind other programs, ms per step. The compute pool's threads (`compute-N`)
-/// waited a share `w` of the time they were ready to run (their schedstat, from the sampler);
-/// that share of the step, but never below the pool's own CPU time per step (the work itself,
-/// as if it ran on one core), is split between the competitors by the cores each kept busy:
-/// the loader's (its CPU per image × the measured rate), other programs' (the median sampled),
-/// and compute's own threads', which would still be there. (0, 0) when not sampled.
-pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> (f64, f64) {
+/// CPU device: how much of a compute step (`compute_ms`) was waiting for a core behind other
+/// programs, ms per step. The compute pool's threads (`compute-N`) waited a share `w` of the
+/// time they were ready to run (their schedstat, from the sampler); that share of the step,
+/// but never below the compute's own CPU time per step ([`compute_work_ms`]), is split between
+/// the competitors by the cores each kept busy: other programs' (the median sampled), the
+/// loader's (its CPU per image × the measured rate) and compute's own threads'. 0 when not
+/// sampled.
+pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
     let (mut wait, mut cpu, mut cores_used) = (0u64, 0u64, 0.0f64);
     for t in s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train") {
         cores_used += f64::from(t.cpu_mean_pct) / 100.0;
@@ -145,18 +148,18 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> (f64, f6
         }
     }
     if wait == 0 || compute_ms <= 0.0 {
-        return (0.0, 0.0);
+        return 0.0;
     }
     let share = wait as f64 / (wait + cpu) as f64;
     let loader = p.loader_cpu_ms() * s.images_per_s.max(0.0) / 1000.0;
     let others = (p.cores - p.free_cores).max(0.0);
     let all = loader + others + cores_used;
     if all <= 0.0 {
-        return (0.0, 0.0);
+        return 0.0;
     }
-    let work_ms = if s.steps > 0 { cpu as f64 / 1e6 / s.steps as f64 } else { 0.0 };
+    let work_ms = compute_work_ms(s).unwrap_or(cpu as f64 / 1e6 / s.steps.max(1) as f64);
     let stretch = (compute_ms * share).min((compute_ms - work_ms).max(0.0));
-    (stretch * loader / all, stretch * others / all)
+    stretch * others / all
 }
 
 /// Images/s each side of the pipeline can sustain.
@@ -240,7 +243,7 @@ impl Pipeline {
             }
             _ => cores,
         };
-        let loader = LOADER_STAGES
+        let loader: Vec<StageCost> = LOADER_STAGES
             .iter()
             .filter_map(|&stage| {
                 let x = measured(s, stage)?;
@@ -286,10 +289,12 @@ impl Pipeline {
             _ => split_ms.max(0.0),
         };
         let mut compute_ms = step_part(Stage::Compute, s.split.compute_ms);
-        if cpu_device && s.split.wait_share >= super::thresholds::MODERATE_WAIT_SHARE {
+        let others_cores = (cores - free_cores).max(0.0);
+        if cpu_device && s.split.wait_share >= super::thresholds::MODERATE_WAIT_SHARE && others_cores < OTHER_CORES {
             // Steps that wait for data compute cold (the pool's threads wake, caches refill) and
             // behind the loader's threads: a change that feeds the loop faster gets the hot
-            // step, which is about the pool's own CPU time per step.
+            // step, about the compute's own CPU time per step. Not while other programs hold
+            // cores: they keep taking what they took, and the step measured stays.
             if let Some(work) = compute_work_ms(s) {
                 compute_ms = compute_ms.min(work);
             }
@@ -306,25 +311,12 @@ impl Pipeline {
             optimizer_ms,
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
-            compute_wait_loader_ms: 0.0,
             compute_wait_others_ms: 0.0,
         };
         if cpu_device {
-            (p.compute_wait_loader_ms, p.compute_wait_others_ms) = compute_core_wait(s, &p, compute_ms);
+            p.compute_wait_others_ms = compute_core_wait(s, &p, compute_ms);
         }
         p
-    }
-
-    /// The loader's CPU changed from `before_cpu_ms` per image to this pipeline's: the part of
-    /// compute's wait for a core that the loader caused scales with it (CPU device).
-    fn loader_cpu_changed(mut self, before_cpu_ms: f64) -> Pipeline {
-        if before_cpu_ms > 0.0 && self.compute_wait_loader_ms > 0.0 {
-            let left = (self.loader_cpu_ms() / before_cpu_ms).clamp(0.0, 1.0);
-            let freed = self.compute_wait_loader_ms * (1.0 - left);
-            self.compute_ms = (self.compute_ms - freed).max(0.0);
-            self.compute_wait_loader_ms -= freed;
-        }
-        self
     }
 
     /// Loader wall time per image, ms.
@@ -381,7 +373,6 @@ impl Pipeline {
 
     /// Images stored at the model's input size: resize nearly vanishes, decode shrinks.
     pub fn pre_resized(&self) -> Pipeline {
-        let before = self.loader_cpu_ms();
         let scale = |k: f64| {
             move |x: &mut StageCost| {
                 x.wall_ms *= k;
@@ -392,7 +383,6 @@ impl Pipeline {
         self.clone()
             .map_stage(Stage::Resize, scale(PRE_RESIZED_RESIZE_LEFT))
             .map_stage(Stage::Decode, scale(PRE_RESIZED_DECODE_LEFT))
-            .loader_cpu_changed(before)
     }
 
     /// Decoded, resized images packed in one local memory-mapped file: read is a copy, decode
@@ -407,12 +397,11 @@ impl Pipeline {
             })
             .map_stage(Stage::Decode, StageCost::vanish)
             .map_stage(Stage::Resize, StageCost::vanish)
-            .loader_cpu_changed(self.loader_cpu_ms())
     }
 
     /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.
     pub fn without_augment(&self) -> Pipeline {
-        self.clone().map_stage(Stage::Augment, StageCost::vanish).loader_cpu_changed(self.loader_cpu_ms())
+        self.clone().map_stage(Stage::Augment, StageCost::vanish)
     }
 
     /// Data on a local disk: read's blocked time falls to [`LOCAL_READ_MS`] at most; its wait
