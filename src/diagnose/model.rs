@@ -111,21 +111,24 @@ pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
 /// are read at each sample, so the steps after the last one are not in them.
 pub const MIN_WORK_SAMPLES: u64 = 3;
 
-/// CPU device: the compute's own CPU time per step, ms, from the threads' schedstat: the
-/// compute pool's (`compute-N`) together, or, where the pool hardly ran (under a quarter of
-/// the training thread's: a tiny model's ops stay on the calling thread), the training
-/// thread's. About what a step costs when it runs back to back, hot. `None` without those
-/// threads, or with fewer than [`MIN_WORK_SAMPLES`] samples of them.
-pub fn compute_work_ms(s: &Summary) -> Option<f64> {
+/// CPU device: what a compute step costs when it runs back to back (hot), ms, from the
+/// threads' schedstat: at least the training thread's CPU per step (it dispatches every op and
+/// runs the serial ones; its transfer, `transfer_ms`, left out) and at least the compute pool's
+/// (`compute-N`) CPU per step spread over its threads. A step measured between waits for data
+/// is longer (threads wake, caches refill: the pool's threads also spin longer for work that
+/// does not come). `None` without those threads, or with fewer than [`MIN_WORK_SAMPLES`]
+/// samples of them.
+pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     let threads: Vec<_> =
         s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train").collect();
     if threads.is_empty() || s.steps == 0 || threads.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
         return None;
     }
     let per_step = |ns: u64| ns as f64 / 1e6 / s.steps as f64;
-    let pool: u64 = threads.iter().filter(|t| t.name != "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum();
-    let train: u64 = threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum();
-    let ms = if pool * 4 >= train { per_step(pool) } else { per_step(train) };
+    let pool: Vec<_> = threads.iter().filter(|t| t.name != "train").collect();
+    let pool_ms = per_step(pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum()) / pool.len().max(1) as f64;
+    let train_ms = per_step(threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum());
+    let ms = (train_ms - transfer_ms.max(0.0)).max(pool_ms);
     (ms > 0.0).then_some(ms)
 }
 
@@ -157,7 +160,7 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
     if all <= 0.0 {
         return 0.0;
     }
-    let work_ms = compute_work_ms(s).unwrap_or(cpu as f64 / 1e6 / s.steps.max(1) as f64);
+    let work_ms = compute_work_ms(s, p.transfer_ms).unwrap_or(cpu as f64 / 1e6 / s.steps.max(1) as f64);
     let stretch = (compute_ms * share).min((compute_ms - work_ms).max(0.0));
     stretch * others / all
 }
@@ -264,7 +267,7 @@ impl Pipeline {
         let cpu_device = is_cpu_device(&st.device);
         let batch = st.batch_size.max(1) as f64;
         let optimizer_ms = measured(s, Stage::Optimizer).map(|x| x.mean_ms);
-        let compute_cpu_ms_per_image = if cpu_device {
+        let mut compute_cpu_ms_per_image = if cpu_device {
             // The compute pool and the train thread: their mean CPU use × the step time.
             let cores_used: f64 = m
                 .threads
@@ -295,8 +298,12 @@ impl Pipeline {
             // behind the loader's threads: a change that feeds the loop faster gets the hot
             // step, about the compute's own CPU time per step. Not while other programs hold
             // cores: they keep taking what they took, and the step measured stays.
-            if let Some(work) = compute_work_ms(s) {
-                compute_ms = compute_ms.min(work);
+            if let Some(work) = compute_work_ms(s, step_part(Stage::Transfer, s.split.transfer_ms)) {
+                if work < compute_ms {
+                    // Its CPU per image was measured cold too: it shrinks with the step.
+                    compute_cpu_ms_per_image *= work / compute_ms;
+                    compute_ms = work;
+                }
             }
         }
         let mut p = Pipeline {

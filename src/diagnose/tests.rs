@@ -1072,7 +1072,8 @@ fn a_workers_change_too_recent_to_judge_gives_a_provisional_whole_run_verdict() 
 #[test]
 fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     // Compute measured at 20 ms per step between long waits (cold, behind the loader), while
-    // the pool's threads used 5 ms of CPU per step: once fed, a step costs about that.
+    // the pool's two threads used 5 ms of CPU per step and the training thread 4 ms (with its
+    // 2 ms transfer): once fed, a step costs about max(4 − 2, 5 / 2) = 2.5 ms.
     let mut b = preprocess_one_worker().device("cpu");
     let t = |name: &str, cpu_ms_per_step: f64| ThreadSummary {
         name: name.into(),
@@ -1082,9 +1083,12 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
         core_wait_ns: Some(0),
         ..Default::default()
     };
-    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0)];
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 4.0)];
     let p = Pipeline::from_summary(&b.0);
-    assert!((p.compute_ms - 5.0).abs() < 1e-9, "{}", p.compute_ms);
+    assert!((p.compute_ms - 2.5).abs() < 1e-9, "{}", p.compute_ms);
+    // A tiny model's ops stay on the training thread: its CPU, less the transfer, decides.
+    b.0.machine.threads = vec![t("compute-0", 0.01), t("compute-1", 0.0), t("train", 9.0)];
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 7.0).abs() < 1e-9);
     // Too few samples to trust the counters: the measured step stays.
     b.0.machine.threads.iter_mut().for_each(|t| t.samples = 2);
     assert!((Pipeline::from_summary(&b.0).compute_ms - 20.0).abs() < 1e-9);
