@@ -149,7 +149,7 @@ pub fn child_args(
         }
         for occurrence in given.get_raw_occurrences(id).into_iter().flatten() {
             let values: Vec<OsString> = occurrence.map(OsString::from).collect();
-            if off_slow_storage && id == "slow" && values.iter().any(|v| slows_reads(v)) {
+            if off_slow_storage && id == "slow" && values.iter().any(slows_reads) {
                 continue;
             }
             out.push(long(id)?);

@@ -125,7 +125,7 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
     let gain = s.elapsed_s / (s.elapsed_s - saved_s).max(f64::MIN_POSITIVE);
     // Against the whole run's measured rate: the restarts are spread over every epoch.
     let now = s.images as f64 / s.elapsed_s;
-    let basis = (now.is_finite() && now > 0.0 && s.steps > 0).then(|| super::Basis {
+    let basis = (now.is_finite() && now > 0.0 && s.steps > 0).then_some(super::Basis {
         now,
         from_step: 1,
         to_step: s.steps,
