@@ -111,13 +111,18 @@ pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
 /// are read at each sample, so the steps after the last one are not in them.
 pub const MIN_WORK_SAMPLES: u64 = 3;
 
+/// How much the compute pool's threads overlap in a hot step: the pool's CPU per step over the
+/// step. Calibrated on the 2-core development machine (`scripts/calibrate.sh`): the built-in
+/// model, compute-bound, spends 30.7 ms of pool CPU in a 23.0 ms step (1.33); the light
+/// calibration model's cached runs 2.4 ms of pool CPU (measured cold) in 2.1 ms (1.14).
+pub const POOL_OVERLAP: f64 = 1.25;
+
 /// CPU device: what a compute step costs when it runs back to back (hot), ms, from the
-/// threads' schedstat: at least the training thread's CPU per step (it dispatches every op and
-/// runs the serial ones; its transfer, `transfer_ms`, left out) and at least the compute pool's
-/// (`compute-N`) CPU per step spread over its threads. A step measured between waits for data
-/// is longer (threads wake, caches refill: the pool's threads also spin longer for work that
-/// does not come). `None` without those threads, or with fewer than [`MIN_WORK_SAMPLES`]
-/// samples of them.
+/// threads' schedstat: the compute pool's (`compute-N`) CPU per step over [`POOL_OVERLAP`];
+/// where the pool hardly ran (under a quarter of the training thread's CPU: a tiny model's ops
+/// stay on the calling thread), the training thread's, less its transfer (`transfer_ms`). A
+/// step measured between waits for data is longer (threads wake, caches refill). `None`
+/// without those threads, or with fewer than [`MIN_WORK_SAMPLES`] samples of them.
 pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     let threads: Vec<_> =
         s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train").collect();
@@ -126,9 +131,9 @@ pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     }
     let per_step = |ns: u64| ns as f64 / 1e6 / s.steps as f64;
     let pool: Vec<_> = threads.iter().filter(|t| t.name != "train").collect();
-    let pool_ms = per_step(pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum()) / pool.len().max(1) as f64;
+    let pool_ms = per_step(pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum()) / POOL_OVERLAP;
     let train_ms = per_step(threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum());
-    let ms = (train_ms - transfer_ms.max(0.0)).max(pool_ms);
+    let ms = if pool_ms * POOL_OVERLAP * 4.0 >= train_ms { pool_ms } else { train_ms - transfer_ms.max(0.0) };
     (ms > 0.0).then_some(ms)
 }
 

@@ -1073,7 +1073,7 @@ fn a_workers_change_too_recent_to_judge_gives_a_provisional_whole_run_verdict() 
 fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     // Compute measured at 20 ms per step between long waits (cold, behind the loader), while
     // the pool's two threads used 5 ms of CPU per step and the training thread 4 ms (with its
-    // 2 ms transfer): once fed, a step costs about max(4 − 2, 5 / 2) = 2.5 ms.
+    // 2 ms transfer): once fed, a step costs about the pool's CPU over its overlap, 4 ms.
     let mut b = preprocess_one_worker().device("cpu");
     let t = |name: &str, cpu_ms_per_step: f64| ThreadSummary {
         name: name.into(),
@@ -1085,7 +1085,7 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     };
     b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 4.0)];
     let p = Pipeline::from_summary(&b.0);
-    assert!((p.compute_ms - 2.5).abs() < 1e-9, "{}", p.compute_ms);
+    assert!((p.compute_ms - 5.0 / super::model::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
     // A tiny model's ops stay on the training thread: its CPU, less the transfer, decides.
     b.0.machine.threads = vec![t("compute-0", 0.01), t("compute-1", 0.0), t("train", 9.0)];
     assert!((Pipeline::from_summary(&b.0).compute_ms - 7.0).abs() < 1e-9);
