@@ -613,6 +613,23 @@ mod tests {
     }
 
     #[test]
+    fn a_prediction_the_model_was_unsure_of_is_shown_as_its_range() {
+        let mut a = advice(Change::Workers(4), Some(7.9));
+        a.basis = Some(crate::diagnose::Basis {
+            now: 23.4,
+            from_step: 1,
+            to_step: 40,
+            predicted: 185.0,
+            model_now: 121.0,
+            range: Some((1.53, 7.91)),
+        });
+        let runs = plan(&verdict(vec![a]));
+        assert_eq!(runs[1].range, Some((1.53, 7.91)));
+        let t = render(&runs, &[(Ok(20.0), None), (Ok(60.0), None)], 20.0);
+        assert!(t.lines().nth(2).is_some_and(|l| l.contains("1.5–7.9×") && l.contains("3.00×")), "{t}");
+    }
+
+    #[test]
     fn render_has_one_row_per_run_and_says_why_a_run_failed() {
         let runs = plan(&verdict(vec![advice(Change::Workers(2), Some(1.5)), advice(Change::Prefetch(4), None)]));
         let results = vec![(Ok(100.0), None), (Ok(150.0), None), (Err("exited with 1: boom".into()), None)];
