@@ -288,8 +288,8 @@ impl Advice {
         let then = match b.range {
             Some((lo, hi)) => format!(
                 "predicted {}–{} (×{lo:.1}–{hi:.1}: the model is off today's rate)",
-                crate::units::rate(lo * b.now),
-                crate::units::rate(hi * b.now)
+                crate::units::rate(lo * b.now).trim_end_matches(" images/s"),
+                crate::units::rate(hi * b.now).trim_start_matches('≈')
             ),
             None => format!("predicted {} (×{g:.1})", crate::units::rate(b.predicted)),
         };

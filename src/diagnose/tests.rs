@@ -1045,6 +1045,7 @@ fn a_model_off_todays_rate_says_so_and_gives_ranges() {
     assert!(lo < hi && (hi - g).abs() < 1e-9 && (hi / lo - 2.0).abs() < 0.05, "{lo}–{hi}, point {g}");
     let words = cache.gain_words().unwrap_or_default();
     assert!(words.contains("the model is off today's rate") && words.contains('–'), "{words}");
+    assert_eq!(words.matches("images/s").count(), 2, "one for now, one for the range: {words}");
     // The same run measured as modelled: a point.
     let v = preprocess_one_worker().verdict();
     assert!(v.advice.iter().filter_map(|a| a.basis).all(|b| b.range.is_none()), "{:#?}", v.advice);
