@@ -37,6 +37,7 @@ fn scrape() -> Scrape {
             core_wait: Some(0.1),
             bytes: 0,
             per_second: 100.0,
+            trimmed_mean_ms: None,
         })
         .collect();
     let gpu = GpuPoint { t_ns: 1, util_pct: vec![Some(63.0)], mem_used_bytes: vec![Some(3 << 30)] };

@@ -27,6 +27,8 @@ pub struct FollowUp {
     /// `None`: the run as it was, the baseline.
     pub change: Option<Change>,
     pub predicted: Option<f64>,
+    /// The prediction as a range, where the model was off today's measured rate.
+    pub range: Option<(f64, f64)>,
 }
 
 /// Whether pipeprof can make this change itself, in a follow-up run.
@@ -42,7 +44,8 @@ pub fn applicable(change: &Change) -> bool {
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
 pub fn plan(v: &Verdict) -> Vec<FollowUp> {
-    let mut out = vec![FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0) }];
+    let mut out =
+        vec![FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0), range: None }];
     for a in &v.advice {
         let known = out.iter().any(|f| f.change.as_ref() == Some(&a.change));
         if !applicable(&a.change) || known || out.len() > MAX_FOLLOW_UPS {
@@ -53,7 +56,12 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
             Change::CopyLocal => "copy to a local temporary folder, then --data it".to_string(),
             c => c.command().unwrap_or_default(),
         };
-        out.push(FollowUp { label, change: Some(a.change.clone()), predicted: a.predicted_speedup });
+        out.push(FollowUp {
+            label,
+            change: Some(a.change.clone()),
+            predicted: a.predicted_speedup,
+            range: a.basis.and_then(|b| b.range),
+        });
     }
     out
 }
@@ -91,6 +99,19 @@ fn child_settings(
 /// parent's trace, or take the parent's metrics port.
 const NOT_INHERITED: [&str; 4] = ["check_advice", "trace", "metrics_listen", "metrics_allow_remote"];
 
+/// Whether a change takes the data off the storage `--throttle-read` and `--slow read=…`
+/// simulate: the packed cache and the local copy are local files (see the README, "Simulated
+/// slow storage and the cache"), so their follow-up runs read without the simulated delay, as
+/// the prediction assumes.
+pub fn moves_off_slow_storage(change: Option<&Change>) -> bool {
+    matches!(change, Some(Change::Cache { .. } | Change::CopyLocal))
+}
+
+/// Whether a `--slow` value slows `read` (the storage), not a CPU stage.
+fn slows_reads(v: &OsString) -> bool {
+    v.to_str().and_then(|v| v.split_once('=')).is_some_and(|(stage, _)| stage.trim() == "read")
+}
+
 /// The child's arguments: the options the parent was given on its command line (parsed by clap,
 /// as the parent parsed them), less those the child sets, then the child's own settings for
 /// `change`. Pure.
@@ -112,10 +133,14 @@ pub fn child_args(
         arg.and_then(|a| a.get_long()).map(|l| OsString::from(format!("--{l}"))).ok_or(format!("no option {id}"))
     };
     let mut out: Vec<OsString> = vec!["profile".into()];
+    let off_slow_storage = moves_off_slow_storage(change);
     for arg in profile.get_arguments() {
         let id = arg.get_id().as_str();
         let skip = NOT_INHERITED.contains(&id) || set.iter().any(|(s, _)| *s == id);
         if skip || given.value_source(id) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if off_slow_storage && id == "throttle_read" {
             continue;
         }
         if !arg.get_action().takes_values() {
@@ -123,8 +148,12 @@ pub fn child_args(
             continue;
         }
         for occurrence in given.get_raw_occurrences(id).into_iter().flatten() {
+            let values: Vec<OsString> = occurrence.map(OsString::from).collect();
+            if off_slow_storage && id == "slow" && values.iter().any(slows_reads) {
+                continue;
+            }
             out.push(long(id)?);
-            out.extend(occurrence.map(OsString::from));
+            out.extend(values);
         }
     }
     for (id, value) in set {
@@ -166,8 +195,16 @@ fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
         return Err(format!("exited with {}: {}", out.status, last_line(&out.stderr)));
     }
     let text = std::fs::read(summary).map_err(|e| format!("no summary at {}: {e}", summary.display()))?;
-    let s: serde_json::Value = serde_json::from_slice(&text).map_err(|e| format!("unreadable summary: {e}"))?;
-    s["images_per_s"].as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| "no images/s in the summary".into())
+    let s: Summary = serde_json::from_slice(&text).map_err(|e| format!("unreadable summary: {e}"))?;
+    steady_rate(&s).ok_or_else(|| "no images/s in the summary".into())
+}
+
+/// A run's rate as the predictions read it ([`crate::diagnose::measured_now`]: a one-off
+/// first compute and the pipelines before the last change of workers left out), else the
+/// whole run's. Pure.
+pub fn steady_rate(s: &Summary) -> Option<f64> {
+    let ok = |x: f64| x.is_finite() && x > 0.0;
+    crate::diagnose::measured_now(s).map(|n| n.rate).filter(|x| ok(*x)).or(Some(s.images_per_s).filter(|x| ok(*x)))
 }
 
 /// Headroom kept free when copying the data set: the copy may not fill the disk.
@@ -332,7 +369,7 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         results.push((measured, note));
     }
     drop(_tmp_guard);
-    print!("{}", render(&runs[..results.len()], &results, main.images_per_s));
+    print!("{}", render(&runs[..results.len()], &results, steady_rate(main).unwrap_or(main.images_per_s)));
 }
 
 /// The follow-ups' temporary folder (summaries, a cache, a copy of the data set): removed
@@ -356,7 +393,8 @@ impl Drop for TempDir {
 }
 
 /// The table. Measured × is against the baseline follow-up (same length, same conditions),
-/// or against the main run if the baseline failed. Pure.
+/// or against the main run if the baseline failed; every rate is a steady state's
+/// ([`steady_rate`]). Pure.
 pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_images_per_s: f64) -> String {
     use std::fmt::Write;
     let mut o = String::new();
@@ -367,7 +405,11 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
     let w = runs.iter().map(|r| r.label.chars().count()).max().unwrap_or(6).max(6);
     let _ = writeln!(o, "{:<w$}  {:>11}  {:>17}  {:>10}", "advice", "predicted ×", "measured images/s", "measured ×");
     for (f, (m, note)) in runs.iter().zip(results) {
-        let pred = f.predicted.map(|p| format!("{p:.2}×")).unwrap_or_else(|| "-".into());
+        let pred = match (f.predicted, f.range) {
+            (Some(_), Some((lo, hi))) => format!("{lo:.1}–{hi:.1}×"),
+            (Some(p), None) => format!("{p:.2}×"),
+            (None, _) => "-".into(),
+        };
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
         match m {
             Ok(x) => {
@@ -387,7 +429,7 @@ mod tests {
     use crate::diagnose::{Advice, Limiter, Severity};
 
     fn advice(change: Change, gain: Option<f64>) -> Advice {
-        Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into() }
+        Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into(), basis: None }
     }
 
     fn verdict(advice: Vec<Advice>) -> Verdict {
@@ -537,9 +579,54 @@ mod tests {
     }
 
     #[test]
+    fn runs_off_the_slow_storage_leave_its_simulation_behind() {
+        // The cache and the local copy are local files: the simulated slow storage (per-file
+        // latency, bandwidth, slow reads) is not theirs, as the prediction assumes. CPU-stage
+        // slowdowns stay; every other change keeps the whole simulation.
+        let parent = os(&[
+            "profile",
+            "--data",
+            "imgs",
+            "--throttle-read",
+            "2MB/s+20ms",
+            "--slow",
+            "read=+30ms",
+            "--slow",
+            "decode=+1ms",
+        ]);
+        let x = Some(Path::new("x"));
+        for (change, kept) in
+            [(cache(), false), (Change::CopyLocal, false), (Change::Workers(8), true), (Change::Prefetch(4), true)]
+        {
+            let a = strings(&child_args(&parent, Some(&change), 40, Path::new("r.json"), x).unwrap());
+            assert_eq!(a.contains(&"--throttle-read".to_string()), kept, "{change:?}: {a:?}");
+            assert_eq!(a.contains(&"read=+30ms".to_string()), kept, "{change:?}: {a:?}");
+            assert!(a.contains(&"decode=+1ms".to_string()), "{change:?}: {a:?}");
+        }
+        assert!(moves_off_slow_storage(Some(&Change::CopyLocal)) && !moves_off_slow_storage(None));
+    }
+
+    #[test]
     fn child_args_say_why_when_the_parent_arguments_do_not_parse() {
         let e = child_args(&os(&["profile", "--workers"]), None, 40, Path::new("r.json"), None).unwrap_err();
         assert!(e.contains("cannot re-read"), "{e}");
+    }
+
+    #[test]
+    fn a_prediction_the_model_was_unsure_of_is_shown_as_its_range() {
+        let mut a = advice(Change::Workers(4), Some(7.9));
+        a.basis = Some(crate::diagnose::Basis {
+            now: 23.4,
+            from_step: 1,
+            to_step: 40,
+            predicted: 185.0,
+            model_now: 121.0,
+            range: Some((1.53, 7.91)),
+        });
+        let runs = plan(&verdict(vec![a]));
+        assert_eq!(runs[1].range, Some((1.53, 7.91)));
+        let t = render(&runs, &[(Ok(20.0), None), (Ok(60.0), None)], 20.0);
+        assert!(t.lines().nth(2).is_some_and(|l| l.contains("1.5–7.9×") && l.contains("3.00×")), "{t}");
     }
 
     #[test]

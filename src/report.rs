@@ -306,7 +306,7 @@ pub fn render_verdict(v: &Verdict) -> String {
             // The command when there is one: it is what the reader copies; the words follow.
             let command = a.change.command();
             let what = command.as_deref().unwrap_or(&a.action);
-            let gain = a.predicted_speedup.map(|g| format!(": ≈{g:.1}× images/s")).unwrap_or_default();
+            let gain = a.gain_words().map(|g| format!(": {g}")).unwrap_or_default();
             let _ = writeln!(o, "  → {what}{gain} ({})", a.reason);
             if command.is_some() {
                 let _ = writeln!(o, "    {}", a.action);
@@ -539,6 +539,7 @@ mod tests {
             core_wait: None,
             bytes: 0,
             per_second: 1.0,
+            trimmed_mean_ms: None,
         });
         s.epochs.push(EpochSummary {
             epoch: 1,
@@ -574,6 +575,7 @@ mod tests {
             core_wait: None,
             bytes: 0,
             per_second: 1.0,
+            trimmed_mean_ms: None,
         };
         s.stages.push(stage("compute", 200.0));
         s.stages.push(stage("optimizer", 20.0));
@@ -626,6 +628,7 @@ mod tests {
             core_wait: None,
             bytes: 0,
             per_second: 0.2,
+            trimmed_mean_ms: None,
         });
         s.epochs.push(EpochSummary {
             epoch: 1,
@@ -663,6 +666,7 @@ mod tests {
             change: Change::Workers(2),
             predicted_speedup: Some(1.96),
             reason: "why".into(),
+            basis: None,
         };
         let local =
             Advice { change: Change::CopyLocal, predicted_speedup: None, action: "copy".into(), ..workers.clone() };

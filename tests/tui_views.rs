@@ -32,6 +32,7 @@ fn stage(name: &str, count: u64, mean_ms: f64, p95_ms: f64, on_cpu: Option<f64>,
         core_wait: None,
         bytes: 0,
         per_second: per_s,
+        trimmed_mean_ms: None,
     }
 }
 
@@ -81,6 +82,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
             startup_wait_ms: 0.0,
             from_step: None,
             startup_compute_ms: None,
+            changed_at: None,
         },
         loader_busy: 0.4,
         epochs: vec![
@@ -198,12 +200,14 @@ fn io_verdict() -> Verdict {
                 // A command as a summary file from another version might carry it: shown as written.
                 change: Change::Saved(Some("pipeprof cache build --data /mnt/gdrive/imgs".into())),
                 predicted_speedup: Some(2.4),
+                basis: None,
                 reason: "reads take 62% of the step; a local cache reads at 400 MB/s here".into(),
             },
             Advice {
                 action: "Use more loader workers: reads are off-CPU and overlap".into(),
                 change: Change::Workers(8),
                 predicted_speedup: Some(1.8),
+                basis: None,
                 reason: "4× the workers overlap 4× the reads while 1.4 cores stay idle".into(),
             },
         ],
@@ -222,6 +226,7 @@ fn compute_verdict() -> Verdict {
             action: "Train on a GPU".into(),
             change: Change::UseDevice("cuda".into()),
             predicted_speedup: None,
+            basis: None,
             reason: "the data pipeline keeps up; only faster compute helps".into(),
         }],
     }
@@ -327,6 +332,7 @@ fn zeros() -> State {
             core_wait: None,
             bytes: 0,
             per_second: 0.0,
+            trimmed_mean_ms: None,
         })
         .collect();
     s.steps = vec![StepPoint::default(); 3];

@@ -105,11 +105,13 @@ impl Stage {
 
     /// Sub-stages are nested inside another stage and are not added to step totals.
     /// Whether the Layer also reads the thread's run-queue wait around this stage's spans
-    /// (≈ 1 µs a reading): the stages whose off-CPU time a verdict would otherwise blame on
-    /// storage or host→device copies. The other stages' waits for a core are seen per thread
-    /// by the host sampler, at no cost to the spans.
+    /// (≈ 1 µs a reading, shared with the next span's start when they follow each other): the
+    /// loader's stages, so each has its on-CPU / core-wait / blocked split (the capacity model
+    /// needs the loader's wait for a core apart from its work), and host→device copies. The
+    /// other stages' waits for a core are seen per thread by the host sampler, at no cost to
+    /// the spans.
     pub const fn takes_queue_time(self) -> bool {
-        matches!(self, Stage::Read | Stage::Transfer)
+        matches!(self, Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Transfer)
     }
 
     pub const fn parent(self) -> Option<Stage> {

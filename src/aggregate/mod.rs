@@ -252,6 +252,36 @@ pub struct StageSummary {
     pub bytes: u64,
     /// Per sample for loader stages, per step for the others.
     pub per_second: f64,
+    /// Mean of the middle spans, ms: the shortest and the longest [`TRIM_SHARE`] left out, so
+    /// one slow file or one preempted span does not move a per-image cost (from the
+    /// histogram, 2 significant digits). `None` in summaries written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trimmed_mean_ms: Option<f64>,
+}
+
+/// Share of spans left out at each end of a stage's trimmed mean.
+pub const TRIM_SHARE: f64 = 0.05;
+
+/// The mean of a histogram's values with the lowest and highest `trim` share of the count left
+/// out (at least one value kept). Pure.
+pub fn trimmed_mean(h: &Histogram<u64>, trim: f64) -> Option<f64> {
+    let n = h.len();
+    if n == 0 {
+        return None;
+    }
+    let cut = ((n as f64 * trim.clamp(0.0, 0.49)).floor() as u64).min((n - 1) / 2);
+    let (lo, hi) = (cut, n - cut);
+    let (mut rank, mut sum, mut kept) = (0u64, 0.0f64, 0u64);
+    for v in h.iter_recorded() {
+        let c = v.count_at_value();
+        let (a, b) = (rank.max(lo), (rank + c).min(hi));
+        rank += c;
+        if b > a {
+            sum += h.median_equivalent(v.value_iterated_to()) as f64 * (b - a) as f64;
+            kept += b - a;
+        }
+    }
+    (kept > 0).then(|| sum / kept as f64)
 }
 
 impl StageSummary {
@@ -290,6 +320,11 @@ pub struct StepSplit {
     /// [`STARTUP_COMPUTE_RATIO`] × the median of the others): left out of the figures above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_compute_ms: Option<f64>,
+    /// The workers changed after this step, too few steps ago ([`MIN_PHASE_STEPS`]) for the
+    /// new pipeline to be judged alone: the figures above cover the whole run, and a verdict
+    /// from them is provisional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_at: Option<u64>,
 }
 
 /// A first compute this many times the median of the next ones is a start-up one-off.
@@ -496,8 +531,10 @@ struct Phase {
     computes: u64,
 }
 
-/// Steps a phase after a workers change needs before the split describes it alone.
-pub const MIN_PHASE_STEPS: u64 = 3;
+/// Steps a phase after a workers change needs before the split describes it alone: a few
+/// steps (the workers reached 8 at step 21 of 24) are too short a window to judge by, and the
+/// split covers the whole run instead, with the change marked ([`StepSplit::changed_at`]).
+pub const MIN_PHASE_STEPS: u64 = 8;
 
 impl Phase {
     fn push(&mut self, s: &SpanRecord) {
@@ -860,6 +897,7 @@ impl Aggregator {
                 core_wait: (a.queue_wall_ns > 0).then(|| (a.queue_ns as f64 / a.queue_wall_ns as f64).min(1.0)),
                 bytes: a.bytes,
                 per_second: if elapsed_ns > 0 { a.count as f64 / secs(elapsed_ns) } else { 0.0 },
+                trimmed_mean_ms: trimmed_mean(&a.hist, TRIM_SHARE).map(|ns| ns / 1e6),
             })
             .collect();
         let wall = |s: Stage| self.stages[s.index()].wall_ns;
@@ -868,6 +906,7 @@ impl Aggregator {
         let first = self.first_wait_ns.unwrap_or(0);
         let per = |total: u64, n: u64| if n > 0 { ms(total) / n as f64 } else { 0.0 };
         let phase = self.phase.filter(|p| p.computes >= MIN_PHASE_STEPS && p.waits > 0);
+        let changed_at = self.phase.filter(|_| phase.is_none()).map(|p| p.first_step);
         let compute_agg = &self.stages[Stage::Compute.index()];
         let startup_compute = self
             .first_compute_ns
@@ -902,6 +941,7 @@ impl Aggregator {
             compute_share: share(compute_ms),
             from_step: phase.map(|p| p.first_step),
             startup_compute_ms: startup_compute.filter(|_| phase.is_none()).map(ms),
+            changed_at,
         };
         let loader_ns: u64 = Stage::ALL.iter().filter(|s| s.is_loader()).map(|s| wall(*s)).sum();
         let workers = self.settings.workers.max(1) as f64;
@@ -1003,6 +1043,32 @@ mod tests {
         st2.merge_json(&json!({"workers": 3, "framework": "pytorch", "pin_memory": true}));
         assert_eq!((st2.workers, st2.framework.as_str(), st2.pin_memory), (3, "pytorch", Some(true)));
         assert_eq!(st2.unreadable.len(), 1);
+    }
+
+    #[test]
+    fn the_trimmed_mean_leaves_the_slowest_and_fastest_spans_out() {
+        let h = |values: &[u64]| {
+            let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).unwrap();
+            values.iter().for_each(|v| h.record(*v).unwrap());
+            h
+        };
+        // 19 spans of 100 and one of 100 000: the mean is 5 095, the trimmed mean 100.
+        let mut v = vec![100u64; 19];
+        v.push(100_000);
+        let t = trimmed_mean(&h(&v), 0.05).unwrap();
+        assert!((t - 100.0).abs() < 1.0, "{t}");
+        // Too few values to trim: the plain mean (within the histogram's precision).
+        let t = trimmed_mean(&h(&[100, 300]), 0.05).unwrap();
+        assert!((t - 200.0).abs() < 2.0, "{t}");
+        assert_eq!(trimmed_mean(&h(&[]), 0.05), None);
+        // A whole stage: the summary carries it.
+        let mut a = Aggregator::new(RunSettings::default());
+        for (i, d) in v.iter().enumerate() {
+            a.push(&span(Stage::Decode, i as u64 * 1_000_000, *d, *d));
+        }
+        let s = a.summary();
+        let d = s.stages.iter().find(|x| x.is(Stage::Decode)).unwrap();
+        assert!(d.mean_ms > 0.005 && d.trimmed_mean_ms.is_some_and(|t| (t - 0.0001).abs() < 1e-5), "{d:?}");
     }
 
     #[test]
@@ -1296,10 +1362,13 @@ mod tests {
         steps(&mut a, 6, 90, 90);
         a.push(&Event::Workers { workers: 4, reason: "trying 4".into(), settled: false });
         steps(&mut a, 2, 0, 50);
-        assert_eq!(a.summary().split.from_step, None, "too few steps since the change: the run");
-        steps(&mut a, 3, 0, 0);
+        let short = a.summary().split;
+        assert_eq!(short.from_step, None, "too few steps since the change: the run");
+        assert_eq!(short.changed_at, Some(6), "the change is marked");
+        assert!(short.wait_ms > 50.0, "the whole run's waits, not the 2 steps': {short:?}");
+        steps(&mut a, MIN_PHASE_STEPS - 2, 0, 0);
         let s = a.summary().split;
-        assert_eq!(s.from_step, Some(6));
+        assert_eq!((s.from_step, s.changed_at), (Some(6), None));
         assert!(
             s.wait_ms.abs() < 1e-9 && (s.compute_ms - 10.0).abs() < 1e-9,
             "the refill after the change is left out: {s:?}"

@@ -32,7 +32,7 @@ mod source;
 pub use build::{build, BuildOptions, BuildReport};
 pub use format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, PIXELS_OFF, VERSION};
 pub use open::Packed;
-pub use source::{DataSource, SourceError};
+pub use source::{read_simulation_ignored, DataSource, SourceError};
 
 use anyhow::Context;
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 use super::{CacheError, Packed};
 use crate::data::image::hwc_to_chw;
 use crate::data::scan::{scan, Dataset, ScanError};
-use crate::data::simulate::extra_for;
+use crate::data::simulate::{Slow, Throttle};
 use crate::data::source::{LoadCtx, SampleSource};
 use crate::data::LoaderConfig;
 use probes::Stage;
@@ -39,21 +39,37 @@ impl SampleSource for Packed {
     /// One cached image: a slice of the mapped file converted straight into the batch (the
     /// `read` span covers the copy, which is also the u8 HWC → f32 CHW conversion; there is
     /// nothing to decode or resize). Cannot fail: every checksum was verified at open.
+    ///
+    /// `--throttle-read` and `--slow read=…` simulate the storage the image folder is on; the
+    /// packed cache is one local file (that is the advice), so they do not slow it
+    /// ([`read_simulation_ignored`]). `--slow decode/resize` have no stage here.
     fn load(&self, i: u32, ctx: &mut LoadCtx<'_>, out: &mut [f32]) -> Result<(), String> {
         let px = self.pixels(i as usize);
         let span = info_span!("read", step = ctx.step, sample = i, bytes = tracing::field::Empty);
         let _g = span.enter();
         span.record("bytes", px.len() as u64);
-        if let Some(link) = ctx.link {
-            link.read(px.len());
-        }
-        if let Some(s) = extra_for(&ctx.cfg.slow, Stage::Read) {
-            s.apply();
-        }
         let cfg = ctx.cfg;
         hwc_to_chw(px, cfg.channels, cfg.height as usize * cfg.width as usize, out);
         Ok(())
     }
+}
+
+/// What a packed cache says about read simulations given with it: `None` when there are
+/// none. They model slow storage under an image folder; the cache is a local file, so they are
+/// left out (the prediction for the cache, and `--check-advice`'s cache run, assume the same).
+pub fn read_simulation_ignored(throttle: Option<&Throttle>, slow: &[Slow]) -> Option<String> {
+    let mut what: Vec<String> = throttle.iter().map(|_| "--throttle-read".to_string()).collect();
+    what.extend(
+        slow.iter()
+            .filter(|s| s.stage == Stage::Read)
+            .map(|s| format!("--slow read=+{}ms", s.extra.as_secs_f64() * 1e3)),
+    );
+    (!what.is_empty()).then(|| {
+        format!(
+            "{} not applied: they simulate the storage of an image folder, and a packed cache is one local file",
+            what.join(", ")
+        )
+    })
 }
 
 /// What `--data` named: an image folder, or a packed cache.

@@ -4,7 +4,7 @@
 use super::classify::{Facts, OverheadWhy};
 use super::model::{per_s, Pipeline, LOCAL_READ_MS};
 use super::thresholds::*;
-use super::{Advice, Change, Flag, Limiter};
+use super::{gain_against_measured, Advice, Basis, Change, Flag, Limiter};
 use crate::units::{ms_spaced as ms, pct, rate};
 use probes::stage::Stage;
 
@@ -96,10 +96,12 @@ impl Facts<'_> {
             .filter(|s| f64::from(*s) >= STEAL_PCT)
             .map(|s| format!("; the hypervisor steals {s:.0}% (another guest: a larger or dedicated VM)"))
             .unwrap_or_default();
+        let gain = self.gain(&after);
         Some(Advice {
             action: format!("stop or lower the priority of {named} (nice -n 19), or train on a quieter machine"),
             change: Change::FreeCores,
-            predicted_speedup: self.gain(&after),
+            predicted_speedup: gain.map(|g| g.0),
+            basis: gain.map(|g| g.1),
             reason: format!(
                 "this run's threads wait for a core {} of the time they are ready to run while other programs keep {other_cores:.1} cores busy{steal}",
                 pct(self.core_wait_share())
@@ -107,8 +109,21 @@ impl Facts<'_> {
         })
     }
 
-    fn gain(&self, after: &Pipeline) -> Option<f64> {
-        self.p.speedup(after).filter(|g| *g >= MIN_GAIN)
+    /// The gain of `after` against today's measured rate (see [`gain_against_measured`]),
+    /// when it is worth advising.
+    fn gain(&self, after: &Pipeline) -> Option<(f64, Basis)> {
+        let now = self.now?;
+        let predicted = after.capacity().throughput();
+        let model_now = self.cap.throughput();
+        let (g, range) = gain_against_measured(now.rate, model_now, predicted)?;
+        let basis =
+            Basis { now: now.rate, from_step: now.from_step, to_step: now.to_step, predicted, model_now, range };
+        (g >= MIN_GAIN).then_some((g, basis))
+    }
+
+    /// Today's measured rate in words, for reasons.
+    fn now_words(&self) -> String {
+        self.now.map_or_else(|| rate(self.cap.throughput()), |n| rate(n.rate).replacen('≈', "", 1))
     }
 
     /// With the CPU device, what more workers take from compute.
@@ -129,37 +144,36 @@ impl Facts<'_> {
         let w = self.s.settings.workers.max(1);
         let cores = self.p.cores as usize;
         let max_n = if *limiter == Limiter::Io { cores * IO_WORKERS_PER_CORE } else { cores };
-        let now = self.cap.throughput();
         let candidates: Vec<(usize, f64)> =
             (w + 1..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
         let best = candidates.iter().map(|(_, x)| *x).fold(0.0, f64::max);
         let (n, x) = candidates.into_iter().find(|(_, x)| *x >= NEAR_BEST_SHARE * best)?;
-        let gain = self.gain(&self.p.with_workers(n))?;
+        let (gain, basis) = self.gain(&self.p.with_workers(n))?;
+        let now = self.now_words();
         let share = self.cores_shared_note();
         let reason = if *limiter == Limiter::Io {
             let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
             format!(
-                "each read is blocked {} off-CPU; {n} workers overlap the waits: {} instead of {} if the storage serves parallel reads at the same latency{share}",
+                "each read is blocked {} off-CPU; {n} workers overlap the waits: {} instead of {now} if the storage serves parallel reads at the same latency{share}",
                 ms(off),
-                rate(x),
-                rate(now)
+                rate(x)
             )
         } else {
             let c = self.p.loader_cpu_ms();
             let needed = c * self.cap.compute / 1000.0;
             format!(
-                "the loader needs {} of CPU per image: keeping up with the training loop ({}) needs {needed:.1} cores; {:.1} cores free: {} instead of {}{share}",
+                "the loader needs {} of CPU per image: keeping up with the training loop ({}) needs {needed:.1} cores; {:.1} cores free: {} instead of {now}{share}",
                 ms(c),
                 rate(self.cap.compute),
                 self.p.free_cores,
-                rate(x),
-                rate(now)
+                rate(x)
             )
         };
         Some(Advice {
             action: format!("raise loader workers {w} → {n}"),
             change: Change::Workers(n),
             predicted_speedup: Some(gain),
+            basis: Some(basis),
             reason,
         })
     }
@@ -181,10 +195,19 @@ impl Facts<'_> {
         let spike = w.p95_ms.max(w.max_ms.min(MAX_SPIKE_RATIO * w.p95_ms.max(w.mean_ms)));
         let depth = (self.s.settings.prefetch + (spike / busy_ms).ceil() as usize)
             .clamp(*PREFETCH_DEPTH.start(), *PREFETCH_DEPTH.end());
+        let basis = self.now.map(|n| Basis {
+            now: n.rate,
+            from_step: n.from_step,
+            to_step: n.to_step,
+            predicted: n.rate * gain,
+            model_now: self.cap.throughput(),
+            range: None,
+        });
         Some(Advice {
             action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),
             change: Change::Prefetch(depth),
             predicted_speedup: Some(gain),
+            basis,
             reason: format!(
                 "the loader keeps up on average ({} vs {} needed) but stalls: the median wait is {}, the mean {}, p95 {}; a deeper queue hides the stalls (at most {})",
                 rate(self.cap.loader()),
@@ -201,10 +224,12 @@ impl Facts<'_> {
         let fs = self.remote_fs()?;
         let r = self.p.stage(Stage::Read)?;
         let after = self.p.local_storage();
+        let gain = self.gain(&after);
         Some(Advice {
             action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
             change: Change::CopyLocal,
-            predicted_speedup: self.gain(&after),
+            predicted_speedup: gain.map(|g| g.0),
+            basis: gain.map(|g| g.1),
             reason: format!(
                 "each read is blocked {} off-CPU on {}; a local disk answers in about {} or less: {}",
                 ms(r.blocked_ms()),
@@ -217,7 +242,7 @@ impl Facts<'_> {
 
     fn cache_advice(&self) -> Option<Advice> {
         let after = self.p.cached();
-        let gain = self.gain(&after)?;
+        let (gain, basis) = self.gain(&after)?;
         let gone: f64 = self
             .p
             .loader
@@ -244,6 +269,7 @@ impl Facts<'_> {
             action: action.into(),
             change,
             predicted_speedup: Some(gain),
+            basis: Some(basis),
             reason: format!(
                 "removes read, decode and resize ({} per image) for a memory copy: the loader could supply {}, training takes {}",
                 ms(gone),
@@ -260,13 +286,14 @@ impl Facts<'_> {
             return None;
         }
         let after = self.p.pre_resized();
-        let gain = self.gain(&after)?;
+        let (gain, basis) = self.gain(&after)?;
         let decode = self.p.stage(Stage::Decode).map_or(0.0, |d| d.wall_ms);
         let [_, height, width] = self.s.settings.input;
         Some(Advice {
             action: format!("pre-resize the images offline to {width}×{height} (e.g. JPEG quality 90)"),
             change: Change::PreResize { width, height },
             predicted_speedup: Some(gain),
+            basis: Some(basis),
             reason: format!(
                 "resize costs {} and decode {} per image; at the input size resize nearly vanishes and decode is assumed to halve (it follows the pixel count, unknown here). PNG→JPEG alone decodes about as fast at the same size: the gain is the smaller images",
                 ms(resize.wall_ms),
@@ -278,11 +305,12 @@ impl Facts<'_> {
     fn augment_advice(&self) -> Option<Advice> {
         let aug = self.p.stage(Stage::Augment)?;
         let after = self.p.without_augment();
-        let gain = self.gain(&after)?;
+        let (gain, basis) = self.gain(&after)?;
         Some(Advice {
             action: "make augmentation cheaper (fewer or simpler transforms: flips cost far less than rotation/zoom/shear) or run it on the device on whole batches".into(),
             change: Change::CheaperAugment,
             predicted_speedup: Some(gain),
+            basis: Some(basis),
             reason: format!(
                 "augment costs {} per image ({} on-CPU) in the loader; without it the loader could supply {}, training takes {}",
                 ms(aug.wall_ms),
@@ -295,11 +323,12 @@ impl Facts<'_> {
 
     fn u8_advice(&self) -> Option<Advice> {
         let after = self.p.u8_transfer();
-        let gain = self.gain(&after)?;
+        let (gain, basis) = self.gain(&after)?;
         Some(Advice {
             action: "send batches as u8 and convert to f32 on the device".into(),
             change: Change::U8Batches,
             predicted_speedup: Some(gain),
+            basis: Some(basis),
             reason: format!(
                 "f32 pixels are 4× the bytes of u8: transfer {} → about {} per step if copy time follows bytes",
                 ms(self.p.transfer_ms),
@@ -313,6 +342,7 @@ impl Facts<'_> {
         let nb = b * BATCH_GROWTH;
         let after = self.p.with_batch(nb);
         let gain = after.as_ref().and_then(|a| self.gain(a));
+        let (gain, basis) = (gain.map(|g| g.0), gain.map(|g| g.1));
         if after.is_some() && gain.is_none() {
             return None;
         }
@@ -336,6 +366,7 @@ impl Facts<'_> {
             action: format!("raise the batch size {b} → {nb}"),
             change: Change::BatchSize(nb),
             predicted_speedup: gain,
+            basis,
             reason,
         })
     }
@@ -351,6 +382,7 @@ impl Facts<'_> {
             action: "or stay on the CPU".into(),
             change: Change::UseDevice("cpu".into()),
             predicted_speedup: None,
+            basis: None,
             reason: format!(
                 "per-step overhead dominates ({} of compute per step): kernel launches and device syncs cost the same for a tiny model, and a CPU step has none",
                 ms(self.p.compute_ms)
@@ -366,6 +398,7 @@ impl Facts<'_> {
                 action: "check that training really runs on the GPU".into(),
                 change: Change::CheckDevice,
                 predicted_speedup: None,
+                basis: None,
                 reason: format!(
                     "device is {} but NVML never saw this process on {gpus} (containers may hide processes from NVML)",
                     self.s.settings.device
@@ -386,6 +419,7 @@ impl Facts<'_> {
             action: format!("train on the GPU ({gpus})"),
             change: Change::UseDevice("cuda".into()),
             predicted_speedup: None,
+            basis: None,
             reason: format!("{why} (needs a build with --features cuda)"),
         }
     }

@@ -1,7 +1,7 @@
 //! Classification: the facts every rule reads, the limiter, the severity and the flags. No words
 //! here: [`super::evidence`] and [`super::advice`] explain what this module decided.
 
-use super::model::{is_cpu_device, Capacity, Pipeline};
+use super::model::{is_cpu_device, per_s, Capacity, Pipeline};
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
@@ -16,6 +16,49 @@ pub(super) enum OverheadWhy {
     FixedCost(f64),
     /// The GPU in use is busy this % on average while the loop does not wait.
     LowGpu(f64),
+}
+
+/// Today's rate as measured: images per step over the steady state's mean step time, and the
+/// steps that steady state covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Now {
+    pub rate: f64,
+    pub from_step: u64,
+    pub to_step: u64,
+}
+
+/// The measured rate of a summary's steady state, or `None` before a step is measured. Pure.
+///
+/// After a change of workers (`from_step`): images per step over that pipeline's mean step
+/// (wait + transfer + compute). Otherwise the whole run's images over its time, from the first
+/// wait, less a one-off first compute's excess over a typical one (a compile, a warm-up). The
+/// first wait stays in: the loader was working to fill the queue, and leaving it out would
+/// credit the run with batches made before its clock started (with 8 workers, 8 batches).
+pub fn measured_now(s: &Summary) -> Option<Now> {
+    let sp = &s.split;
+    if s.steps == 0 {
+        return None;
+    }
+    let ok = |x: f64| x.is_finite() && x > 0.0;
+    if let Some(k) = sp.from_step {
+        let per_step =
+            if s.images > 0 { s.images as f64 / s.steps as f64 } else { s.settings.batch_size.max(1) as f64 };
+        return ok(sp.mean_step_ms).then(|| Now {
+            rate: per_s(per_step, sp.mean_step_ms),
+            from_step: (k + 1).min(s.steps),
+            to_step: s.steps,
+        });
+    }
+    if !ok(s.images_per_s) {
+        return None;
+    }
+    if s.images == 0 {
+        return Some(Now { rate: s.images_per_s, from_step: 1, to_step: s.steps });
+    }
+    let run_ms = s.images as f64 / s.images_per_s * 1000.0;
+    let one_off = sp.startup_compute_ms.map_or(0.0, |f| (f - sp.compute_ms).max(0.0));
+    let ms = if run_ms - one_off > 0.0 { run_ms - one_off } else { run_ms };
+    Some(Now { rate: per_s(s.images as f64, ms), from_step: 1, to_step: s.steps })
 }
 
 /// Everything the rules read, computed once.
@@ -35,6 +78,8 @@ pub(super) struct Facts<'a> {
     pub overhead: Option<OverheadWhy>,
     /// Cores other programs kept busy, typically (median), when sampled.
     pub other_cores: Option<f64>,
+    /// Today's measured rate: what every predicted gain is against.
+    pub now: Option<Now>,
 }
 
 /// A stage's statistics, when it has at least one span.
@@ -80,6 +125,7 @@ impl<'a> Facts<'a> {
             process_cpu: m.process_cpu_mean_pct.map(f64::from),
             wait: measured(s, Stage::Wait),
             overhead: None,
+            now: measured_now(s),
             other_cores: m.other_cores_median.map(f64::from).or_else(|| {
                 let (p, g) = (m.process_cpu_mean_pct?, m.global_cpu_mean_pct?);
                 (m.cores > 0).then(|| (f64::from(g) / 100.0 * m.cores as f64 - f64::from(p) / 100.0).max(0.0))
@@ -129,6 +175,14 @@ impl<'a> Facts<'a> {
             ms: fixed,
             share: fixed / compute,
         })
+    }
+
+    /// How far the model's estimate of today's rate is off the measured one (model / measured
+    /// − 1), when both are known.
+    pub fn model_off(&self) -> Option<f64> {
+        let now = self.now?.rate;
+        let m = self.cap.throughput();
+        (m.is_finite() && m > 0.0 && now > 0.0).then(|| m / now - 1.0)
     }
 
     /// The model says the loader outpaces the training loop on average.

@@ -20,6 +20,16 @@ pub(super) fn provisional(headline: &str, steps: u64) -> String {
     format!("Provisional after {steps} steps of ≥ {:.0} s (firm from {MIN_STEPS}): {headline}", EARLY_STEP_MS / 1000.0)
 }
 
+/// A verdict over the whole run because the workers changed too recently to judge the new
+/// pipeline alone.
+pub(super) fn provisional_after_change(headline: &str, changed_at: u64, steps: u64, workers: usize) -> String {
+    format!(
+        "Provisional: the workers changed to {workers} after step {changed_at}, only {} steps before the end (a steady state needs {}): the figures cover the whole run. {headline}",
+        steps.saturating_sub(changed_at),
+        crate::aggregate::MIN_PHASE_STEPS
+    )
+}
+
 pub(super) fn not_enough_headline(steps_needed: u64) -> String {
     if steps_needed > 0 {
         format!("collecting… {steps_needed} more steps needed for a verdict")
@@ -53,12 +63,13 @@ impl Facts<'_> {
             String::new()
         };
         format!(
-            "model: {} {} {}, the training loop could take {}{shared}; measured {:.1} images/s",
+            "model: {} {} {}, the training loop could take {}{shared}; measured {:.1} images/s{}",
             plural(w, "loader worker"),
             if w == 1 { "supplies" } else { "supply" },
             rate(self.cap.loader()),
             rate(self.cap.compute),
-            self.s.images_per_s
+            self.now.map_or(self.s.images_per_s, |n| n.rate),
+            self.now.map(|n| format!(" (steps {}–{})", n.from_step, n.to_step)).unwrap_or_default()
         )
     }
 
@@ -248,9 +259,38 @@ impl Facts<'_> {
                 ms(self.p.compute_cpu_ms_per_image)
             ));
         }
+        if let Some(line) = self.model_off_line() {
+            // What every predicted gain rests on: on the model's line where there is one, else
+            // its own line within the cap, before the contention finding.
+            if let Some(l) = ev.iter_mut().find(|l| l.starts_with("model: ")) {
+                l.push_str(&format!("; {line}"));
+            } else {
+                let keep_last = usize::from(self.contended());
+                if ev.len() >= MAX_EVIDENCE {
+                    ev.remove(MAX_EVIDENCE - 1 - keep_last);
+                }
+                ev.insert(ev.len() - keep_last.min(ev.len()), line);
+            }
+        }
         ev.retain(|l| !l.is_empty());
         ev.truncate(MAX_EVIDENCE);
         ev
+    }
+
+    /// When the model's estimate of today's rate is off the measured one by more than
+    /// [`MODEL_OFF_SHARE`]: how far, and that the predictions are ranges.
+    fn model_off_line(&self) -> Option<String> {
+        let off = self.model_off().filter(|o| o.abs() > MODEL_OFF_SHARE)?;
+        let now = self.now?;
+        Some(format!(
+            "the capacity model puts today's rate at {}, {:+.0}% off the measured {:.1} images/s (steps {}–{}; more than ±{}): predicted gains are ranges, from the model's rate after the change over the measured rate to it over the model's own",
+            rate(self.cap.throughput()),
+            off * 100.0,
+            now.rate,
+            now.from_step,
+            now.to_step,
+            pct(MODEL_OFF_SHARE)
+        ))
     }
 
     /// On an input-bound GPU run: how idle the GPU was while the loop waited (NVML's

@@ -123,10 +123,21 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
     }
     let saved_s = sp.startup_wait_ms / 1000.0 * (epochs - 1.0);
     let gain = s.elapsed_s / (s.elapsed_s - saved_s).max(f64::MIN_POSITIVE);
+    // Against the whole run's measured rate: the restarts are spread over every epoch.
+    let now = s.images as f64 / s.elapsed_s;
+    let basis = (now.is_finite() && now > 0.0 && s.steps > 0).then_some(super::Basis {
+        now,
+        from_step: 1,
+        to_step: s.steps,
+        predicted: now * gain,
+        model_now: now,
+        range: None,
+    });
     Some(Advice {
         action: "keep the DataLoader's workers between epochs".into(),
         change: Change::Code("DataLoader(..., persistent_workers=True)".into()),
         predicted_speedup: (gain >= super::thresholds::MIN_GAIN).then_some(gain),
+        basis,
         reason: format!(
             "the first batch waited {:.0} ms while {} workers started; without persistent workers each of the {} epochs starts them again",
             sp.startup_wait_ms, st.workers, epochs
@@ -159,6 +170,7 @@ mod tests {
             change,
             predicted_speedup: Some(2.0),
             reason: "why (needs a build with --features cuda)".into(),
+            basis: None,
         }
     }
 

@@ -45,9 +45,14 @@
 //! # Predicted gains
 //! [`model`]: throughput = min(workers / loader wall per image, free cores / loader CPU per
 //! image, on a CPU device free cores / (loader + compute CPU per image), batch / (transfer +
-//! compute per step)). An action rebuilds the pipeline with one change and predicts the ratio
-//! of throughputs; advice is given when the gain is ≥ [`MIN_GAIN`], or when no number can be
-//! predicted but the action is still the fix (use the GPU, a tiny model's bigger batch).
+//! compute per step)). An action rebuilds the pipeline with one change; its gain is the model's
+//! throughput after the change over the **measured** rate now ([`measured_now`]: the steady
+//! state, steps a–b), never over the model's own estimate of today ([`gain_against_measured`]).
+//! Where that estimate is off the measured rate by more than [`MODEL_OFF_SHARE`], the evidence
+//! says so and the gain is a range ([`Basis::range`]). Advice is given when the gain is ≥
+//! [`MIN_GAIN`], or when no number can be predicted but the action is still the fix (use the
+//! GPU, a tiny model's bigger batch). Stage costs are trimmed means; on the CPU device an
+//! input-bound run's compute step is taken as the pool's CPU time per step (hot, fed).
 //!
 //! Actions and what they change: `--workers N` (N up to the cores; up to 4 per core for I/O,
 //! whose waits need no core); packed cache (read becomes a memory copy, decode and resize
@@ -74,6 +79,7 @@ pub mod thresholds;
 pub use advice::CACHE_FILE;
 pub use thresholds::*;
 
+pub use classify::{measured_now, Now};
 pub use diagnosed::Diagnosed;
 
 use crate::aggregate::Summary;
@@ -195,6 +201,46 @@ pub struct Advice {
     pub predicted_speedup: Option<f64>,
     /// Why this should help, with the number behind the prediction.
     pub reason: String,
+    /// What the predicted gain is measured against: today's measured rate and the model's rate
+    /// after the change. `None` for advice whose gain is not the capacity model's.
+    pub basis: Option<Basis>,
+}
+
+/// A predicted gain and what it stands on: `predicted_speedup` = `predicted` / `now`, never
+/// over the model's own estimate of today's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Basis {
+    /// Images/s measured now, over the steady state (steps `from_step`–`to_step`: after the
+    /// start-up and the last change of workers).
+    pub now: f64,
+    pub from_step: u64,
+    pub to_step: u64,
+    /// Images/s the model predicts after the change.
+    pub predicted: f64,
+    /// The model's own estimate of today's rate, images/s.
+    pub model_now: f64,
+    /// Where the model's estimate of today is off the measured rate by more than
+    /// [`MODEL_OFF_SHARE`]: the gain as a range (low, high), whose ends read the prediction
+    /// against the measured rate and against the model's.
+    pub range: Option<(f64, f64)>,
+}
+
+/// The gain of a change from the model's rates before (`model_now`) and after (`after`) and
+/// the measured rate today (`now`): after over measured, and a range when the model's today is
+/// off the measured by more than [`MODEL_OFF_SHARE`]: from after/measured to after/model (the
+/// model may be as far off after the change as before). `None` without three finite, positive
+/// rates. Pure.
+pub fn gain_against_measured(now: f64, model_now: f64, after: f64) -> Option<(f64, Option<(f64, f64)>)> {
+    let ok = |x: f64| x.is_finite() && x > 0.0;
+    if !(ok(now) && ok(after)) {
+        return None;
+    }
+    let g = after / now;
+    if !ok(model_now) || (model_now / now - 1.0).abs() <= MODEL_OFF_SHARE {
+        return Some((g, None));
+    }
+    let other = after / model_now;
+    Some((g, Some((g.min(other), g.max(other)))))
 }
 
 /// [`Advice`] as the summary JSON stores it.
@@ -204,6 +250,8 @@ struct AdviceJson {
     command: Option<String>,
     predicted_speedup: Option<f64>,
     reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    basis: Option<Basis>,
 }
 
 impl From<Advice> for AdviceJson {
@@ -213,6 +261,7 @@ impl From<Advice> for AdviceJson {
             action: a.action,
             predicted_speedup: a.predicted_speedup,
             reason: a.reason,
+            basis: a.basis,
         }
     }
 }
@@ -224,7 +273,33 @@ impl From<AdviceJson> for Advice {
             change: Change::Saved(a.command),
             predicted_speedup: a.predicted_speedup,
             reason: a.reason,
+            basis: a.basis,
         }
+    }
+}
+
+impl Advice {
+    /// "now 1322 images/s (measured over steps 2–30) → predicted 2217 images/s (×1.68)", with
+    /// a range where the model is off today's rate; the bare gain for advice with no basis.
+    pub fn gain_words(&self) -> Option<String> {
+        let Some(b) = &self.basis else {
+            return self.predicted_speedup.map(|g| format!("≈{g:.1}× images/s"));
+        };
+        let g = self.predicted_speedup?;
+        let then = match b.range {
+            Some((lo, hi)) => format!(
+                "predicted {}–{} (×{lo:.1}–{hi:.1}: the model is off today's rate)",
+                crate::units::rate(lo * b.now).trim_end_matches(" images/s"),
+                crate::units::rate(hi * b.now).trim_start_matches('≈')
+            ),
+            None => format!("predicted {} (×{g:.1})", crate::units::rate(b.predicted)),
+        };
+        Some(format!(
+            "now {} (measured over steps {}–{}) → {then}",
+            crate::units::rate(b.now).replacen('≈', "", 1),
+            b.from_step,
+            b.to_step
+        ))
     }
 }
 
@@ -252,8 +327,11 @@ pub fn diagnose(s: &Summary) -> Verdict {
     let sp = &s.split;
     let measured = sp.mean_step_ms.is_finite() && sp.mean_step_ms > 0.0;
     // Slow steps answer early: three 4-second steps say as much as five.
-    let provisional = sp.steps < MIN_STEPS && sp.steps >= EARLY_STEPS && sp.mean_step_ms >= EARLY_STEP_MS;
-    let limiter = if (sp.steps < MIN_STEPS && !provisional) || !measured {
+    let early = sp.steps < MIN_STEPS && sp.steps >= EARLY_STEPS && sp.mean_step_ms >= EARLY_STEP_MS;
+    // A change of workers too recent to judge the new pipeline alone: the whole run decides,
+    // and says so.
+    let provisional = early || sp.changed_at.is_some();
+    let limiter = if (sp.steps < MIN_STEPS && !early) || !measured {
         Limiter::NotEnoughData { steps_needed: MIN_STEPS.saturating_sub(sp.steps) }
     } else {
         f.limiter()
@@ -272,7 +350,11 @@ pub fn diagnose(s: &Summary) -> Verdict {
     }
     let headline = f.headline(&limiter);
     Verdict {
-        headline: if provisional { evidence::provisional(&headline, sp.steps) } else { headline },
+        headline: match sp.changed_at {
+            Some(k) => evidence::provisional_after_change(&headline, k, sp.steps, s.settings.workers),
+            None if early => evidence::provisional(&headline, sp.steps),
+            None => headline,
+        },
         provisional,
         evidence: f.evidence(&limiter),
         advice: frameworks::in_user_terms(f.advice(&limiter, &flags), s),

@@ -17,6 +17,7 @@
 //! throughputs, so the model's constant errors cancel.
 
 use super::classify::measured;
+use super::thresholds::OTHER_CORES;
 use crate::aggregate::Summary;
 use probes::stage::Stage;
 
@@ -95,6 +96,78 @@ pub struct Pipeline {
     pub compute_cpu_ms_per_image: f64,
     /// Bytes of one decoded input image (C×H×W, u8), for the packed cache.
     pub input_bytes: f64,
+    /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind other
+    /// programs, per step, ms (see [`compute_core_wait`]): freeing the cores gives it back.
+    pub compute_wait_others_ms: f64,
+}
+
+/// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
+/// mean.
+pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
+    x.trimmed_mean_ms.filter(|t| t.is_finite()).unwrap_or(x.mean_ms).max(0.0)
+}
+
+/// Host samples a compute thread needs before its CPU time per step is trusted: its counters
+/// are read at each sample, so the steps after the last one are not in them.
+pub const MIN_WORK_SAMPLES: u64 = 3;
+
+/// How much the compute pool's threads overlap in a hot step: the pool's CPU per step over the
+/// step. Calibrated on the 2-core development machine (`scripts/calibrate.sh`): the built-in
+/// model, compute-bound, spends 30.7 ms of pool CPU in a 23.0 ms step (1.33); the light
+/// calibration model's cached runs 2.4 ms of pool CPU (measured cold) in 2.1 ms (1.14).
+pub const POOL_OVERLAP: f64 = 1.25;
+
+/// CPU device: what a compute step costs when it runs back to back (hot), ms, from the
+/// threads' schedstat: the compute pool's (`compute-N`) CPU per step over [`POOL_OVERLAP`];
+/// where the pool hardly ran (under a quarter of the training thread's CPU: a tiny model's ops
+/// stay on the calling thread), the training thread's, less its transfer (`transfer_ms`). A
+/// step measured between waits for data is longer (threads wake, caches refill). `None`
+/// without those threads, or with fewer than [`MIN_WORK_SAMPLES`] samples of them.
+pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
+    let threads: Vec<_> =
+        s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train").collect();
+    if threads.is_empty() || s.steps == 0 || threads.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
+        return None;
+    }
+    let per_step = |ns: u64| ns as f64 / 1e6 / s.steps as f64;
+    let pool: Vec<_> = threads.iter().filter(|t| t.name != "train").collect();
+    let pool_ms = per_step(pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum()) / POOL_OVERLAP;
+    let train_ms = per_step(threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum());
+    let ms = if pool_ms * POOL_OVERLAP * 4.0 >= train_ms { pool_ms } else { train_ms - transfer_ms.max(0.0) };
+    (ms > 0.0).then_some(ms)
+}
+
+/// CPU device: how much of a compute step (`compute_ms`) was waiting for a core behind other
+/// programs, ms per step. The compute pool's threads (`compute-N`) waited a share `w` of the
+/// time they were ready to run (their schedstat, from the sampler); that share of the step,
+/// but never below the compute's own CPU time per step ([`compute_work_ms`]), is split between
+/// the competitors by the cores each kept busy: other programs' (the median sampled), the
+/// loader's (its CPU per image × the measured rate) and compute's own threads'. 0 when not
+/// sampled.
+pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
+    let (mut wait, mut cpu, mut cores_used) = (0u64, 0u64, 0.0f64);
+    for t in s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train") {
+        cores_used += f64::from(t.cpu_mean_pct) / 100.0;
+        if let (Some(w), Some(c)) = (t.core_wait_ns, t.sched_cpu_ns) {
+            if t.name.starts_with("compute") {
+                wait = wait.saturating_add(w);
+                cpu = cpu.saturating_add(c);
+            }
+        }
+    }
+    if wait == 0 || compute_ms <= 0.0 {
+        return 0.0;
+    }
+    let share = wait as f64 / (wait + cpu) as f64;
+    let loader = p.loader_cpu_ms() * s.images_per_s.max(0.0) / 1000.0;
+    let others = (p.cores - p.free_cores).max(0.0);
+    let all = loader + others + cores_used;
+    if all <= 0.0 {
+        return 0.0;
+    }
+    let work_ms = compute_work_ms(s, p.transfer_ms).unwrap_or(cpu as f64 / 1e6 / s.steps.max(1) as f64);
+    let stretch = (compute_ms * share).min((compute_ms - work_ms).max(0.0));
+    stretch * others / all
 }
 
 /// Images/s each side of the pipeline can sustain.
@@ -178,18 +251,20 @@ impl Pipeline {
             }
             _ => cores,
         };
-        let loader = LOADER_STAGES
+        let loader: Vec<StageCost> = LOADER_STAGES
             .iter()
             .filter_map(|&stage| {
                 let x = measured(s, stage)?;
                 let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
                 let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
                 let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
+                // The typical image's cost: one slow file does not move it.
+                let wall = robust_ms(x);
                 Some(StageCost {
                     stage,
-                    wall_ms: x.mean_ms.max(0.0),
-                    on_cpu_ms: x.mean_ms.max(0.0) * share,
-                    core_wait_ms: x.mean_ms.max(0.0) * waiting,
+                    wall_ms: wall,
+                    on_cpu_ms: wall * share,
+                    core_wait_ms: wall * waiting,
                     measured: x.on_cpu.is_some(),
                 })
             })
@@ -197,7 +272,7 @@ impl Pipeline {
         let cpu_device = is_cpu_device(&st.device);
         let batch = st.batch_size.max(1) as f64;
         let optimizer_ms = measured(s, Stage::Optimizer).map(|x| x.mean_ms);
-        let compute_cpu_ms_per_image = if cpu_device {
+        let mut compute_cpu_ms_per_image = if cpu_device {
             // The compute pool and the train thread: their mean CPU use × the step time.
             let cores_used: f64 = m
                 .threads
@@ -215,19 +290,45 @@ impl Pipeline {
         } else {
             0.0
         };
-        Pipeline {
+        // The step's parts from the steady state; over the whole run (no change of workers),
+        // trimmed means, which leave a one-off first step and the odd preempted one out.
+        let step_part = |stage: Stage, split_ms: f64| match (s.split.from_step, measured(s, stage)) {
+            (None, Some(x)) => robust_ms(x).min(split_ms.max(0.0)),
+            _ => split_ms.max(0.0),
+        };
+        let mut compute_ms = step_part(Stage::Compute, s.split.compute_ms);
+        let others_cores = (cores - free_cores).max(0.0);
+        if cpu_device && s.split.wait_share >= super::thresholds::MODERATE_WAIT_SHARE && others_cores < OTHER_CORES {
+            // Steps that wait for data compute cold (the pool's threads wake, caches refill) and
+            // behind the loader's threads: a change that feeds the loop faster gets the hot
+            // step, about the compute's own CPU time per step. Not while other programs hold
+            // cores: they keep taking what they took, and the step measured stays.
+            if let Some(work) = compute_work_ms(s, step_part(Stage::Transfer, s.split.transfer_ms)) {
+                if work < compute_ms {
+                    // Its CPU per image was measured cold too: it shrinks with the step.
+                    compute_cpu_ms_per_image *= work / compute_ms;
+                    compute_ms = work;
+                }
+            }
+        }
+        let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
             cores,
             free_cores,
             cpu_device,
             batch,
             loader,
-            transfer_ms: s.split.transfer_ms.max(0.0),
-            compute_ms: s.split.compute_ms.max(0.0),
+            transfer_ms: step_part(Stage::Transfer, s.split.transfer_ms),
+            compute_ms,
             optimizer_ms,
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
+            compute_wait_others_ms: 0.0,
+        };
+        if cpu_device {
+            p.compute_wait_others_ms = compute_core_wait(s, &p, compute_ms);
         }
+        p
     }
 
     /// Loader wall time per image, ms.
@@ -333,6 +434,8 @@ impl Pipeline {
             x.core_wait_ms = 0.0;
         }
         p.free_cores = (p.free_cores + other_cores.max(0.0)).min(p.cores);
+        p.compute_ms = (p.compute_ms - p.compute_wait_others_ms).max(0.0);
+        p.compute_wait_others_ms = 0.0;
         p
     }
 

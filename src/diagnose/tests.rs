@@ -24,6 +24,7 @@ fn stage(name: &str, mean_ms: f64, on_cpu: Option<f64>, count: u64) -> StageSumm
         core_wait: None,
         bytes: 0,
         per_second: 0.0,
+        trimmed_mean_ms: None,
     }
 }
 
@@ -78,6 +79,7 @@ impl B {
             startup_wait_ms: 0.0,
             from_step: None,
             startup_compute_ms: None,
+            changed_at: None,
         };
         self.0.images_per_s = self.0.settings.batch_size as f64 * 1000.0 / total;
         self.0.elapsed_s = total * steps as f64 / 1000.0;
@@ -363,8 +365,8 @@ fn large_transfer_share_gives_transfer_verdict() {
     let v = transfer_bound().verdict();
     assert_eq!(v.limiter, Limiter::Transfer, "{v:#?}");
     let u8 = v.advice.iter().find(|a| a.action.contains("u8")).and_then(|a| a.predicted_speedup).unwrap_or(0.0);
-    // Transfer 30 → 7.5 ms next to 40 ms compute.
-    assert!((u8 - 70.0 / 47.5).abs() < 0.01, "{u8}");
+    // Transfer 30 → 7.5 ms next to 40 ms compute, against the measured 71 ms step.
+    assert!((u8 - 71.0 / 47.5).abs() < 0.01, "{u8}");
 }
 
 #[test]
@@ -380,7 +382,8 @@ fn tiny_compute_per_step_gives_overhead_with_bigger_batch_advice() {
     assert!(v.flags.contains(&Flag::TinyModel));
     // Optimizer 1 ms stays, forward+backward 1 ms and transfer 0.1 ms grow 4×.
     let g = speedup_of(&v, "--batch-size 128").unwrap_or(0.0);
-    let want = (128.0 / 5.4) / (32.0 / 2.1);
+    // Against the measured step (2.12 ms, the 0.02 ms wait included), not the model's 2.1 ms.
+    let want = (128.0 / 5.4) / (32.0 / 2.12);
     assert!((g - want).abs() < 0.01, "{g} vs {want}");
 }
 
@@ -602,9 +605,10 @@ fn cache_removes_read_decode_and_resize() {
     let c = p.cached();
     assert!(c.loader_wall_ms() < 0.01, "{}", c.loader_wall_ms());
     let v = preprocess_one_worker().verdict();
-    // Loader 10.2 ms → 0.006 ms per image: the 22 ms step becomes the limit.
+    // Loader 10.2 ms → 0.006 ms per image: the 22 ms step becomes the limit, against the
+    // measured 322 ms step.
     let g = speedup_of(&v, "pipeprof cache").unwrap_or(0.0);
-    let want = (32.0 / 0.022) / (1.0 / 0.0102);
+    let want = (32.0 / 0.022) / (32.0 / 0.322);
     assert!((g - want).abs() / want < 0.01, "{g} vs {want}");
 }
 
@@ -655,7 +659,7 @@ fn advice_json_keeps_the_command_string_and_reads_back_as_saved() {
     let workers = v.advice.iter().find(|a| a.change == Change::Workers(2)).expect("workers advice");
     let json = serde_json::to_value(workers).unwrap();
     let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["action", "command", "predicted_speedup", "reason"]);
+    assert_eq!(keys, ["action", "basis", "command", "predicted_speedup", "reason"]);
     assert_eq!(json["command"], "--workers 2");
     let back: Advice = serde_json::from_value(json).unwrap();
     assert_eq!(back.change, Change::Saved(Some("--workers 2".into())));
@@ -964,4 +968,140 @@ fn a_stall_is_flagged_with_thread_stage_file_and_time_even_before_the_first_step
         left.starts_with("loader-0 was still reading a/zz_pipe.png after 45 s when the run ended: left behind"),
         "{left}"
     );
+}
+
+// ---- gains against measurement ----
+
+#[test]
+fn a_gain_is_the_models_rate_after_over_the_measured_rate_now() {
+    // (measured now, model's now, model's after) → (gain, range)
+    type Row = (f64, f64, f64, Option<(f64, Option<(f64, f64)>)>);
+    let table: [Row; 8] = [
+        // The model agrees with the measurement: the point, no range.
+        (100.0, 100.0, 300.0, Some((3.0, None))),
+        // Off by 20% (within ±25%): still a point, and over the measured rate, not the model's.
+        (100.0, 120.0, 300.0, Some((3.0, None))),
+        (100.0, 80.0, 300.0, Some((3.0, None))),
+        // The case: the model put today at 121 images/s, 23.4 were measured: ≈7.9×
+        // against the measurement, widened down to 1.5× (the model's own ratio).
+        (23.4, 121.0, 185.0, Some((185.0 / 23.4, Some((185.0 / 121.0, 185.0 / 23.4))))),
+        // The model under-estimates today: the range goes up from the measured ratio.
+        (200.0, 100.0, 400.0, Some((2.0, Some((2.0, 4.0))))),
+        // No model estimate of today: the point against the measurement.
+        (100.0, f64::INFINITY, 150.0, Some((1.5, None))),
+        // Nothing measured, or no prediction: nothing.
+        (0.0, 100.0, 300.0, None),
+        (100.0, 100.0, f64::NAN, None),
+    ];
+    for (now, model_now, after, want) in table {
+        let got = gain_against_measured(now, model_now, after);
+        match (got, want) {
+            (Some((g, r)), Some((wg, wr))) => {
+                assert!((g - wg).abs() < 1e-9, "{now} {model_now} {after}: {g} vs {wg}");
+                match (r, wr) {
+                    (None, None) => {}
+                    (Some((lo, hi)), Some((wlo, whi))) => {
+                        assert!((lo - wlo).abs() < 1e-9 && (hi - whi).abs() < 1e-9, "{lo}–{hi} vs {wlo}–{whi}")
+                    }
+                    other => panic!("{now} {model_now} {after}: range {other:?}"),
+                }
+            }
+            (None, None) => {}
+            other => panic!("{now} {model_now} {after}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn every_predicted_gain_is_against_the_measured_rate_and_says_so() {
+    for b in
+        [io_bound(), preprocess_one_worker(), transfer_bound(), tiny_model(), io_bound().fs(FsKind::Fuse, "fuse.x")]
+    {
+        let v = b.verdict();
+        let measured = b.0.images_per_s;
+        for a in v.advice.iter().filter(|a| a.predicted_speedup.is_some()) {
+            let basis = a.basis.unwrap_or_else(|| panic!("no basis: {a:?}"));
+            let g = a.predicted_speedup.unwrap_or_default();
+            assert!((basis.now - measured).abs() < 1e-6, "now {} vs measured {measured}", basis.now);
+            assert!((g - basis.predicted / basis.now).abs() < 1e-9, "{a:?}");
+            let words = a.gain_words().unwrap_or_default();
+            assert!(words.starts_with("now ") && words.contains("(measured over steps 1–50) → predicted"), "{words}");
+        }
+    }
+}
+
+#[test]
+fn a_model_off_todays_rate_says_so_and_gives_ranges() {
+    // The same pipeline measured at half the rate the model gives it (another program took
+    // the cores between samples, say): the model's today is off by +100%.
+    let mut b = preprocess_one_worker();
+    b.0.images_per_s /= 2.0;
+    let v = b.verdict();
+    assert!(v.evidence.iter().any(|e| e.contains("off the measured") && e.contains("ranges")), "{:#?}", v.evidence);
+    let cache = v.advice.iter().find(|a| matches!(a.change, Change::Cache { .. })).expect("cache advice");
+    let basis = cache.basis.expect("basis");
+    let (lo, hi) = basis.range.expect("a range, not a point");
+    let g = cache.predicted_speedup.unwrap_or_default();
+    assert!(lo < hi && (hi - g).abs() < 1e-9 && (hi / lo - 2.0).abs() < 0.05, "{lo}–{hi}, point {g}");
+    let words = cache.gain_words().unwrap_or_default();
+    assert!(words.contains("the model is off today's rate") && words.contains('–'), "{words}");
+    assert_eq!(words.matches("images/s").count(), 2, "one for now, one for the range: {words}");
+    // The same run measured as modelled: a point.
+    let v = preprocess_one_worker().verdict();
+    assert!(v.advice.iter().filter_map(|a| a.basis).all(|b| b.range.is_none()), "{:#?}", v.advice);
+    assert!(!v.evidence.iter().any(|e| e.contains("off the measured")), "{:#?}", v.evidence);
+}
+
+#[test]
+fn a_workers_change_too_recent_to_judge_gives_a_provisional_whole_run_verdict() {
+    // `--workers auto` reached 8 at step 21 of 24: the split covers the whole run (the
+    // aggregator's rule), and the verdict says it is provisional and why.
+    let mut b = io_bound().steps(24);
+    b.0.split.changed_at = Some(21);
+    b.0.settings.workers = 8;
+    let v = b.verdict();
+    assert!(v.provisional, "{v:#?}");
+    assert_eq!(v.limiter, Limiter::Io, "the whole run's waits decide");
+    assert!(
+        v.headline.starts_with("Provisional: the workers changed to 8 after step 21, only 3 steps"),
+        "{}",
+        v.headline
+    );
+    assert!(!io_bound().steps(24).verdict().provisional);
+}
+
+#[test]
+fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
+    // Compute measured at 20 ms per step between long waits (cold, behind the loader), while
+    // the pool's two threads used 5 ms of CPU per step and the training thread 4 ms (with its
+    // 2 ms transfer): once fed, a step costs about the pool's CPU over its overlap, 4 ms.
+    let mut b = preprocess_one_worker().device("cpu");
+    let t = |name: &str, cpu_ms_per_step: f64| ThreadSummary {
+        name: name.into(),
+        samples: 10,
+        cpu_mean_pct: 2.0,
+        sched_cpu_ns: Some((cpu_ms_per_step * 1e6 * 50.0) as u64),
+        core_wait_ns: Some(0),
+        ..Default::default()
+    };
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 4.0)];
+    let p = Pipeline::from_summary(&b.0);
+    assert!((p.compute_ms - 5.0 / super::model::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
+    // A tiny model's ops stay on the training thread: its CPU, less the transfer, decides.
+    b.0.machine.threads = vec![t("compute-0", 0.01), t("compute-1", 0.0), t("train", 9.0)];
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 7.0).abs() < 1e-9);
+    // Too few samples to trust the counters: the measured step stays.
+    b.0.machine.threads.iter_mut().for_each(|t| t.samples = 2);
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 20.0).abs() < 1e-9);
+}
+
+#[test]
+fn per_image_costs_come_from_the_trimmed_mean_not_one_slow_file() {
+    let mut b = preprocess_one_worker();
+    // One 2-second file pulled decode's mean from 6 to 8 ms; the trimmed mean stays at 6.
+    let mut d = stage("decode", 8.0, Some(1.0), 1000);
+    d.trimmed_mean_ms = Some(6.0);
+    b.set_stage(d);
+    let p = Pipeline::from_summary(&b.0);
+    assert_eq!(p.stage(probes::stage::Stage::Decode).map(|x| x.wall_ms), Some(6.0));
 }

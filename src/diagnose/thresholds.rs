@@ -77,3 +77,6 @@ pub const MAX_SPIKE_RATIO: f64 = 4.0;
 pub const PREFETCH_DEPTH: std::ops::RangeInclusive<usize> = 2..=64;
 /// Factor the batch size is raised by for a per-step-overhead run.
 pub const BATCH_GROWTH: usize = 4;
+/// The model's estimate of today's rate may be off the measured rate by this share (either
+/// way) before the evidence says so and every predicted gain becomes a range.
+pub const MODEL_OFF_SHARE: f64 = 0.25;

@@ -17,6 +17,7 @@ fn stage(name: &str, p50_ms: f64, p95_ms: f64, on_cpu: Option<f64>) -> StageSumm
         core_wait: None,
         bytes: 0,
         per_second: 0.0,
+        trimmed_mean_ms: None,
     }
 }
 

@@ -67,6 +67,9 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
                     dir.display()
                 )
             }
+            if let Some(why) = crate::cache::read_simulation_ignored(opts.throttle_read.as_ref(), &opts.slow) {
+                crate::progress::warn(&why);
+            }
             let m = p.meta();
             let checked = if p.source_checked() {
                 "matches its source".to_string()
@@ -173,7 +176,13 @@ pub fn settings(
         seed: cfg.data.seed,
         input: [cfg.input.channels, cfg.input.height, cfg.input.width],
         params,
-        simulated: opts.simulated(),
+        simulated: match &data.train {
+            // Read simulations model the image folder's storage, not a local packed file.
+            DataSource::Packed(_) => {
+                opts.slow.iter().filter(|s| s.stage != probes::Stage::Read).map(|s| s.describe()).collect()
+            }
+            DataSource::Folder(_) => opts.simulated(),
+        },
         auto_workers: Vec::new(),
         ignored: data.ignored.clone().unwrap_or_default(),
         ..RunSettings::default()
