@@ -148,18 +148,30 @@ impl Upload {
         }
     }
 
+    /// The batch's pixels as a tensor on `dev` (see [`pageable`]; pinned: copied through the
+    /// staging buffer, `pixels` left to go back to the loader's pool).
     fn pixels(
         &mut self,
-        pixels: Vec<f32>,
+        pixels: &mut Vec<f32>,
         shape: (usize, usize, usize, usize),
         dev: &Device,
     ) -> candle_core::Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let (Some(staging), Device::Cuda(cuda)) = (self.staging.as_mut(), dev) {
-            return staging.upload(cuda, &pixels, shape);
+            return staging.upload(cuda, &pixels[..], shape);
         }
-        Tensor::from_vec(pixels, shape, dev)
+        pageable(pixels, shape, dev)
     }
+}
+
+/// A batch's pixels as a tensor on `dev` from pageable memory: on the CPU the buffer becomes the
+/// tensor's (moved out of `pixels`); on a GPU it is copied from, and stays in `pixels` to go
+/// back to the loader's pool with the batch.
+fn pageable(pixels: &mut Vec<f32>, shape: (usize, usize, usize, usize), dev: &Device) -> candle_core::Result<Tensor> {
+    if dev.is_cpu() {
+        return Tensor::from_vec(std::mem::take(pixels), shape, dev);
+    }
+    Tensor::from_slice(&pixels[..], shape, dev)
 }
 
 #[cfg(feature = "cuda")]
@@ -315,7 +327,7 @@ pub fn train(
             loader.next_batch_until(stop)
         };
         let waited = step_start.elapsed();
-        let Some(batch) = batch else {
+        let Some(mut batch) = batch else {
             out.interrupted |= stop.load(Ordering::Relaxed);
             break;
         };
@@ -336,8 +348,8 @@ pub fn train(
             // `bytes` over the span's duration is the achieved host→device bandwidth.
             let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
             let _g = info_span!("transfer", step = batch.step, bytes).entered();
-            let xs = upload.pixels(batch.pixels, (n, c, h, w), dev)?;
-            let ys = Tensor::from_vec(batch.labels, n, dev)?;
+            let xs = upload.pixels(&mut batch.pixels, (n, c, h, w), dev)?;
+            let ys = Tensor::from_vec(std::mem::take(&mut batch.labels), n, dev)?;
             // From pageable memory the copy may still be in flight when from_vec returns:
             // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
             dev.synchronize()?;
@@ -487,13 +499,13 @@ fn validate(
             break;
         }
         let _g = info_span!("validate", step, epoch).entered();
-        let Some(batch) = loader.next_batch_until(stop) else { break };
+        let Some(mut batch) = loader.next_batch_until(stop) else { break };
         if batch.is_empty() {
             continue;
         }
         let n = batch.len();
-        let xs = Tensor::from_vec(batch.pixels, (n, c, h, w), dev)?;
-        let ys = Tensor::from_vec(batch.labels, n, dev)?;
+        let xs = pageable(&mut batch.pixels, (n, c, h, w), dev)?;
+        let ys = Tensor::from_vec(std::mem::take(&mut batch.labels), n, dev)?;
         let logits = model.forward(&xs, false)?.detach();
         let loss = candle_nn::loss::cross_entropy(&logits, &ys)?.to_scalar::<f32>()?;
         let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
@@ -558,7 +570,7 @@ mod tests {
     #[test]
     fn pageable_upload_on_the_cpu_keeps_the_pixels_and_shape() {
         let mut up = Upload::new(&Device::Cpu).unwrap();
-        let xs = up.pixels((0..24).map(|v| v as f32).collect(), (2, 3, 2, 2), &Device::Cpu).unwrap();
+        let xs = up.pixels(&mut (0..24).map(|v| v as f32).collect(), (2, 3, 2, 2), &Device::Cpu).unwrap();
         assert_eq!(xs.dims(), &[2, 3, 2, 2]);
         assert_eq!(xs.flatten_all().unwrap().to_vec1::<f32>().unwrap()[23], 23.0);
     }
