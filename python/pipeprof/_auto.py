@@ -34,6 +34,14 @@ from pipeprof.torch import _batch_size, _first_leaf
 
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
+_queue = _native.thread_queue_ns
+
+
+def _queued(q0):
+    """The thread's run-queue wait since ``q0`` (a ``_queue()`` reading), or None when the
+    kernel does not say: the off-CPU part of a span spent waiting for a core, not blocked."""
+    q1 = _queue()
+    return None if q0 is None or q1 is None else max(0, q1 - q0)
 _T = threading.local()
 
 #: Global step counter of this process (steps are numbered across loaders and epochs).
@@ -394,14 +402,14 @@ def _patch_fetch(fetch_mod):
         data = []
         for idx in possibly_batched_index:
             _T.in_fetch, _T.covered = True, False
-            t0, c0 = _now(), _thread_time()
+            t0, c0, q0 = _now(), _thread_time(), _queue()
             try:
                 data.append(self.dataset[idx])
             finally:
                 _T.in_fetch = False
             if not _T.covered:
                 # Nothing inside was PIL or a torchvision transform: the sample as a whole.
-                _native.record("decode", t0, _now() - t0, None, _thread_time() - c0)
+                _native.record("decode", t0, _now() - t0, None, _thread_time() - c0, _queued(q0))
         out = self.collate_fn(data)
         pipeprof.flush()
         return out
@@ -428,19 +436,20 @@ class _Transforms:
     (``resize``: deterministic reshaping, ``augment``: random transforms), with the thread's
     CPU time, instead of one span per transform."""
 
-    __slots__ = ("on", "t0", "wall", "cpu")
+    __slots__ = ("on", "t0", "wall", "cpu", "queue")
 
     def __init__(self):
         self.on = _depth() == 0 and getattr(_T, "in_fetch", False)
         self.t0 = _now()
         self.wall = {"resize": 0, "augment": 0}
         self.cpu = {"resize": 0, "augment": 0}
+        self.queue = {"resize": 0, "augment": 0}
 
     def run(self, t, *inputs):
         if not self.on:
             return t(*inputs)
         stage = _stage_of(t)
-        w0, c0 = _now(), _thread_time()
+        w0, c0, q0 = _now(), _thread_time(), _queue()
         _T.depth = _depth() + 1
         try:
             return t(*inputs)
@@ -448,6 +457,9 @@ class _Transforms:
             _T.depth = _depth() - 1
             self.wall[stage] += _now() - w0
             self.cpu[stage] += _thread_time() - c0
+            q = _queued(q0)
+            # One transform the kernel would not time leaves the stage's wait unmeasured.
+            self.queue[stage] = None if q is None or self.queue[stage] is None else self.queue[stage] + q
 
     def done(self):
         if not self.on:
@@ -456,7 +468,7 @@ class _Transforms:
         start = self.t0
         for stage in ("resize", "augment"):
             if self.wall[stage]:
-                _native.record(stage, start, self.wall[stage], None, self.cpu[stage])
+                _native.record(stage, start, self.wall[stage], None, self.cpu[stage], self.queue[stage])
                 start += self.wall[stage]
 
 

@@ -324,9 +324,11 @@ fn step(
 /// Sends a span timed by the caller: `stage` from `start_ns` (the [`now_ns`] clock) for
 /// `dur_ns`, as the calling thread's. For spans cut after the fact (a loop body less the
 /// device copies inside it, a sample's transforms summed by stage); `cpu_ns` is the thread's
-/// CPU time over it when the caller measured it.
+/// CPU time over it when the caller measured it, `queue_ns` the thread's run-queue wait over
+/// it ([`thread_queue_ns`] at both ends), so the span's off-CPU time splits into waiting for a
+/// core and blocked.
 #[pyfunction]
-#[pyo3(signature = (stage, start_ns, dur_ns, step=None, cpu_ns=None))]
+#[pyo3(signature = (stage, start_ns, dur_ns, step=None, cpu_ns=None, queue_ns=None))]
 fn record(
     py: Python<'_>,
     stage: &str,
@@ -334,6 +336,7 @@ fn record(
     dur_ns: u64,
     step: Option<u64>,
     cpu_ns: Option<u64>,
+    queue_ns: Option<u64>,
 ) -> PyResult<()> {
     let stage = Stage::from_name(stage)
         .ok_or_else(|| PyValueError::new_err(format!("pipeprof.record: unknown stage {stage:?}")))?;
@@ -353,7 +356,11 @@ fn record(
             dur_ns,
             // On-CPU time cannot exceed the wall time it was measured in.
             cpu_ns: cpu_ns.map_or(probes::NONE, |c| c.min(dur_ns)),
-            queue_ns: probes::NONE,
+            // Waiting for a core is off-CPU time: at most what the CPU clock left of the wall.
+            queue_ns: match (queue_ns, cpu_ns) {
+                (Some(q), Some(c)) => q.min(dur_ns.saturating_sub(c.min(dur_ns))),
+                _ => probes::NONE,
+            },
             step: step.unwrap_or(probes::NONE),
             sample: probes::NONE,
             bytes: probes::NONE,
@@ -361,6 +368,14 @@ fn record(
         probes::layer::record(&p, rec);
     }
     Ok(())
+}
+
+/// The calling thread's run-queue wait so far (ns: time runnable without a core, from
+/// `/proc/thread-self/schedstat`), or `None` where the kernel does not say. Read at both ends of
+/// a span timed by the caller and pass the difference to [`record`] as `queue_ns`.
+#[pyfunction]
+fn thread_queue_ns() -> Option<u64> {
+    clock::thread_queue_ns()
 }
 
 /// Sends run settings learned while the program runs (a JSON object; later keys win).
@@ -551,6 +566,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(step, m)?,
         wrap_pyfunction!(stages, m)?,
         wrap_pyfunction!(record, m)?,
+        wrap_pyfunction!(thread_queue_ns, m)?,
         wrap_pyfunction!(settings, m)?,
         wrap_pyfunction!(failed, m)?,
     ] {

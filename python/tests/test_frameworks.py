@@ -87,6 +87,8 @@ def test_unmodified_torchvision_script_is_profiled(tmp_path, images, extra):
     # Every sample was read, decoded and resized in the loader: 48 per epoch.
     for name in ("read", "decode", "resize", "augment"):
         assert count(s, name) == 48 * epochs, (name, s["stages"])
+        # Each stage's off-CPU time splits into waiting for a core and blocked, measured.
+        assert stage(s, name)["core_wait"] is not None, (name, s["stages"])
     assert count(s, "compute") == 6 * epochs
     assert count(s, "wait") >= 6 * epochs
     assert s["epochs"][0]["loss"] > 0 and s["settings"].get("no_accuracy") is True
@@ -104,6 +106,37 @@ def test_break_out_of_the_loop_keeps_the_last_step(tmp_path, images):
     _, s, out, _ = run(tmp_path, sys.executable, TORCHVISION, "--data", images, "--batch-size", "8", "--workers", "2", "--steps", "3")
     assert "done: 3 steps" in out
     assert s["steps"] == 3 and count(s, "compute") == 3, s["stages"]
+
+
+SLEEPY = """
+    import time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Remote(Dataset):
+        # Samples fetched from somewhere slow: the thread sleeps, it does not compute.
+        def __len__(self):
+            return 16
+        def __getitem__(self, i):
+            time.sleep(0.03)
+            return torch.zeros(3, 8, 8), 0
+
+    for xs, ys in DataLoader(Remote(), batch_size=4, num_workers=1):
+        (xs.sum() * 2).item()
+"""
+
+
+def test_a_sample_that_sleeps_is_blocked_not_waiting_for_a_core(tmp_path):
+    # Neither PIL nor torchvision inside: the sample is timed as a whole, with the thread's CPU
+    # and run-queue clocks, so its off-CPU time is measured as blocked, not guessed.
+    script = tmp_path / "sleepy.py"
+    script.write_text(textwrap.dedent(SLEEPY))
+    _, s, _, _ = run(tmp_path, sys.executable, script)
+    d = stage(s, "decode")
+    assert d["count"] == 16, s["stages"]
+    assert d["on_cpu"] is not None and d["core_wait"] is not None, d
+    blocked = 1.0 - d["on_cpu"] - d["core_wait"]
+    assert blocked > d["core_wait"] and blocked > d["on_cpu"], d
 
 
 FAILING = """

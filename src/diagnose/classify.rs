@@ -206,6 +206,26 @@ impl<'a> Facts<'a> {
         }
     }
 
+    /// Blocked time per image in the loader's other stages, where it was measured (on-CPU and
+    /// run-queue wait both): a sample fetched inside a Python `__getitem__` (a remote store, a
+    /// database, a sleep) is timed as one stage that waits off-CPU without reading a file.
+    /// Where the run-queue wait was not measured, that off-CPU time may be waiting for a core
+    /// and is not counted.
+    pub fn other_blocked_ms(&self) -> f64 {
+        self.p.loader.iter().filter(|x| x.stage != Stage::Read && x.queue_measured).map(|x| x.blocked_ms()).sum()
+    }
+
+    /// Share of the loader's time blocked off-CPU (storage, a fetch, a lock), not computing
+    /// and not waiting for a core: read's, and the other stages' where measured.
+    pub fn loader_blocked_share(&self) -> f64 {
+        let wall = self.p.loader_wall_ms();
+        if wall > 0.0 {
+            self.read_blocked_share() + self.other_blocked_ms() / wall
+        } else {
+            0.0
+        }
+    }
+
     /// Share of the loader stages' wall time runnable without a core (run-queue wait inside
     /// their spans).
     pub fn loader_core_wait_share(&self) -> f64 {
@@ -285,7 +305,7 @@ impl<'a> Facts<'a> {
                 // The loader is not instrumented: judge from the machine only.
                 return if self.machine_says_io() { Limiter::Io } else { Limiter::Preprocess };
             }
-            let blocked = self.read_blocked_share();
+            let blocked = self.loader_blocked_share();
             if self.contended() && self.competing_load() && blocked < IO_OFF_CPU_SHARE {
                 return Limiter::Contention;
             }

@@ -2,6 +2,7 @@
 //! in a sentence is formatted from the constant the rule compares against.
 
 use super::classify::{measured, Facts, OverheadWhy};
+use super::model::LOADER_STAGES;
 use super::thresholds::*;
 use super::{Limiter, Severity};
 use crate::units::{ms_spaced as ms, pct, rate};
@@ -121,6 +122,25 @@ impl Facts<'_> {
             self.p.stage(Stage::Read).map_or((0.0, 0.0, 0.0), |r| (r.wall_ms, r.blocked_ms(), r.core_wait_ms));
         let share = |x: f64| pct(if r_wall > 0.0 { x / r_wall } else { 0.0 });
         let queue = if r_queue > 0.0 { format!(", {} waiting for a core", share(r_queue)) } else { String::new() };
+        let other = self.other_blocked_ms();
+        if other > r_blocked {
+            // The samples are fetched in code that reads no file the loader sees.
+            let stages: Vec<&str> = self
+                .p
+                .loader
+                .iter()
+                .filter(|x| x.stage != Stage::Read && x.queue_measured && x.blocked_ms() > 0.0)
+                .map(|x| x.stage.name())
+                .collect();
+            return format!(
+                "the loader is blocked off-CPU {} per image in {} (not computing, not waiting for a core: a fetch, a sleep, a lock), {} of its {} per image{}",
+                ms(other + r_blocked),
+                stages.join(", "),
+                pct(self.loader_blocked_share()),
+                ms(self.p.loader_wall_ms()),
+                self.assumed_note()
+            );
+        }
         format!(
             "read is {} blocked off-CPU{queue}: {} per image waiting on storage, {} of the loader's {} per image{}",
             share(r_blocked),
@@ -139,12 +159,24 @@ impl Facts<'_> {
             .filter(|x| x.wall_ms > 0.0)
             .map(|x| format!("{} {} ({} on-CPU)", x.stage.name(), ms(x.wall_ms), pct(x.on_cpu_ms / x.wall_ms)))
             .collect();
-        // Measured run-queue wait where there is one; else the CPU stages' off-CPU time.
-        let measured_wait = self.p.loader_core_wait_ms();
-        let contention =
-            if measured_wait > 0.0 { measured_wait } else { cpu_stages().map(|x| x.off_cpu_ms()).sum::<f64>() };
-        let waiting = if contention >= CORE_WAIT_SHARE * wall && wall > 0.0 {
-            format!("; {} of it waiting for a core", ms(contention))
+        // The run-queue wait where the kernel measured it; else the CPU stages' off-CPU time,
+        // which is waiting for a core or blocked (a sleep, a lock, the GIL, a remote fetch):
+        // said as such, not guessed either way.
+        let queue_measured = self
+            .s
+            .stages
+            .iter()
+            .any(|x| x.core_wait.is_some() && LOADER_STAGES.iter().any(|&st| st != Stage::Read && x.is(st)));
+        let (off, what) = if queue_measured {
+            (self.p.loader_core_wait_ms(), "waiting for a core")
+        } else {
+            (
+                cpu_stages().map(|x| x.off_cpu_ms()).sum::<f64>(),
+                "off-CPU (waiting for a core or blocked: the run-queue wait was not measured)",
+            )
+        };
+        let waiting = if off >= CORE_WAIT_SHARE * wall && wall > 0.0 {
+            format!("; {} of it {what}", ms(off))
         } else {
             String::new()
         };
@@ -172,6 +204,9 @@ impl Facts<'_> {
             Limiter::Contention => format!(
                 "Input-bound ({sev}): this run's threads wait for cores other programs hold ({} of the time they are ready to run); the training loop waited for data {waited} of each step",
                 pct(self.core_wait_share())
+            ),
+            Limiter::Io if self.other_blocked_ms() > self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms()) => format!(
+                "Input-bound ({sev}): the loader waits off-CPU for its samples (a fetch or read inside the dataset, not computing); the training loop waited for data {waited} of each step"
             ),
             Limiter::Io => format!(
                 "Input-bound ({sev}): the loader waits on storage reads; the training loop waited for data {waited} of each step"

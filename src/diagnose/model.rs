@@ -49,6 +49,9 @@ pub struct StageCost {
     /// Whether the on-CPU share was measured; otherwise it is assumed from the stage's name
     /// (read: off-CPU, the others: on-CPU).
     pub measured: bool,
+    /// Whether the run-queue wait was measured, so its off-CPU time splits into waiting for a
+    /// core and blocked (otherwise a CPU stage's off-CPU time may be either).
+    pub queue_measured: bool,
 }
 
 impl StageCost {
@@ -266,6 +269,7 @@ impl Pipeline {
                     on_cpu_ms: wall * share,
                     core_wait_ms: wall * waiting,
                     measured: x.on_cpu.is_some(),
+                    queue_measured: x.on_cpu.is_some() && x.core_wait.is_some(),
                 })
             })
             .collect();

@@ -328,7 +328,52 @@ fn on_cpu_time_not_the_stage_name_decides_io() {
     // A decode that is mostly off-CPU waits for a core, not for storage.
     let starved_decode = B::new().loader(&[("read", 0.5, 0.5), ("decode", 10.0, 0.3)]).step(200.0, 1.0, 20.0).verdict();
     assert_eq!(starved_decode.limiter, Limiter::Preprocess, "{starved_decode:#?}");
-    assert!(starved_decode.evidence.iter().any(|e| e.contains("waiting for a core")), "{starved_decode:#?}");
+    // Its run-queue wait unmeasured: off-CPU, either way, said as such.
+    assert!(
+        starved_decode.evidence.iter().any(|e| e.contains("off-CPU (waiting for a core or blocked")),
+        "{starved_decode:#?}"
+    );
+}
+
+#[test]
+fn off_cpu_time_is_called_waiting_for_a_core_only_where_the_run_queue_wait_was_measured() {
+    let decode_off_cpu = || B::new().loader(&[("read", 0.5, 0.5), ("decode", 10.0, 0.3)]).step(200.0, 1.0, 20.0);
+    let said = |v: &Verdict, what: &str| v.evidence.iter().any(|e| e.contains(what));
+    // Measured: 60% of decode in the run queue (other threads held the cores).
+    let queued = decode_off_cpu().core_wait("decode", 0.6).verdict();
+    assert!(said(&queued, "of it waiting for a core"), "{queued:#?}");
+    // Measured: no run-queue wait, so the off-CPU time was blocked (a sleep, a lock, a fetch).
+    let blocked = decode_off_cpu().core_wait("decode", 0.0).verdict();
+    assert!(!said(&blocked, "of it waiting for a core"), "{blocked:#?}");
+}
+
+#[test]
+fn a_sample_stage_blocked_off_cpu_is_io_where_the_run_queue_wait_says_so() {
+    // A Python Dataset timed as one "decode" per sample, 10 ms of which 1 ms on-CPU: what the
+    // other 9 ms were decides the verdict, and only a measured run-queue wait can say.
+    let fetch = |core_wait: Option<f64>| {
+        let b = B::new().loader(&[("decode", 10.0, 0.1)]).step(200.0, 1.0, 20.0);
+        match core_wait {
+            Some(w) => b.core_wait("decode", w),
+            None => b,
+        }
+        .verdict()
+    };
+    let cases = [
+        // Blocked (a remote fetch, a sleep): input-bound on I/O, said as a fetch, not a file read.
+        (Some(0.0), Limiter::Io, "blocked off-CPU"),
+        (Some(0.1), Limiter::Io, "blocked off-CPU"),
+        // Runnable without a core most of it: CPU work starved of cores.
+        (Some(0.8), Limiter::Preprocess, "of it waiting for a core"),
+        // Not measured: never called I/O on a guess.
+        (None, Limiter::Preprocess, "off-CPU (waiting for a core or blocked"),
+    ];
+    for (wait, limiter, says) in cases {
+        let v = fetch(wait);
+        assert_eq!(v.limiter, limiter, "core wait {wait:?}: {v:#?}");
+        assert!(v.evidence.iter().any(|e| e.contains(says)), "core wait {wait:?}: {v:#?}");
+    }
+    assert!(fetch(Some(0.0)).headline.contains("waits off-CPU for its samples"), "{:#?}", fetch(Some(0.0)));
 }
 
 #[test]
