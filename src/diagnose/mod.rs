@@ -303,6 +303,23 @@ impl Advice {
     }
 }
 
+impl Advice {
+    /// The live view's compact form: "now 1322 → ≈2217 images/s (×1.7)", a range as
+    /// "now 23.4 → 185–1200 images/s (×7.9–51.3)"; the bare gain for advice with no basis.
+    pub fn gain_short(&self) -> Option<String> {
+        let g = self.predicted_speedup.filter(|x| x.is_finite() && *x > 0.0)?;
+        let Some(b) = &self.basis else {
+            return Some(format!("≈{g:.1}× images/s"));
+        };
+        let bare = |x: f64| crate::units::rate(x).replacen('≈', "", 1).trim_end_matches(" images/s").to_string();
+        let then = match b.range {
+            Some((lo, hi)) => format!("{}–{} images/s (×{lo:.1}–{hi:.1})", bare(lo * b.now), bare(hi * b.now)),
+            None => format!("≈{} images/s (×{g:.1})", bare(b.predicted)),
+        };
+        Some(format!("now {} → {then}", bare(b.now)))
+    }
+}
+
 /// The diagnosis of one window (or the whole run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {

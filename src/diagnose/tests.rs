@@ -1026,6 +1026,10 @@ fn every_predicted_gain_is_against_the_measured_rate_and_says_so() {
             assert!((g - basis.predicted / basis.now).abs() < 1e-9, "{a:?}");
             let words = a.gain_words().unwrap_or_default();
             assert!(words.starts_with("now ") && words.contains("(measured over steps 1–50) → predicted"), "{words}");
+            // The live view's one-line form says the same: now X → Y (×g).
+            let short = a.gain_short().unwrap_or_default();
+            let want = format!("(×{g:.1})");
+            assert!(short.starts_with("now ") && short.contains(" → ") && short.ends_with(&want), "{short}");
         }
     }
 }
@@ -1046,6 +1050,9 @@ fn a_model_off_todays_rate_says_so_and_gives_ranges() {
     let words = cache.gain_words().unwrap_or_default();
     assert!(words.contains("the model is off today's rate") && words.contains('–'), "{words}");
     assert_eq!(words.matches("images/s").count(), 2, "one for now, one for the range: {words}");
+    let short = cache.gain_short().unwrap_or_default();
+    assert!(short.starts_with("now ") && short.contains(" → ") && short.contains('–'), "{short}");
+    assert_eq!(short.matches("images/s").count(), 1, "{short}");
     // The same run measured as modelled: a point.
     let v = preprocess_one_worker().verdict();
     assert!(v.advice.iter().filter_map(|a| a.basis).all(|b| b.range.is_none()), "{:#?}", v.advice);

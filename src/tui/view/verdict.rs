@@ -66,8 +66,9 @@ pub fn flag_label(f: &Flag) -> String {
     }
 }
 
+/// "now X → Y images/s (×g)", as the report says it, compact enough for one line.
 fn gain(a: &Advice) -> Option<String> {
-    a.predicted_speedup.filter(|x| x.is_finite() && *x > 0.0).map(|x| format!("≈{x:.1}× images/s"))
+    a.gain_short()
 }
 
 /// Word-wraps to `width` columns (long words are cut); never returns an empty list.
