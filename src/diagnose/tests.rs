@@ -1091,9 +1091,13 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
         core_wait_ns: Some(0),
         ..Default::default()
     };
-    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 4.0)];
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 7.0)];
     let p = Pipeline::from_summary(&b.0);
     assert!((p.compute_ms - 5.0 / super::model::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
+    // Slow opens: the pool woke and spun through long waits (its CPU over the overlap is 4 ms),
+    // the training thread spent 3 ms with its 2 ms transfer: the lesser, 1 ms, is the hot step.
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 3.0)];
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 1.0).abs() < 1e-9);
     // A tiny model's ops stay on the training thread: its CPU, less the transfer, decides.
     b.0.machine.threads = vec![t("compute-0", 0.01), t("compute-1", 0.0), t("train", 9.0)];
     assert!((Pipeline::from_summary(&b.0).compute_ms - 7.0).abs() < 1e-9);
@@ -1111,4 +1115,24 @@ fn per_image_costs_come_from_the_trimmed_mean_not_one_slow_file() {
     b.set_stage(d);
     let p = Pipeline::from_summary(&b.0);
     assert_eq!(p.stage(probes::stage::Stage::Decode).map(|x| x.wall_ms), Some(6.0));
+}
+
+#[test]
+fn the_hot_step_is_the_lesser_of_the_pools_and_the_training_threads_estimates() {
+    use super::model::hot_step_ms;
+    // (pool CPU per step over its overlap, training thread's CPU less transfer) → hot step
+    let table: [(f64, Option<f64>, f64); 6] = [
+        // slow opens: the pool spun between 240 ms waits; the training thread says 0.47 ms.
+        (0.73, Some(0.47), 0.47),
+        // decode-1w: the training thread's dispatch and spin make it the larger.
+        (1.99, Some(2.6), 1.99),
+        (1.0, Some(1.0), 1.0),
+        // No training thread, or nothing left of it after its transfer: the pool's.
+        (1.2, None, 1.2),
+        (1.2, Some(-0.3), 1.2),
+        (1.2, Some(f64::NAN), 1.2),
+    ];
+    for (pool, train, want) in table {
+        assert_eq!(hot_step_ms(pool, train), want, "{pool} {train:?}");
+    }
 }
