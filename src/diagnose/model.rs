@@ -99,6 +99,11 @@ pub struct Pipeline {
     /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind other
     /// programs, per step, ms (see [`compute_core_wait`]): freeing the cores gives it back.
     pub compute_wait_others_ms: f64,
+    /// CPU device, other programs holding cores: the compute's slow steps (p95 of the measured
+    /// step), ms, when above `compute_ms`. Under contention they are not one-offs: which steps
+    /// the scheduler slows is its choice, so a change that leaves compute the limit is
+    /// predicted as a range from the typical step to these ([`Pipeline::slow_compute`]).
+    pub compute_slow_ms: Option<f64>,
 }
 
 /// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
@@ -342,6 +347,9 @@ impl Pipeline {
                 }
             }
         }
+        let compute_slow_ms = measured(s, Stage::Compute)
+            .map(|x| x.p95_ms)
+            .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms);
         let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
             cores,
@@ -355,6 +363,7 @@ impl Pipeline {
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
             compute_wait_others_ms: 0.0,
+            compute_slow_ms,
         };
         if cpu_device {
             p.compute_wait_others_ms = compute_core_wait(s, &p, compute_ms);
@@ -467,7 +476,16 @@ impl Pipeline {
         p.free_cores = (p.free_cores + other_cores.max(0.0)).min(p.cores);
         p.compute_ms = (p.compute_ms - p.compute_wait_others_ms).max(0.0);
         p.compute_wait_others_ms = 0.0;
+        p.compute_slow_ms = None;
         p
+    }
+
+    /// The same pipeline with the compute's slow steps ([`Pipeline::compute_slow_ms`]) as its
+    /// step; `None` where there are none.
+    pub fn slow_compute(&self) -> Option<Pipeline> {
+        let slow = self.compute_slow_ms?;
+        // The slow steps waited for a core: their CPU is the typical step's.
+        Some(Pipeline { compute_ms: slow, compute_slow_ms: None, ..self.clone() })
     }
 
     /// The per-step fixed cost (the optimizer step) when measured.
@@ -494,6 +512,7 @@ impl Pipeline {
             transfer_ms: self.transfer_ms * k,
             optimizer_ms: Some(fixed),
             compute_cpu_ms_per_image: cpu,
+            compute_slow_ms: self.compute_slow_ms.map(|x| x * compute_ms / self.compute_ms.max(1e-9)),
             ..self.clone()
         })
     }

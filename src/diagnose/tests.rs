@@ -1136,3 +1136,53 @@ fn the_hot_step_is_the_lesser_of_the_pools_and_the_training_threads_estimates() 
         assert_eq!(hot_step_ms(pool, train), want, "{pool} {train:?}");
     }
 }
+
+#[test]
+fn slow_steps_widen_a_gain_into_a_range() {
+    // (point, range, gain at the slow steps) → range
+    type Row = (f64, Option<(f64, f64)>, Option<f64>, Option<(f64, f64)>);
+    let table: [Row; 6] = [
+        // A point widened down to the slow steps' gain.
+        (3.4, None, Some(2.0), Some((2.0, 3.4))),
+        // A range (the model off today) taken further down.
+        (3.4, Some((3.4, 5.0)), Some(2.0), Some((2.0, 5.0))),
+        // Already inside the range: unchanged.
+        (3.4, Some((1.5, 3.4)), Some(2.0), Some((1.5, 3.4))),
+        // No slow steps (no contention, or a change that leaves the loader the limit): as was.
+        (3.4, None, None, None),
+        (3.4, None, Some(3.4), None),
+        (3.4, Some((3.0, 3.4)), Some(f64::INFINITY), Some((3.0, 3.4))),
+    ];
+    for (g, range, slow, want) in table {
+        assert_eq!(widen_for_slow_steps(g, range, slow), want, "{g} {range:?} {slow:?}");
+    }
+}
+
+#[test]
+fn under_contention_a_change_leaving_compute_the_limit_is_a_range_down_to_its_slow_steps() {
+    // Busy loops hold 1.4 cores; training on the CPU, the typical compute step is 20 ms and
+    // its slow ones (p95) 40 ms: the cache, which leaves compute the limit, is predicted from
+    // the typical step to the slow ones, and says why.
+    let mut b = preempted_reads();
+    if let Some(c) = b.0.stages.iter_mut().find(|s| s.stage == "compute") {
+        c.p95_ms = 40.0;
+    }
+    let v = b.verdict();
+    assert_eq!(v.limiter, Limiter::Contention, "{v:#?}");
+    let cache = v.advice.iter().find(|a| matches!(a.change, Change::Cache { .. })).expect("cache advice");
+    let basis = cache.basis.expect("basis");
+    let (lo, hi) = basis.range.expect("a range");
+    let g = cache.predicted_speedup.unwrap_or_default();
+    assert!(basis.slow_steps && (hi - g).abs() < 1e-9 && lo < g, "{lo}–{hi}, point {g}");
+    // 32 images per 40.9 ms (transfer + the slow step) over the measured rate.
+    let now = basis.now;
+    assert!((lo - 32.0 * 1000.0 / 40.9 / now).abs() < 1e-6, "{lo} vs {}", 32.0 * 1000.0 / 40.9 / now);
+    let words = cache.gain_words().unwrap_or_default();
+    assert!(words.contains("other programs"), "{words}");
+    // Freeing the cores leaves no slow steps to widen by; nor does a quiet machine.
+    let free = v.advice.iter().find(|a| a.change == Change::FreeCores).expect("free the cores");
+    assert!(free.basis.is_some_and(|b| !b.slow_steps), "{free:?}");
+    let mut quiet = b.others(0.0, &[]);
+    quiet.0.machine.global_cpu_mean_pct = Some(30.0);
+    assert!(quiet.verdict().advice.iter().filter_map(|a| a.basis).all(|b| !b.slow_steps));
+}
