@@ -622,6 +622,7 @@ mod tests {
             predicted: 185.0,
             model_now: 121.0,
             range: Some((1.53, 7.91)),
+            slow_steps: false,
         });
         let runs = plan(&verdict(vec![a]));
         assert_eq!(runs[1].range, Some((1.53, 7.91)));

@@ -116,8 +116,18 @@ impl Facts<'_> {
         let predicted = after.capacity().throughput();
         let model_now = self.cap.throughput();
         let (g, range) = gain_against_measured(now.rate, model_now, predicted)?;
-        let basis =
-            Basis { now: now.rate, from_step: now.from_step, to_step: now.to_step, predicted, model_now, range };
+        // Under contention, a change that leaves compute the limit gets its slow steps too.
+        let slow = after.slow_compute().map(|p| p.capacity().throughput() / now.rate);
+        let widened = super::widen_for_slow_steps(g, range, slow);
+        let basis = Basis {
+            now: now.rate,
+            from_step: now.from_step,
+            to_step: now.to_step,
+            predicted,
+            model_now,
+            range: widened,
+            slow_steps: widened != range,
+        };
         (g >= MIN_GAIN).then_some((g, basis))
     }
 
@@ -202,6 +212,7 @@ impl Facts<'_> {
             predicted: n.rate * gain,
             model_now: self.cap.throughput(),
             range: None,
+            slow_steps: false,
         });
         Some(Advice {
             action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),

@@ -132,6 +132,7 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
         predicted: now * gain,
         model_now: now,
         range: None,
+        slow_steps: false,
     });
     Some(Advice {
         action: "keep the DataLoader's workers between epochs".into(),

@@ -52,7 +52,10 @@
 //! says so and the gain is a range ([`Basis::range`]). Advice is given when the gain is ≥
 //! [`MIN_GAIN`], or when no number can be predicted but the action is still the fix (use the
 //! GPU, a tiny model's bigger batch). Stage costs are trimmed means; on the CPU device an
-//! input-bound run's compute step is taken as the pool's CPU time per step (hot, fed).
+//! input-bound run's compute step is taken hot, as fed ([`model::hot_compute_ms`]: the lesser
+//! of the pool's CPU per step over its overlap and the training thread's CPU less transfer).
+//! With other programs holding cores, a change that leaves compute the limit is a range down to
+//! the compute's slow steps ([`widen_for_slow_steps`], [`Basis::slow_steps`]).
 //!
 //! Actions and what they change: `--workers N` (N up to the cores; up to 4 per core for I/O,
 //! whose waits need no core); packed cache (read becomes a memory copy, decode and resize
@@ -223,6 +226,10 @@ pub struct Basis {
     /// [`MODEL_OFF_SHARE`]: the gain as a range (low, high), whose ends read the prediction
     /// against the measured rate and against the model's.
     pub range: Option<(f64, f64)>,
+    /// The range takes in the compute's slow steps: other programs hold cores, and which
+    /// steps the scheduler slows is theirs to decide ([`widen_for_slow_steps`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slow_steps: bool,
 }
 
 /// The gain of a change from the model's rates before (`model_now`) and after (`after`) and
@@ -241,6 +248,17 @@ pub fn gain_against_measured(now: f64, model_now: f64, after: f64) -> Option<(f6
     }
     let other = after / model_now;
     Some((g, Some((g.min(other), g.max(other)))))
+}
+
+/// A gain `g` (with its range, if any) widened to take in `slow`, the gain if the compute runs
+/// at its slow steps (CPU contention from other programs: which steps the scheduler slows is
+/// not this run's to decide). Unchanged where `slow` is not finite and positive or inside the
+/// range already. Pure.
+pub fn widen_for_slow_steps(g: f64, range: Option<(f64, f64)>, slow: Option<f64>) -> Option<(f64, f64)> {
+    let Some(slow) = slow.filter(|x| x.is_finite() && *x > 0.0) else { return range };
+    let (lo, hi) = range.unwrap_or((g, g));
+    let (lo, hi) = (lo.min(slow), hi.max(slow));
+    (lo < hi).then_some((lo, hi))
 }
 
 /// [`Advice`] as the summary JSON stores it.
@@ -288,9 +306,16 @@ impl Advice {
         let g = self.predicted_speedup?;
         let then = match b.range {
             Some((lo, hi)) => format!(
-                "predicted {}–{} (×{lo:.1}–{hi:.1}: the model is off today's rate)",
+                "predicted {}–{} (×{lo:.1}–{hi:.1}: {})",
                 crate::units::rate(lo * b.now).trim_end_matches(" images/s"),
-                crate::units::rate(hi * b.now).trim_start_matches('≈')
+                crate::units::rate(hi * b.now).trim_start_matches('≈'),
+                match (b.slow_steps, b.model_now / b.now - 1.0) {
+                    (true, off) if off.abs() > MODEL_OFF_SHARE => {
+                        "the model is off today's rate, and other programs slow some compute steps"
+                    }
+                    (true, _) => "other programs hold cores: the compute's typical step to its slow ones",
+                    (false, _) => "the model is off today's rate",
+                }
             ),
             None => format!("predicted {} (×{g:.1})", crate::units::rate(b.predicted)),
         };
@@ -300,6 +325,23 @@ impl Advice {
             b.from_step,
             b.to_step
         ))
+    }
+}
+
+impl Advice {
+    /// The live view's compact form: "now 1322 → ≈2217 images/s (×1.7)", a range as
+    /// "now 23.4 → 185–1200 images/s (×7.9–51.3)"; the bare gain for advice with no basis.
+    pub fn gain_short(&self) -> Option<String> {
+        let g = self.predicted_speedup.filter(|x| x.is_finite() && *x > 0.0)?;
+        let Some(b) = &self.basis else {
+            return Some(format!("≈{g:.1}× images/s"));
+        };
+        let bare = |x: f64| crate::units::rate(x).replacen('≈', "", 1).trim_end_matches(" images/s").to_string();
+        let then = match b.range {
+            Some((lo, hi)) => format!("{}–{} images/s (×{lo:.1}–{hi:.1})", bare(lo * b.now), bare(hi * b.now)),
+            None => format!("≈{} images/s (×{g:.1})", bare(b.predicted)),
+        };
+        Some(format!("now {} → {then}", bare(b.now)))
     }
 }
 

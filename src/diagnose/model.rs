@@ -102,6 +102,11 @@ pub struct Pipeline {
     /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind other
     /// programs, per step, ms (see [`compute_core_wait`]): freeing the cores gives it back.
     pub compute_wait_others_ms: f64,
+    /// CPU device, other programs holding cores: the compute's slow steps (p95 of the measured
+    /// step), ms, when above `compute_ms`. Under contention they are not one-offs: which steps
+    /// the scheduler slows is its choice, so a change that leaves compute the limit is
+    /// predicted as a range from the typical step to these ([`Pipeline::slow_compute`]).
+    pub compute_slow_ms: Option<f64>,
 }
 
 /// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
@@ -138,6 +143,37 @@ pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     let train_ms = per_step(threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum());
     let ms = if pool_ms * POOL_OVERLAP * 4.0 >= train_ms { pool_ms } else { train_ms - transfer_ms.max(0.0) };
     (ms > 0.0).then_some(ms)
+}
+
+/// CPU device, a loop that waits for data: the hot step a faster-fed loop would get, ms. Two
+/// readings of the same work from the threads' schedstat, each inflated by a cold step in its
+/// own way: the compute pool's CPU per step over [`POOL_OVERLAP`] ([`compute_work_ms`]) counts
+/// the pool's threads waking and spinning for work that does not come, which the overlap
+/// constant covers only while steps are long (slow opens, batch 8, 240 ms between steps:
+/// 0.91 ms of pool CPU per step cold, 0.73 fed, in a 0.48 ms fed step); the training thread's
+/// CPU per step, less its transfer, counts its share of the work plus its own dispatch and
+/// spinning (decode-1w: 2.6–3.1 ms per step cold against a 2.3 ms fed step). The lesser of the
+/// two is taken ([`hot_step_ms`]): each is well above the fed step in some regime, while the
+/// smaller is within about 15% of it in every calibration scenario (throttled reads, batch
+/// 16: the training thread's 1.05–1.46 ms against 1.23–1.31 fed; slow opens: 0.44–0.57
+/// against 0.49–0.53). `None` as for [`compute_work_ms`].
+pub fn hot_compute_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
+    let work = compute_work_ms(s, transfer_ms)?;
+    let train: Vec<_> = s.machine.threads.iter().filter(|t| t.name == "train").collect();
+    let train_ms = (!train.is_empty())
+        .then(|| train.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum::<u64>() as f64 / 1e6 / s.steps as f64)
+        .map(|t| t - transfer_ms.max(0.0));
+    Some(hot_step_ms(work, train_ms))
+}
+
+/// The lesser of the pool's estimate of a hot step (`pool_ms`, already over its overlap) and
+/// the training thread's CPU per step less its transfer (`train_ms`), where that is measured
+/// and positive. Pure.
+pub fn hot_step_ms(pool_ms: f64, train_ms: Option<f64>) -> f64 {
+    match train_ms.filter(|t| t.is_finite() && *t > 0.0) {
+        Some(t) => pool_ms.min(t),
+        None => pool_ms,
+    }
 }
 
 /// CPU device: how much of a compute step (`compute_ms`) was waiting for a core behind other
@@ -307,7 +343,7 @@ impl Pipeline {
             // behind the loader's threads: a change that feeds the loop faster gets the hot
             // step, about the compute's own CPU time per step. Not while other programs hold
             // cores: they keep taking what they took, and the step measured stays.
-            if let Some(work) = compute_work_ms(s, step_part(Stage::Transfer, s.split.transfer_ms)) {
+            if let Some(work) = hot_compute_ms(s, step_part(Stage::Transfer, s.split.transfer_ms)) {
                 if work < compute_ms {
                     // Its CPU per image was measured cold too: it shrinks with the step.
                     compute_cpu_ms_per_image *= work / compute_ms;
@@ -315,6 +351,9 @@ impl Pipeline {
                 }
             }
         }
+        let compute_slow_ms = measured(s, Stage::Compute)
+            .map(|x| x.p95_ms)
+            .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms);
         let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
             cores,
@@ -328,6 +367,7 @@ impl Pipeline {
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
             compute_wait_others_ms: 0.0,
+            compute_slow_ms,
         };
         if cpu_device {
             p.compute_wait_others_ms = compute_core_wait(s, &p, compute_ms);
@@ -440,7 +480,16 @@ impl Pipeline {
         p.free_cores = (p.free_cores + other_cores.max(0.0)).min(p.cores);
         p.compute_ms = (p.compute_ms - p.compute_wait_others_ms).max(0.0);
         p.compute_wait_others_ms = 0.0;
+        p.compute_slow_ms = None;
         p
+    }
+
+    /// The same pipeline with the compute's slow steps ([`Pipeline::compute_slow_ms`]) as its
+    /// step; `None` where there are none.
+    pub fn slow_compute(&self) -> Option<Pipeline> {
+        let slow = self.compute_slow_ms?;
+        // The slow steps waited for a core: their CPU is the typical step's.
+        Some(Pipeline { compute_ms: slow, compute_slow_ms: None, ..self.clone() })
     }
 
     /// The per-step fixed cost (the optimizer step) when measured.
@@ -467,6 +516,7 @@ impl Pipeline {
             transfer_ms: self.transfer_ms * k,
             optimizer_ms: Some(fixed),
             compute_cpu_ms_per_image: cpu,
+            compute_slow_ms: self.compute_slow_ms.map(|x| x * compute_ms / self.compute_ms.max(1e-9)),
             ..self.clone()
         })
     }

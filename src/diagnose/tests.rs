@@ -1071,6 +1071,10 @@ fn every_predicted_gain_is_against_the_measured_rate_and_says_so() {
             assert!((g - basis.predicted / basis.now).abs() < 1e-9, "{a:?}");
             let words = a.gain_words().unwrap_or_default();
             assert!(words.starts_with("now ") && words.contains("(measured over steps 1–50) → predicted"), "{words}");
+            // The live view's one-line form says the same: now X → Y (×g).
+            let short = a.gain_short().unwrap_or_default();
+            let want = format!("(×{g:.1})");
+            assert!(short.starts_with("now ") && short.contains(" → ") && short.ends_with(&want), "{short}");
         }
     }
 }
@@ -1091,6 +1095,9 @@ fn a_model_off_todays_rate_says_so_and_gives_ranges() {
     let words = cache.gain_words().unwrap_or_default();
     assert!(words.contains("the model is off today's rate") && words.contains('–'), "{words}");
     assert_eq!(words.matches("images/s").count(), 2, "one for now, one for the range: {words}");
+    let short = cache.gain_short().unwrap_or_default();
+    assert!(short.starts_with("now ") && short.contains(" → ") && short.contains('–'), "{short}");
+    assert_eq!(short.matches("images/s").count(), 1, "{short}");
     // The same run measured as modelled: a point.
     let v = preprocess_one_worker().verdict();
     assert!(v.advice.iter().filter_map(|a| a.basis).all(|b| b.range.is_none()), "{:#?}", v.advice);
@@ -1129,9 +1136,13 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
         core_wait_ns: Some(0),
         ..Default::default()
     };
-    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 4.0)];
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 7.0)];
     let p = Pipeline::from_summary(&b.0);
     assert!((p.compute_ms - 5.0 / super::model::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
+    // Slow opens: the pool woke and spun through long waits (its CPU over the overlap is 4 ms),
+    // the training thread spent 3 ms with its 2 ms transfer: the lesser, 1 ms, is the hot step.
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 3.0)];
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 1.0).abs() < 1e-9);
     // A tiny model's ops stay on the training thread: its CPU, less the transfer, decides.
     b.0.machine.threads = vec![t("compute-0", 0.01), t("compute-1", 0.0), t("train", 9.0)];
     assert!((Pipeline::from_summary(&b.0).compute_ms - 7.0).abs() < 1e-9);
@@ -1149,4 +1160,74 @@ fn per_image_costs_come_from_the_trimmed_mean_not_one_slow_file() {
     b.set_stage(d);
     let p = Pipeline::from_summary(&b.0);
     assert_eq!(p.stage(probes::stage::Stage::Decode).map(|x| x.wall_ms), Some(6.0));
+}
+
+#[test]
+fn the_hot_step_is_the_lesser_of_the_pools_and_the_training_threads_estimates() {
+    use super::model::hot_step_ms;
+    // (pool CPU per step over its overlap, training thread's CPU less transfer) → hot step
+    let table: [(f64, Option<f64>, f64); 6] = [
+        // slow opens: the pool spun between 240 ms waits; the training thread says 0.47 ms.
+        (0.73, Some(0.47), 0.47),
+        // decode-1w: the training thread's dispatch and spin make it the larger.
+        (1.99, Some(2.6), 1.99),
+        (1.0, Some(1.0), 1.0),
+        // No training thread, or nothing left of it after its transfer: the pool's.
+        (1.2, None, 1.2),
+        (1.2, Some(-0.3), 1.2),
+        (1.2, Some(f64::NAN), 1.2),
+    ];
+    for (pool, train, want) in table {
+        assert_eq!(hot_step_ms(pool, train), want, "{pool} {train:?}");
+    }
+}
+
+#[test]
+fn slow_steps_widen_a_gain_into_a_range() {
+    // (point, range, gain at the slow steps) → range
+    type Row = (f64, Option<(f64, f64)>, Option<f64>, Option<(f64, f64)>);
+    let table: [Row; 6] = [
+        // A point widened down to the slow steps' gain.
+        (3.4, None, Some(2.0), Some((2.0, 3.4))),
+        // A range (the model off today) taken further down.
+        (3.4, Some((3.4, 5.0)), Some(2.0), Some((2.0, 5.0))),
+        // Already inside the range: unchanged.
+        (3.4, Some((1.5, 3.4)), Some(2.0), Some((1.5, 3.4))),
+        // No slow steps (no contention, or a change that leaves the loader the limit): as was.
+        (3.4, None, None, None),
+        (3.4, None, Some(3.4), None),
+        (3.4, Some((3.0, 3.4)), Some(f64::INFINITY), Some((3.0, 3.4))),
+    ];
+    for (g, range, slow, want) in table {
+        assert_eq!(widen_for_slow_steps(g, range, slow), want, "{g} {range:?} {slow:?}");
+    }
+}
+
+#[test]
+fn under_contention_a_change_leaving_compute_the_limit_is_a_range_down_to_its_slow_steps() {
+    // Busy loops hold 1.4 cores; training on the CPU, the typical compute step is 20 ms and
+    // its slow ones (p95) 40 ms: the cache, which leaves compute the limit, is predicted from
+    // the typical step to the slow ones, and says why.
+    let mut b = preempted_reads();
+    if let Some(c) = b.0.stages.iter_mut().find(|s| s.stage == "compute") {
+        c.p95_ms = 40.0;
+    }
+    let v = b.verdict();
+    assert_eq!(v.limiter, Limiter::Contention, "{v:#?}");
+    let cache = v.advice.iter().find(|a| matches!(a.change, Change::Cache { .. })).expect("cache advice");
+    let basis = cache.basis.expect("basis");
+    let (lo, hi) = basis.range.expect("a range");
+    let g = cache.predicted_speedup.unwrap_or_default();
+    assert!(basis.slow_steps && (hi - g).abs() < 1e-9 && lo < g, "{lo}–{hi}, point {g}");
+    // 32 images per 40.9 ms (transfer + the slow step) over the measured rate.
+    let now = basis.now;
+    assert!((lo - 32.0 * 1000.0 / 40.9 / now).abs() < 1e-6, "{lo} vs {}", 32.0 * 1000.0 / 40.9 / now);
+    let words = cache.gain_words().unwrap_or_default();
+    assert!(words.contains("other programs"), "{words}");
+    // Freeing the cores leaves no slow steps to widen by; nor does a quiet machine.
+    let free = v.advice.iter().find(|a| a.change == Change::FreeCores).expect("free the cores");
+    assert!(free.basis.is_some_and(|b| !b.slow_steps), "{free:?}");
+    let mut quiet = b.others(0.0, &[]);
+    quiet.0.machine.global_cpu_mean_pct = Some(30.0);
+    assert!(quiet.verdict().advice.iter().filter_map(|a| a.basis).all(|b| !b.slow_steps));
 }

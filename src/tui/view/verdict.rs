@@ -66,8 +66,9 @@ pub fn flag_label(f: &Flag) -> String {
     }
 }
 
+/// "now X → Y images/s (×g)", as the report says it, compact enough for one line.
 fn gain(a: &Advice) -> Option<String> {
-    a.predicted_speedup.filter(|x| x.is_finite() && *x > 0.0).map(|x| format!("≈{x:.1}× images/s"))
+    a.gain_short()
 }
 
 /// Word-wraps to `width` columns (long words are cut); never returns an empty list.
@@ -250,6 +251,31 @@ pub fn render_verdict(f: &mut Frame, area: Rect, st: &State) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_advice_line_says_now_and_after_like_the_report() {
+        let a = Advice {
+            action: "raise loader workers 1 → 2".into(),
+            change: crate::diagnose::Change::Workers(2),
+            predicted_speedup: Some(2399.0 / 1220.0),
+            reason: String::new(),
+            basis: Some(crate::diagnose::Basis {
+                now: 1220.0,
+                from_step: 1,
+                to_step: 30,
+                predicted: 2399.0,
+                model_now: 1220.0,
+                range: None,
+                slow_steps: false,
+            }),
+        };
+        let text: String = advice_line(&a, 200, true).spans.iter().map(|s| s.content.to_string()).collect();
+        assert!(text.contains("now 1220 → ≈2399 images/s (×2.0)  --workers 2"), "{text}");
+        // Without a basis (advice whose gain is not the capacity model's): the bare gain.
+        let bare = Advice { basis: None, ..a };
+        let text: String = advice_line(&bare, 200, false).spans.iter().map(|s| s.content.to_string()).collect();
+        assert!(text.ends_with("≈2.0× images/s"), "{text}");
+    }
 
     #[test]
     fn wrap_breaks_on_words_and_cuts_long_ones() {
