@@ -1140,9 +1140,13 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     let p = Pipeline::from_summary(&b.0);
     assert!((p.compute_ms - 5.0 / super::model::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
     // Slow opens: the pool woke and spun through long waits (its CPU over the overlap is 4 ms),
-    // the training thread spent 3 ms with its 2 ms transfer: the lesser, 1 ms, is the hot step.
+    // the training thread spent 4.5 ms with its 2 ms transfer: the lesser, 2.5 ms, is the hot
+    // step.
+    b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 4.5)];
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 2.5).abs() < 1e-9);
+    // The training thread only dispatched (1 ms of its own, under half the pool's 4): the pool's.
     b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 3.0)];
-    assert!((Pipeline::from_summary(&b.0).compute_ms - 1.0).abs() < 1e-9);
+    assert!((Pipeline::from_summary(&b.0).compute_ms - 4.0).abs() < 1e-9);
     // A tiny model's ops stay on the training thread: its CPU, less the transfer, decides.
     b.0.machine.threads = vec![t("compute-0", 0.01), t("compute-1", 0.0), t("train", 9.0)];
     assert!((Pipeline::from_summary(&b.0).compute_ms - 7.0).abs() < 1e-9);
@@ -1163,12 +1167,18 @@ fn per_image_costs_come_from_the_trimmed_mean_not_one_slow_file() {
 }
 
 #[test]
-fn the_hot_step_is_the_lesser_of_the_pools_and_the_training_threads_estimates() {
+fn the_hot_step_is_the_lesser_of_the_pools_and_a_working_training_threads_estimates() {
     use super::model::hot_step_ms;
     // (pool CPU per step over its overlap, training thread's CPU less transfer) → hot step
-    let table: [(f64, Option<f64>, f64); 6] = [
+    let table: [(f64, Option<f64>, f64); 9] = [
         // slow opens: the pool spun between 240 ms waits; the training thread says 0.47 ms.
         (0.73, Some(0.47), 0.47),
+        // The built-in CNN at 64×64: the pool does the work, the training thread dispatches
+        // it (5.3 ms in one run, 15.7 in the next, against the pool's 18.9; fed, 18 ms).
+        (18.9, Some(5.3), 18.9),
+        (18.8, Some(15.7), 15.7),
+        // At the edge: half the pool's reading still reads the step.
+        (2.0, Some(1.0), 1.0),
         // decode-1w: the training thread's dispatch and spin make it the larger.
         (1.99, Some(2.6), 1.99),
         (1.0, Some(1.0), 1.0),
@@ -1230,4 +1240,25 @@ fn under_contention_a_change_leaving_compute_the_limit_is_a_range_down_to_its_sl
     let mut quiet = b.others(0.0, &[]);
     quiet.0.machine.global_cpu_mean_pct = Some(30.0);
     assert!(quiet.verdict().advice.iter().filter_map(|a| a.basis).all(|b| !b.slow_steps));
+}
+
+#[test]
+fn the_compute_rate_counts_the_images_a_step_trained_not_the_batch_size() {
+    // 50 steps of 20 ms compute at batch 32: (images trained, images per second compute takes).
+    let table: [(u64, f64); 4] = [
+        // A data set of 24 images: every step trains 24.
+        (50 * 24, 24.0 / 0.020),
+        // Full batches.
+        (50 * 32, 32.0 / 0.020),
+        // Not counted (a summary without images): the batch size.
+        (0, 32.0 / 0.020),
+        // More than a batch a step is not a thing a step trains: the batch size caps it.
+        (50 * 40, 32.0 / 0.020),
+    ];
+    for (images, want) in table {
+        let mut b = B::new().step(0.0, 0.0, 20.0);
+        b.0.images = images;
+        let got = Pipeline::from_summary(&b.0).capacity().compute;
+        assert!((got - want).abs() < 1e-6 * want, "{images} images: {got} vs {want}");
+    }
 }
