@@ -334,13 +334,7 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
     let dropped = Arc::new(AtomicU64::new(0));
     let latest = session::latest(&agg);
-    let _metrics = metrics.and_then(|l| {
-        session::serve_metrics(l, &latest)
-            .map_err(|e| {
-                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
-            })
-            .ok()
-    });
+    let _metrics = session::serve_metrics(metrics, &latest);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let open_count = Arc::new(std::sync::atomic::AtomicUsize::new(opened.len()));
     let mut closers = Vec::new();
@@ -436,14 +430,7 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
     let dropped = Arc::new(AtomicU64::new(0));
     let latest = session::latest(&agg);
-    // A scrape that cannot be served is not worth stopping the run for.
-    let _metrics = metrics.and_then(|l| {
-        session::serve_metrics(l, &latest)
-            .map_err(|e| {
-                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
-            })
-            .ok()
-    });
+    let _metrics = session::serve_metrics(metrics, &latest);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let pumper = {
         let dropped = dropped.clone();

@@ -334,14 +334,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     }));
 
     let latest = session::latest(&agg);
-    // A scrape that cannot be served is not worth stopping the run for.
-    let _metrics = metrics.and_then(|l| {
-        session::serve_metrics(l, &latest)
-            .map_err(|e| {
-                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
-            })
-            .ok()
-    });
+    let _metrics = session::serve_metrics(metrics, &latest);
     let collector = {
         let (latest, probe) = (latest.clone(), probe.clone());
         std::thread::Builder::new()

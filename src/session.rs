@@ -128,20 +128,24 @@ pub fn show(no_tui: bool, latest: &Latest, done: &Receiver<()>) {
     }
 }
 
-/// Serves `/metrics` from the latest publication until the returned guard drops. A scrape
-/// copies the summary under the lock (the collector holds it only to move a snapshot in) and
-/// renders outside it.
+/// Serves `/metrics` (when `--metrics-listen` gave a listener) from the latest publication
+/// until the returned guard drops. A scrape copies the summary under the lock (the collector
+/// holds it only to move a snapshot in) and renders outside it. A scrape that cannot be served
+/// is not worth stopping the run for: a warning, and the run goes on without it.
 pub fn serve_metrics(
-    listener: crate::metrics::Listener,
+    listener: Option<crate::metrics::Listener>,
     latest: &Latest,
-) -> std::io::Result<crate::metrics::serve::Serving> {
+) -> Option<crate::metrics::serve::Serving> {
     let latest = latest.clone();
-    listener.serve(Box::new(move || {
-        let l = latest.lock().unwrap_or_else(|e| e.into_inner());
-        crate::metrics::Scrape {
-            summary: l.snap.summary.clone(),
-            gpu: l.snap.gpu.last().cloned(),
-            verdict: l.verdict.clone(),
-        }
-    }))
+    listener?
+        .serve(Box::new(move || {
+            let l = latest.lock().unwrap_or_else(|e| e.into_inner());
+            crate::metrics::Scrape {
+                summary: l.snap.summary.clone(),
+                gpu: l.snap.gpu.last().cloned(),
+                verdict: l.verdict.clone(),
+            }
+        }))
+        .map_err(|e| crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it")))
+        .ok()
 }

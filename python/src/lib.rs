@@ -138,14 +138,7 @@ fn connect_worker(py: Python<'_>, address: String, program: String, capacity: us
     }
     probes::layer::forget_inherited_after_fork();
     NAMED.with(|n| n.set(false));
-    let hello = wire::Hello {
-        version: wire::VERSION,
-        pid: std::process::id(),
-        program,
-        settings: serde_json::Value::Null,
-        threads: Vec::new(),
-        rank: probes::Rank::from_env(),
-    };
+    let hello = wire::Hello::this_process(program, serde_json::Value::Null);
     // The connect may wait on the network: without the GIL, and without the state lock
     // (held across a GIL release it deadlocks against a thread calling `step`).
     drop(st);

@@ -198,7 +198,7 @@ impl<'a> Facts<'a> {
     /// core): waiting on storage.
     pub fn read_blocked_share(&self) -> f64 {
         let wall = self.p.loader_wall_ms();
-        let blocked = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
+        let blocked = self.read_blocked_ms();
         if wall > 0.0 {
             blocked / wall
         } else {
@@ -213,6 +213,17 @@ impl<'a> Facts<'a> {
     /// and is not counted.
     pub fn other_blocked_ms(&self) -> f64 {
         self.p.loader.iter().filter(|x| x.stage != Stage::Read && x.queue_measured).map(|x| x.blocked_ms()).sum()
+    }
+
+    /// Read's blocked time per image (off-CPU, not waiting for a core), ms.
+    pub fn read_blocked_ms(&self) -> f64 {
+        self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms())
+    }
+
+    /// Whether the loader blocks more inside the samples' other stages (a fetch in a Python
+    /// `__getitem__`) than in reading files.
+    pub fn blocked_in_dataset(&self) -> bool {
+        self.other_blocked_ms() > self.read_blocked_ms()
     }
 
     /// Share of the loader's time blocked off-CPU (storage, a fetch, a lock), not computing

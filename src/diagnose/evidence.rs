@@ -2,7 +2,6 @@
 //! in a sentence is formatted from the constant the rule compares against.
 
 use super::classify::{measured, Facts, OverheadWhy};
-use super::model::LOADER_STAGES;
 use super::thresholds::*;
 use super::{Limiter, Severity};
 use crate::units::{ms_spaced as ms, pct, rate};
@@ -122,8 +121,7 @@ impl Facts<'_> {
             self.p.stage(Stage::Read).map_or((0.0, 0.0, 0.0), |r| (r.wall_ms, r.blocked_ms(), r.core_wait_ms));
         let share = |x: f64| pct(if r_wall > 0.0 { x / r_wall } else { 0.0 });
         let queue = if r_queue > 0.0 { format!(", {} waiting for a core", share(r_queue)) } else { String::new() };
-        let other = self.other_blocked_ms();
-        if other > r_blocked {
+        if self.blocked_in_dataset() {
             // The samples are fetched in code that reads no file the loader sees.
             let stages: Vec<&str> = self
                 .p
@@ -134,7 +132,7 @@ impl Facts<'_> {
                 .collect();
             return format!(
                 "the loader is blocked off-CPU {} per image in {} (not computing, not waiting for a core: a fetch, a sleep, a lock), {} of its {} per image{}",
-                ms(other + r_blocked),
+                ms(self.other_blocked_ms() + r_blocked),
                 stages.join(", "),
                 pct(self.loader_blocked_share()),
                 ms(self.p.loader_wall_ms()),
@@ -162,12 +160,7 @@ impl Facts<'_> {
         // The run-queue wait where the kernel measured it; else the CPU stages' off-CPU time,
         // which is waiting for a core or blocked (a sleep, a lock, the GIL, a remote fetch):
         // said as such, not guessed either way.
-        let queue_measured = self
-            .s
-            .stages
-            .iter()
-            .any(|x| x.core_wait.is_some() && LOADER_STAGES.iter().any(|&st| st != Stage::Read && x.is(st)));
-        let (off, what) = if queue_measured {
+        let (off, what) = if cpu_stages().any(|x| x.queue_measured) {
             (self.p.loader_core_wait_ms(), "waiting for a core")
         } else {
             (
@@ -205,7 +198,7 @@ impl Facts<'_> {
                 "Input-bound ({sev}): this run's threads wait for cores other programs hold ({} of the time they are ready to run); the training loop waited for data {waited} of each step",
                 pct(self.core_wait_share())
             ),
-            Limiter::Io if self.other_blocked_ms() > self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms()) => format!(
+            Limiter::Io if self.blocked_in_dataset() => format!(
                 "Input-bound ({sev}): the loader waits off-CPU for its samples (a fetch or read inside the dataset, not computing); the training loop waited for data {waited} of each step"
             ),
             Limiter::Io => format!(

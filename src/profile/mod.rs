@@ -91,14 +91,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     signal::install();
     crate::data::loader::inject_panic_at_step(opts.panic_in_loader_at_step);
     let (collector, failure_slot) = start_collector(opts, &data, settings, &probe, rx)?;
-    // A scrape that cannot be served is not worth stopping the run for.
-    let _metrics = metrics.and_then(|l| {
-        session::serve_metrics(l, &collector.1)
-            .map_err(|e| {
-                crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it"))
-            })
-            .ok()
-    });
+    let _metrics = session::serve_metrics(metrics, &collector.1);
     let samplers = start_samplers(opts, &probe);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let trainer = start_trainer(opts, &cfg, &data, workers, auto_workers, dev, &probe, done_tx)?;

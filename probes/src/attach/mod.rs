@@ -168,14 +168,7 @@ pub struct Session {
 /// machine. The calls are the same either way.
 pub fn init(opts: Options) -> Result<Session, AttachError> {
     if let Some(parent) = parent_run() {
-        let hello = wire::Hello {
-            version: wire::VERSION,
-            pid: std::process::id(),
-            program: opts.program.clone(),
-            settings: opts.settings.clone(),
-            threads: Vec::new(),
-            rank: crate::Rank::from_env(),
-        };
+        let hello = wire::Hello::this_process(opts.program.clone(), opts.settings.clone());
         let prod = producer::connect(&parent, hello, opts.capacity)?;
         let probe = prod.probe();
         let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
@@ -202,14 +195,7 @@ pub fn init(opts: Options) -> Result<Session, AttachError> {
 /// installs its own subscriber with a [`ProbeLayer`] on `probe` (the Python bindings do:
 /// their layer is swapped for a producer's in a forked worker). `opts.capacity` is unused.
 pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>) -> Result<Session, AttachError> {
-    let hello = wire::Hello {
-        version: wire::VERSION,
-        pid: std::process::id(),
-        program: opts.program.clone(),
-        settings: opts.settings.clone(),
-        threads: Vec::new(),
-        rank: crate::Rank::from_env(),
-    };
+    let hello = wire::Hello::this_process(opts.program.clone(), opts.settings.clone());
     // TCP: anyone on the machine can connect, so every peer must bring the run's token.
     let token = opts.listen.as_ref().map(|_| run_token());
     if let Some(t) = &token {

@@ -99,6 +99,21 @@ pub struct Hello {
     pub rank: Option<crate::Rank>,
 }
 
+impl Hello {
+    /// This process's greeting: its pid, the program name and settings it gives, its rank from
+    /// the launcher's environment, and no threads yet.
+    pub fn this_process(program: String, settings: serde_json::Value) -> Hello {
+        Hello {
+            version: VERSION,
+            pid: std::process::id(),
+            program,
+            settings,
+            threads: Vec::new(),
+            rank: crate::Rank::from_env(),
+        }
+    }
+}
+
 /// The server's counters, sent with [`Frame::End`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerStats {
