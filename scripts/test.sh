@@ -20,12 +20,44 @@ fi
 
 cargo test --release --workspace
 
+# The frameworks the Python tests drive, in as little disk as they fit: PyPI's torch for Linux
+# brings its CUDA libraries (≈ 4 GB installed), and pip, asked for everything at once, holds every
+# download (≈ 3 GB) beside the installed files, and a second copy in its cache. So pip resolves
+# the whole set once without installing (--dry-run --report), then each large package is
+# installed alone from that resolution with no cache: at most one download sits beside what is
+# installed. triton (torch.compile's GPU compiler, ≈ 1 GB) is left out: no test compiles.
+# With everything already installed, the resolution lists nothing and nothing is fetched.
+install_python_deps() {
+    local venv=$1 report
+    report=$(mktemp)
+    PIP_NO_CACHE_DIR=1 pip install --quiet --dry-run --report "$report" \
+        numpy pillow pytest torch torchvision keras jax
+    local resolved small=() pkg
+    resolved=$("$venv/bin/python" -c '
+import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    print(item["metadata"]["name"] + "==" + item["metadata"]["version"])
+' "$report")
+    for pkg in $resolved; do
+        case "$pkg" in
+            triton==*) ;;
+            nvidia-*|cuda-*|torch==*|torchvision==*|jaxlib==*|scipy==*)
+                PIP_NO_CACHE_DIR=1 pip install --quiet --no-deps "$pkg" ;;
+            *) small+=("$pkg") ;;
+        esac
+    done
+    if [ ${#small[@]} -gt 0 ]; then
+        PIP_NO_CACHE_DIR=1 pip install --quiet --no-deps "${small[@]}"
+    fi
+    rm -f "$report"
+}
+
 venv="$PWD/target/pyvenv"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
-pip install --quiet numpy pillow pytest torch torchvision keras jax
+install_python_deps "$venv"
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 # pytest exits 5 when it collected no tests: with `set -e` that fails the run, as it must.
