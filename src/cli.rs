@@ -183,6 +183,11 @@ pub struct RunArgs {
     /// Do not sample the GPU (NVML).
     #[arg(long)]
     pub no_gpu: bool,
+    /// After an interrupt is passed on, how long the program has to end before pipeprof sends
+    /// SIGTERM to its whole process group (its workers too), and SIGKILL 5 s later. Ctrl-C a
+    /// second time sends SIGTERM at once and ends pipeprof.
+    #[arg(long, default_value_t = crate::signal::STOP_TIMEOUT.as_secs_f64(), value_name = "SECONDS", value_parser = parse_seconds)]
+    pub stop_timeout: f64,
     #[command(flatten)]
     pub metrics: MetricsArgs,
     /// The program and its arguments, after `--`.

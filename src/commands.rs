@@ -22,6 +22,7 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
         trace: a.trace,
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
+        stop_timeout: std::time::Duration::from_secs_f64(a.stop_timeout),
         metrics_listen: a.metrics.metrics_listen,
         metrics_allow_remote: a.metrics.metrics_allow_remote,
     }

@@ -17,7 +17,9 @@
 //! the live view it gets no terminal, its output goes to a log file, and `q` or Ctrl-C is
 //! passed to it as SIGINT. A SIGINT or SIGTERM sent to pipeprof is passed on the same way, to
 //! the program itself: its own shutdown stops its workers. A second interrupt ends pipeprof
-//! and sends SIGTERM to the program's whole group. The child's exit code is this command's.
+//! and sends SIGTERM to the program's whole group; so does `--stop-timeout` passing with the
+//! program still running after the interrupt (then SIGKILL, [`signal::KILL_AFTER`] later). The
+//! child's exit code is this command's.
 
 use crate::aggregate::{Aggregator, RunSettings};
 use crate::diagnose::Diagnosed;
@@ -53,7 +55,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 const QUIET: Duration = Duration::from_secs(1);
 
 /// What `pipeprof run` was asked for.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// The program and its arguments.
     pub command: Vec<OsString>,
@@ -63,6 +65,8 @@ pub struct Options {
     pub trace: Option<PathBuf>,
     pub sample_hz: f64,
     pub no_gpu: bool,
+    /// After an interrupt was passed on: how long before the group gets SIGTERM.
+    pub stop_timeout: Duration,
     /// `--metrics-listen`: serve `/metrics` there while the program runs.
     pub metrics_listen: Option<String>,
     pub metrics_allow_remote: bool,
@@ -101,6 +105,17 @@ impl Ending {
             Ending::Interrupted(c) => *c,
             Ending::Failed { code, .. } => *code,
         }
+    }
+}
+
+/// A program that has not ended `since` after the interrupt was passed on to it: the signal
+/// its process group gets now, if any, when `sent` escalations were sent already. SIGTERM once
+/// `stop_timeout` has passed, SIGKILL [`signal::KILL_AFTER`] later, then nothing more.
+pub fn escalation(since: Duration, stop_timeout: Duration, sent: usize) -> Option<libc::c_int> {
+    match sent {
+        0 if since >= stop_timeout => Some(libc::SIGTERM),
+        1 if since >= stop_timeout + signal::KILL_AFTER => Some(libc::SIGKILL),
+        _ => None,
     }
 }
 
@@ -345,9 +360,13 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     // Waits for the program, passing interrupts on; then for its processes' last frames.
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let forwarded = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicBool::new(false));
     let waiter = {
-        let (relays, forwarded, probe) = (relays.clone(), forwarded.clone(), probe.clone());
+        let (relays, forwarded, killed, probe) = (relays.clone(), forwarded.clone(), killed.clone(), probe.clone());
+        let (stop_timeout, shown) = (opts.stop_timeout, shown.clone());
         std::thread::Builder::new().name("pp-child".into()).spawn(move || {
+            let mut passed_on: Option<Instant> = None;
+            let mut escalated = 0;
             let status = loop {
                 match child.try_wait() {
                     Ok(Some(s)) => break Ok(s),
@@ -364,6 +383,23 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                     // result can hang Python's Pool at exit). A second interrupt stops the group.
                     // SAFETY: kill on the process we started.
                     unsafe { libc::kill(child_pid, sig) };
+                    passed_on = Some(Instant::now());
+                }
+                // A program stuck in its own shutdown does not keep the report waiting.
+                if let Some(sig) = passed_on.and_then(|t| escalation(t.elapsed(), stop_timeout, escalated)) {
+                    let (name, after) = match sig {
+                        libc::SIGTERM => ("SIGTERM", stop_timeout),
+                        _ => ("SIGKILL", stop_timeout + signal::KILL_AFTER),
+                    };
+                    progress::warn(&format!(
+                        "`{shown}` has not ended {} s after the interrupt: {name} to its process group{}",
+                        after.as_secs_f64(),
+                        if sig == libc::SIGTERM { " (--stop-timeout)" } else { "" }
+                    ));
+                    killed.store(sig == libc::SIGKILL, Ordering::SeqCst);
+                    // SAFETY: kill on a process group we started.
+                    unsafe { libc::kill(-child_pid, sig) };
+                    escalated += 1;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             };
@@ -402,7 +438,11 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     // Our own interrupt was passed on: the program's exit code says how it ended, not ours.
     let interrupted = forwarded.load(Ordering::SeqCst);
     signal::clear();
-    let end = ending(status, &program, interrupted);
+    let end = match ending(status, &program, interrupted) {
+        // Our own SIGKILL after an interrupt ended it: an interruption, as the user asked.
+        Ending::Failed { code: 137, .. } if killed.load(Ordering::SeqCst) => Ending::Interrupted(137),
+        end => end,
+    };
     finish(opts, &mut done, &end, &shown, log.as_deref(), &relays)?;
     drop(scratch);
     Ok(end.code())
@@ -499,6 +539,26 @@ mod tests {
             assert_eq!(program_name(&words(cmd)), name, "{cmd}");
         }
         assert_eq!(program_name(&[]), "program");
+    }
+
+    #[test]
+    fn a_program_stuck_after_the_interrupt_gets_sigterm_then_sigkill_once_each() {
+        let s = Duration::from_secs_f64;
+        let t = s(30.0);
+        for (since, sent, want) in [
+            (0.0, 0, None),
+            (29.9, 0, None),
+            (30.0, 0, Some(libc::SIGTERM)),
+            (31.0, 1, None),
+            (34.9, 1, None),
+            (35.0, 1, Some(libc::SIGKILL)),
+            (400.0, 2, None),
+            // A late look sends one step at a time: SIGTERM first, even when SIGKILL is due.
+            (400.0, 0, Some(libc::SIGTERM)),
+        ] {
+            assert_eq!(escalation(s(since), t, sent), want, "{since} s, {sent} sent");
+        }
+        assert_eq!(escalation(s(1.0), s(1.0), 0), Some(libc::SIGTERM));
     }
 
     #[test]

@@ -30,6 +30,14 @@ static RESTORE_TERMINAL: OnceLock<fn()> = OnceLock::new();
 /// have nothing left to do).
 const HOOKS_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a program started by `pipeprof run` has to end after an interrupt was passed on
+/// to it, before its process group gets SIGTERM (`--stop-timeout`). Long enough for a script
+/// that saves a checkpoint on KeyboardInterrupt; a program stuck in its shutdown (a worker
+/// blocked writing to a pipe nobody reads any more) does not keep the run, and its report, waiting.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the SIGTERM to the group, how long before SIGKILL.
+pub const KILL_AFTER: Duration = Duration::from_secs(5);
+
 /// A repeat of the first interrupt within this time is the same interrupt.
 pub const GRACE: Duration = Duration::from_millis(500);
 

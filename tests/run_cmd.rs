@@ -98,6 +98,56 @@ fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
     assert!(summary(&s).get("failed").is_none());
 }
 
+#[test]
+fn a_program_that_ignores_the_interrupt_is_ended_with_its_whole_group_and_the_report_comes() {
+    // sh ignores SIGINT: after --stop-timeout its group gets SIGTERM. With SIGTERM ignored too,
+    // and a background child that inherits both (it holds the test's stdout pipe open: were it
+    // left running, reading to the end below would never return), SIGKILL follows.
+    for (script, code, signal) in [
+        ("trap '' INT; echo started; while :; do sleep 0.05; done", 143, "SIGTERM"),
+        ("trap '' INT TERM; sleep 1000 & echo started; wait", 137, "SIGKILL"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = dir.path().join("s.json");
+        let mut child = run_cmd(dir.path())
+            .args(["--stop-timeout", "0.2", "--summary"])
+            .arg(&s)
+            .args(["--", "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "started", "{script}");
+        // SAFETY: a signal to the child we started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let mut report = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert!(report.contains("── pipeprof report"), "{script}: {report}");
+        assert!(
+            err.contains("has not ended 0.2 s after the interrupt: SIGTERM to its process group"),
+            "{script}: {err}"
+        );
+        assert_eq!(err.contains("SIGKILL to its process group"), signal == "SIGKILL", "{script}: {err}");
+        assert_eq!(out.status.code(), Some(code), "{script}: {err}");
+        assert!(err.contains(&format!("was interrupted (exit code {code})")), "{script}: {err}");
+        assert!(summary(&s).get("failed").is_none(), "{script}");
+    }
+}
+
+#[test]
+fn the_stop_timeout_must_be_a_positive_number_of_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cmd(dir.path()).args(["--stop-timeout", "0", "--", "true"]).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--stop-timeout") && err.contains("must be more than 0"), "{err}");
+}
+
 fn example() -> PathBuf {
     let p = Path::new(env!("CARGO_BIN_EXE_pipeprof")).parent().unwrap().join("examples/train_cnn");
     assert!(p.exists(), "{} missing: run the tests with `cargo test --release --workspace`", p.display());

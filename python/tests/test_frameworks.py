@@ -280,7 +280,11 @@ def test_spans_made_in_keras_pool_workers_all_arrive(tmp_path):
 def test_ctrl_c_stops_keras_fit(tmp_path):
     p = start(tmp_path, sys.executable, KERAS, "--epochs", "10000", "--images", "64", "--workers", "2")
     code, out, err = interrupt(p, True, r"Epoch 2/")
-    assert code in (130, 1), err
+    # Keras's multiprocessing shutdown can hang after a Ctrl-C, with or without pipeprof (a
+    # worker blocked writing a result nobody reads): then pipeprof ends the group after
+    # --stop-timeout, says so, and the run is still an interruption with its report.
+    escalated = "has not ended 30 s after the interrupt" in err
+    assert code in ((143, 137) if escalated else (130, 1)), err
     assert "── pipeprof report" in out
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["steps"] >= 2 and "failed" not in s
