@@ -384,6 +384,11 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                     // SAFETY: kill on the process we started.
                     unsafe { libc::kill(child_pid, sig) };
                     passed_on = Some(Instant::now());
+                    progress::say(&format!(
+                        "pipeprof: interrupt passed to `{shown}`; if it has not ended in {} s (--stop-timeout), \
+                         its process group gets SIGTERM (an interrupt again does that now)",
+                        stop_timeout.as_secs_f64()
+                    ));
                 }
                 // A program stuck in its own shutdown does not keep the report waiting.
                 if let Some(sig) = passed_on.and_then(|t| escalation(t.elapsed(), stop_timeout, escalated)) {

@@ -95,6 +95,11 @@ fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
     // sh dies of the SIGINT passed to its group: 128 + 2, an interruption, not a failure.
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("was interrupted (exit code 130)"), "{err}");
+    assert!(
+        err.contains("interrupt passed to `sh -c echo started;") && err.contains("in 30 s (--stop-timeout)"),
+        "{err}"
+    );
+    assert!(!err.contains("after the interrupt: SIGTERM"), "{err}");
     assert!(summary(&s).get("failed").is_none());
 }
 
