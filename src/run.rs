@@ -361,10 +361,19 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let forwarded = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicBool::new(false));
+    // What the waiter has to say while the live view holds the terminal waits for its end.
+    let held: Arc<Mutex<Vec<String>>> = Arc::default();
     let waiter = {
         let (relays, forwarded, killed, probe) = (relays.clone(), forwarded.clone(), killed.clone(), probe.clone());
-        let (stop_timeout, shown) = (opts.stop_timeout, shown.clone());
+        let (stop_timeout, shown, held) = (opts.stop_timeout, shown.clone(), held.clone());
         std::thread::Builder::new().name("pp-child".into()).spawn(move || {
+            let say = |line: String| {
+                if crate::tui::is_active() {
+                    held.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                } else {
+                    progress::say(&line);
+                }
+            };
             let mut passed_on: Option<Instant> = None;
             let mut escalated = 0;
             let status = loop {
@@ -384,7 +393,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                     // SAFETY: kill on the process we started.
                     unsafe { libc::kill(child_pid, sig) };
                     passed_on = Some(Instant::now());
-                    progress::say(&format!(
+                    say(format!(
                         "pipeprof: interrupt passed to `{shown}`; if it has not ended in {} s (--stop-timeout), \
                          its process group gets SIGTERM (an interrupt again does that now)",
                         stop_timeout.as_secs_f64()
@@ -396,8 +405,8 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                         libc::SIGTERM => ("SIGTERM", stop_timeout),
                         _ => ("SIGKILL", stop_timeout + signal::KILL_AFTER),
                     };
-                    progress::warn(&format!(
-                        "`{shown}` has not ended {} s after the interrupt: {name} to its process group{}",
+                    say(format!(
+                        "warning: `{shown}` has not ended {} s after the interrupt: {name} to its process group{}",
                         after.as_secs_f64(),
                         if sig == libc::SIGTERM { " (--stop-timeout)" } else { "" }
                     ));
@@ -432,6 +441,9 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     };
     session::show(!live, &latest, &done_rx);
     let status = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
+    for line in held.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        progress::say(&line);
+    }
     stop_serving.store(true, Ordering::SeqCst);
     let _ = UnixStream::connect(&scratch.socket);
     let _ = acceptor.join();
