@@ -211,7 +211,9 @@ def test_ctrl_c_stops_a_torch_run_and_the_report_is_written(tmp_path, images, to
 
 def keras_history(out):
     """Keras's own per-epoch figures, as its verbose=2 lines print them."""
-    rows = re.findall(r"accuracy: ([0-9.]+) - loss: ([0-9.]+) - val_accuracy: ([0-9.]+) - val_loss: ([0-9.]+)", out)
+    # Keras prints an exact 0 as 0.0000e+00.
+    num = r"([0-9.]+(?:e[-+][0-9]+)?)"
+    rows = re.findall(rf"accuracy: {num} - loss: {num} - val_accuracy: {num} - val_loss: {num}", out)
     return [tuple(float(x) for x in r) for r in rows]
 
 

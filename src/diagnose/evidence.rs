@@ -428,11 +428,20 @@ impl Facts<'_> {
         } else {
             String::new()
         };
-        ev.push(format!(
-            "the loader could supply {}, {headroom:.1}× what the training loop takes ({}){near}",
-            rate(self.cap.loader()),
-            rate(self.cap.compute),
-        ));
+        if self.cap.loader().is_finite() {
+            ev.push(format!(
+                "the loader could supply {}, {headroom:.1}× what the training loop takes ({}){near}",
+                rate(self.cap.loader()),
+                rate(self.cap.compute),
+            ));
+        } else {
+            // No read, decode or resize was timed (a Keras PyDataset, a Dataset with no hook
+            // inside): its rate is unknown, not unlimited.
+            ev.push(format!(
+                "the loader's own stages were not timed, so what it could supply is unknown; the training loop takes {}, and the wait above says the loader keeps up",
+                rate(self.cap.compute),
+            ));
+        }
         if let Some(u) = self.gpu_util.filter(|_| !self.gpu_unused) {
             ev.push(format!("GPU busy {u:.0}% on average"));
         }

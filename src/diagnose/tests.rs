@@ -406,6 +406,18 @@ fn compute_bound_gpu_run_is_healthy() {
 }
 
 #[test]
+fn a_loader_whose_stages_were_not_timed_has_an_unknown_rate_not_an_unlimited_one() {
+    for (b, timed) in [(compute_bound_gpu(), true), (B::new().step(0.5, 1.0, 100.0).cpu(40.0, 60.0), false)] {
+        let v = b.verdict();
+        assert_eq!(v.limiter, Limiter::Compute, "{v:#?}");
+        let line = v.evidence.iter().find(|e| e.contains("the loader")).cloned().unwrap_or_default();
+        assert!(!line.contains("unlimited") && !line.contains("inf×"), "{line}");
+        assert_eq!(line.starts_with("the loader could supply ≈"), timed, "{line}");
+        assert_eq!(line.contains("were not timed, so what it could supply is unknown"), !timed, "{line}");
+    }
+}
+
+#[test]
 fn large_transfer_share_gives_transfer_verdict() {
     let v = transfer_bound().verdict();
     assert_eq!(v.limiter, Limiter::Transfer, "{v:#?}");
