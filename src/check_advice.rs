@@ -174,12 +174,16 @@ fn last_line(b: &[u8]) -> String {
 /// What a follow-up that Ctrl-C stopped gives instead of a measurement.
 const INTERRUPTED: &str = "interrupted";
 
-/// Whether a child ended because of an interrupt (SIGINT/SIGTERM, or pipeprof's exit code
-/// after one): the interrupt hit this process's group, whether or not this process's own
-/// signal thread has set the stop flag yet.
-fn was_interrupted(status: std::process::ExitStatus) -> bool {
+/// The interrupt a child ended of (SIGINT/SIGTERM, or pipeprof's exit code after one), if
+/// any: the interrupt hit this process's group, whether or not this process's own signal
+/// thread has taken it yet.
+fn interrupted_by(status: std::process::ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
-    matches!(status.code(), Some(130 | 143)) || matches!(status.signal(), Some(libc::SIGINT | libc::SIGTERM))
+    match (status.code(), status.signal()) {
+        (Some(130), _) | (_, Some(libc::SIGINT)) => Some(libc::SIGINT),
+        (Some(143), _) | (_, Some(libc::SIGTERM)) => Some(libc::SIGTERM),
+        _ => None,
+    }
 }
 
 fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
@@ -188,7 +192,13 @@ fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-    if was_interrupted(out.status) {
+    if let Some(sig) = interrupted_by(out.status) {
+        // Taken here when this process's signal thread has not yet (on a loaded machine it
+        // can run after the child's end is seen): this run then exits as interrupted too, and
+        // the signal's own delivery, moments later, is the same interrupt again, ignored.
+        if !crate::signal::stopping() {
+            crate::signal::interrupt(sig);
+        }
         return Err(INTERRUPTED.into());
     }
     if !out.status.success() {
@@ -427,6 +437,24 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
 mod tests {
     use super::*;
     use crate::diagnose::{Advice, Limiter, Severity};
+
+    #[test]
+    fn a_follow_up_ended_by_the_groups_interrupt_is_told_from_a_failure() {
+        use std::os::unix::process::ExitStatusExt;
+        let code = |c: i32| std::process::ExitStatus::from_raw(c << 8);
+        let sig = std::process::ExitStatus::from_raw;
+        for (status, want) in [
+            (code(0), None),
+            (code(1), None),
+            (code(130), Some(libc::SIGINT)),
+            (code(143), Some(libc::SIGTERM)),
+            (sig(libc::SIGINT), Some(libc::SIGINT)),
+            (sig(libc::SIGTERM), Some(libc::SIGTERM)),
+            (sig(libc::SIGKILL), None),
+        ] {
+            assert_eq!(interrupted_by(status), want, "{status:?}");
+        }
+    }
 
     fn advice(change: Change, gain: Option<f64>) -> Advice {
         Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into(), basis: None }
