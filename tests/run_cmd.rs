@@ -68,15 +68,17 @@ fn nothing_to_run_is_a_usage_error() {
     assert!(text(&out.stderr).contains("<CMD>"), "{}", text(&out.stderr));
 }
 
-#[test]
-fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
+/// Runs `sh -c script` under `pipeprof run` with `args`; once the script printed `started`,
+/// sends pipeprof SIGINT. Returns (stdout after that line: the report, the run's output,
+/// the summary).
+fn interrupt_run(args: &[&str], script: &str) -> (String, std::process::Output, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let s = dir.path().join("s.json");
-    // The program says it started, then waits to be interrupted; pipeprof gets the SIGINT.
     let mut child = run_cmd(dir.path())
+        .args(args)
         .arg("--summary")
         .arg(&s)
-        .args(["--", "sh", "-c", "echo started; while :; do sleep 0.05; done"])
+        .args(["--", "sh", "-c", script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -84,12 +86,19 @@ fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "started");
+    assert_eq!(line.trim(), "started", "{script}");
     // SAFETY: a signal to the child we started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let mut report = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
     let out = child.wait_with_output().unwrap();
+    (report, out, summary(&s))
+}
+
+#[test]
+fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
+    // The program says it started, then waits to be interrupted; pipeprof gets the SIGINT.
+    let (report, out, s) = interrupt_run(&[], "echo started; while :; do sleep 0.05; done");
     let err = text(&out.stderr);
     assert!(report.contains("── pipeprof report"), "{report}");
     // sh dies of the SIGINT passed to its group: 128 + 2, an interruption, not a failure.
@@ -100,37 +109,19 @@ fn an_interrupt_is_passed_to_the_program_and_the_report_still_comes() {
         "{err}"
     );
     assert!(!err.contains("after the interrupt: SIGTERM"), "{err}");
-    assert!(summary(&s).get("failed").is_none());
+    assert!(s.get("failed").is_none());
 }
 
 #[test]
 fn a_program_that_ignores_the_interrupt_is_ended_with_its_whole_group_and_the_report_comes() {
     // sh ignores SIGINT: after --stop-timeout its group gets SIGTERM. With SIGTERM ignored too,
     // and a background child that inherits both (it holds the test's stdout pipe open: were it
-    // left running, reading to the end below would never return), SIGKILL follows.
+    // left running, reading to the end would never return), SIGKILL follows.
     for (script, code, signal) in [
         ("trap '' INT; echo started; while :; do sleep 0.05; done", 143, "SIGTERM"),
         ("trap '' INT TERM; sleep 1000 & echo started; wait", 137, "SIGKILL"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let s = dir.path().join("s.json");
-        let mut child = run_cmd(dir.path())
-            .args(["--stop-timeout", "0.2", "--summary"])
-            .arg(&s)
-            .args(["--", "sh", "-c", script])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "started", "{script}");
-        // SAFETY: a signal to the child we started.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        let mut report = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let (report, out, s) = interrupt_run(&["--stop-timeout", "0.2"], script);
         let err = text(&out.stderr);
         assert!(report.contains("── pipeprof report"), "{script}: {report}");
         assert!(
@@ -140,7 +131,7 @@ fn a_program_that_ignores_the_interrupt_is_ended_with_its_whole_group_and_the_re
         assert_eq!(err.contains("SIGKILL to its process group"), signal == "SIGKILL", "{script}: {err}");
         assert_eq!(out.status.code(), Some(code), "{script}: {err}");
         assert!(err.contains(&format!("was interrupted (exit code {code})")), "{script}: {err}");
-        assert!(summary(&s).get("failed").is_none(), "{script}");
+        assert!(s.get("failed").is_none(), "{script}");
     }
 }
 
