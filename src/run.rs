@@ -85,10 +85,12 @@ pub enum Ending {
 
 /// Reads an exit status: the code pipeprof exits with, and what it means. `interrupted` says
 /// whether an interrupt was passed on to the program (then exit code 1 from Python's
-/// KeyboardInterrupt traceback is an interruption too).
-pub fn ending(status: ExitStatus, program: &str, interrupted: bool) -> Ending {
+/// KeyboardInterrupt traceback is an interruption too); `killed`, whether pipeprof then sent
+/// its group SIGKILL (dying of it is the interruption the user asked for, not a failure).
+pub fn ending(status: ExitStatus, program: &str, interrupted: bool, killed: bool) -> Ending {
     match (status.code(), status.signal()) {
         (Some(0), _) => Ending::Ok,
+        (None, Some(libc::SIGKILL)) if killed => Ending::Interrupted(128 + libc::SIGKILL),
         (Some(c @ (130 | 143)), _) => Ending::Interrupted(c),
         (Some(1), _) if interrupted => Ending::Interrupted(1),
         (Some(c), _) => Ending::Failed { code: c, why: format!("{program} exited with status {c}") },
@@ -108,15 +110,25 @@ impl Ending {
     }
 }
 
+/// A signal sent to the program's group because it did not end after the interrupt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Escalation {
+    pub sig: libc::c_int,
+    pub name: &'static str,
+    /// How long after the interrupt it is due.
+    pub after: Duration,
+}
+
 /// A program that has not ended `since` after the interrupt was passed on to it: the signal
 /// its process group gets now, if any, when `sent` escalations were sent already. SIGTERM once
 /// `stop_timeout` has passed, SIGKILL [`signal::KILL_AFTER`] later, then nothing more.
-pub fn escalation(since: Duration, stop_timeout: Duration, sent: usize) -> Option<libc::c_int> {
-    match sent {
-        0 if since >= stop_timeout => Some(libc::SIGTERM),
-        1 if since >= stop_timeout + signal::KILL_AFTER => Some(libc::SIGKILL),
-        _ => None,
-    }
+pub fn escalation(since: Duration, stop_timeout: Duration, sent: usize) -> Option<Escalation> {
+    let (sig, name, after) = match sent {
+        0 => (libc::SIGTERM, "SIGTERM", stop_timeout),
+        1 => (libc::SIGKILL, "SIGKILL", stop_timeout + signal::KILL_AFTER),
+        _ => return None,
+    };
+    (since >= after).then_some(Escalation { sig, name, after })
 }
 
 /// The producers relaying into this run: connections not yet ended, and who they were.
@@ -360,11 +372,10 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     // Waits for the program, passing interrupts on; then for its processes' last frames.
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let forwarded = Arc::new(AtomicBool::new(false));
-    let killed = Arc::new(AtomicBool::new(false));
     // What the waiter has to say while the live view holds the terminal waits for its end.
     let held: Arc<Mutex<Vec<String>>> = Arc::default();
     let waiter = {
-        let (relays, forwarded, killed, probe) = (relays.clone(), forwarded.clone(), killed.clone(), probe.clone());
+        let (relays, forwarded, probe) = (relays.clone(), forwarded.clone(), probe.clone());
         let (stop_timeout, shown, held) = (opts.stop_timeout, shown.clone(), held.clone());
         std::thread::Builder::new().name("pp-child".into()).spawn(move || {
             let say = |line: String| {
@@ -400,19 +411,15 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                     ));
                 }
                 // A program stuck in its own shutdown does not keep the report waiting.
-                if let Some(sig) = passed_on.and_then(|t| escalation(t.elapsed(), stop_timeout, escalated)) {
-                    let (name, after) = match sig {
-                        libc::SIGTERM => ("SIGTERM", stop_timeout),
-                        _ => ("SIGKILL", stop_timeout + signal::KILL_AFTER),
-                    };
+                if let Some(e) = passed_on.and_then(|t| escalation(t.elapsed(), stop_timeout, escalated)) {
                     say(format!(
-                        "warning: `{shown}` has not ended {} s after the interrupt: {name} to its process group{}",
-                        after.as_secs_f64(),
-                        if sig == libc::SIGTERM { " (--stop-timeout)" } else { "" }
+                        "warning: `{shown}` has not ended {} s after the interrupt: {} to its process group{}",
+                        e.after.as_secs_f64(),
+                        e.name,
+                        if e.sig == libc::SIGTERM { " (--stop-timeout)" } else { "" }
                     ));
-                    killed.store(sig == libc::SIGKILL, Ordering::SeqCst);
                     // SAFETY: kill on a process group we started.
-                    unsafe { libc::kill(-child_pid, sig) };
+                    unsafe { libc::kill(-child_pid, e.sig) };
                     escalated += 1;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -436,11 +443,12 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             }
             probe.send_blocking(Event::Finish);
             let _ = done_tx.send(());
-            status
+            // Two escalations sent: the second was SIGKILL.
+            (status, escalated == 2)
         })?
     };
     session::show(!live, &latest, &done_rx);
-    let status = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
+    let (status, killed) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
     for line in held.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
         progress::say(&line);
     }
@@ -455,11 +463,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     // Our own interrupt was passed on: the program's exit code says how it ended, not ours.
     let interrupted = forwarded.load(Ordering::SeqCst);
     signal::clear();
-    let end = match ending(status, &program, interrupted) {
-        // Our own SIGKILL after an interrupt ended it: an interruption, as the user asked.
-        Ending::Failed { code: 137, .. } if killed.load(Ordering::SeqCst) => Ending::Interrupted(137),
-        end => end,
-    };
+    let end = ending(status, &program, interrupted, killed);
     finish(opts, &mut done, &end, &shown, log.as_deref(), &relays)?;
     drop(scratch);
     Ok(end.code())
@@ -573,27 +577,40 @@ mod tests {
             // A late look sends one step at a time: SIGTERM first, even when SIGKILL is due.
             (400.0, 0, Some(libc::SIGTERM)),
         ] {
-            assert_eq!(escalation(s(since), t, sent), want, "{since} s, {sent} sent");
+            assert_eq!(escalation(s(since), t, sent).map(|e| e.sig), want, "{since} s, {sent} sent");
         }
-        assert_eq!(escalation(s(1.0), s(1.0), 0), Some(libc::SIGTERM));
+        assert_eq!(
+            escalation(s(1.0), s(1.0), 0),
+            Some(Escalation { sig: libc::SIGTERM, name: "SIGTERM", after: s(1.0) })
+        );
+        assert_eq!(
+            escalation(s(6.0), s(1.0), 1),
+            Some(Escalation { sig: libc::SIGKILL, name: "SIGKILL", after: s(6.0) })
+        );
     }
 
     #[test]
     fn exit_statuses_read_as_the_run_ended() {
         let code = |c: i32| ExitStatus::from_raw(c << 8);
         let sig = ExitStatus::from_raw;
-        assert_eq!(ending(code(0), "t", false), Ending::Ok);
-        assert_eq!(ending(code(3), "t", false), Ending::Failed { code: 3, why: "t exited with status 3".into() });
-        // Python's KeyboardInterrupt traceback exits 1: an interruption when we passed one on.
-        assert_eq!(ending(code(1), "t", true), Ending::Interrupted(1));
-        assert_eq!(ending(code(1), "t", false).code(), 1);
-        assert_eq!(ending(code(130), "t", false), Ending::Interrupted(130));
-        assert_eq!(ending(sig(libc::SIGINT), "t", false), Ending::Interrupted(130));
-        assert_eq!(ending(sig(libc::SIGTERM), "t", false).code(), 143);
+        assert_eq!(ending(code(0), "t", false, false), Ending::Ok);
         assert_eq!(
-            ending(sig(libc::SIGKILL), "t", false),
+            ending(code(3), "t", false, false),
+            Ending::Failed { code: 3, why: "t exited with status 3".into() }
+        );
+        // Python's KeyboardInterrupt traceback exits 1: an interruption when we passed one on.
+        assert_eq!(ending(code(1), "t", true, false), Ending::Interrupted(1));
+        assert_eq!(ending(code(1), "t", false, false).code(), 1);
+        assert_eq!(ending(code(130), "t", false, false), Ending::Interrupted(130));
+        assert_eq!(ending(sig(libc::SIGINT), "t", false, false), Ending::Interrupted(130));
+        assert_eq!(ending(sig(libc::SIGTERM), "t", false, false).code(), 143);
+        assert_eq!(
+            ending(sig(libc::SIGKILL), "t", false, false),
             Ending::Failed { code: 137, why: "t was killed by signal 9".into() }
         );
+        // Our own SIGKILL, sent when the program did not stop after the interrupt: as asked.
+        assert_eq!(ending(sig(libc::SIGKILL), "t", true, true), Ending::Interrupted(137));
+        assert_eq!(ending(code(3), "t", true, true).code(), 3);
     }
 
     #[test]
