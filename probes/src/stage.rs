@@ -10,12 +10,18 @@
 pub enum Stage {
     /// File (or cache slice) to bytes, on a loader worker.
     Read,
+    /// A sample taken from a data set whose `__getitem__` does no read, decode or transform
+    /// that pipeprof recognises (tensors already in memory, a custom format): its own name,
+    /// so microseconds of indexing are never called decoding.
+    Fetch,
     /// Bytes to pixels.
     Decode,
     /// Pixels to the model's input size and layout.
     Resize,
     /// Random transforms applied by the loader.
     Augment,
+    /// Samples stacked into a batch (a DataLoader's `collate_fn`), once per batch.
+    Collate,
     /// The training loop blocked on the next batch: the input-bound signal.
     Wait,
     /// Host batch to a device tensor.
@@ -34,11 +40,13 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 11] = [
+    pub const ALL: [Stage; 13] = [
         Stage::Read,
+        Stage::Fetch,
         Stage::Decode,
         Stage::Resize,
         Stage::Augment,
+        Stage::Collate,
         Stage::Wait,
         Stage::Transfer,
         Stage::Compute,
@@ -52,9 +60,11 @@ impl Stage {
     pub const fn name(self) -> &'static str {
         match self {
             Stage::Read => "read",
+            Stage::Fetch => "fetch",
             Stage::Decode => "decode",
             Stage::Resize => "resize",
             Stage::Augment => "augment",
+            Stage::Collate => "collate",
             Stage::Wait => "wait",
             Stage::Transfer => "transfer",
             Stage::Compute => "compute",
@@ -69,9 +79,11 @@ impl Stage {
     pub fn from_name(name: &str) -> Option<Stage> {
         Some(match name {
             "read" => Stage::Read,
+            "fetch" => Stage::Fetch,
             "decode" => Stage::Decode,
             "resize" => Stage::Resize,
             "augment" => Stage::Augment,
+            "collate" => Stage::Collate,
             "wait" => Stage::Wait,
             "transfer" => Stage::Transfer,
             "compute" => Stage::Compute,
@@ -88,9 +100,10 @@ impl Stage {
         self as usize
     }
 
-    /// Loader stages run per sample on worker threads.
+    /// Loader stages: the work of producing a batch, on a worker (or, with no workers, on
+    /// the training thread inside its wait).
     pub const fn is_loader(self) -> bool {
-        matches!(self, Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment)
+        matches!(self, Stage::Read | Stage::Fetch | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Collate)
     }
 
     /// Whether the Layer reads the thread CPU clock for this stage.
@@ -100,7 +113,16 @@ impl Stage {
     /// by construction; `compute` runs on the tensor library's own thread pool, so the
     /// calling thread's CPU clock would not describe it.
     pub const fn takes_cpu_time(self) -> bool {
-        matches!(self, Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Transfer)
+        matches!(
+            self,
+            Stage::Read
+                | Stage::Fetch
+                | Stage::Decode
+                | Stage::Resize
+                | Stage::Augment
+                | Stage::Collate
+                | Stage::Transfer
+        )
     }
 
     /// Sub-stages are nested inside another stage and are not added to step totals.
@@ -111,7 +133,16 @@ impl Stage {
     /// other stages' waits for a core are seen per thread by the host sampler, at no cost to
     /// the spans.
     pub const fn takes_queue_time(self) -> bool {
-        matches!(self, Stage::Read | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Transfer)
+        matches!(
+            self,
+            Stage::Read
+                | Stage::Fetch
+                | Stage::Decode
+                | Stage::Resize
+                | Stage::Augment
+                | Stage::Collate
+                | Stage::Transfer
+        )
     }
 
     pub const fn parent(self) -> Option<Stage> {

@@ -21,8 +21,10 @@ use super::thresholds::OTHER_CORES;
 use crate::aggregate::Summary;
 use probes::stage::Stage;
 
-/// Loader stages, per image, in pipeline order.
-pub const LOADER_STAGES: [Stage; 4] = [Stage::Read, Stage::Decode, Stage::Resize, Stage::Augment];
+/// Loader stages, in pipeline order. Each is costed per image; `collate` runs once per batch,
+/// so its cost per image is its span over the batch.
+pub const LOADER_STAGES: [Stage; 6] =
+    [Stage::Read, Stage::Fetch, Stage::Decode, Stage::Resize, Stage::Augment, Stage::Collate];
 
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
 /// (a small file from a local SSD or the page cache).
@@ -307,7 +309,8 @@ impl Pipeline {
                 let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
                 let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
                 // The typical image's cost: one slow file does not move it.
-                let wall = robust_ms(x);
+                let per_span = if stage == Stage::Collate { st.batch_size.max(1) as f64 } else { 1.0 };
+                let wall = robust_ms(x) / per_span;
                 Some(StageCost {
                     stage,
                     wall_ms: wall,

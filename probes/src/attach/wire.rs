@@ -24,7 +24,7 @@ pub const MAGIC: &[u8; 4] = b"PPRF";
 /// Starts a producer's connection: a process sending its spans into another's run.
 pub const PRODUCER_MAGIC: &[u8; 4] = b"PPRP";
 /// Protocol version; both sides must agree.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Longest token accepted in a handshake.
 pub const MAX_TOKEN: usize = 64;
 /// Environment variable holding the run's token: set by a TCP server for its worker
@@ -530,12 +530,12 @@ mod tests {
             (hello_bytes(PRODUCER_MAGIC, "3f9a0d"), Some(token), Err(WireError::Token)),
             (hello_bytes(MAGIC, "3f9a0c00"), Some(token), Err(WireError::Token)),
             (hello_bytes(MAGIC, ""), None, Ok(Peer::Viewer)),
-            (b"PPRF\x03\x00\x05ab".to_vec(), Some(token), Err(WireError::Truncated)),
+            (b"PPRF\x04\x00\x05ab".to_vec(), Some(token), Err(WireError::Truncated)),
         ];
         for (bytes, want, outcome) in table {
             assert_eq!(check_peer_hello_token(&mut &bytes[..], want), outcome, "{bytes:?}");
         }
-        let mut long = b"PPRF\x03\x00".to_vec();
+        let mut long = b"PPRF\x04\x00".to_vec();
         long.push(MAX_TOKEN as u8 + 1);
         assert_eq!(check_peer_hello_token(&mut &long[..], Some(token)), Err(WireError::Token));
     }
