@@ -225,11 +225,11 @@ fn render_epochs(o: &mut String, s: &Summary) {
         for e in &s.epochs {
             let _ = write!(
                 o,
-                "{:<6} {:>6} {:>8} {:>9.4} {:>9} {:>7.1}s",
+                "{:<6} {:>6} {:>8} {:>9} {:>9} {:>7.1}s",
                 e.epoch,
                 e.steps,
                 e.images,
-                e.loss,
+                if e.no_loss { "-".to_string() } else { format!("{:.4}", e.loss) },
                 acc(e.accuracy),
                 e.seconds
             );
@@ -560,6 +560,7 @@ mod tests {
             trimmed_mean_ms: None,
         });
         s.epochs.push(EpochSummary {
+            no_loss: false,
             epoch: 1,
             steps: 3,
             images: 12,
@@ -649,6 +650,7 @@ mod tests {
             trimmed_mean_ms: None,
         });
         s.epochs.push(EpochSummary {
+            no_loss: false,
             epoch: 1,
             steps: 3,
             images: 12,
