@@ -72,6 +72,7 @@ class _Open:
         self.step, self.epoch = step, epoch
         self.t_call, self.t_body = t_call, t_body
         self.images, self.validation = images, validation
+        # The iterator that opened the step, by id: holding it would delay its workers' end.
         self.leader = leader
         self.backward = False
         self.loss_t = None
@@ -154,6 +155,10 @@ def install(dataloader_mod):
 
     def __iter__(self):
         it = orig_iter(self)
+        try:
+            it._pipeprof_t = _now()
+        except AttributeError:
+            pass
         if getattr(self, "_pipeprof_manual", False):
             # Wrapped with pipeprof.torch.profile: timed there, not twice.
             try:
@@ -182,8 +187,15 @@ def install(dataloader_mod):
         t_call = _now()
         st = getattr(_T, "open", None)
         validation = not is_grad_enabled()
-        # Another loader's batch in the same loop iteration (zip): part of the open step.
-        joins = st is not None and st.leader is not self and not st.backward and st.validation == validation
+        # Another loader's batch in the same loop iteration (zip): part of the open step. Its
+        # iterator was made before the step began (a fresh `iter(loader)` each step is not).
+        joins = (
+            st is not None
+            and st.leader != id(self)
+            and not st.backward
+            and st.validation == validation
+            and getattr(self, "_pipeprof_t", t_call) < st.t_call
+        )
         if not joins:
             close(t_call)
         try:
@@ -212,7 +224,7 @@ def install(dataloader_mod):
                 shape = _input_of(batch)
                 if shape is not None:
                     pipeprof.settings(input=shape)
-        _T.open = _Open(step, _STATE["epoch"], t_call, t_body, _batch_size(batch), validation, self)
+        _T.open = _Open(step, _STATE["epoch"], t_call, t_body, _batch_size(batch), validation, id(self))
         return batch
 
     DataLoader.__iter__ = __iter__
@@ -224,7 +236,7 @@ def install(dataloader_mod):
         def __del__(self):
             # A `break` out of the loop drops the iterator: its last step ends here.
             st = getattr(_T, "open", None)
-            if st is not None and st.leader is self:
+            if st is not None and st.leader == id(self):
                 close()
             orig_del(self)
 
@@ -245,9 +257,9 @@ def install_backward(autograd_mod):
         if first and st.loss_t is None:
             t = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
             st.loss_t = t
-            dev = getattr(getattr(t, "device", None), "type", None)
-            if dev is not None and dev != "cpu" and _STATE["device"] is None:
-                _STATE["device"] = str(t.device)
+            dev = getattr(t, "device", None)
+            if dev is not None and _STATE["device"] is None:
+                _STATE["device"] = str(dev)
                 pipeprof.settings(device=_STATE["device"])
         if not _distributed():
             return orig(tensors, *args, **kwargs)
