@@ -38,6 +38,11 @@ def _queued(q0):
     return None if q0 is None or q1 is None else max(0, q1 - q0)
 
 
+def _since(a, b):
+    """A clock's advance from reading ``a`` to ``b``; None where either was not read."""
+    return None if a is None or b is None else max(0, b - a)
+
+
 def _depth():
     return getattr(_T, "depth", 0)
 
@@ -93,6 +98,17 @@ def _name_worker():
         pipeprof.name_process(f"loader-{info.id}")
 
 
+#: On the training thread (``num_workers=0``) one batch in this many reads the thread's CPU
+#: and run-queue clocks around fetch and collate (system calls, ≈ 1 µs each): the stages'
+#: on-CPU and core-wait shares are ratios, which a sample of batches gives; their wall time is
+#: every batch's. A worker reads them on every batch.
+MAIN_CLOCKS_EVERY = 8
+
+
+def _no_clock():
+    return None
+
+
 def install_fetch(fetch_mod):
     Map = fetch_mod._MapDatasetFetcher
     orig = Map.fetch
@@ -101,25 +117,29 @@ def install_fetch(fetch_mod):
         if not self.auto_collation:
             return orig(self, possibly_batched_index)
         _name_worker()
-        t0, c0, q0 = _now(), _thread_time(), _queue()
+        n = getattr(_T, "batches", 0)
+        _T.batches = n + 1
+        clocks = _T.worker or n % MAIN_CLOCKS_EVERY == 0
+        cpu, queue = (_thread_time, _queue) if clocks else (_no_clock, _no_clock)
+        t0, c0, q0 = _now(), cpu(), queue()
         if getattr(self.dataset, "__getitems__", None):
             out = orig(self, possibly_batched_index)
-            _native.record("fetch", t0, _now() - t0, None, _thread_time() - c0, _queued(q0))
+            c1, q1 = cpu(), queue()
+            _native.record("fetch", t0, _now() - t0, None, _since(c0, c1), _since(q0, q1))
         else:
-            data = []
             _T.in_fetch, _T.covered = True, False
             try:
-                for idx in possibly_batched_index:
-                    data.append(self.dataset[idx])
+                ds = self.dataset
+                data = [ds[idx] for idx in possibly_batched_index]
             finally:
                 _T.in_fetch = False
-            t1, c1, q1 = _now(), _thread_time(), _queue()
+            t1, c1, q1 = _now(), cpu(), queue()
             if not _T.covered:
                 # Nothing inside was PIL or a torchvision transform: the batch's samples as a whole.
-                q = None if q0 is None or q1 is None else max(0, q1 - q0)
-                _native.record("fetch", t0, t1 - t0, None, c1 - c0, q)
+                _native.record("fetch", t0, t1 - t0, None, _since(c0, c1), _since(q0, q1))
             out = self.collate_fn(data)
-            _native.record("collate", t1, _now() - t1, None, _thread_time() - c1, _queued(q1))
+            c2, q2 = cpu(), queue()
+            _native.record("collate", t1, _now() - t1, None, _since(c1, c2), _since(q1, q2))
         if _T.worker:
             pipeprof.flush()
         return out

@@ -279,12 +279,27 @@ def install_backward(autograd_mod):
     autograd_mod.backward = backward
 
 
-def _distributed():
-    """Whether this process is one rank of several in an initialised process group."""
-    try:
-        import torch.distributed as dist
+_DIST = {"mod": None, "ranks": None}
 
-        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+def _distributed():
+    """Whether this process is one rank of several in an initialised process group (its size
+    is read once the group exists: one cheap check per step before that)."""
+    if _DIST["ranks"] is not None:
+        return _DIST["ranks"] > 1
+    try:
+        dist = _DIST["mod"]
+        if dist is None:
+            import torch.distributed as dist
+
+            _DIST["mod"] = dist
+            if not dist.is_available():
+                _DIST["ranks"] = 1
+                return False
+        if not dist.is_initialized():
+            return False
+        _DIST["ranks"] = dist.get_world_size()
+        return _DIST["ranks"] > 1
     except Exception:
         return False
 
