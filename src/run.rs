@@ -27,6 +27,7 @@ use crate::export::chrome::ChromeTrace;
 use crate::export::Exporter;
 use crate::{progress, report, session, signal};
 use anyhow::{bail, Context};
+use probes::attach::accept::Acceptor;
 use probes::attach::wire;
 use probes::{Event, Probe};
 use std::ffi::OsString;
@@ -135,6 +136,9 @@ pub fn escalation(since: Duration, stop_timeout: Duration, sent: usize) -> Optio
 #[derive(Default)]
 struct Relays {
     open: AtomicUsize,
+    /// Most connections at once ([`connection_cap`]); said once when reached.
+    cap: usize,
+    cap_said: AtomicBool,
     processes: Mutex<Vec<String>>,
     /// When bytes last arrived from any process of the run (monotonic ns).
     last_ns: AtomicU64,
@@ -191,43 +195,92 @@ pub fn program_name(command: &[OsString]) -> String {
     }
 }
 
-fn serve(listener: UnixListener, probe: Probe, relays: Arc<Relays>, stop: Arc<AtomicBool>) {
-    for conn in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
+/// Relays one process of the run on a thread of its own (never blocks the accept thread).
+fn relay_one(mut conn: UnixStream, probe: &Probe, relays: &Arc<Relays>) {
+    let open = relays.open.fetch_add(1, Ordering::SeqCst);
+    if open >= relays.cap {
+        relays.open.fetch_sub(1, Ordering::SeqCst);
+        if !relays.cap_said.swap(true, Ordering::SeqCst) {
+            progress::warn(&format!(
+                "{} processes of the run are connected at once, the most this run takes (its open-file \
+                 limit): later ones are turned away and their spans are missing",
+                relays.cap
+            ));
         }
-        let Ok(mut conn) = conn else { continue };
-        relays.open.fetch_add(1, Ordering::SeqCst);
-        let (probe, mine) = (probe.clone(), relays.clone());
-        let spawned = std::thread::Builder::new().name("pp-relay".into()).spawn(move || {
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-            match wire::check_peer_hello(&mut conn) {
-                Ok(wire::Peer::Producer) => {
-                    let _ = conn.set_read_timeout(None);
-                    let noting = Noting { conn: &conn, last: &mine.last_ns };
-                    let r = probes::attach::producer::relay(&mut BufReader::new(noting), &probe);
-                    if let Ok(mut p) = mine.processes.lock() {
-                        p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
-                    }
-                    if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
-                        progress::warn(&format!(
-                            "{} (pid {}) stopped sending: {e}; its later spans are missing",
-                            r.hello.program, r.hello.pid
-                        ));
-                    }
+        return;
+    }
+    let (probe, mine) = (probe.clone(), relays.clone());
+    let spawned = std::thread::Builder::new().name("pp-relay".into()).spawn(move || {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        match wire::check_peer_hello(&mut conn) {
+            Ok(wire::Peer::Producer) => {
+                let _ = conn.set_read_timeout(None);
+                let noting = Noting { conn: &conn, last: &mine.last_ns };
+                let r = probes::attach::producer::relay(&mut BufReader::new(noting), &probe);
+                if let Ok(mut p) = mine.processes.lock() {
+                    p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
                 }
-                Ok(wire::Peer::Viewer) => progress::warn(
-                    "a viewer tried to attach to `pipeprof run`'s socket: this run is shown here, not served",
-                ),
-                Err(e) => progress::warn(&format!("refused a connection to the run's socket: {e}")),
+                if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
+                    progress::warn(&format!(
+                        "{} (pid {}) stopped sending: {e}; its later spans are missing",
+                        r.hello.program, r.hello.pid
+                    ));
+                }
             }
-            let _ = conn.shutdown(std::net::Shutdown::Both);
-            mine.open.fetch_sub(1, Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            relays.open.fetch_sub(1, Ordering::SeqCst);
+            Ok(wire::Peer::Viewer) => progress::warn(
+                "a viewer tried to attach to `pipeprof run`'s socket: this run is shown here, not served",
+            ),
+            Err(e) => progress::warn(&format!("refused a connection to the run's socket: {e}")),
+        }
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+        mine.open.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        relays.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts the run's processes until stopped. Stopping needs no connection to the socket
+/// file (a cleaner may have removed it); a failing accept (out of file descriptors) is said
+/// once per streak and retried after a pause, never in a busy loop.
+fn serve(listener: UnixListener, probe: Probe, relays: Arc<Relays>) -> std::io::Result<Acceptor> {
+    Acceptor::spawn(
+        "pp-accept",
+        listener,
+        move |conn| relay_one(conn, &probe, &relays),
+        |e, failures| {
+            if failures == 1 {
+                progress::warn(&format!(
+                    "cannot accept a process of the run ({e}): retrying, with pauses; processes connecting \
+                     meanwhile are turned away and their spans are missing"
+                ));
+            }
+        },
+    )
+}
+
+/// Most processes relayed at once under an open-file limit of `nofile`: each costs one
+/// descriptor; some are kept for the trace, the log and the run's own files.
+pub fn connection_cap(nofile: u64) -> usize {
+    const KEPT: u64 = 64;
+    nofile.saturating_sub(KEPT).clamp(16, 16_384) as usize
+}
+
+/// Raises this process's open-file limit to its hard limit (a run of 64 ranks × 16 workers
+/// passes the usual soft limit of 1024) and returns the limit in force.
+fn raise_open_files() -> u64 {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 1024;
+        }
+        let want = libc::rlimit { rlim_cur: l.rlim_max.min(1 << 20), rlim_max: l.rlim_max };
+        if want.rlim_cur > l.rlim_cur && libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+            return want.rlim_cur;
         }
     }
+    l.rlim_cur
 }
 
 /// Gives the terminal to the process group `pgid` (0: ours), ignoring the SIGTTOU a background
@@ -292,12 +345,9 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     }
 
     let (probe, rx) = Probe::new(probes::DEFAULT_CAPACITY);
-    let relays = Arc::new(Relays::default());
-    let stop_serving = Arc::new(AtomicBool::new(false));
-    let acceptor = {
-        let (probe, relays, stop) = (probe.clone(), relays.clone(), stop_serving.clone());
-        std::thread::Builder::new().name("pp-accept".into()).spawn(move || serve(listener, probe, relays, stop))?
-    };
+    let relays = Arc::new(Relays { cap: connection_cap(raise_open_files()), ..Relays::default() });
+    let acceptor =
+        serve(listener, probe.clone(), relays.clone()).context("cannot start accepting the run's processes")?;
     let samplers = probes::sampler::start(
         probe.clone(),
         probes::sampler::SamplerConfig {
@@ -339,9 +389,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            stop_serving.store(true, Ordering::SeqCst);
-            let _ = UnixStream::connect(&scratch.socket);
-            let _ = acceptor.join();
+            acceptor.stop();
             if let Some(s) = samplers {
                 s.stop();
             }
@@ -452,9 +500,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     for line in held.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
         progress::say(&line);
     }
-    stop_serving.store(true, Ordering::SeqCst);
-    let _ = UnixStream::connect(&scratch.socket);
-    let _ = acceptor.join();
+    acceptor.stop();
     if let Some(s) = samplers {
         s.stop();
     }
@@ -611,6 +657,13 @@ mod tests {
         // Our own SIGKILL, sent when the program did not stop after the interrupt: as asked.
         assert_eq!(ending(sig(libc::SIGKILL), "t", true, true), Ending::Interrupted(137));
         assert_eq!(ending(code(3), "t", true, true).code(), 3);
+    }
+
+    #[test]
+    fn the_connection_cap_leaves_descriptors_for_the_runs_own_files() {
+        assert_eq!(connection_cap(1024), 960);
+        assert_eq!(connection_cap(1_048_576), 16_384);
+        assert_eq!(connection_cap(0), 16);
     }
 
     #[test]

@@ -230,3 +230,23 @@ fn rust_programs_started_per_rank_are_kept_apart() {
         assert!(trace["traceEvents"].as_array().is_some_and(|e| e.len() > 10));
     }
 }
+
+#[test]
+fn a_run_whose_socket_file_was_removed_still_ends_with_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s.json");
+    // A temp cleaner (or logout emptying /run/user/UID) removes the socket while the run goes on.
+    let child = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(&s)
+        .args(["--", "sh", "-c", "rm \"$PIPEPROF_PARENT\"; echo removed"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before, the end woke the accept thread by connecting to the removed file: it waited forever.
+    let out = common::output_within(child, std::time::Duration::from_secs(60), "pipeprof run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("── pipeprof report"), "{}", text(&out.stdout));
+    assert!(summary(&s).get("failed").is_none());
+}
