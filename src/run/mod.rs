@@ -14,19 +14,25 @@
 //!
 //! The child runs in a process group of its own. In plain mode on a terminal it is given the
 //! terminal (Ctrl-C reaches it and its workers as if run directly; `breakpoint()` works); in
-//! the live view it gets no terminal, its output goes to a log file, and `q` or Ctrl-C is
-//! passed to it as SIGINT. A SIGINT or SIGTERM sent to pipeprof is passed on the same way, to
-//! the program itself: its own shutdown stops its workers. A second interrupt ends pipeprof
-//! and sends SIGTERM to the program's whole group; so does `--stop-timeout` passing with the
-//! program still running after the interrupt (then SIGKILL, [`signal::KILL_AFTER`] later). The
-//! child's exit code is this command's.
+//! the live view it gets no terminal, its output goes to a private log file, and `q` or Ctrl-C
+//! is passed to it as SIGINT. A SIGINT or SIGTERM sent to pipeprof is passed on the same way, to
+//! the program itself: its own shutdown stops its workers.
+//!
+//! Every ending goes through one way out ([`ending`]): the program's exit, `--stop-timeout`
+//! passing after the interrupt, a second interrupt or a hang-up (the group gets SIGTERM now,
+//! SIGKILL [`signal::KILL_AFTER`] later), processes of the group left running after the program
+//! ended (SIGTERM, then SIGKILL), a closed stdout: the trace is closed, the summary written, the
+//! socket and the start-up hook's folder removed, and the program's exit code is this command's.
 
 use crate::aggregate::{Aggregator, RunSettings};
 use crate::diagnose::Diagnosed;
 use crate::export::chrome::ChromeTrace;
 use crate::export::Exporter;
 use crate::{progress, report, session, signal};
+pub mod ending;
+
 use anyhow::{bail, Context};
+use ending::{outcome, sig_name, Act, Ending, Look, Outcome, Why};
 use probes::attach::accept::Acceptor;
 use probes::attach::wire;
 use probes::{Event, Probe};
@@ -34,7 +40,7 @@ use std::ffi::OsString;
 use std::io::{BufReader, IsTerminal};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -47,13 +53,7 @@ use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
 pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
 
 /// The start-up hook Python children import (the same file the wheel ships).
-const SITECUSTOMIZE: &str = include_str!("../python/pipeprof/_bootstrap/sitecustomize.py");
-
-/// How long, after the program exited, its processes' last frames may take to arrive: while
-/// a process of the run is still connected and sent something in the last [`QUIET`], up to
-/// [`DRAIN`] (a pool worker ended by SIGTERM sends its last spans from its handler).
-const DRAIN: Duration = Duration::from_secs(10);
-const QUIET: Duration = Duration::from_secs(1);
+const SITECUSTOMIZE: &str = include_str!("../../python/pipeprof/_bootstrap/sitecustomize.py");
 
 /// What `pipeprof run` was asked for.
 #[derive(Debug, Clone)]
@@ -71,65 +71,6 @@ pub struct Options {
     /// `--metrics-listen`: serve `/metrics` there while the program runs.
     pub metrics_listen: Option<String>,
     pub metrics_allow_remote: bool,
-}
-
-/// How the program ended, in the run's terms.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Ending {
-    /// Exit code 0.
-    Ok,
-    /// Stopped by an interrupt (SIGINT/SIGTERM, or exit codes 130/143 after one).
-    Interrupted(i32),
-    /// Anything else: a failure, with this exit code.
-    Failed { code: i32, why: String },
-}
-
-/// Reads an exit status: the code pipeprof exits with, and what it means. `interrupted` says
-/// whether an interrupt was passed on to the program (then exit code 1 from Python's
-/// KeyboardInterrupt traceback is an interruption too); `killed`, whether pipeprof then sent
-/// its group SIGKILL (dying of it is the interruption the user asked for, not a failure).
-pub fn ending(status: ExitStatus, program: &str, interrupted: bool, killed: bool) -> Ending {
-    match (status.code(), status.signal()) {
-        (Some(0), _) => Ending::Ok,
-        (None, Some(libc::SIGKILL)) if killed => Ending::Interrupted(128 + libc::SIGKILL),
-        (Some(c @ (130 | 143)), _) => Ending::Interrupted(c),
-        (Some(1), _) if interrupted => Ending::Interrupted(1),
-        (Some(c), _) => Ending::Failed { code: c, why: format!("{program} exited with status {c}") },
-        (None, Some(s @ (libc::SIGINT | libc::SIGTERM))) => Ending::Interrupted(128 + s),
-        (None, Some(s)) => Ending::Failed { code: 128 + s, why: format!("{program} was killed by signal {s}") },
-        (None, None) => Ending::Failed { code: 1, why: format!("{program} ended without an exit status") },
-    }
-}
-
-impl Ending {
-    pub fn code(&self) -> i32 {
-        match self {
-            Ending::Ok => 0,
-            Ending::Interrupted(c) => *c,
-            Ending::Failed { code, .. } => *code,
-        }
-    }
-}
-
-/// A signal sent to the program's group because it did not end after the interrupt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Escalation {
-    pub sig: libc::c_int,
-    pub name: &'static str,
-    /// How long after the interrupt it is due.
-    pub after: Duration,
-}
-
-/// A program that has not ended `since` after the interrupt was passed on to it: the signal
-/// its process group gets now, if any, when `sent` escalations were sent already. SIGTERM once
-/// `stop_timeout` has passed, SIGKILL [`signal::KILL_AFTER`] later, then nothing more.
-pub fn escalation(since: Duration, stop_timeout: Duration, sent: usize) -> Option<Escalation> {
-    let (sig, name, after) = match sent {
-        0 => (libc::SIGTERM, "SIGTERM", stop_timeout),
-        1 => (libc::SIGKILL, "SIGKILL", stop_timeout + signal::KILL_AFTER),
-        _ => return None,
-    };
-    (since >= after).then_some(Escalation { sig, name, after })
 }
 
 /// The producers relaying into this run: connections not yet ended, and who they were.
@@ -385,8 +326,10 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             Ok(())
         });
     }
+    // A second interrupt, a hang-up: the run still ends here, through the one way out below.
+    signal::end_through_the_run();
     signal::install();
-    let mut child = match cmd.spawn() {
+    let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             acceptor.stop();
@@ -402,11 +345,6 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         "pipeprof: running `{shown}` (pid {child_pid}){}",
         log.as_ref().map(|l| format!("; its output goes to {}", l.display())).unwrap_or_default()
     ));
-    // A second interrupt exits pipeprof at once: the program's group must not run on unseen.
-    signal::on_abort(Box::new(move || {
-        // SAFETY: kill on a process group we started.
-        unsafe { libc::kill(-child_pid, libc::SIGTERM) };
-    }));
 
     let latest = session::latest(&agg);
     let _metrics = session::serve_metrics(metrics, &latest);
@@ -417,86 +355,29 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             .spawn(move || session::collect(rx, agg, exporters, &latest, &move || probe.dropped()))?
     };
 
-    // Waits for the program, passing interrupts on; then for its processes' last frames.
+    // Waits for the program and its processes, doing what the ending says at each look.
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    let forwarded = Arc::new(AtomicBool::new(false));
     // What the waiter has to say while the live view holds the terminal waits for its end.
     let held: Arc<Mutex<Vec<String>>> = Arc::default();
     let waiter = {
-        let (relays, forwarded, probe) = (relays.clone(), forwarded.clone(), probe.clone());
-        let (stop_timeout, shown, held) = (opts.stop_timeout, shown.clone(), held.clone());
+        let watch = Watch {
+            relays: relays.clone(),
+            held: held.clone(),
+            stop_timeout: opts.stop_timeout,
+            shown: shown.clone(),
+            socket: scratch.socket.clone(),
+            take_terminal,
+        };
+        let probe = probe.clone();
         std::thread::Builder::new().name("pp-child".into()).spawn(move || {
-            let say = |line: String| {
-                if crate::tui::is_active() {
-                    held.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-                } else {
-                    progress::say(&line);
-                }
-            };
-            let mut passed_on: Option<Instant> = None;
-            let mut escalated = 0;
-            let status = loop {
-                match child.try_wait() {
-                    Ok(Some(s)) => break Ok(s),
-                    Ok(None) => {}
-                    Err(e) => break Err(e),
-                }
-                if signal::flag().load(Ordering::SeqCst) && !forwarded.swap(true, Ordering::SeqCst) {
-                    let sig = match signal::received() {
-                        Some(libc::SIGTERM) => libc::SIGTERM,
-                        _ => libc::SIGINT,
-                    };
-                    // To the program, not its whole group: its own shutdown stops its workers
-                    // (a KeyboardInterrupt inside a multiprocessing worker that is writing a
-                    // result can hang Python's Pool at exit). A second interrupt stops the group.
-                    // SAFETY: kill on the process we started.
-                    unsafe { libc::kill(child_pid, sig) };
-                    passed_on = Some(Instant::now());
-                    say(format!(
-                        "pipeprof: interrupt passed to `{shown}`; if it has not ended in {} s (--stop-timeout), \
-                         its process group gets SIGTERM (an interrupt again does that now)",
-                        stop_timeout.as_secs_f64()
-                    ));
-                }
-                // A program stuck in its own shutdown does not keep the report waiting.
-                if let Some(e) = passed_on.and_then(|t| escalation(t.elapsed(), stop_timeout, escalated)) {
-                    say(format!(
-                        "warning: `{shown}` has not ended {} s after the interrupt: {} to its process group{}",
-                        e.after.as_secs_f64(),
-                        e.name,
-                        if e.sig == libc::SIGTERM { " (--stop-timeout)" } else { "" }
-                    ));
-                    // SAFETY: kill on a process group we started.
-                    unsafe { libc::kill(-child_pid, e.sig) };
-                    escalated += 1;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            if take_terminal {
-                give_terminal(0);
-            }
-            let exited = Instant::now();
-            let deadline = exited + DRAIN;
-            let quiet = || {
-                let last = relays.last_ns.load(Ordering::Relaxed);
-                probes::clock::now_ns().saturating_sub(last) >= QUIET.as_nanos() as u64
-            };
-            // Connected processes get QUIET after the program's end in any case, and longer
-            // while they still send.
-            while relays.open.load(Ordering::SeqCst) > 0
-                && Instant::now() < deadline
-                && (exited.elapsed() < QUIET || !quiet())
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let ended = watch.until_the_end(child, child_pid);
             probe.send_blocking(Event::Finish);
             let _ = done_tx.send(());
-            // Two escalations sent: the second was SIGKILL.
-            (status, escalated == 2)
+            ended
         })?
     };
     session::show(!live, &latest, &done_rx);
-    let (status, killed) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
+    let (status, end) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
     for line in held.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
         progress::say(&line);
     }
@@ -505,26 +386,149 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         s.stop();
     }
     let mut done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    let status = status.context("cannot wait for the program")?;
+    let status = status.context("the program's end was not seen")?.context("cannot wait for the program")?;
     // Our own interrupt was passed on: the program's exit code says how it ended, not ours.
-    let interrupted = forwarded.load(Ordering::SeqCst);
     signal::clear();
-    let end = ending(status, &program, interrupted, killed);
+    let end = outcome(status, &program, end.interrupted(), end.killed());
     finish(opts, &mut done, &end, &shown, log.as_deref(), &relays)?;
     drop(scratch);
     Ok(end.code())
 }
 
-/// The report, the program's fate, the summary file.
+/// What the thread waiting for the program needs.
+struct Watch {
+    relays: Arc<Relays>,
+    /// Lines said while the live view holds the terminal, printed after it.
+    held: Arc<Mutex<Vec<String>>>,
+    stop_timeout: Duration,
+    shown: String,
+    socket: PathBuf,
+    take_terminal: bool,
+}
+
+impl Watch {
+    /// Looks at the run every 20 ms and does what its [`Ending`] says, until it says finish.
+    /// Returns the program's exit status (None if never seen) and the ending.
+    fn until_the_end(
+        &self,
+        mut child: std::process::Child,
+        child_pid: libc::pid_t,
+    ) -> (Option<std::io::Result<ExitStatus>>, Ending) {
+        let say = |line: String| {
+            if crate::tui::is_active() {
+                self.held.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            } else {
+                progress::say(&line);
+            }
+        };
+        let started = Instant::now();
+        let mut end = Ending::new(self.stop_timeout);
+        let mut status: Option<std::io::Result<ExitStatus>> = None;
+        let mut socket_gone = false;
+        loop {
+            if status.is_none() {
+                status = child.try_wait().transpose();
+                if status.is_some() && self.take_terminal {
+                    give_terminal(0);
+                }
+            }
+            if !socket_gone && std::fs::symlink_metadata(&self.socket).is_err() {
+                socket_gone = true;
+                say(format!(
+                    "warning: the run's socket {} was removed (a temp cleaner?): processes started from \
+                     now on cannot send their spans; the run goes on",
+                    self.socket.display()
+                ));
+            }
+            let last = self.relays.last_ns.load(Ordering::Relaxed);
+            let look = Look {
+                now: started.elapsed(),
+                // The live view's q stops the run like an interrupt.
+                interrupts: signal::interrupts().max(u32::from(signal::stopping())),
+                terminated: signal::received() == Some(libc::SIGTERM),
+                hangup: signal::hung_up(),
+                exited: status.is_some(),
+                group_alive: group_alive(child_pid),
+                connected: self.relays.open.load(Ordering::SeqCst) > 0,
+                quiet_for: Duration::from_nanos(probes::clock::now_ns().saturating_sub(last)),
+            };
+            let mut finished = false;
+            for act in end.step(&look) {
+                match act {
+                    Act::PassOn(sig) => {
+                        // To the program, not its whole group: its own shutdown stops its
+                        // workers (a KeyboardInterrupt inside a multiprocessing worker that
+                        // is writing a result can hang Python's Pool at exit).
+                        // SAFETY: kill on the process we started, not yet reaped.
+                        unsafe { libc::kill(child_pid, sig) };
+                        say(format!(
+                            "pipeprof: interrupt passed to `{}`; if it has not ended in {} s \
+                             (--stop-timeout), its process group gets SIGTERM (an interrupt again does that now)",
+                            self.shown,
+                            self.stop_timeout.as_secs_f64()
+                        ));
+                    }
+                    Act::Group { sig, why } => {
+                        say(group_message(&self.shown, sig, why, self.stop_timeout));
+                        // SAFETY: kill on the process group we started.
+                        unsafe { libc::kill(-child_pid, sig) };
+                    }
+                    Act::Finish => finished = true,
+                }
+            }
+            if finished {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (status, end)
+    }
+}
+
+/// Whether any process of the group `pgid` is alive (a zombie not yet reaped counts).
+fn group_alive(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the group exists.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+/// What is said when the program's group gets `sig`.
+fn group_message(shown: &str, sig: libc::c_int, why: Why, stop_timeout: Duration) -> String {
+    let name = sig_name(sig);
+    let kill_after = signal::KILL_AFTER.as_secs();
+    match why {
+        Why::StopTimeout => format!(
+            "warning: `{shown}` has not ended {} s after the interrupt: {name} to its process group (--stop-timeout)",
+            stop_timeout.as_secs_f64()
+        ),
+        Why::Again => format!(
+            "pipeprof: second interrupt: {name} to `{shown}`'s process group (SIGKILL {kill_after} s later, or at \
+             a third interrupt); the trace and the summary are written once it has ended"
+        ),
+        Why::Hangup => format!(
+            "pipeprof: the terminal hung up: {name} to `{shown}`'s process group (SIGKILL {kill_after} s later); \
+             the trace and the summary are written once it has ended"
+        ),
+        Why::Leftovers => format!(
+            "pipeprof: `{shown}` ended, processes it started did not: {name} to its process group \
+             (SIGKILL {kill_after} s later)"
+        ),
+        Why::StillRunning => {
+            format!("warning: `{shown}` has not ended {kill_after} s after SIGTERM: {name} to its process group")
+        }
+    }
+}
+
+/// The summary file, the report, the program's fate. The file first: a closed stdout
+/// (`pipeprof run … | head`) or terminal must not cost it, and nothing printed can panic.
 fn finish(
     opts: &Options,
     done: &mut Diagnosed,
-    end: &Ending,
+    end: &Outcome,
     shown: &str,
     log: Option<&Path>,
     relays: &Relays,
 ) -> anyhow::Result<()> {
-    if let Ending::Failed { why, .. } = end {
+    if let Outcome::Failed { why, .. } = end {
         // What the program said (an exception) comes first; the exit status after it.
         let said = done.summary.failed.take();
         done.summary.failed = Some(match said {
@@ -532,10 +536,17 @@ fn finish(
             None => why.clone(),
         });
     }
+    let written = opts.summary.as_ref().map(|p| {
+        serde_json::to_string_pretty(&*done)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| std::fs::write(p, text).map_err(anyhow::Error::from))
+            .with_context(|| format!("cannot write the summary to {}", p.display()))
+            .map(|()| p)
+    });
     if let Some(log) = log {
         print_log_tail(log);
     }
-    print!("{}", report::render(&done.summary, &done.verdict()));
+    progress::out(&report::render(&done.summary, &done.verdict()));
     let processes = relays.processes.lock().map(|p| p.len()).unwrap_or(0);
     if processes == 0 {
         progress::warn(&format!(
@@ -544,13 +555,13 @@ fn finish(
         ));
     }
     match end {
-        Ending::Ok => eprintln!("pipeprof: `{shown}` finished"),
-        Ending::Interrupted(c) => {
-            eprintln!("pipeprof: `{shown}` was interrupted (exit code {c}): the report covers what ran")
+        Outcome::Ok => progress::say(&format!("pipeprof: `{shown}` finished")),
+        Outcome::Interrupted(c) => {
+            progress::say(&format!("pipeprof: `{shown}` was interrupted (exit code {c}): the report covers what ran"))
         }
-        Ending::Failed { why, .. } => {
+        Outcome::Failed { why, .. } => {
             progress::say(&format!("pipeprof: RUN FAILED: {}", done.summary.failed.as_deref().unwrap_or(why)));
-            eprintln!("pipeprof: the report above covers the steps done before the failure");
+            progress::say("pipeprof: the report above covers the steps done before the failure");
         }
     }
     if let (Some(t), false) = (&opts.trace, done.summary.ranks.is_empty()) {
@@ -560,12 +571,10 @@ fn finish(
             .iter()
             .map(|l| crate::export::ranks::rank_path(t, l.rank).display().to_string())
             .collect();
-        eprintln!("pipeprof: a trace per rank written to {}", files.join(", "));
+        progress::say(&format!("pipeprof: a trace per rank written to {}", files.join(", ")));
     }
-    if let Some(p) = &opts.summary {
-        std::fs::write(p, serde_json::to_string_pretty(&*done)?)
-            .with_context(|| format!("cannot write the summary to {}", p.display()))?;
-        eprintln!("pipeprof: summary written to {}", p.display());
+    if let Some(p) = written.transpose()? {
+        progress::say(&format!("pipeprof: summary written to {}", p.display()));
     }
     Ok(())
 }
@@ -579,9 +588,9 @@ fn print_log_tail(log: &Path) {
     if lines.is_empty() {
         return;
     }
-    eprintln!("pipeprof: the program's output is in {} ; its last lines:", log.display());
+    progress::say(&format!("pipeprof: the program's output is in {} ; its last lines:", log.display()));
     for l in &lines[lines.len().saturating_sub(LINES)..] {
-        eprintln!("  | {l}");
+        progress::say(&format!("  | {l}"));
     }
 }
 
@@ -606,57 +615,6 @@ mod tests {
             assert_eq!(program_name(&words(cmd)), name, "{cmd}");
         }
         assert_eq!(program_name(&[]), "program");
-    }
-
-    #[test]
-    fn a_program_stuck_after_the_interrupt_gets_sigterm_then_sigkill_once_each() {
-        let s = Duration::from_secs_f64;
-        let t = s(30.0);
-        for (since, sent, want) in [
-            (0.0, 0, None),
-            (29.9, 0, None),
-            (30.0, 0, Some(libc::SIGTERM)),
-            (31.0, 1, None),
-            (34.9, 1, None),
-            (35.0, 1, Some(libc::SIGKILL)),
-            (400.0, 2, None),
-            // A late look sends one step at a time: SIGTERM first, even when SIGKILL is due.
-            (400.0, 0, Some(libc::SIGTERM)),
-        ] {
-            assert_eq!(escalation(s(since), t, sent).map(|e| e.sig), want, "{since} s, {sent} sent");
-        }
-        assert_eq!(
-            escalation(s(1.0), s(1.0), 0),
-            Some(Escalation { sig: libc::SIGTERM, name: "SIGTERM", after: s(1.0) })
-        );
-        assert_eq!(
-            escalation(s(6.0), s(1.0), 1),
-            Some(Escalation { sig: libc::SIGKILL, name: "SIGKILL", after: s(6.0) })
-        );
-    }
-
-    #[test]
-    fn exit_statuses_read_as_the_run_ended() {
-        let code = |c: i32| ExitStatus::from_raw(c << 8);
-        let sig = ExitStatus::from_raw;
-        assert_eq!(ending(code(0), "t", false, false), Ending::Ok);
-        assert_eq!(
-            ending(code(3), "t", false, false),
-            Ending::Failed { code: 3, why: "t exited with status 3".into() }
-        );
-        // Python's KeyboardInterrupt traceback exits 1: an interruption when we passed one on.
-        assert_eq!(ending(code(1), "t", true, false), Ending::Interrupted(1));
-        assert_eq!(ending(code(1), "t", false, false).code(), 1);
-        assert_eq!(ending(code(130), "t", false, false), Ending::Interrupted(130));
-        assert_eq!(ending(sig(libc::SIGINT), "t", false, false), Ending::Interrupted(130));
-        assert_eq!(ending(sig(libc::SIGTERM), "t", false, false).code(), 143);
-        assert_eq!(
-            ending(sig(libc::SIGKILL), "t", false, false),
-            Ending::Failed { code: 137, why: "t was killed by signal 9".into() }
-        );
-        // Our own SIGKILL, sent when the program did not stop after the interrupt: as asked.
-        assert_eq!(ending(sig(libc::SIGKILL), "t", true, true), Ending::Interrupted(137));
-        assert_eq!(ending(code(3), "t", true, true).code(), 3);
     }
 
     #[test]
