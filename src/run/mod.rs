@@ -101,17 +101,47 @@ impl std::io::Read for Noting<'_> {
     }
 }
 
-/// Files this run made, removed on every way out (the listener's socket, the hook's folder).
+/// Files this run made, removed on every way out (the listener's socket, the hook's folder,
+/// the live view's log unless the run failed).
 struct Scratch {
     socket: PathBuf,
     boot: PathBuf,
+    log: Option<PathBuf>,
+    /// The run failed: its log stays, and its path is said.
+    keep_log: bool,
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_dir_all(&self.boot);
+        if let (Some(log), false) = (&self.log, self.keep_log) {
+            let _ = std::fs::remove_file(log);
+        }
     }
+}
+
+/// Makes the start-up hook's folder `boot` (mode 0700, in the private runtime folder: made
+/// anew, never reused) and writes the hook into it, exclusive: nothing there is followed.
+fn write_boot(boot: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // A folder left by an earlier run whose pid this one has (it was killed with -9).
+    let _ = std::fs::remove_dir_all(boot);
+    std::fs::DirBuilder::new().mode(0o700).create(boot)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(boot.join("sitecustomize.py"))?;
+    std::io::Write::write_all(&mut f, SITECUSTOMIZE.as_bytes())
+}
+
+/// The live view's log of the program's output: an unpredictable name in the temp folder,
+/// created exclusive (a planted file or link is never opened), mode 0600.
+fn create_log(dir: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    let f = tempfile::Builder::new().prefix("pipeprof-run-").suffix(".log").tempfile_in(dir)?;
+    f.keep().map_err(|e| e.error)
 }
 
 /// `PYTHONPATH` with `first` in front of what the user had.
@@ -256,14 +286,18 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     // The socket and the hook's folder, private to this user.
     let dir = probes::attach::runtime_dir()?;
     let pid = std::process::id();
-    let scratch = Scratch { socket: dir.join(format!("run-{pid}.sock")), boot: dir.join(format!("run-{pid}-boot")) };
+    let mut scratch = Scratch {
+        socket: dir.join(format!("run-{pid}.sock")),
+        boot: dir.join(format!("run-{pid}-boot")),
+        log: None,
+        keep_log: false,
+    };
     let _ = std::fs::remove_file(&scratch.socket);
     let listener = UnixListener::bind(&scratch.socket)
         .with_context(|| format!("cannot listen on {}", scratch.socket.display()))?;
     std::fs::set_permissions(&scratch.socket, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("cannot make {} private", scratch.socket.display()))?;
-    std::fs::create_dir_all(&scratch.boot).with_context(|| format!("cannot create {}", scratch.boot.display()))?;
-    std::fs::write(scratch.boot.join("sitecustomize.py"), SITECUSTOMIZE)
+    write_boot(&scratch.boot)
         .with_context(|| format!("cannot write the start-up hook in {}", scratch.boot.display()))?;
 
     let settings = RunSettings {
@@ -301,7 +335,6 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     .ok();
 
     // The program, in a process group of its own.
-    let log = live.then(|| std::env::temp_dir().join(format!("pipeprof-run-{pid}.log")));
     let mut cmd = Command::new(first);
     cmd.args(&opts.command[1..])
         .env(ADDRESS_ENV, &scratch.socket)
@@ -309,11 +342,13 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         .env_remove(MAIN_PID_ENV)
         .env("PYTHONPATH", python_path(&scratch.boot, std::env::var_os("PYTHONPATH")));
     let take_terminal = !live && own_terminal();
-    if let Some(log) = &log {
-        let f =
-            std::fs::File::create(log).with_context(|| format!("cannot create the program's log {}", log.display()))?;
+    if live {
+        let (f, path) = create_log(&std::env::temp_dir())
+            .with_context(|| format!("cannot create the program's log in {}", std::env::temp_dir().display()))?;
+        scratch.log = Some(path);
         cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f);
     }
+    let log = scratch.log.clone();
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -390,7 +425,9 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     // Our own interrupt was passed on: the program's exit code says how it ended, not ours.
     signal::clear();
     let end = outcome(status, &program, end.interrupted(), end.killed());
-    finish(opts, &mut done, &end, &shown, log.as_deref(), &relays)?;
+    // A failed run's log stays for the user to read; the others go with the run.
+    scratch.keep_log = matches!(end, Outcome::Failed { .. });
+    finish(opts, &mut done, &end, &shown, log.as_deref().map(|l| (l, scratch.keep_log)), &relays)?;
     drop(scratch);
     Ok(end.code())
 }
@@ -525,7 +562,7 @@ fn finish(
     done: &mut Diagnosed,
     end: &Outcome,
     shown: &str,
-    log: Option<&Path>,
+    log: Option<(&Path, bool)>,
     relays: &Relays,
 ) -> anyhow::Result<()> {
     if let Outcome::Failed { why, .. } = end {
@@ -543,8 +580,8 @@ fn finish(
             .with_context(|| format!("cannot write the summary to {}", p.display()))
             .map(|()| p)
     });
-    if let Some(log) = log {
-        print_log_tail(log);
+    if let Some((log, kept)) = log {
+        print_log_tail(log, kept);
     }
     progress::out(&report::render(&done.summary, &done.verdict()));
     let processes = relays.processes.lock().map(|p| p.len()).unwrap_or(0);
@@ -579,8 +616,9 @@ fn finish(
     Ok(())
 }
 
-/// The last lines the program printed while the live view had the terminal.
-fn print_log_tail(log: &Path) {
+/// The last lines the program printed while the live view had the terminal; where the whole
+/// log is when it is `kept` (a failed run's), else it is removed with the run.
+fn print_log_tail(log: &Path, kept: bool) {
     const LINES: usize = 20;
     let Ok(text) = std::fs::read(log) else { return };
     let text = String::from_utf8_lossy(&text);
@@ -588,7 +626,11 @@ fn print_log_tail(log: &Path) {
     if lines.is_empty() {
         return;
     }
-    progress::say(&format!("pipeprof: the program's output is in {} ; its last lines:", log.display()));
+    if kept {
+        progress::say(&format!("pipeprof: the program's output is kept in {} ; its last lines:", log.display()));
+    } else {
+        progress::say("pipeprof: the program's last lines:");
+    }
     for l in &lines[lines.len().saturating_sub(LINES)..] {
         progress::say(&format!("  | {l}"));
     }
@@ -622,6 +664,29 @@ mod tests {
         assert_eq!(connection_cap(1024), 960);
         assert_eq!(connection_cap(1_048_576), 16_384);
         assert_eq!(connection_cap(0), 16);
+    }
+
+    #[test]
+    fn the_log_is_private_unpredictable_and_never_opened_through_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("temp dir");
+        // Before, the name was pipeprof-run-<pid>.log: a link planted there was followed and its
+        // target truncated. Now a fresh name each time, created exclusive, mode 0600.
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "keep me").expect("victim");
+        std::os::unix::fs::symlink(&victim, tmp.path().join(format!("pipeprof-run-{}.log", std::process::id())))
+            .expect("link");
+        let (_f, a) = create_log(tmp.path()).expect("log");
+        let (_g, b) = create_log(tmp.path()).expect("log");
+        assert_ne!(a, b);
+        assert_eq!(std::fs::metadata(&a).expect("stat").permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "keep me");
+        // The hook's folder: 0700, and a link planted as its hook is not followed.
+        let boot = tmp.path().join("boot");
+        write_boot(&boot).expect("boot");
+        assert_eq!(std::fs::metadata(&boot).expect("stat").permissions().mode() & 0o777, 0o700);
+        assert!(std::fs::read_to_string(boot.join("sitecustomize.py")).expect("hook").contains("pipeprof"));
+        write_boot(&boot).expect("made anew over a stale one");
     }
 
     #[test]

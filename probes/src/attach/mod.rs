@@ -60,7 +60,9 @@ pub enum AttachError {
     #[error("bad listen address {0:?}: use HOST:PORT, e.g. 127.0.0.1:7070")]
     BadAddress(String),
     /// The socket folder is not private.
-    #[error("{0}: not a private folder (must be ours, mode 0700): remove it or set XDG_RUNTIME_DIR")]
+    #[error(
+        "{0}: not a private folder (must be a folder, not a link, ours, mode 0700): remove it or set XDG_RUNTIME_DIR"
+    )]
     UnsafeDir(PathBuf),
     /// I/O.
     #[error("{what}: {source}")]
@@ -110,21 +112,29 @@ impl Options {
 
 /// The folder holding this user's attach sockets (created private if missing).
 pub fn runtime_dir() -> Result<PathBuf, AttachError> {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_dir()) {
-        Some(d) => PathBuf::from(d).join("pipeprof"),
-        // SAFETY: getuid cannot fail.
-        None => std::env::temp_dir().join(format!("pipeprof-{}", unsafe { libc::getuid() })),
-    };
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io(format!("create {}", dir.display())))?;
-    }
-    let m = std::fs::metadata(&dir).map_err(io(format!("stat {}", dir.display())))?;
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
     // SAFETY: getuid cannot fail.
-    if m.uid() != unsafe { libc::getuid() } || m.mode() & 0o077 != 0 {
+    runtime_dir_in(xdg.as_deref(), &std::env::temp_dir(), unsafe { libc::getuid() })
+}
+
+/// [`runtime_dir`] with its inputs given: `$XDG_RUNTIME_DIR/pipeprof` when that folder
+/// exists, else `pipeprof-<uid>` in `tmp`. Made with mode 0700 if missing, then checked with
+/// `lstat`, which does not follow links: a symlink (another user's, planted in a shared temp
+/// folder, and re-pointed after any check that follows it) is refused, as is a folder not ours
+/// or open to others. Once checked, the folder is ours in a sticky temp folder: nobody else can
+/// swap it.
+pub fn runtime_dir_in(xdg: Option<&Path>, tmp: &Path, uid: u32) -> Result<PathBuf, AttachError> {
+    let dir = match xdg.filter(|d| d.is_dir()) {
+        Some(d) => d.join("pipeprof"),
+        None => tmp.join(format!("pipeprof-{uid}")),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(format!("create {}", dir.display()))(e)),
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(io(format!("stat {}", dir.display())))?;
+    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
         return Err(AttachError::UnsafeDir(dir));
     }
     Ok(dir)
@@ -395,6 +405,33 @@ mod tests {
         assert!(matches!(check_listen("0.0.0.0:7070", false), Err(AttachError::NotLoopback(_))));
         assert!(check_listen("0.0.0.0:7070", true).is_ok());
         assert!(matches!(check_listen("nonsense", false), Err(AttachError::BadAddress(_))));
+    }
+
+    #[test]
+    fn a_runtime_folder_that_is_a_link_or_not_private_is_refused() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        // Missing: made, private.
+        let made = runtime_dir_in(None, tmp.path(), uid).expect("made");
+        assert_eq!(std::fs::symlink_metadata(&made).expect("stat").mode() & 0o777, 0o700);
+        assert_eq!(runtime_dir_in(None, tmp.path(), uid).expect("again"), made);
+        // A link to a private folder of ours passed before (the check followed it), and could
+        // be re-pointed at another user's folder between the check and the socket's creation.
+        let other = tempfile::tempdir().expect("temp dir");
+        let target = other.path().join("theirs");
+        std::fs::DirBuilder::new().mode(0o700).create(&target).expect("target");
+        let shared = tempfile::tempdir().expect("temp dir");
+        std::os::unix::fs::symlink(&target, shared.path().join(format!("pipeprof-{uid}"))).expect("link");
+        assert!(matches!(runtime_dir_in(None, shared.path(), uid), Err(AttachError::UnsafeDir(_))));
+        // Open to others, or someone else's.
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(matches!(runtime_dir_in(None, tmp.path(), uid), Err(AttachError::UnsafeDir(_))));
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        assert!(matches!(runtime_dir_in(None, tmp.path(), uid + 1), Err(AttachError::UnsafeDir(_))));
+        // XDG_RUNTIME_DIR, when it exists, comes first.
+        let xdg = tempfile::tempdir().expect("temp dir");
+        assert_eq!(runtime_dir_in(Some(xdg.path()), tmp.path(), uid).expect("xdg"), xdg.path().join("pipeprof"));
     }
 
     #[test]
