@@ -54,7 +54,7 @@ impl<T: Write + Send + 'static> Stream for T {}
 pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Producer, AttachError> {
     let s = super::conn::Stream::connect(&super::conn::Address::parse(address))
         .map_err(io(format!("connect to {address}")))?;
-    super::server::Conn::set_write_timeout(&s, Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
+    super::conn::Conn::set_write_timeout(&s, Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
     let mut out: Box<dyn Stream> = Box::new(s);
     wire::producer_hello(&mut out).map_err(io("send the producer handshake"))?;
     let hello = wire::encode(&Frame::Hello(identity))
