@@ -417,9 +417,11 @@ struct Fields {
 fn new_span(stage: Stage, f: Fields) -> tracing::Span {
     match stage {
         Stage::Read => stage_span!("read", f),
+        Stage::Fetch => stage_span!("fetch", f),
         Stage::Decode => stage_span!("decode", f),
         Stage::Resize => stage_span!("resize", f),
         Stage::Augment => stage_span!("augment", f),
+        Stage::Collate => stage_span!("collate", f),
         Stage::Wait => stage_span!("wait", f),
         Stage::Transfer => stage_span!("transfer", f),
         Stage::Compute => stage_span!("compute", f),
