@@ -507,21 +507,40 @@ def _patch_transforms_v2(mod):
 # ---------------------------------------------------------------- keras
 
 
-def _patch_keras(keras_mod):
-    Model = keras_mod.Model
+def _patch_keras(model_mod):
+    """``Model.fit`` of Keras 3 (``keras.src.models.model``) or tf.keras 2
+    (``tf_keras.src.engine.training``) gets the pipeprof callback, unless the script passed
+    one. Hooked on those modules, not on the package: TensorFlow probes ``keras`` and
+    ``tf_keras`` with ``importlib.util.find_spec`` before importing them, and a hook on the
+    package would be spent on the probe."""
+    Model = model_mod.Model
+    if getattr(Model.fit, "_pipeprof", False):
+        return
+    top = model_mod.__name__.split(".")[0]
     orig_fit = Model.fit
 
     def fit(self, *args, **kwargs):
         from pipeprof import keras as pk
 
-        callbacks = list(kwargs.get("callbacks") or [])
-        if not any(isinstance(c, pk.Hooks) for c in callbacks):
-            data = args[0] if args else kwargs.get("x")
-            callbacks.append(pk.callback(batch_size=kwargs.get("batch_size"), data=data))
-        kwargs["callbacks"] = callbacks
+        try:
+            callbacks = list(kwargs.get("callbacks") or [])
+            if not any(isinstance(c, pk.Hooks) for c in callbacks):
+                data = args[0] if args else kwargs.get("x")
+                batch_size = kwargs.get("batch_size", args[2] if len(args) > 2 else None)
+                keras = sys.modules[top]  # imported whole by the time fit runs
+                callbacks.append(pk.callback(batch_size=batch_size, data=data, keras=keras, fit_kwargs=kwargs))
+            kwargs["callbacks"] = callbacks
+        except Exception as e:
+            _warn("this fit", e)
         return orig_fit(self, *args, **kwargs)
 
+    fit._pipeprof = True
     Model.fit = fit
+    # Its loaders (PyDataset/Sequence items, ImageDataGenerator's load_img and transforms),
+    # timed in whichever thread or process runs them, once their modules are imported.
+    from pipeprof import _keras_data
+
+    _when_imported(_keras_data.hooks(top))
 
 
 # ---------------------------------------------------------------- start
@@ -544,7 +563,8 @@ def start():
             "PIL.ImageFile": _patch_pil_imagefile,
             "torchvision.transforms.transforms": _patch_transforms,
             "torchvision.transforms.v2._container": _patch_transforms_v2,
-            "keras": _patch_keras,
+            "keras.src.models.model": _patch_keras,
+            "tf_keras.src.engine.training": _patch_keras,
         }
     )
 

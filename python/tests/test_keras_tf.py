@@ -1,0 +1,163 @@
+"""Keras on TensorFlow (Keras 3 and tf.keras 2 = tf_keras) and Keras on PyTorch, real, under
+`pipeprof run`: unmodified scripts (python/examples/keras_*.py) fitting on NumPy arrays, an
+ImageDataGenerator, a tf.data pipeline and a PyDataset. TensorFlow runs from its own
+environment (scripts/test.sh makes target/tfvenv and names its python in PIPEPROF_TF_PYTHON);
+without it these tests fail, they never skip."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HANG_S, REPO, count, pipeprof_bin, stage
+
+EXAMPLES = REPO / "python" / "examples"
+MLP = EXAMPLES / "keras_mlp.py"
+FLOW = EXAMPLES / "keras_flow_from_directory.py"
+TFDATA = EXAMPLES / "keras_image_dataset.py"
+
+
+def tf_python():
+    p = Path(os.environ.get("PIPEPROF_TF_PYTHON", REPO / "target" / "tfvenv" / "bin" / "python"))
+    if not p.exists():
+        pytest.fail(f"{p} missing: scripts/test.sh makes the TensorFlow environment (or set PIPEPROF_TF_PYTHON)")
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """An image folder: 3 classes × 12 images (JPEG and PNG, 40×40), as pipeprof demo-data
+    makes them."""
+    root = tmp_path_factory.mktemp("shapes")
+    subprocess.run([pipeprof_bin(), "demo-data", str(root), "--classes", "3", "--per-class", "12", "--size", "40x40"], check=True, capture_output=True)
+    return root
+
+
+def files_in(root):
+    return sum(1 for p in Path(root).rglob("*") if p.is_file())
+
+
+def env_for(tmp_path, backend):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1", KERAS_BACKEND=backend)
+    for k in ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_MAIN_PID", "PIPEPROF_LISTEN"):
+        env.pop(k, None)
+    # One thread for the math: on a 2-core machine spinning threads swing step times.
+    env.update(
+        OMP_NUM_THREADS="1",
+        TF_NUM_INTRAOP_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        XLA_FLAGS="--xla_cpu_multi_thread_eigen=false",
+    )
+    return env
+
+
+def run(tmp_path, backend, *cmd):
+    """`pipeprof run --once --summary S -- CMD` with Keras on `backend`: (summary, stdout)."""
+    s = tmp_path / "s.json"
+    if s.exists():
+        s.unlink()
+    p = subprocess.run(
+        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(s), "--", *map(str, cmd)],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path, backend),
+        timeout=HANG_S,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "done" in p.stdout, "the script ran to its end as without pipeprof"
+    return json.loads(s.read_text()), p.stdout
+
+
+NUM = r"([0-9.]+(?:e[-+][0-9]+)?)"
+
+
+def history(out, validation):
+    """Keras's own per-epoch figures as its verbose=2 lines print them (Keras 3 sorts the
+    names, tf.keras 2 prints loss first)."""
+    rows = []
+    for line in out.splitlines():
+        got = dict(re.findall(rf"\b(val_accuracy|val_loss|accuracy|loss): {NUM}", line))
+        if "loss" in got and (not validation or "val_loss" in got):
+            rows.append({k: float(v) for k, v in got.items()})
+    return rows
+
+
+def assert_matches_keras(s, out, validation):
+    rows = history(out, validation)
+    assert len(rows) == len(s["epochs"]) and rows, out
+    for e, h in zip(s["epochs"], rows):
+        assert abs(e["accuracy"] - h["accuracy"]) < 6e-4, (e, h)
+        assert abs(e["loss"] - h["loss"]) < 1e-3, (e, h)
+        if validation:
+            assert abs(e["val_accuracy"] - h["val_accuracy"]) < 6e-4 and abs(e["val_loss"] - h["val_loss"]) < 1e-3, (e, h)
+
+
+KERAS = [[], ["--tf-keras"]]
+KERAS_IDS = ["keras3", "tf_keras"]
+
+
+@pytest.mark.parametrize("which", KERAS, ids=KERAS_IDS)
+def test_tensorflow_fit_on_arrays_counts_each_step_and_image(tmp_path, which):
+    # 100 samples, 20 held out: 80 train in batches of 32 = 32, 32, 16 per epoch.
+    s, out = run(tmp_path, "tensorflow", tf_python(), MLP, "--images", "100", "--batch-size", "32", "--epochs", "2", "--validation-split", "0.2", *which)
+    st = s["settings"]
+    assert st["framework"] == "keras" and st["batch_size"] == 32 and st["workers"] == 0 and st["images"] == 100, st
+    assert st["device"] == "cpu", st
+    assert s["steps"] == 6 and [e["images"] for e in s["epochs"]] == [80, 80], (s["steps"], s["epochs"])
+    assert count(s, "compute") == 6 and count(s, "validate") == 2, s["stages"]
+    assert_matches_keras(s, out, validation=True)
+    # No batch crossed Python: nothing was timed as decoding.
+    assert count(s, "decode") == 0 and count(s, "read") == 0, s["stages"]
+
+
+@pytest.mark.parametrize("which", KERAS, ids=KERAS_IDS)
+def test_steps_per_execution_counts_every_step(tmp_path, which):
+    # 100 samples in batches of 32 = 4 steps an epoch, run 3 per call: calls of 3 and 1.
+    s, out = run(tmp_path, "tensorflow", tf_python(), MLP, "--images", "100", "--batch-size", "32", "--epochs", "2", "--steps-per-execution", "3", *which)
+    assert s["steps"] == 8 and [e["images"] for e in s["epochs"]] == [100, 100], (s["steps"], s["epochs"])
+    assert_matches_keras(s, out, validation=False)
+
+
+@pytest.mark.parametrize("which", KERAS, ids=KERAS_IDS)
+def test_flow_from_directory_is_seen_whole(tmp_path, folder, which):
+    # validation_split=0.25 of 12 per class: 9 × 3 = 27 training images (batches 8, 8, 8, 3).
+    s, out = run(tmp_path, "tensorflow", tf_python(), FLOW, "--data", folder, "--epochs", "2", "--batch-size", "8", *which)
+    st = s["settings"]
+    assert st["batch_size"] == 8 and st["images"] == 27 and st["workers"] == 0, st
+    assert st["data"] == str(folder) and len(st["classes"]) == 3 and st["input"] == [3, 48, 48], st
+    assert s["steps"] == 8 and [e["images"] for e in s["epochs"]] == [27, 27], (s["steps"], s["epochs"])
+    assert_matches_keras(s, out, validation=True)
+    # load_img is read + decode + resize, once per image loaded; apply_transform is augment.
+    loaded = count(s, "read")
+    assert loaded >= 2 * 27, s["stages"]
+    assert count(s, "decode") == loaded and count(s, "resize") == loaded and count(s, "augment") == loaded, s["stages"]
+    assert count(s, "fetch") == 0, "a batch of decoded images is not a fetch from memory"
+    assert s["verdict"] is not None, s
+
+
+def test_image_dataset_from_directory_map_prefetch_counts_steps(tmp_path, folder):
+    # validation_split=0.25 of 36 files: 27 train (batches 8, 8, 8, 3).
+    s, out = run(tmp_path, "tensorflow", tf_python(), TFDATA, "--data", folder, "--epochs", "2", "--batch-size", "8")
+    assert s["steps"] == 8 and [e["images"] for e in s["epochs"]] == [27, 27], (s["steps"], s["epochs"])
+    assert s["settings"]["batch_size"] == 8 and s["settings"]["input"] == [3, 48, 48], s["settings"]
+    assert_matches_keras(s, out, validation=True)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_arrays_in_memory_are_fetched_once_per_step_on_every_backend(tmp_path, backend):
+    # PyTorch's backend feeds fit through a DataLoader: its hook and Keras's would both count.
+    s, out = run(tmp_path, backend, sys.executable, MLP, "--images", "100", "--batch-size", "32", "--epochs", "2", "--validation-split", "0.2")
+    assert s["steps"] == 6 and [e["images"] for e in s["epochs"]] == [80, 80], (s["steps"], s["epochs"])
+    st = s["settings"]
+    assert st["framework"] == "keras" and st["workers"] == 0 and st["batch_size"] == 32, st
+    assert count(s, "compute") == 6 and count(s, "wait") == 6 and count(s, "fetch") == 6, s["stages"]
+    # Slicing arrays is not preprocessing.
+    assert count(s, "decode") == 0 and count(s, "resize") == 0, s["stages"]
+    assert_matches_keras(s, out, validation=True)
