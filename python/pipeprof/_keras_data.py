@@ -103,46 +103,76 @@ class _Covered:
 
 
 def _patch_pil():
-    """PIL's decode and resize add their time to the open ``load_img`` (no-ops outside one)."""
+    """PIL's open (``read``), decode (``ImageFile.load``) and ``resize``: inside ``load_img``
+    they add to its parts; inside a PyDataset batch each call is its span; elsewhere they
+    time nothing (one attribute read)."""
     if "pil" in _DONE:
         return
     _DONE.add("pil")
     from PIL import Image, ImageFile
 
-    orig_load, orig_resize = ImageFile.ImageFile.load, Image.Image.resize
+    orig_open, orig_load, orig_resize = Image.open, ImageFile.ImageFile.load, Image.Image.resize
+
+    def where():
+        acc = getattr(_T, "img", None)
+        if acc is not None:
+            return acc
+        return True if getattr(_T, "in_item", False) else None
+
+    def done(stage, c0, d, to):
+        if to is True:
+            _T.covered = True
+            _record(stage, c0.wall, d)
+        else:
+            to[stage] = _add(to[stage], d)
+
+    def open_(*args, **kwargs):
+        to = where()
+        if to is None or getattr(_T, "pil_busy", False):
+            return orig_open(*args, **kwargs)
+        _T.pil_busy, c0 = True, _Clock()
+        try:
+            return orig_open(*args, **kwargs)
+        finally:
+            _T.pil_busy = False
+            done("read", c0, _Clock().since(c0), to)
 
     def load(self, *args, **kwargs):
-        acc = getattr(_T, "img", None)
-        if acc is None or acc.get("busy"):
+        to = where()
+        # An image already decoded has no tiles left: its load() is not a decode.
+        if to is None or getattr(_T, "pil_busy", False) or not getattr(self, "tile", None):
             return orig_load(self, *args, **kwargs)
-        acc["busy"] = True
-        c0 = _Clock()
+        _T.pil_busy, c0 = True, _Clock()
         try:
             return orig_load(self, *args, **kwargs)
         finally:
-            acc["decode"] = _add(acc["decode"], _Clock().since(c0))
-            acc["busy"] = False
+            _T.pil_busy = False
+            d = _Clock().since(c0)
+            _T.decoded = _add(getattr(_T, "decoded", [0, 0, 0]), d)
+            done("decode", c0, d, to)
 
     def resize(self, *args, **kwargs):
-        acc = getattr(_T, "img", None)
-        if acc is None or acc.get("busy"):
+        to = where()
+        if to is None or getattr(_T, "pil_busy", False):
             return orig_resize(self, *args, **kwargs)
-        decoded, c0 = list(acc["decode"]), _Clock()
+        before, c0 = list(getattr(_T, "decoded", [0, 0, 0])), _Clock()
         try:
             return orig_resize(self, *args, **kwargs)
         finally:
             # A lazily opened image decodes inside resize: that part is decode.
-            own = _sub(_Clock().since(c0), _sub(acc["decode"], decoded))
-            acc["resize"] = _add(acc["resize"], own)
+            inner = _sub(getattr(_T, "decoded", [0, 0, 0]), before)
+            done("resize", c0, _sub(_Clock().since(c0), inner), to)
 
-    ImageFile.ImageFile.load, Image.Image.resize = load, resize
+    open_.__wrapped__, load.__wrapped__, resize.__wrapped__ = orig_open, orig_load, orig_resize
+    Image.open, ImageFile.ImageFile.load, Image.Image.resize = open_, load, resize
 
 
 def _timed_load_img(orig):
     def load_img(*args, **kwargs):
-        if getattr(_T, "img", None) is not None:
+        outer = getattr(_T, "img", None)
+        if outer is not None:
             return orig(*args, **kwargs)
-        acc = {"decode": [0, 0, 0], "resize": [0, 0, 0]}
+        acc = {"read": [0, 0, 0], "decode": [0, 0, 0], "resize": [0, 0, 0]}
         _T.img = acc
         with _Covered():
             c0 = _Clock()
@@ -150,6 +180,7 @@ def _timed_load_img(orig):
                 return orig(*args, **kwargs)
             finally:
                 _T.img = None
+                # read: all but decode and resize (opening the file, its bytes, the header).
                 total = _Clock().since(c0)
                 read = _sub(_sub(total, acc["decode"]), acc["resize"])
                 start = c0.wall
@@ -192,35 +223,49 @@ def patch_image_generator(mod):
 # ---------------------------------------------------------------- PyDataset / Sequence
 
 
-def _name_worker():
-    """A pool worker is ``loader-N`` (a process: its pool index; a thread of the pool: in the
-    order they start)."""
+def _name_worker(ds):
+    """A pool worker is ``loader-N``, N its place in the pool: Keras starts a pool per epoch,
+    and processes (threads) are numbered on across pools, so N is that number modulo the
+    data set's workers where it says. tf.data's own threads (a PyDataset without workers on
+    TensorFlow) keep their names."""
     if getattr(_T, "named", False):
         return
     _T.named = True
+    workers = getattr(ds, "workers", None)
     if isinstance(threading.current_thread(), multiprocessing.dummy.DummyProcess):
-        # A thread of Keras's pool (multiprocessing.dummy); not tf.data's own threads,
-        # which run a PyDataset that has no workers.
         with _NAMES["lock"]:
             n = _NAMES["next"]
             _NAMES["next"] = n + 1
-        pipeprof.name_thread(f"loader-{n}")
     elif multiprocessing.parent_process() is not None:
         ident = multiprocessing.current_process()._identity
-        pipeprof.name_process(f"loader-{ident[-1] - 1 if ident else 0}")
+        n = ident[-1] - 1 if ident else 0
+    else:
+        return
+    if isinstance(workers, int) and workers > 0:
+        n %= workers
+    if multiprocessing.parent_process() is not None:
+        pipeprof.name_process(f"loader-{n}")
+    else:
+        pipeprof.name_thread(f"loader-{n}")
 
 
 def _item(get, ds, i):
     """``get(ds, i)`` timed as one batch of a PyDataset (nested calls time nothing)."""
     if getattr(_T, "in_item", False):
         return get(ds, i)
-    _name_worker()
+    _name_worker(ds)
     _T.in_item, _T.covered = True, False
+    auto = _auto_thread()
+    if auto is not None:
+        # _auto's own PIL spans stay quiet: the ones here time the same calls.
+        auto.depth = getattr(auto, "depth", 0) + 1
     c0 = _Clock()
     try:
         return get(ds, i)
     finally:
         _T.in_item = False
+        if auto is not None:
+            auto.depth = getattr(auto, "depth", 1) - 1
         if not _T.covered:
             # Nothing recognised inside: the batch was taken as it is.
             _record("fetch", c0.wall, _Clock().since(c0))
@@ -248,6 +293,13 @@ def _time_class(ds):
         _warn(f"{cls.__name__}.__getitem__", e)
 
 
+def _patch_pil_if_there():
+    try:
+        _patch_pil()
+    except ImportError:
+        pass  # no Pillow: nothing of it to time
+
+
 def _timed_adapter_init(orig):
     def __init__(self, x, *args, **kwargs):
         _time_class(x)
@@ -258,6 +310,7 @@ def _timed_adapter_init(orig):
 
 
 def patch_adapter(cls):
+    _patch_pil_if_there()
     if getattr(cls.__init__, "__wrapped__", None) is None:
         cls.__init__ = _timed_adapter_init(cls.__init__)
 
@@ -270,7 +323,8 @@ def patch_get_index(mod):
         return
 
     def get_index(uid, i):
-        return _item(lambda _, j: orig(uid, j), None, i)
+        ds = getattr(mod, "_SHARED_SEQUENCES", {}).get(uid)
+        return _item(lambda _, j: orig(uid, j), ds, i)
 
     get_index.__wrapped__ = orig
     # Pickled by reference to the pool's processes: the same name in the same module.

@@ -161,3 +161,61 @@ def test_arrays_in_memory_are_fetched_once_per_step_on_every_backend(tmp_path, b
     # Slicing arrays is not preprocessing.
     assert count(s, "decode") == 0 and count(s, "resize") == 0, s["stages"]
     assert_matches_keras(s, out, validation=True)
+
+
+PAIRS = EXAMPLES / "keras_pydataset.py"
+
+
+def loader_names(s):
+    """The loader threads' names, less the pid and thread that follow ("loader-0 (pid 7)")."""
+    return [t["name"].split(" ")[0] for t in s["loader_threads"]]
+
+
+@pytest.mark.parametrize(
+    "backend, extra",
+    [
+        ("tensorflow", ["--workers", "2", "--multiprocessing"]),
+        ("tensorflow", ["--workers", "2", "--multiprocessing", "--start", "spawn"]),
+        ("tensorflow", ["--workers", "2"]),
+        ("tensorflow", ["--workers", "2", "--multiprocessing", "--tf-keras"]),
+        ("jax", ["--workers", "2", "--multiprocessing"]),
+        ("torch", ["--workers", "2"]),
+    ],
+    ids=["tf-fork", "tf-spawn", "tf-threads", "tf_keras-fork", "jax-fork", "torch-threads"],
+)
+def test_pydataset_workers_time_pil_stages_under_their_names(tmp_path, folder, backend, extra):
+    python = tf_python() if backend == "tensorflow" else sys.executable
+    s, out = run(tmp_path, backend, python, PAIRS, "--data", folder, "--epochs", "2", "--batch-size", "8", *extra)
+    # 36 images in batches of 8: 5 steps an epoch.
+    assert s["steps"] == 10, s["epochs"]
+    assert s["settings"]["workers"] == 2, s["settings"]
+    if backend == "tensorflow":
+        assert [e["images"] for e in s["epochs"]] == [36, 36] and s["settings"]["batch_size"] == 8, (s["epochs"], s["settings"])
+    else:
+        # Keras's pool may hand JAX's and PyTorch's loop one batch twice and skip another
+        # (without pipeprof too): an epoch holds what Keras got, four batches of 8 and one of
+        # 4 or any of them twice, and pipeprof counts the same.
+        assert all(e["images"] in (32, 36, 40) for e in s["epochs"]), s["epochs"]
+    # Each image opened, decoded and resized by PIL inside __getitem__, in whichever worker:
+    # at least once per image an epoch (Keras on TensorFlow also reads two batches to learn
+    # their shapes).
+    loaded = count(s, "read")
+    assert loaded >= 72 and count(s, "decode") == loaded and count(s, "resize") == loaded, s["stages"]
+    assert count(s, "fetch") == 0, "PIL's stages cover the batch"
+    names = [n for n in loader_names(s) if n.startswith("loader-")]
+    assert len(names) >= 2, s["loader_threads"]
+    if "--tf-keras" not in extra:
+        # Keras 3 says how many workers a PyDataset has: they are loader-0 and loader-1 in
+        # every epoch's pool (where one of a pool's workers took every batch, only its name).
+        assert set(names) <= {"loader-0", "loader-1"}, s["loader_threads"]
+
+
+def test_pydataset_without_workers_loads_inside_the_wait(tmp_path, folder):
+    s, out = run(tmp_path, "jax", sys.executable, PAIRS, "--data", folder, "--epochs", "2", "--batch-size", "8")
+    assert s["settings"]["workers"] == 0, s["settings"]
+    # Every image read once an epoch, and one batch more that Keras takes to build the model.
+    assert s["steps"] == 10 and count(s, "wait") == 10 and count(s, "read") == 72 + 8, s["stages"]
+    assert not [n for n in loader_names(s) if n.startswith("loader-")], s["loader_threads"]
+    # Loading is all the wait there is: the loader's stages fit inside it.
+    inside = sum(stage(s, n)["total_ms"] for n in ("read", "decode", "resize"))
+    assert inside <= stage(s, "wait")["total_ms"], s["stages"]
