@@ -11,8 +11,9 @@ What is measured, and how:
 * ``wait``: the time ``fit`` spends taking the next batch from your data (a NumPy array, a
   ``PyDataset``, a generator). pipeprof wraps the batch iterator of each epoch. With the
   TensorFlow backend (and tf_keras) batches are taken inside the compiled step (tf.data), so
-  Python sees no wait: the step time includes it (``pipeprof._tf`` measures it from
-  TensorFlow's own trace in short windows).
+  Python sees no wait: ``pipeprof._tf`` reads it, and tf.data's stages, from TensorFlow's own
+  host trace in short windows (5 steps every 100; ``PIPEPROF_TF_TRACE=0`` turns it off);
+  steps outside a window have no wait span.
 * ``fetch``: a batch sliced from arrays in memory (JAX, PyTorch), inside its wait: taking
   rows from memory is not decoding (the loader then has no workers: ``workers=0``).
 * ``compute``: from one batch's start to the next one's, less that batch's wait.
@@ -43,6 +44,7 @@ caller hands the module (tf_keras).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 
@@ -220,12 +222,15 @@ class Hooks:
 
     def _pp_setup(self, batch_size, data=None, in_graph=False, fit_kwargs=None):
         self._pp_batch_size = int(batch_size or 0)
+        self._pp_batch_given = bool(batch_size)
         self._pp_data = data
         self._pp_fit_kwargs = dict(fit_kwargs or {})
         # TensorFlow (Keras 3's backend or tf_keras): the step function takes its batch
         # inside the graph; images come from the loss tracker's sample count.
         self._pp_in_graph = bool(in_graph)
         self._pp_counter = None
+        # TensorFlow's host trace in sampled windows: the wait inside the compiled step.
+        self._pp_sampler = None
         self._pp_counted = {"train": 0.0, "test": 0.0}
         self._pp_step = 0
         self._pp_epoch = 0
@@ -257,6 +262,10 @@ class Hooks:
         _FEED.active = self
         if self._pp_in_graph and self._pp_counter is None:
             self._pp_counter = _sample_counter(getattr(self, "model", None))
+        if self._pp_in_graph and self._pp_sampler is None and os.environ.get("PIPEPROF_TF_TRACE", "1") != "0":
+            from pipeprof import _tf
+
+            self._pp_sampler = _tf.Sampler()
         self._pp_k = self._pp_per_call()
         if not self._pp_settings_sent:
             self._pp_settings_sent = True
@@ -287,7 +296,12 @@ class Hooks:
         if kind == "train":
             waited = pipeprof_wait_since(wait_before)
             body = max(0, end - t0 - waited)
-            _native.record("compute", end - body, body, step)
+            sampler = self._pp_sampler
+            if sampler is not None and sampler.is_open():
+                # Its wait inside the graph is in the window's trace: cut when it closes.
+                sampler.pending.append((step, end - body, body))
+            else:
+                _native.record("compute", end - body, body, step)
         else:
             _native.record("validate", t0, max(0, end - t0), step)
 
@@ -295,11 +309,23 @@ class Hooks:
         now = _now()
         self._pp_close(now)
         step = self._pp_epoch_base + int(batch)
+        sampler = self._pp_sampler
+        if sampler is not None:
+            if sampler.full(step):
+                sampler.close()
+            if sampler.wants(step):
+                sampler.open(step)
+            now = _now()  # the window's own cost is not the step's
         self._pp_open = ("train", step, now, _WAIT.total)
         self._pp_step = max(self._pp_step, step + 1)
 
+    def _pp_close_window(self):
+        if self._pp_sampler is not None and self._pp_sampler.is_open():
+            self._pp_sampler.close()
+
     def on_test_begin(self, logs=None):
         self._pp_close()
+        self._pp_close_window()
         _FEED.mode = "test"
         self._pp_reset("test")
 
@@ -315,11 +341,15 @@ class Hooks:
 
     def on_epoch_end(self, epoch, logs=None):
         self._pp_close()
+        self._pp_close_window()
         self._pp_drain("train")
 
     def on_train_end(self, logs=None):
         self._pp_close()
+        self._pp_close_window()
         self._pp_drain("train")
+        if self._pp_sampler is not None:
+            print(self._pp_sampler.summary(), file=sys.stderr)
         _FEED.active = None
         pipeprof.flush()
 
@@ -368,8 +398,9 @@ class Hooks:
         if counted is not None:
             total = max(0, int(round(counted - self._pp_counted[kind])))
             self._pp_counted[kind] = counted
-            if kind == "train" and not self._pp_batch_size and total:
-                # tf.data: the first call's batches say the batch size.
+            if kind == "train" and total and not self._pp_batch_given and -(-total // k) > self._pp_batch_size:
+                # tf.data, a PyDataset: the largest batch says the batch size (a short last
+                # batch may come first).
                 self._pp_batch_size = -(-total // k)
                 pipeprof.settings(batch_size=self._pp_batch_size)
             if self._pp_batch_size:

@@ -57,8 +57,9 @@ def env_for(tmp_path, backend):
     return env
 
 
-def run(tmp_path, backend, *cmd):
-    """`pipeprof run --once --summary S -- CMD` with Keras on `backend`: (summary, stdout)."""
+def run(tmp_path, backend, *cmd, env=None):
+    """`pipeprof run --once --summary S -- CMD` with Keras on `backend` (and `env` added):
+    (summary, stdout and stderr)."""
     s = tmp_path / "s.json"
     if s.exists():
         s.unlink()
@@ -66,13 +67,13 @@ def run(tmp_path, backend, *cmd):
         [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(s), "--", *map(str, cmd)],
         capture_output=True,
         text=True,
-        env=env_for(tmp_path, backend),
+        env={**env_for(tmp_path, backend), **(env or {})},
         timeout=HANG_S,
         cwd=tmp_path,
     )
     assert p.returncode == 0, p.stderr + p.stdout
     assert "done" in p.stdout, "the script ran to its end as without pipeprof"
-    return json.loads(s.read_text()), p.stdout
+    return json.loads(s.read_text()), p.stdout + p.stderr
 
 
 NUM = r"([0-9.]+(?:e[-+][0-9]+)?)"
@@ -219,3 +220,33 @@ def test_pydataset_without_workers_loads_inside_the_wait(tmp_path, folder):
     # Loading is all the wait there is: the loader's stages fit inside it.
     inside = sum(stage(s, n)["total_ms"] for n in ("read", "decode", "resize"))
     assert inside <= stage(s, "wait")["total_ms"], s["stages"]
+
+
+WINDOWS = r"TensorFlow trace: (\d+) window\(s\), (\d+) steps sampled, ([0-9.]+) ms"
+
+
+def test_tf_data_wait_and_stages_come_from_tensorflows_trace_windows(tmp_path, folder):
+    # Windows of 2 steps from step 1, every 3 steps: 4 steps an epoch, windows close when
+    # an epoch does.
+    windows = {"PIPEPROF_TF_FIRST_STEP": "1", "PIPEPROF_TF_EVERY_STEPS": "3", "PIPEPROF_TF_WINDOW_STEPS": "2"}
+    s, out = run(tmp_path, "tensorflow", tf_python(), TFDATA, "--data", folder, "--epochs", "2", "--batch-size", "8", env=windows)
+    taken, sampled, cost_ms = re.search(WINDOWS, out).groups()
+    assert int(taken) >= 2 and int(sampled) >= 2 and float(cost_ms) > 0, out
+    # One wait per sampled step (IteratorGetNext inside the compiled step), none for the others:
+    # their split is not known, and not called compute.
+    assert count(s, "wait") == int(sampled) < s["steps"], s["stages"]
+    assert count(s, "compute") == s["steps"] == 8, s["stages"]
+    # image_dataset_from_directory reads, decodes and resizes in tf.data's threads.
+    for name in ("read", "decode", "resize"):
+        assert count(s, name) > 0, (name, s["stages"])
+    assert "tf.data (trace)" in loader_names_full(s), s["loader_threads"]
+
+
+def loader_names_full(s):
+    return [t["name"] for t in s["loader_threads"]]
+
+
+def test_without_a_trace_window_the_wait_is_not_measured(tmp_path, folder):
+    s, out = run(tmp_path, "tensorflow", tf_python(), TFDATA, "--data", folder, "--epochs", "1", "--batch-size", "8", env={"PIPEPROF_TF_TRACE": "0"})
+    assert count(s, "wait") == 0 and count(s, "decode") == 0, s["stages"]
+    assert s["steps"] == 4 and count(s, "compute") == 4, s["stages"]

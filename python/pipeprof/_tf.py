@@ -1,0 +1,279 @@
+"""TensorFlow's own host trace, read in short sampled windows: the wait for tf.data inside a
+compiled step, and tf.data's stages, which Python never sees.
+
+With the TensorFlow backend (Keras 3 or tf_keras) the step function takes its batch inside
+the graph (``IteratorGetNext``), so ``fit`` has no Python-side wait to time. TensorFlow's
+profiler (xprof's input-pipeline analyser) reads the same thing from its host trace: the
+training thread's ``IteratorGetNext`` is the wait, each ``Iterator::…`` event a tf.data
+stage. Here a profiler session (``_pywrap_profiler.ProfilerSession``, host tracer only: no
+Python tracer, no device tracer) runs for a few steps at a time, every so often, and what it
+returns (a ``tensorflow.profiler.Trace``: threads and their events, read by :func:`events`, a
+minimal protobuf reader) becomes spans:
+
+* ``wait``: each step's ``IteratorGetNext…`` op (its ``DoCompute``), in time order, one per
+  step of the window; the step's ``compute`` span is its interval less that wait;
+* tf.data stages by the op or dataset name (:func:`stage_of`): ``read`` (``ReadFile``,
+  ``TFRecord``, ``FixedLengthRecord``, ``TextLine``), ``decode`` (``Decode…``), ``resize``
+  (``Resize…``, ``Crop…``), ``augment`` (``Random…``, ``Stateless…``), ``collate``
+  (``Batch``), ``fetch`` (``TensorSlice``: arrays already in memory; a ``Generator``'s batches are made in
+  Python and timed there), each from the outermost such event on a tf.data thread (a
+  ``DecodeImage`` around its ``DecodeImageV2Op::PNG`` is one decode). An op whose name says
+  none of these (a map function's arithmetic) is not counted as any stage. These spans are
+  recorded on a thread named ``tf.data (trace)``, not the training thread.
+
+Each window's cost is measured (the session's start and stop, and the parse, on the training
+thread) and sent as the run's ``tf_trace`` settings: windows taken, steps covered, and the
+milliseconds they cost. A step outside the windows has no wait span: the split is known for
+the sampled steps only, and a run with no window says nothing of it (never "compute").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pipeprof
+from pipeprof import _native
+
+_now = _native.now_ns
+
+#: Steps traced per window, and the steps between windows' starts (the first window opens
+#: after a warm-up: the first steps compile the step function).
+WINDOW_STEPS = int(os.environ.get("PIPEPROF_TF_WINDOW_STEPS", "5"))
+EVERY_STEPS = int(os.environ.get("PIPEPROF_TF_EVERY_STEPS", "100"))
+FIRST_STEP = int(os.environ.get("PIPEPROF_TF_FIRST_STEP", "2"))
+
+_STAGE_WORDS = (
+    ("read", ("ReadFile", "TFRecord", "FixedLengthRecord", "TextLine", "FileIO")),
+    ("decode", ("Decode", "decode")),
+    ("resize", ("Resize", "resize", "Crop", "crop")),
+    ("augment", ("Random", "random", "Stateless", "Flip", "flip", "Rotat", "rotat")),
+    ("collate", ("BatchV2", "::Batch", "PaddedBatch")),
+    # Not "Generator" nor "FromTensor" (from_generator is made of them): a PyDataset's
+    # batches are made in Python, where they are timed.
+    ("fetch", ("TensorSlice",)),
+)
+
+
+def stage_of(name):
+    """The loader stage a tf.data or op event's name stands for, or None."""
+    for stage, words in _STAGE_WORDS:
+        if any(w in name for w in words):
+            return stage
+    return None
+
+
+# ---------------------------------------------------------------- a minimal Trace reader
+
+
+def _varint(b, i):
+    shift = result = 0
+    while True:
+        c = b[i]
+        i += 1
+        result |= (c & 0x7F) << shift
+        if c < 0x80:
+            return result, i
+        shift += 7
+
+
+def _fields(b):
+    """(field number, value) of a protobuf message: ints for varints, memoryviews for
+    length-delimited fields; fixed-size fields are skipped."""
+    i, n = 0, len(b)
+    while i < n:
+        key, i = _varint(b, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+            yield f, v
+        elif wt == 2:
+            ln, i = _varint(b, i)
+            if i + ln > n:
+                raise ValueError(f"trace: field {f} runs past the end ({i + ln} > {n})")
+            yield f, b[i : i + ln]
+            i += ln
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise ValueError(f"trace: wire type {wt} at byte {i}")
+
+
+def _text(b):
+    return bytes(b).decode("utf-8", "replace")
+
+
+def events(trace):
+    """(thread name, event name, start ps, duration ps) of each event of a serialized
+    ``tensorflow.profiler.Trace`` (devices = 1, their resources = 3, trace_events = 4; an
+    event's resource_id = 2, name = 3, timestamp_ps = 9, duration_ps = 10), start from the
+    session's start."""
+    mv = memoryview(trace)
+    threads, raw = {}, []
+    for f, v in _fields(mv):
+        if f == 1:  # map<uint32, Device> entry
+            for kf, dev in _fields(v):
+                if kf != 2:
+                    continue
+                for df, res in _fields(dev):
+                    if df != 3:  # map<uint32, Resource> entry
+                        continue
+                    rid, name = 0, ""
+                    for ef, ev in _fields(res):
+                        if ef == 1:
+                            rid = ev
+                        elif ef == 2:
+                            for rf, rv in _fields(ev):
+                                if rf == 1:
+                                    name = _text(rv)
+                    threads[rid] = name
+        elif f == 4:
+            raw.append(v)
+    for v in raw:
+        rid, name, ts, dur = 0, "", 0, 0
+        for ef, ev in _fields(v):
+            if ef == 2:
+                rid = ev
+            elif ef == 3:
+                name = _text(ev)
+            elif ef == 9:
+                ts = ev
+            elif ef == 10:
+                dur = ev
+        yield threads.get(rid, ""), name, ts, dur
+
+
+def split(evs):
+    """From a window's events: the waits (start ps, duration ps) in time order, and the tf.data
+    stage events (stage, start ps, duration ps), outermost per thread, not counting waits."""
+    waits, stages, by_thread = [], [], {}
+    for thread, name, ts, dur in evs:
+        if name.startswith("IteratorGetNext") and name.endswith("DoCompute"):
+            waits.append((ts, dur))
+        elif thread.startswith("tf_data"):
+            stage = stage_of(name)
+            if stage is not None:
+                by_thread.setdefault(thread, []).append((ts, dur, stage))
+    for evs_t in by_thread.values():
+        evs_t.sort()
+        end = -1
+        for ts, dur, stage in evs_t:
+            if ts < end:
+                continue  # inside an event already counted
+            stages.append((stage, ts, dur))
+            end = ts + dur
+    waits.sort()
+    return waits, stages
+
+
+# ---------------------------------------------------------------- the windows
+
+
+class Sampler:
+    """Opens a host-trace window every ``every`` steps for ``steps`` steps, on the training
+    thread (Keras calls the TensorFlow backend's batch hooks there), and turns what it saw into
+    spans. The Keras callback hands it each training step's compute while a window is open."""
+
+    def __init__(self, steps=WINDOW_STEPS, every=EVERY_STEPS, first=FIRST_STEP):
+        self.steps, self.every, self.first = max(1, steps), max(1, every), max(0, first)
+        self.session = None
+        self.t0 = 0
+        self.opened_at = None
+        self.pending = []  # (step, start ns, duration ns) of compute in the open window
+        self.windows = 0
+        self.sampled = 0
+        self.cost_ns = 0
+        self.off = None  # why no window can be taken
+
+    def wants(self, step):
+        return self.off is None and self.session is None and step >= self.first and (step - self.first) % self.every == 0
+
+    def open(self, step):
+        t0 = _now()
+        try:
+            from tensorflow.python.profiler.internal import _pywrap_profiler
+
+            session = _pywrap_profiler.ProfilerSession()
+            self.t0 = _now()
+            session.start("", {"host_tracer_level": 2, "python_tracer_level": 0, "device_tracer_level": 0})
+        except Exception as e:  # another profiler running, a TensorFlow without it
+            self.off = f"no TensorFlow trace window ({e!r}): the wait for tf.data is unknown"
+            print(f"pipeprof: {self.off}", file=sys.stderr)
+            return
+        self.session, self.opened_at = session, step
+        self.cost_ns += _now() - t0
+
+    def is_open(self):
+        return self.session is not None
+
+    def full(self, step):
+        """Whether the window has seen its steps, at the start of ``step``."""
+        return self.session is not None and step - self.opened_at >= self.steps
+
+    def close(self):
+        """Stops the window and records its spans; compute less the step's wait."""
+        session, self.session = self.session, None
+        if session is None:
+            return
+        t0 = _now()
+        pending, self.pending = self.pending, []
+        try:
+            waits, stages = split(events(session.stop()))
+        except Exception as e:
+            self.off = f"TensorFlow's trace could not be read ({e!r}): the wait for tf.data is unknown"
+            print(f"pipeprof: {self.off}", file=sys.stderr)
+            for step, start, dur in pending:
+                _native.record("compute", start, dur, step)
+            return
+        # A step's wait is the first IteratorGetNext after its start (steps_per_execution > 1
+        # runs several: they add up).
+        pending.sort()
+        by_step = {}
+        for ts, dur in waits:
+            t = self.t0 + ts // 1000
+            owner = None
+            for step, start, _ in pending:
+                if start <= t:
+                    owner = step
+            if owner is not None:
+                by_step.setdefault(owner, []).append((t, dur // 1000))
+        for step, start, dur in pending:
+            waited = 0
+            for t, d in by_step.get(step, []):
+                _native.record("wait", t, d, step)
+                waited += d
+            body = max(0, dur - waited)
+            _native.record("compute", start + dur - body, body, step)
+        self.windows += 1
+        self.sampled += len(pending)
+        if stages:
+            t0_trace = self.t0
+
+            def send():
+                pipeprof.name_thread("tf.data (trace)")
+                for stage, ts, dur in stages:
+                    _native.record(stage, t0_trace + ts // 1000, dur // 1000, None)
+                pipeprof.flush()
+
+            th = threading.Thread(target=send, name="tf.data (trace)")
+            th.start()
+            th.join()
+        self.cost_ns += _now() - t0
+        self.report()
+
+    def report(self):
+        pipeprof.settings(tf_trace={"windows": self.windows, "sampled_steps": self.sampled, "cost_ms": self.cost_ns / 1e6})
+
+    def summary(self):
+        """One line for the end of fit: what the windows covered and cost."""
+        if self.off is not None:
+            return f"pipeprof: {self.off}"
+        if not self.windows:
+            return "pipeprof: no TensorFlow trace window was taken (the run ended first): the wait for tf.data is unknown"
+        return (
+            f"pipeprof: TensorFlow trace: {self.windows} window(s), {self.sampled} steps sampled, "
+            f"{self.cost_ns / 1e6:.1f} ms spent opening, stopping and reading them"
+        )
