@@ -250,3 +250,24 @@ def test_without_a_trace_window_the_wait_is_not_measured(tmp_path, folder):
     s, out = run(tmp_path, "tensorflow", tf_python(), TFDATA, "--data", folder, "--epochs", "1", "--batch-size", "8", env={"PIPEPROF_TF_TRACE": "0"})
     assert count(s, "wait") == 0 and count(s, "decode") == 0, s["stages"]
     assert s["steps"] == 4 and count(s, "compute") == 4, s["stages"]
+
+
+@pytest.mark.parametrize("which", KERAS, ids=KERAS_IDS)
+def test_ctrl_c_stops_a_tensorflow_fit_and_the_report_is_written(tmp_path, which):
+    from test_frameworks import interrupt
+
+    p = subprocess.Popen(
+        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(tmp_path / "s.json"), "--", tf_python(), str(MLP), "--epochs", "10000", "--images", "640", *which],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(tmp_path, "tensorflow"),
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    code, out, err = interrupt(p, True, r"Epoch 3/")
+    assert code == 130, err
+    assert "was interrupted" in err and "── pipeprof report" in out
+    s = json.loads((tmp_path / "s.json").read_text())
+    # Two epochs of 20 steps were done before the interrupt.
+    assert s["steps"] >= 40 and "failed" not in s, s.get("failed")
