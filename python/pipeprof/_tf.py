@@ -30,6 +30,7 @@ the sampled steps only, and a run with no window says nothing of it (never "comp
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 
@@ -187,6 +188,7 @@ class Sampler:
         self.sampled = 0
         self.cost_ns = 0
         self.off = None  # why no window can be taken
+        self._thread = None
 
     def wants(self, step):
         return self.off is None and self.session is None and step >= self.first and (step - self.first) % self.every == 0
@@ -250,19 +252,31 @@ class Sampler:
         self.windows += 1
         self.sampled += len(pending)
         if stages:
-            t0_trace = self.t0
-
-            def send():
-                pipeprof.name_thread("tf.data (trace)")
-                for stage, ts, dur in stages:
-                    _native.record(stage, t0_trace + ts // 1000, dur // 1000, None)
-                pipeprof.flush()
-
-            th = threading.Thread(target=send, name="tf.data (trace)")
-            th.start()
-            th.join()
+            self._send(stages)
         self.cost_ns += _now() - t0
         self.report()
+
+    def _send(self, stages):
+        """Records the window's tf.data spans on one thread of their own (not the training
+        thread's: they ran in tf.data's), the same thread for every window."""
+        if self._thread is None:
+            self._jobs = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._sender, name="tf.data (trace)", daemon=True)
+            self._thread.start()
+        done = threading.Event()
+        self._jobs.put((self.t0, stages, done))
+        done.wait()
+
+    def _sender(self):
+        pipeprof.name_thread("tf.data (trace)")
+        while True:
+            t0, stages, done = self._jobs.get()
+            try:
+                for stage, ts, dur in stages:
+                    _native.record(stage, t0 + ts // 1000, dur // 1000, None)
+                pipeprof.flush()
+            finally:
+                done.set()
 
     def report(self):
         pipeprof.settings(tf_trace={"windows": self.windows, "sampled_steps": self.sampled, "cost_ms": self.cost_ns / 1e6})
