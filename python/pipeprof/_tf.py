@@ -29,10 +29,13 @@ the sampled steps only, and a run with no window says nothing of it (never "comp
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import queue
 import sys
 import threading
+import time
 
 import pipeprof
 from pipeprof import _native
@@ -48,8 +51,9 @@ FIRST_STEP = int(os.environ.get("PIPEPROF_TF_FIRST_STEP", "2"))
 _STAGE_WORDS = (
     ("read", ("ReadFile", "TFRecord", "FixedLengthRecord", "TextLine", "FileIO")),
     ("decode", ("Decode", "decode")),
-    ("resize", ("Resize", "resize", "Crop", "crop")),
+    # Before resize: a random crop or resized crop is augmentation.
     ("augment", ("Random", "random", "Stateless", "Flip", "flip", "Rotat", "rotat")),
+    ("resize", ("Resize", "resize", "Crop", "crop")),
     ("collate", ("BatchV2", "::Batch", "PaddedBatch")),
     # Not "Generator" nor "FromTensor" (from_generator is made of them): a PyDataset's
     # batches are made in Python, where they are timed.
@@ -81,7 +85,7 @@ def _varint(b, i):
 
 def _fields(b):
     """(field number, value) of a protobuf message: ints for varints, memoryviews for
-    length-delimited fields; fixed-size fields are skipped."""
+    length-delimited and fixed-size fields."""
     i, n = 0, len(b)
     while i < n:
         key, i = _varint(b, i)
@@ -96,8 +100,10 @@ def _fields(b):
             yield f, b[i : i + ln]
             i += ln
         elif wt == 1:
+            yield f, b[i : i + 8]
             i += 8
         elif wt == 5:
+            yield f, b[i : i + 4]
             i += 4
         else:
             raise ValueError(f"trace: wire type {wt} at byte {i}")
@@ -105,6 +111,54 @@ def _fields(b):
 
 def _text(b):
     return bytes(b).decode("utf-8", "replace")
+
+
+def xspace_events(space):
+    """(thread name, event name, start ns, duration ps) of each event on the host plane of a
+    serialized ``XSpace`` (what ``export_to_tb`` writes: planes = 1; a plane's name = 2,
+    lines = 3, event_metadata = 4; a line's name = 2, timestamp_ns = 3, events = 4; an event's
+    metadata_id = 1, offset_ps = 2, duration_ps = 3), start as written (from the session's
+    start, or on the realtime clock)."""
+    for f, plane in _fields(memoryview(space)):
+        if f != 1:
+            continue
+        pname, names, lines = "", {}, []
+        for pf, v in _fields(plane):
+            if pf == 2:
+                pname = _text(v)
+            elif pf == 3:
+                lines.append(v)
+            elif pf == 4:
+                key, meta = 0, b""
+                for ef, ev in _fields(v):
+                    if ef == 1:
+                        key = ev
+                    elif ef == 2:
+                        meta = ev
+                for mf, mv in _fields(meta):
+                    if mf == 2:
+                        names[key] = _text(mv)
+        if pname != "/host:CPU":
+            continue
+        for line in lines:
+            lname, ts_ns, evs = "", 0, []
+            for lf, v in _fields(line):
+                if lf == 2:
+                    lname = _text(v)
+                elif lf == 3:
+                    ts_ns = v
+                elif lf == 4:
+                    evs.append(v)
+            for ev in evs:
+                mid = off = dur = 0
+                for xf, v in _fields(ev):
+                    if xf == 1:
+                        mid = v
+                    elif xf == 2:
+                        off = v
+                    elif xf == 3:
+                        dur = v
+                yield lname, names.get(mid, ""), ts_ns + off // 1000, dur
 
 
 def events(trace):
@@ -148,8 +202,9 @@ def events(trace):
 
 
 def split(evs):
-    """From a window's events: the waits (start ps, duration ps) in time order, and the tf.data
-    stage events (stage, start ps, duration ps), outermost per thread, not counting waits."""
+    """From a window's events (thread, name, start ns, duration ps): the waits (start ns,
+    duration ps) in time order, and the tf.data stage events (stage, start ns, duration ps),
+    outermost per thread, not counting waits."""
     waits, stages, by_thread = [], [], {}
     for thread, name, ts, dur in evs:
         if name.startswith("IteratorGetNext") and name.endswith("DoCompute"):
@@ -165,7 +220,7 @@ def split(evs):
             if ts < end:
                 continue  # inside an event already counted
             stages.append((stage, ts, dur))
-            end = ts + dur
+            end = ts + dur // 1000
     waits.sort()
     return waits, stages
 
@@ -189,6 +244,12 @@ class Sampler:
         self.cost_ns = 0
         self.off = None  # why no window can be taken
         self._thread = None
+        # PIPEPROF_TF_XSPACE_DIR: each window also written where TensorBoard's profile plugin
+        # (xprof) reads it, to compare its input analysis with pipeprof's on the same steps.
+        self.dump = os.environ.get("PIPEPROF_TF_XSPACE_DIR", "")
+        self.t0_real = 0
+        self._mark = None
+        self.wait_ns = self.step_ns = 0  # over the sampled steps
 
     def wants(self, step):
         return self.off is None and self.session is None and step >= self.first and (step - self.first) % self.every == 0
@@ -199,14 +260,32 @@ class Sampler:
             from tensorflow.python.profiler.internal import _pywrap_profiler
 
             session = _pywrap_profiler.ProfilerSession()
-            self.t0 = _now()
-            session.start("", {"host_tracer_level": 2, "python_tracer_level": 0, "device_tracer_level": 0})
+            self.t0, self.t0_real = _now(), time.time_ns()
+            session.start(self.dump, {"host_tracer_level": 2, "python_tracer_level": 0, "device_tracer_level": 0})
         except Exception as e:  # another profiler running, a TensorFlow without it
             self.off = f"no TensorFlow trace window ({e!r}): the wait for tf.data is unknown"
             print(f"pipeprof: {self.off}", file=sys.stderr)
             return
         self.session, self.opened_at = session, step
         self.cost_ns += _now() - t0
+
+    def step_begin(self, step, marks):
+        """With the windows kept for xprof, marks the step in the trace as tf.keras 2 does
+        (``marks``: Keras 3, which marks none): xprof finds no step without them."""
+        if self.session is None or not self.dump or not marks:
+            return
+        try:
+            import tensorflow as tf
+
+            self._mark = tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+            self._mark.__enter__()
+        except Exception:
+            self._mark = None
+
+    def step_end(self):
+        mark, self._mark = self._mark, None
+        if mark is not None:
+            mark.__exit__(None, None, None)
 
     def is_open(self):
         return self.session is not None
@@ -223,7 +302,18 @@ class Sampler:
         t0 = _now()
         pending, self.pending = self.pending, []
         try:
-            waits, stages = split(events(session.stop()))
+            if self.dump:
+                # The window kept as TensorFlow's profiler writes it (xprof reads the same).
+                session.export_to_tb()
+                newest = max(glob.glob(os.path.join(self.dump, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
+                with open(newest, "rb") as f:
+                    evs = list(xspace_events(f.read()))
+                # Written relative to the session's start (TensorFlow 2.21), or on the realtime clock.
+                shift = self.t0 - self.t0_real if evs and min(e[2] for e in evs) > 10**17 else self.t0
+                evs = [(th, n, ts + shift, d) for th, n, ts, d in evs]
+            else:
+                evs = [(th, n, self.t0 + ts // 1000, d) for th, n, ts, d in events(session.stop())]
+            waits, stages = split(evs)
         except Exception as e:
             self.off = f"TensorFlow's trace could not be read ({e!r}): the wait for tf.data is unknown"
             print(f"pipeprof: {self.off}", file=sys.stderr)
@@ -234,14 +324,14 @@ class Sampler:
         # runs several: they add up).
         pending.sort()
         by_step = {}
-        for ts, dur in waits:
-            t = self.t0 + ts // 1000
+        for t, dur in waits:
             owner = None
             for step, start, _ in pending:
                 if start <= t:
                     owner = step
             if owner is not None:
                 by_step.setdefault(owner, []).append((t, dur // 1000))
+        window_wait = window_steps = 0
         for step, start, dur in pending:
             waited = 0
             for t, d in by_step.get(step, []):
@@ -249,6 +339,14 @@ class Sampler:
                 waited += d
             body = max(0, dur - waited)
             _native.record("compute", start + dur - body, body, step)
+            window_wait += min(waited, dur)
+            window_steps += dur
+        self.wait_ns += window_wait
+        self.step_ns += window_steps
+        if self.dump and pending:
+            # Beside the window's XSpace: pipeprof's own figures for the same steps.
+            with open(os.path.join(os.path.dirname(newest), "pipeprof.json"), "w") as f:
+                json.dump({"steps": len(pending), "wait_ms": window_wait / 1e6, "step_ms": window_steps / 1e6}, f)
         self.windows += 1
         self.sampled += len(pending)
         if stages:
@@ -264,16 +362,16 @@ class Sampler:
             self._thread = threading.Thread(target=self._sender, name="tf.data (trace)", daemon=True)
             self._thread.start()
         done = threading.Event()
-        self._jobs.put((self.t0, stages, done))
+        self._jobs.put((stages, done))
         done.wait()
 
     def _sender(self):
         pipeprof.name_thread("tf.data (trace)")
         while True:
-            t0, stages, done = self._jobs.get()
+            stages, done = self._jobs.get()
             try:
                 for stage, ts, dur in stages:
-                    _native.record(stage, t0 + ts // 1000, dur // 1000, None)
+                    _native.record(stage, ts, dur // 1000, None)
                 pipeprof.flush()
             finally:
                 done.set()
@@ -287,7 +385,9 @@ class Sampler:
             return f"pipeprof: {self.off}"
         if not self.windows:
             return "pipeprof: no TensorFlow trace window was taken (the run ended first): the wait for tf.data is unknown"
+        share = 100 * self.wait_ns / self.step_ns if self.step_ns else 0.0
         return (
-            f"pipeprof: TensorFlow trace: {self.windows} window(s), {self.sampled} steps sampled, "
+            f"pipeprof: TensorFlow trace: {self.windows} window(s), {self.sampled} steps sampled "
+            f"(waiting for data {share:.1f}% of their time), "
             f"{self.cost_ns / 1e6:.1f} ms spent opening, stopping and reading them"
         )

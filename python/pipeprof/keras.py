@@ -315,6 +315,7 @@ class Hooks:
                 sampler.close()
             if sampler.wants(step):
                 sampler.open(step)
+            sampler.step_begin(step, marks=self._pp_keras != "tf_keras")
             now = _now()  # the window's own cost is not the step's
         self._pp_open = ("train", step, now, _WAIT.total)
         self._pp_step = max(self._pp_step, step + 1)
@@ -447,6 +448,8 @@ class Hooks:
         return first + k - 1
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._pp_sampler is not None:
+            self._pp_sampler.step_end()
         self._pp_batch_end("train", batch, logs)
 
     def on_test_batch_end(self, batch, logs=None):
@@ -601,6 +604,7 @@ def callback(batch_size=None, data=None, keras=None, fit_kwargs=None):
         def __init__(self):
             base.__init__(self)
             self._pp_backend = backend
+            self._pp_keras = keras.__name__.split(".")[0]
             self._pp_setup(batch_size, data, in_graph=backend == "tensorflow", fit_kwargs=fit_kwargs)
 
     return PipeprofCallback()

@@ -222,7 +222,7 @@ def test_pydataset_without_workers_loads_inside_the_wait(tmp_path, folder):
     assert inside <= stage(s, "wait")["total_ms"], s["stages"]
 
 
-WINDOWS = r"TensorFlow trace: (\d+) window\(s\), (\d+) steps sampled, ([0-9.]+) ms"
+WINDOWS = r"TensorFlow trace: (\d+) window\(s\), (\d+) steps sampled \(waiting for data ([0-9.]+)% of their time\), ([0-9.]+) ms"
 
 
 def test_tf_data_wait_and_stages_come_from_tensorflows_trace_windows(tmp_path, folder):
@@ -230,7 +230,7 @@ def test_tf_data_wait_and_stages_come_from_tensorflows_trace_windows(tmp_path, f
     # an epoch does.
     windows = {"PIPEPROF_TF_FIRST_STEP": "1", "PIPEPROF_TF_EVERY_STEPS": "3", "PIPEPROF_TF_WINDOW_STEPS": "2"}
     s, out = run(tmp_path, "tensorflow", tf_python(), TFDATA, "--data", folder, "--epochs", "2", "--batch-size", "8", env=windows)
-    taken, sampled, cost_ms = re.search(WINDOWS, out).groups()
+    taken, sampled, waited, cost_ms = re.search(WINDOWS, out).groups()
     assert int(taken) >= 2 and int(sampled) >= 2 and float(cost_ms) > 0, out
     # One wait per sampled step (IteratorGetNext inside the compiled step), none for the others:
     # their split is not known, and not called compute.
@@ -271,3 +271,37 @@ def test_ctrl_c_stops_a_tensorflow_fit_and_the_report_is_written(tmp_path, which
     s = json.loads((tmp_path / "s.json").read_text())
     # Two epochs of 20 steps were done before the interrupt.
     assert s["steps"] >= 40 and "failed" not in s, s.get("failed")
+
+
+def test_trace_events_become_stages_by_name_outermost_once():
+    from pipeprof import _tf
+
+    names = {
+        "ReadFile:ReadFile": "read",
+        "DecodeImageV2Op::PNG": "decode",
+        "DecodeJpeg": "decode",
+        "ResizeBilinear": "resize",
+        "random_crop/Slice": "augment",
+        "stateless_random_flip_left_right/ReverseV2": "augment",
+        "Iterator::Root::Prefetch::BatchV2": "collate",
+        "Iterator::Root::TensorSlice": "fetch",
+        # from_generator is made of these: its batches are timed in Python.
+        "Iterator::Root::FlatMap::Generator": None,
+        "Iterator::Root::FromTensor": None,
+        "ReadVariableOp": None,
+        "_MklNativeFusedConv2D": None,
+    }
+    for name, stage in names.items():
+        assert _tf.stage_of(name) == stage, name
+    ps = 1000  # picoseconds in a nanosecond
+    evs = [
+        ("tf_data_private_threadpool/4", "DecodeImage", 100, 50 * ps),
+        ("tf_data_private_threadpool/4", "DecodeImageV2Op::PNG", 110, 30 * ps),  # inside: once
+        ("tf_data_private_threadpool/4", "ResizeBilinear", 160, 5 * ps),
+        ("tf_Compute/1", "DecodeImage", 100, 50 * ps),  # not a tf.data thread
+        ("tf_data_iterator_get_next/3", "IteratorGetNextOp::DoCompute", 300, 7 * ps),
+        ("tf_data_iterator_get_next/3", "IteratorGetNextOp::DoCompute", 200, 9 * ps),
+    ]
+    waits, stages = _tf.split(evs)
+    assert waits == [(200, 9 * ps), (300, 7 * ps)]
+    assert stages == [("decode", 100, 50 * ps), ("resize", 160, 5 * ps)]
