@@ -236,6 +236,7 @@ class Sampler:
     def __init__(self, steps=WINDOW_STEPS, every=EVERY_STEPS, first=FIRST_STEP):
         self.steps, self.every, self.first = max(1, steps), max(1, every), max(0, first)
         self.session = None
+        self.next_at = self.first
         self.t0 = 0
         self.opened_at = None
         self.pending = []  # (step, start ns, duration ns) of compute in the open window
@@ -252,7 +253,8 @@ class Sampler:
         self.wait_ns = self.step_ns = 0  # over the sampled steps
 
     def wants(self, step):
-        return self.off is None and self.session is None and step >= self.first and (step - self.first) % self.every == 0
+        # At or after the planned step: with steps_per_execution > 1 step numbers jump.
+        return self.off is None and self.session is None and step >= self.next_at
 
     def open(self, step):
         t0 = _now()
@@ -267,6 +269,7 @@ class Sampler:
             print(f"pipeprof: {self.off}", file=sys.stderr)
             return
         self.session, self.opened_at = session, step
+        self.next_at = step + self.every
         self.cost_ns += _now() - t0
 
     def step_begin(self, step, marks):

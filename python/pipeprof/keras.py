@@ -315,7 +315,7 @@ class Hooks:
                 sampler.close()
             if sampler.wants(step):
                 sampler.open(step)
-            sampler.step_begin(step, marks=self._pp_keras != "tf_keras")
+            sampler.step_begin(step, marks=getattr(self, "_pp_keras", "keras") != "tf_keras")
             now = _now()  # the window's own cost is not the step's
         self._pp_open = ("train", step, now, _WAIT.total)
         self._pp_step = max(self._pp_step, step + 1)
