@@ -651,6 +651,7 @@ mod tests {
             model_now: 121.0,
             range: Some((1.53, 7.91)),
             slow_steps: false,
+            compute_split_unknown: false,
         });
         let runs = plan(&verdict(vec![a]));
         assert_eq!(runs[1].range, Some((1.53, 7.91)));

@@ -87,6 +87,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
         loader_busy: 0.4,
         epochs: vec![
             EpochSummary {
+                no_loss: false,
                 epoch: 1,
                 steps: 12,
                 images: 384,
@@ -97,6 +98,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 val_accuracy: None,
             },
             EpochSummary {
+                no_loss: false,
                 epoch: 2,
                 steps: 8,
                 images: 256,
@@ -157,6 +159,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
     let records = points
         .iter()
         .map(|p| StepRecord {
+            no_loss: false,
             step: p.step,
             epoch: (p.step / 12) as u32,
             images: 32,
@@ -337,11 +340,20 @@ fn zeros() -> State {
         .collect();
     s.steps = vec![StepPoint::default(); 3];
     s.host = vec![HostPoint::default(); 3];
-    s.records =
-        vec![
-            StepRecord { step: 0, epoch: 0, images: 0, loss: 0.0, correct: 0, end_ns: 0, queued: 0, validation: false };
-            3
-        ];
+    s.records = vec![
+        StepRecord {
+            no_loss: false,
+            step: 0,
+            epoch: 0,
+            images: 0,
+            loss: 0.0,
+            correct: 0,
+            end_ns: 0,
+            queued: 0,
+            validation: false
+        };
+        3
+    ];
     s.summary.machine.gpu_status = Some(GpuStatus::Ok);
     State::new(s)
 }

@@ -73,14 +73,14 @@ def _record(stage, start, d):
 
 
 def _auto_thread():
-    """``pipeprof._auto``'s per-thread state (its PIL and transform spans), when loaded."""
-    auto = sys.modules.get("pipeprof._auto")
-    return getattr(auto, "_T", None)
+    """``pipeprof._torch_fetch``'s per-thread state (its PIL and transform spans), when
+    loaded."""
+    return getattr(sys.modules.get("pipeprof._torch_fetch"), "_T", None)
 
 
 class _Covered:
-    """Marks the enclosing item as covered by named stages, and keeps ``_auto``'s own PIL
-    spans quiet inside (they would time the same work twice)."""
+    """Marks the enclosing item as covered by named stages, and keeps ``_torch_fetch``'s own
+    PIL spans quiet inside (they would time the same work twice)."""
 
     __slots__ = ("auto",)
 
@@ -257,7 +257,7 @@ def _item(get, ds, i):
     _T.in_item, _T.covered = True, False
     auto = _auto_thread()
     if auto is not None:
-        # _auto's own PIL spans stay quiet: the ones here time the same calls.
+        # _torch_fetch's own PIL spans stay quiet: the ones here time the same calls.
         auto.depth = getattr(auto, "depth", 0) + 1
     c0 = _Clock()
     try:

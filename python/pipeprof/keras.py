@@ -185,7 +185,8 @@ def wrap_epoch_iterators(epoch_iterator_mod, backend_name):
         def get_iterator():
             it = get()
             if _is_torch_loader(it):
-                it = _timed_by_keras(it)
+                # pipeprof run's DataLoader hooks time its fetch (and collate) themselves.
+                return _Fetch(_timed_by_keras(it), False)
             return _Fetch(it, in_memory)
 
         self._get_iterator = get_iterator

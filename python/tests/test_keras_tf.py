@@ -158,7 +158,10 @@ def test_arrays_in_memory_are_fetched_once_per_step_on_every_backend(tmp_path, b
     assert s["steps"] == 6 and [e["images"] for e in s["epochs"]] == [80, 80], (s["steps"], s["epochs"])
     st = s["settings"]
     assert st["framework"] == "keras" and st["workers"] == 0 and st["batch_size"] == 32, st
-    assert count(s, "compute") == 6 and count(s, "wait") == 6 and count(s, "fetch") == 6, s["stages"]
+    assert count(s, "compute") == 6 and count(s, "wait") == 6, s["stages"]
+    # Each training batch is one fetch inside its wait (on PyTorch, the DataLoader's; it times
+    # the validation batches and the one Keras builds the model from too).
+    assert count(s, "fetch") == 6 if backend == "jax" else count(s, "fetch") >= 6, s["stages"]
     # Slicing arrays is not preprocessing.
     assert count(s, "decode") == 0 and count(s, "resize") == 0, s["stages"]
     assert_matches_keras(s, out, validation=True)
@@ -214,8 +217,9 @@ def test_pydataset_workers_time_pil_stages_under_their_names(tmp_path, folder, b
 def test_pydataset_without_workers_loads_inside_the_wait(tmp_path, folder):
     s, out = run(tmp_path, "jax", sys.executable, PAIRS, "--data", folder, "--epochs", "2", "--batch-size", "8")
     assert s["settings"]["workers"] == 0, s["settings"]
-    # Every image read once an epoch, and one batch more that Keras takes to build the model.
-    assert s["steps"] == 10 and count(s, "wait") == 10 and count(s, "read") == 72 + 8, s["stages"]
+    # Every image read once an epoch, and one batch more that Keras takes to build the model
+    # (fit shuffles a PyDataset's batches: 8 images, or the short batch's 4).
+    assert s["steps"] == 10 and count(s, "wait") == 10 and count(s, "read") in (72 + 8, 72 + 4), s["stages"]
     assert not [n for n in loader_names(s) if n.startswith("loader-")], s["loader_threads"]
     # Loading is all the wait there is: the loader's stages fit inside it.
     inside = sum(stage(s, n)["total_ms"] for n in ("read", "decode", "resize"))

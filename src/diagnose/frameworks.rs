@@ -137,6 +137,7 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
         model_now: now,
         range: None,
         slow_steps: false,
+        compute_split_unknown: false,
     });
     Some(Advice {
         action: "keep the DataLoader's workers between epochs".into(),
