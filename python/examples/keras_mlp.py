@@ -18,6 +18,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--validation-split", type=float, default=0.0)
+    p.add_argument("--steps-per-epoch", type=int, default=None)
     p.add_argument("--tf-keras", action="store_true", help="tf.keras 2 (tf_keras) instead of Keras 3")
     args = p.parse_args()
     if args.tf_keras:
@@ -50,6 +51,7 @@ def main():
         batch_size=args.batch_size,
         epochs=args.epochs,
         validation_split=args.validation_split,
+        steps_per_epoch=args.steps_per_epoch,
         verbose=2,
     )
     print(f"done: fit took {time.perf_counter() - t0:.3f} s", flush=True)

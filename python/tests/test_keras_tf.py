@@ -127,6 +127,14 @@ def test_steps_per_execution_counts_every_step(tmp_path, which):
 
 
 @pytest.mark.parametrize("which", KERAS, ids=KERAS_IDS)
+def test_steps_per_epoch_counts_the_steps_fit_runs(tmp_path, which):
+    # 2 steps of 32 an epoch, of the 4 the arrays hold.
+    s, out = run(tmp_path, "tensorflow", tf_python(), MLP, "--images", "128", "--batch-size", "32", "--epochs", "3", "--steps-per-epoch", "2", *which)
+    assert s["steps"] == 6 and [e["images"] for e in s["epochs"]] == [64, 64, 64], (s["steps"], s["epochs"])
+    assert_matches_keras(s, out, validation=False)
+
+
+@pytest.mark.parametrize("which", KERAS, ids=KERAS_IDS)
 def test_flow_from_directory_is_seen_whole(tmp_path, folder, which):
     # validation_split=0.25 of 12 per class: 9 × 3 = 27 training images (batches 8, 8, 8, 3).
     s, out = run(tmp_path, "tensorflow", tf_python(), FLOW, "--data", folder, "--epochs", "2", "--batch-size", "8", *which)
