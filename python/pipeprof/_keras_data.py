@@ -227,7 +227,7 @@ def _name_worker(ds):
     """A pool worker is ``loader-N``, N its place in the pool: Keras starts a pool per epoch,
     and processes (threads) are numbered on across pools, so N is that number modulo the
     data set's workers where it says. tf.data's own threads (a PyDataset without workers on
-    TensorFlow) keep their names."""
+    TensorFlow) are ``tf.data (PyDataset)``."""
     if getattr(_T, "named", False):
         return
     _T.named = True
@@ -239,6 +239,11 @@ def _name_worker(ds):
     elif multiprocessing.parent_process() is not None:
         ident = multiprocessing.current_process()._identity
         n = ident[-1] - 1 if ident else 0
+    elif isinstance(threading.current_thread(), threading._DummyThread):
+        # A thread Python did not start: tf.data's, running a PyDataset's generator
+        # (TensorFlow backend, no workers).
+        pipeprof.name_thread("tf.data (PyDataset)")
+        return
     else:
         return
     if isinstance(workers, int) and workers > 0:

@@ -148,6 +148,8 @@ def test_flow_from_directory_is_seen_whole(tmp_path, folder, which):
     assert loaded >= 2 * 27, s["stages"]
     assert count(s, "decode") == loaded and count(s, "resize") == loaded and count(s, "augment") == loaded, s["stages"]
     assert count(s, "fetch") == 0, "a batch of decoded images is not a fetch from memory"
+    # Without workers, TensorFlow runs the generator in tf.data's threads: named so.
+    assert any(t["name"] == "tf.data (PyDataset)" for t in s["loader_threads"]), s["loader_threads"]
     assert s["verdict"] is not None, s
 
 
