@@ -16,7 +16,9 @@ What is measured, and how:
   steps outside a window have no wait span.
 * ``fetch``: a batch sliced from arrays in memory (JAX, PyTorch), inside its wait: taking
   rows from memory is not decoding (the loader then has no workers: ``workers=0``).
-* ``compute``: from one batch's start to the next one's, less that batch's wait.
+* ``compute``: from one batch's start to the next one's, less that batch's wait. On
+  TensorFlow only for the steps a trace window covered (and the first, the compile): the
+  other steps' split between waiting and computing is unknown, so they have none.
 * validation: each validation batch is one ``validate`` span, never counted as wait.
 * each step's images are counted from the batch itself: the batches the iterator hands out
   (JAX, PyTorch) or, where the step takes its batch inside the compiled function
@@ -301,7 +303,12 @@ class Hooks:
             if sampler is not None and sampler.is_open():
                 # Its wait inside the graph is in the window's trace: cut when it closes.
                 sampler.pending.append((step, end - body, body))
+            elif self._pp_in_graph and step > 0:
+                # TensorFlow, outside a window: the step's wait for tf.data is inside its
+                # interval and unmeasured. Not a compute span: the split is unknown there.
+                pass
             else:
+                # (The run's first step on TensorFlow: the compile, reported apart.)
                 _native.record("compute", end - body, body, step)
         else:
             _native.record("validate", t0, max(0, end - t0), step)
