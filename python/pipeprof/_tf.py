@@ -42,11 +42,12 @@ from pipeprof import _native
 
 _now = _native.now_ns
 
-#: Steps traced per window, and the steps between windows' starts (the first window opens
-#: after a warm-up: the first steps compile the step function).
+#: Steps traced per window, and the steps between windows' starts. The first window opens at
+#: the first step: its wait (the queue filling) and its compile are measured, not guessed,
+#: and the run's training clock starts there.
 WINDOW_STEPS = int(os.environ.get("PIPEPROF_TF_WINDOW_STEPS", "5"))
 EVERY_STEPS = int(os.environ.get("PIPEPROF_TF_EVERY_STEPS", "100"))
-FIRST_STEP = int(os.environ.get("PIPEPROF_TF_FIRST_STEP", "2"))
+FIRST_STEP = int(os.environ.get("PIPEPROF_TF_FIRST_STEP", "0"))
 
 _STAGE_WORDS = (
     ("read", ("ReadFile", "TFRecord", "FixedLengthRecord", "TextLine", "FileIO")),

@@ -12,7 +12,8 @@ What is measured, and how:
   ``PyDataset``, a generator). pipeprof wraps the batch iterator of each epoch. With the
   TensorFlow backend (and tf_keras) batches are taken inside the compiled step (tf.data), so
   Python sees no wait: ``pipeprof._tf`` reads it, and tf.data's stages, from TensorFlow's own
-  host trace in short windows (5 steps every 100; ``PIPEPROF_TF_TRACE=0`` turns it off);
+  host trace in short windows (5 steps every 100 from the first; ``PIPEPROF_TF_TRACE=0``
+  turns it off);
   steps outside a window have no wait span.
 * ``fetch``: a batch sliced from arrays in memory (JAX, PyTorch), inside its wait: taking
   rows from memory is not decoding (the loader then has no workers: ``workers=0``).
