@@ -10,7 +10,8 @@ one module of pipeprof per concern, each saying what it patches and what it neve
 * :mod:`pipeprof._torch_fetch`: how a batch is made, in each DataLoader worker or on the
   training thread (``fetch``, ``collate``, PIL ``read``/``decode``, torchvision
   ``resize``/``augment``).
-* ``keras``: ``Model.fit`` gets :func:`pipeprof.keras.callback` (unless it has one).
+* Keras (3, or tf.keras 2 = ``tf_keras``): ``Model.fit`` gets :func:`pipeprof.keras.callback`
+  (unless it has one); :mod:`pipeprof._keras_data` times its loaders.
 
 Nothing here raises into the script: a hook that fails turns itself off with a message.
 """
@@ -90,21 +91,40 @@ def _when_imported(hooks):
 # ---------------------------------------------------------------- keras
 
 
-def _patch_keras(keras_mod):
-    Model = keras_mod.Model
+def _patch_keras(model_mod):
+    """``Model.fit`` of Keras 3 (``keras.src.models.model``) or tf.keras 2
+    (``tf_keras.src.engine.training``) gets the pipeprof callback, unless the script passed
+    one. Hooked on those modules, not on the package: TensorFlow probes ``keras`` and
+    ``tf_keras`` with ``importlib.util.find_spec`` before importing them, and a hook on the
+    package would be spent on the probe."""
+    Model = model_mod.Model
+    if getattr(Model.fit, "_pipeprof", False):
+        return
+    top = model_mod.__name__.split(".")[0]
     orig_fit = Model.fit
 
     def fit(self, *args, **kwargs):
         from pipeprof import keras as pk
 
-        callbacks = list(kwargs.get("callbacks") or [])
-        if not any(isinstance(c, pk.Hooks) for c in callbacks):
-            data = args[0] if args else kwargs.get("x")
-            callbacks.append(pk.callback(batch_size=kwargs.get("batch_size"), data=data))
-        kwargs["callbacks"] = callbacks
+        try:
+            callbacks = list(kwargs.get("callbacks") or [])
+            if not any(isinstance(c, pk.Hooks) for c in callbacks):
+                data = args[0] if args else kwargs.get("x")
+                batch_size = kwargs.get("batch_size", args[2] if len(args) > 2 else None)
+                keras = sys.modules[top]  # imported whole by the time fit runs
+                callbacks.append(pk.callback(batch_size=batch_size, data=data, keras=keras, fit_kwargs=kwargs))
+            kwargs["callbacks"] = callbacks
+        except Exception as e:
+            _warn("this fit", e)
         return orig_fit(self, *args, **kwargs)
 
+    fit._pipeprof = True
     Model.fit = fit
+    # Its loaders (PyDataset/Sequence items, ImageDataGenerator's load_img and transforms),
+    # timed in whichever thread or process runs them, once their modules are imported.
+    from pipeprof import _keras_data
+
+    _when_imported(_keras_data.hooks(top))
 
 
 # ---------------------------------------------------------------- start
@@ -128,7 +148,8 @@ def start():
             "PIL.ImageFile": _torch_fetch.install_pil_imagefile,
             "torchvision.transforms.transforms": _torch_fetch.install_transforms,
             "torchvision.transforms.v2._container": _torch_fetch.install_transforms_v2,
-            "keras": _patch_keras,
+            "keras.src.models.model": _patch_keras,
+            "tf_keras.src.engine.training": _patch_keras,
         }
     )
 

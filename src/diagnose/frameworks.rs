@@ -64,9 +64,13 @@ fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> 
             "hand out uint8 batches and convert to float on the device".into(),
             "transforms.PILToTensor() in the dataset; xs.to(device, non_blocking=True).float().div_(255)".into(),
         ),
+        // Keras 3 puts the workers on the PyDataset; tf.keras 2 (tf_keras) on fit, for a
+        // Sequence; tf.data has no workers but parallel calls.
         (Framework::Keras, Change::Workers(n)) => (
-            format!("load batches in {n} workers"),
-            format!("PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"),
+            format!("load batches in {n} worker processes"),
+            format!(
+                "PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers={n}, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"
+            ),
         ),
         (Framework::Keras, Change::Prefetch(depth)) => (
             format!("queue {depth} batches ahead"),
@@ -74,7 +78,7 @@ fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> 
         ),
         (Framework::Keras, Change::BatchSize(n)) => (
             format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
-            format!("model.fit(..., batch_size={n})  # a PyDataset: {n} samples per __getitem__"),
+            format!("model.fit(..., batch_size={n})  # a PyDataset: {n} samples per __getitem__; tf.data: .batch({n})"),
         ),
         (Framework::Keras, Change::UseDevice(d)) if d == "cpu" => {
             ("or train on the CPU".into(), "CUDA_VISIBLE_DEVICES=\"\" python train.py".into())
@@ -186,7 +190,13 @@ mod tests {
             ("pytorch", 4, Change::Prefetch(13), "DataLoader(..., prefetch_factor=4)"),
             ("pytorch", 0, Change::Prefetch(13), "DataLoader(..., num_workers=2, prefetch_factor=2)"),
             ("pytorch", 2, Change::UseDevice("cpu".into()), "device = \"cpu\"  # model.to(device), batch.to(device)"),
-            ("keras", 0, Change::Workers(4), "PyDataset(..., workers=4, use_multiprocessing=True)  # tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"),
+            (
+                "keras",
+                0,
+                Change::Workers(4),
+                "PyDataset(..., workers=4, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers=4, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)",
+            ),
+            ("keras", 0, Change::BatchSize(128), "model.fit(..., batch_size=128)  # a PyDataset: 128 samples per __getitem__; tf.data: .batch(128)"),
             ("keras", 0, Change::Prefetch(8), "PyDataset(..., max_queue_size=8)  # tf.data: .prefetch(tf.data.AUTOTUNE)"),
         ];
         for (fw, workers, change, code) in table {
