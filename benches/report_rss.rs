@@ -44,6 +44,7 @@ fn write_trace(path: &Path, mb: u64) {
         batch.push(span(Stage::Compute, 1, t0 + 1_000_000, step, NONE));
         t.event(&Event::Spans(batch)).unwrap();
         t.event(&Event::Step(StepRecord {
+            no_loss: false,
             step,
             epoch: (step / 1000) as u32,
             images: 32,

@@ -233,6 +233,7 @@ fn train(
             (loss.to_scalar::<f32>()?, correct as u32)
         };
         session.step(StepRecord {
+            no_loss: false,
             step,
             epoch: (step * args.batch as u64 / images as u64) as u32,
             images: n as u32,

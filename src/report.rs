@@ -225,11 +225,11 @@ fn render_epochs(o: &mut String, s: &Summary) {
         for e in &s.epochs {
             let _ = write!(
                 o,
-                "{:<6} {:>6} {:>8} {:>9.4} {:>9} {:>7.1}s",
+                "{:<6} {:>6} {:>8} {:>9} {:>9} {:>7.1}s",
                 e.epoch,
                 e.steps,
                 e.images,
-                e.loss,
+                if e.no_loss { "-".to_string() } else { format!("{:.4}", e.loss) },
                 acc(e.accuracy),
                 e.seconds
             );
@@ -419,11 +419,7 @@ fn render_machine(o: &mut String, s: &Summary) {
                     (Some(rx), Some(tx)) => format!(" · PCIe to GPU {}/s, from GPU {}/s", mb(rx), mb(tx)),
                     _ => String::new(),
                 };
-                let ours = match d.this_process_on_gpu {
-                    Some(true) => "this process uses it",
-                    Some(false) => "this process does NOT use it",
-                    None => "use by this process unknown",
-                };
+                let ours = gpu_users(d);
                 let _ = writeln!(
                     o,
                     "  GPU {}    {}: utilisation {} (peak {}{idle}) · {mem}{pcie} · {ours}",
@@ -434,6 +430,28 @@ fn render_machine(o: &mut String, s: &Summary) {
                 );
             }
         }
+    }
+}
+
+/// Who uses a GPU, as NVML listed it: the run's processes with their memory, or why not.
+fn gpu_users(d: &crate::aggregate::machine::DeviceSummary) -> String {
+    match d.this_process_on_gpu {
+        Some(true) if d.run_processes.is_empty() => "the run uses it".into(),
+        Some(true) => {
+            let each: Vec<String> = d
+                .run_processes
+                .iter()
+                .map(|p| {
+                    let name = if p.name.is_empty() { "pid".to_string() } else { format!("{} pid", p.name) };
+                    let mem = p.mem_bytes.map(|b| format!(" {:.0} MiB", b as f64 / f64::from(1u32 << 20)));
+                    format!("{name} {}{}", p.pid, mem.unwrap_or_default())
+                })
+                .collect();
+            format!("the run uses it: {}", each.join(", "))
+        }
+        Some(false) => "NVML lists none of the run's processes on it".into(),
+        None => "whether the run uses it is unknown (NVML lists no process while memory is in use: a container may hide them)"
+            .into(),
     }
 }
 
@@ -542,6 +560,7 @@ mod tests {
             trimmed_mean_ms: None,
         });
         s.epochs.push(EpochSummary {
+            no_loss: false,
             epoch: 1,
             steps: 3,
             images: 12,
@@ -631,6 +650,7 @@ mod tests {
             trimmed_mean_ms: None,
         });
         s.epochs.push(EpochSummary {
+            no_loss: false,
             epoch: 1,
             steps: 3,
             images: 12,

@@ -303,6 +303,8 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         probes::sampler::SamplerConfig {
             hz: opts.sample_hz,
             gpu: !opts.no_gpu,
+            // The GPU is the program's, its workers' and its ranks': every process below this one.
+            gpu_tree: true,
             ..probes::sampler::SamplerConfig::default()
         },
     )

@@ -277,12 +277,14 @@ fn fake_nvml_fills_the_gpu_section_and_a_missing_driver_says_why() {
     c.args(["profile", "--model", &model, "--data", &data, "--steps", "3", "--summary", summary.to_str().unwrap()])
         .env("PIPEPROF_NVML_LIB", &lib)
         .env("FAKE_NVML_DEVICES", "2")
+        .env("FAKE_NVML_MEM_USED_MIB", "3")
         .env("FAKE_NVML_UTIL", "0,15,95,100,40");
     let out = c.output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report = text(&out.stdout);
     assert!(report.contains("GPU 0") && report.contains("GPU 1"), "{report}");
-    assert!(report.contains("this process does NOT use it"), "{report}");
+    assert!(report.contains("NVML lists none of the run's processes on it"), "{report}");
+    assert!(report.contains("GPU present but unused"), "a CPU run beside an idle GPU: {report}");
     let s = read_json(&summary);
     assert_eq!(s["machine"]["devices"].as_array().unwrap().len(), 2);
     assert_eq!(s["machine"]["gpu_status"], "Ok");

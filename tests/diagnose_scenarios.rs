@@ -74,6 +74,7 @@ impl Sim {
             agg.push(&span(Stage::Compute, train, t, self.compute_ms, None, k));
             t += self.compute_ms * MS;
             agg.push(&Event::Step(StepRecord {
+                no_loss: false,
                 step: k,
                 epoch: 0,
                 images: self.batch as u32,

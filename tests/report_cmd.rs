@@ -39,6 +39,7 @@ fn events_with(steps: u64, decode_ms: u64, wait_ms: u64, compute_ms: u64) -> Vec
         v.push(span(Stage::Wait, 1, t0, wait_ms * MS, k, NONE));
         v.push(span(Stage::Compute, 1, t0 + wait_ms * MS, compute_ms * MS, k, NONE));
         v.push(Event::Step(StepRecord {
+            no_loss: false,
             step: k,
             epoch: 0,
             images: 4,

@@ -230,3 +230,40 @@ fn rust_programs_started_per_rank_are_kept_apart() {
         assert!(trace["traceEvents"].as_array().is_some_and(|e| e.len() > 10));
     }
 }
+
+#[test]
+fn the_gpu_is_the_runs_when_nvml_lists_a_process_started_below_it() {
+    // The program's own child (as a DataLoader worker or a rank would be) writes its pid where
+    // the fake driver lists it, then waits until the driver has listed it in two process-list
+    // calls (one full sample after another): it was sampled alive.
+    let dir = tempfile::tempdir().unwrap();
+    let lib = fake_nvml::build(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap();
+    let (pids, seen, s) = (dir.path().join("pids"), dir.path().join("seen"), dir.path().join("s.json"));
+    let inner = format!(
+        "echo $$ > {p}; while [ \"$(wc -c < {seen} 2>/dev/null || echo 0)\" -lt 4 ]; do :; done",
+        p = pids.display(),
+        seen = seen.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("PIPEPROF_NVML_LIB", &lib)
+        .env("FAKE_NVML_PID_FILE", &pids)
+        .env("FAKE_NVML_SEEN_FILE", &seen)
+        .env("FAKE_NVML_PID_MEM_MIB", "520")
+        .args(["run", "--once", "--sample-hz", "50", "--summary"])
+        .arg(&s)
+        .args(["--", "sh", "-c"])
+        .arg(format!("sh -c '{inner}'"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    let child: u32 = std::fs::read_to_string(&pids).unwrap().trim().parse().unwrap();
+    assert!(report.contains(&format!("the run uses it: sh pid {child} 520 MiB")), "{report}");
+    assert!(!report.contains("unused"), "{report}");
+    let v = summary(&s);
+    let d = &v["machine"]["devices"][0];
+    assert_eq!(d["this_process_on_gpu"], true, "{d}");
+    assert_eq!(d["run_processes"][0]["pid"], child, "{d}");
+    assert_eq!(d["process_mem_peak_bytes"], 520u64 << 20, "{d}");
+}

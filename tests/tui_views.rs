@@ -157,6 +157,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
     let records = points
         .iter()
         .map(|p| StepRecord {
+            no_loss: false,
             step: p.step,
             epoch: (p.step / 12) as u32,
             images: 32,
@@ -337,11 +338,20 @@ fn zeros() -> State {
         .collect();
     s.steps = vec![StepPoint::default(); 3];
     s.host = vec![HostPoint::default(); 3];
-    s.records =
-        vec![
-            StepRecord { step: 0, epoch: 0, images: 0, loss: 0.0, correct: 0, end_ns: 0, queued: 0, validation: false };
-            3
-        ];
+    s.records = vec![
+        StepRecord {
+            no_loss: false,
+            step: 0,
+            epoch: 0,
+            images: 0,
+            loss: 0.0,
+            correct: 0,
+            end_ns: 0,
+            queued: 0,
+            validation: false
+        };
+        3
+    ];
     s.summary.machine.gpu_status = Some(GpuStatus::Ok);
     State::new(s)
 }

@@ -59,7 +59,8 @@ fn main() {
     }
     println!("host sample with CPU refresh: {:.1} µs CPU", cpu_total as f64 / n as f64 / 1e3);
 
-    let mut gpu = GpuSampler::open(Some(&lib), std::process::id()).expect("fake NVML opens");
+    let mut gpu =
+        GpuSampler::open(Some(&lib), probes::sampler::Watch::Process(std::process::id())).expect("fake NVML opens");
     let (w, c) = per_call_us(2_000, || {
         gpu.sample();
     });

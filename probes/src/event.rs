@@ -57,6 +57,10 @@ pub struct StepRecord {
     pub queued: u32,
     /// Whether this was a validation step.
     pub validation: bool,
+    /// The loss was not measured for this step (a program whose loss pipeprof did not see):
+    /// `loss` means nothing then, and is left out of every mean.
+    #[serde(default)]
+    pub no_loss: bool,
 }
 
 /// One layer's part of a forward or backward pass of the model pipeprof trains (sent by its

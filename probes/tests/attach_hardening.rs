@@ -26,7 +26,17 @@ fn hello() -> Hello {
 }
 
 fn step(k: u64, loss: f32) -> StepRecord {
-    StepRecord { step: k, epoch: 0, images: 8, loss, correct: 1, end_ns: k, queued: 0, validation: false }
+    StepRecord {
+        no_loss: false,
+        step: k,
+        epoch: 0,
+        images: 8,
+        loss,
+        correct: 1,
+        end_ns: k,
+        queued: 0,
+        validation: false,
+    }
 }
 
 #[test]

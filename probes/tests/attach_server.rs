@@ -27,7 +27,17 @@ fn connect(addr: &str) -> UnixStream {
 }
 
 fn step(k: u64) -> StepRecord {
-    StepRecord { step: k, epoch: 0, images: 8, loss: 1.0, correct: 1, end_ns: k, queued: 0, validation: false }
+    StepRecord {
+        no_loss: false,
+        step: k,
+        epoch: 0,
+        images: 8,
+        loss: 1.0,
+        correct: 1,
+        end_ns: k,
+        queued: 0,
+        validation: false,
+    }
 }
 
 #[test]

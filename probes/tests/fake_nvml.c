@@ -15,7 +15,14 @@
  *                             (default 50)
  *   FAKE_NVML_MEM_UTIL=...    memory utilisation %, same rules (default 20)
  *   FAKE_NVML_MEM_TOTAL_MIB=N memory per device (default 16384); used = 1024 MiB * (index + 1)
+ *   FAKE_NVML_MEM_USED_MIB=N  memory in use on every device instead (0 = an idle device)
  *   FAKE_NVML_PID=P[,Q,...]   processes with a compute context on device 0 (and only there)
+ *   FAKE_NVML_PID_FILE=PATH   more such processes: the PIDs in this file (one per line, read
+ *                             again at every process-list call, so a test's child can write its
+ *                             own once it runs)
+ *   FAKE_NVML_SEEN_FILE=PATH  one byte appended to this file at each process-list call that
+ *                             listed a PID from FAKE_NVML_PID_FILE (a test's child waits on it
+ *                             to know it was sampled alive)
  *   FAKE_NVML_PID_MEM_MIB=N   device memory each of them uses (default 512); "na" = NVML's
  *                             "not available" value (as under MIG or without permission)
  *   FAKE_NVML_PCIE_GEN_MAX=N  PCIe generation the link can reach (default 4)
@@ -91,6 +98,9 @@ static unsigned int mem_util_seq[MAX_SEQ], mem_util_len;
 static unsigned long long mem_total_mib = 16384;
 static unsigned int fake_pids[MAX_SEQ], fake_pid_count;
 static unsigned long long fake_pid_mem;
+static long long mem_used_mib = -1;
+static char pid_file[4096];
+static char seen_file[4096];
 static unsigned int pcie_gen_max, pcie_gen_cur, pcie_width_max, pcie_width_cur;
 static int no_power;
 static unsigned int pcie_rx_kbs = 1000, pcie_tx_kbs = 500;
@@ -137,6 +147,16 @@ nvmlReturn_t nvmlInit_v2(void) {
     util_len = parse_seq("FAKE_NVML_UTIL", util_seq, 50);
     mem_util_len = parse_seq("FAKE_NVML_MEM_UTIL", mem_util_seq, 20);
     mem_total_mib = env_u64("FAKE_NVML_MEM_TOTAL_MIB", 16384);
+    {
+        const char *u = getenv("FAKE_NVML_MEM_USED_MIB");
+        mem_used_mib = (u == NULL || *u == '\0') ? -1 : (long long)strtoull(u, NULL, 10);
+        const char *f = getenv("FAKE_NVML_PID_FILE");
+        pid_file[0] = '\0';
+        if (f != NULL && strlen(f) < sizeof pid_file) strcpy(pid_file, f);
+        const char *seen = getenv("FAKE_NVML_SEEN_FILE");
+        seen_file[0] = '\0';
+        if (seen != NULL && strlen(seen) < sizeof seen_file) strcpy(seen_file, seen);
+    }
     fake_pid_count = parse_seq("FAKE_NVML_PID", fake_pids, 0);
     if (fake_pid_count == 1 && fake_pids[0] == 0) fake_pid_count = 0;
     {
@@ -217,7 +237,8 @@ static void fill_memory(nvmlDevice_t device, unsigned long long *total, unsigned
                         unsigned long long *free_) {
     unsigned long long mib = 1024ULL * 1024ULL;
     *total = mem_total_mib * mib;
-    *used = 1024ULL * mib * (unsigned long long)(device->index + 1);
+    *used = mem_used_mib >= 0 ? (unsigned long long)mem_used_mib * mib
+                              : 1024ULL * mib * (unsigned long long)(device->index + 1);
     if (*used > *total) *used = *total;
     *free_ = *total - *used;
 }
@@ -291,14 +312,33 @@ nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *w
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
     if (!valid(device) || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int n = device->index == 0 ? fake_pid_count : 0;
+    unsigned int pids[2 * MAX_SEQ];
+    unsigned int n = 0;
+    if (device->index == 0) {
+        for (unsigned int i = 0; i < fake_pid_count; i++) pids[n++] = fake_pids[i];
+        FILE *f = pid_file[0] != '\0' ? fopen(pid_file, "r") : NULL;
+        if (f != NULL) {
+            unsigned int p;
+            unsigned int from_file = 0;
+            while (n < 2 * MAX_SEQ && fscanf(f, "%u", &p) == 1) {
+                pids[n++] = p;
+                from_file++;
+            }
+            fclose(f);
+            FILE *s = from_file > 0 && seen_file[0] != '\0' ? fopen(seen_file, "a") : NULL;
+            if (s != NULL) {
+                fputc('x', s);
+                fclose(s);
+            }
+        }
+    }
     if (*count < n || (n > 0 && infos == NULL)) {
         *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     *count = n;
     for (unsigned int i = 0; i < n; i++) {
-        infos[i].pid = fake_pids[i];
+        infos[i].pid = pids[i];
         infos[i].usedGpuMemory = fake_pid_mem;
         infos[i].gpuInstanceId = 0xFFFFFFFFu;
         infos[i].computeInstanceId = 0xFFFFFFFFu;

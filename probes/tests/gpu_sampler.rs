@@ -2,7 +2,7 @@
 //! The GPU sampler through the real nvml-wrapper, against the fake NVML driver in
 //! `fake_nvml.c` (scripted with `FAKE_NVML_*` environment variables).
 
-use probes::sampler::{self, GpuInitError, GpuSample, GpuSampler, GpuStatus, ProcessMatch, SamplerConfig};
+use probes::sampler::{self, GpuInitError, GpuSample, GpuSampler, GpuStatus, ProcessMatch, SamplerConfig, Watch};
 use probes::{Event, Probe};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -17,6 +17,9 @@ const VARS: &[&str] = &[
     "FAKE_NVML_UTIL",
     "FAKE_NVML_MEM_UTIL",
     "FAKE_NVML_MEM_TOTAL_MIB",
+    "FAKE_NVML_MEM_USED_MIB",
+    "FAKE_NVML_PID_FILE",
+    "FAKE_NVML_SEEN_FILE",
     "FAKE_NVML_PID",
     "FAKE_NVML_NO_POWER",
     "FAKE_NVML_PCIE_RX_KBS",
@@ -49,7 +52,7 @@ fn script(vars: &[(&str, String)]) -> MutexGuard<'static, ()> {
 }
 
 fn open() -> GpuSampler {
-    GpuSampler::open(Some(fake_lib()), std::process::id()).expect("fake NVML opens")
+    GpuSampler::open(Some(fake_lib()), Watch::Process(std::process::id())).expect("fake NVML opens")
 }
 
 #[test]
@@ -83,10 +86,19 @@ fn two_fake_devices_report_names_memory_and_the_utilisation_sequence() {
 
 #[test]
 fn this_process_is_seen_only_on_the_device_that_lists_its_pid() {
-    let _g = script(&[("FAKE_NVML_DEVICES", "2".into()), ("FAKE_NVML_PID", std::process::id().to_string())]);
+    let _g = script(&[
+        ("FAKE_NVML_DEVICES", "2".into()),
+        ("FAKE_NVML_PID", std::process::id().to_string()),
+        ("FAKE_NVML_MEM_USED_MIB", "3".into()),
+    ]);
     let s = open().sample();
     assert_eq!(s.devices[0].this_process_on_gpu, Some(true));
     assert_eq!(s.devices[1].this_process_on_gpu, Some(false));
+    // The same device 1, listing no process while 2 GiB are in use: processes hidden from
+    // NVML (a container), so whether it is ours cannot be told.
+    drop(_g);
+    let _g = script(&[("FAKE_NVML_DEVICES", "2".into()), ("FAKE_NVML_PID", std::process::id().to_string())]);
+    assert_eq!(open().sample().devices[1].this_process_on_gpu, None);
 }
 
 fn old_driver_lib() -> &'static Path {
@@ -107,6 +119,7 @@ fn pcie_link_and_this_process_memory_come_from_nvml() {
         ("FAKE_NVML_PCIE_GEN_CUR", "4".into()),
         ("FAKE_NVML_PCIE_WIDTH_MAX", "16".into()),
         ("FAKE_NVML_PCIE_WIDTH_CUR", "8".into()),
+        ("FAKE_NVML_MEM_USED_MIB", "3".into()),
     ]);
     let s = open().sample();
     let d0 = &s.devices[0];
@@ -142,7 +155,8 @@ fn an_unknown_host_pid_is_not_this_process_without_cuda_open() {
 #[test]
 fn older_driver_without_link_or_process_calls_leaves_them_unknown() {
     let _g = script(&[("FAKE_NVML_PID", std::process::id().to_string())]);
-    let mut gpu = GpuSampler::open(Some(old_driver_lib()), std::process::id()).expect("old fake NVML opens");
+    let mut gpu =
+        GpuSampler::open(Some(old_driver_lib()), Watch::Process(std::process::id())).expect("old fake NVML opens");
     let d = &gpu.sample().devices[0];
     assert_eq!((d.pcie_gen_max, d.pcie_gen_current, d.pcie_width_max, d.pcie_width_current), (None, None, None, None));
     assert_eq!((d.this_process_on_gpu, d.process_mem_used_bytes), (None, None));
@@ -172,7 +186,7 @@ fn unsupported_field_becomes_none_and_the_rest_survives() {
 #[test]
 fn init_failure_gives_a_reason_with_the_code() {
     let _g = script(&[("FAKE_NVML_INIT_FAIL", "9".into())]);
-    let e = GpuSampler::open(Some(fake_lib()), 1).expect_err("init must fail");
+    let e = GpuSampler::open(Some(fake_lib()), Watch::Process(1)).expect_err("init must fail");
     assert!(matches!(e, GpuInitError::InitFailed { code: 9, .. }), "{e:?}");
     let msg = e.to_string();
     assert!(msg.contains("nvmlInit_v2 returned 9"), "{msg}");
@@ -183,7 +197,7 @@ fn init_failure_gives_a_reason_with_the_code() {
 #[test]
 fn missing_library_gives_a_not_found_reason() {
     let lib = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-dir/libnvidia-ml.so.1");
-    let e = GpuSampler::open(Some(&lib), 1).expect_err("no library there");
+    let e = GpuSampler::open(Some(&lib), Watch::Process(1)).expect_err("no library there");
     assert!(matches!(e, GpuInitError::NotLoadable { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(msg.contains(&lib.display().to_string()) && msg.contains("PIPEPROF_NVML_LIB"), "{msg}");
@@ -192,7 +206,7 @@ fn missing_library_gives_a_not_found_reason() {
 #[test]
 fn default_library_absent_says_no_driver() {
     // On a machine with a driver this proves only that opening does not panic.
-    match GpuSampler::open(None, 1) {
+    match GpuSampler::open(None, Watch::Process(1)) {
         Ok(_) => {}
         Err(GpuInitError::NoDriver { .. }) => {}
         Err(e) => assert!(e.to_string().ends_with("GPU sampling off"), "{e}"),

@@ -51,8 +51,17 @@ fn seeds() -> Vec<Vec<u8>> {
         bytes: 10,
         queue_ns: 11,
     };
-    let step =
-        StepRecord { step: 1, epoch: 0, images: 4, loss: 0.5, correct: 2, end_ns: 3, queued: 1, validation: false };
+    let step = StepRecord {
+        no_loss: false,
+        step: 1,
+        epoch: 0,
+        images: 4,
+        loss: 0.5,
+        correct: 2,
+        end_ns: 3,
+        queued: 1,
+        validation: false,
+    };
     vec![
         wire::encode(&Frame::Spans(vec![span; 5])).unwrap(),
         wire::encode(&Frame::Event(WireEvent::Step(step))).unwrap(),

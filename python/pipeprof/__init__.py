@@ -111,8 +111,9 @@ def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
 
 
 def step(step, *, epoch=0, images=0, loss=0.0, correct=0, queued=0, validation=False):
-    """Reports one finished training step (``validation=True`` for a validation batch)."""
-    _native.step(step, epoch, images, float(loss), correct, queued, validation)
+    """Reports one finished training step (``validation=True`` for a validation batch);
+    ``loss=None`` when the step's loss is not known (the report shows ``-``, not 0)."""
+    _native.step(step, epoch, images, None if loss is None else float(loss), correct, queued, validation)
 
 
 def settings(**values):

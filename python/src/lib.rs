@@ -283,22 +283,25 @@ fn name_thread(name: &str) {
 
 /// Reports one finished training step.
 #[pyfunction]
-#[pyo3(signature = (step, epoch=0, images=0, loss=0.0, correct=0, queued=0, validation=false, end_ns=None))]
+#[pyo3(signature = (step, epoch=0, images=0, loss=Some(0.0), correct=0, queued=0, validation=false, end_ns=None))]
 #[allow(clippy::too_many_arguments)]
 fn step(
     step: u64,
     epoch: u32,
     images: u32,
-    loss: f64,
+    loss: Option<f64>,
     correct: u32,
     queued: u32,
     validation: bool,
     end_ns: Option<u64>,
 ) -> PyResult<()> {
     // A NaN or infinite loss (a diverged run; 1e39 becomes inf in f32) is data: the wire
-    // carries it as a word, and the report flags where training diverged.
-    let loss = loss as f32;
+    // carries it as a word, and the report flags where training diverged. `None`: the loss
+    // was not measured (left out of every mean, shown as `-`).
+    let no_loss = loss.is_none();
+    let loss = loss.unwrap_or(0.0) as f32;
     let rec = StepRecord {
+        no_loss,
         step,
         epoch,
         images,
@@ -417,9 +420,11 @@ struct Fields {
 fn new_span(stage: Stage, f: Fields) -> tracing::Span {
     match stage {
         Stage::Read => stage_span!("read", f),
+        Stage::Fetch => stage_span!("fetch", f),
         Stage::Decode => stage_span!("decode", f),
         Stage::Resize => stage_span!("resize", f),
         Stage::Augment => stage_span!("augment", f),
+        Stage::Collate => stage_span!("collate", f),
         Stage::Wait => stage_span!("wait", f),
         Stage::Transfer => stage_span!("transfer", f),
         Stage::Compute => stage_span!("compute", f),

@@ -1,6 +1,6 @@
 //! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
 
-use probes::sampler::{GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch};
+use probes::sampler::{GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, MAX_RUN_PROCESSES};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -142,8 +142,13 @@ pub struct DeviceSummary {
     pub this_process_on_gpu: Option<bool>,
     /// How this process was recognised on the device (the last sample that did).
     pub process_match: Option<ProcessMatch>,
-    /// Peak device memory used by this process, bytes.
+    /// Peak device memory used by this process (under `pipeprof run`: the run's processes
+    /// together), bytes.
     pub process_mem_peak_bytes: Option<u64>,
+    /// The run's processes NVML listed on this device over the run, each with its peak memory
+    /// (at most [`MAX_RUN_PROCESSES`]).
+    #[serde(default)]
+    pub run_processes: Vec<RunProcess>,
     /// PCIe generation the link can reach.
     pub pcie_gen_max: Option<u32>,
     /// PCIe lanes the link can use.
@@ -264,6 +269,7 @@ struct DeviceAcc {
     on_gpu: Option<bool>,
     process_match: Option<ProcessMatch>,
     process_mem_peak: Option<u64>,
+    run_processes: Vec<RunProcess>,
     pcie_gen_max: Option<u32>,
     pcie_width_max: Option<u32>,
     pcie_gen_cur_peak: Option<u32>,
@@ -428,6 +434,9 @@ impl MachineAgg {
                 acc.process_match = d.process_match;
             }
             acc.process_mem_peak = acc.process_mem_peak.max(d.process_mem_used_bytes);
+            for p in &d.run_processes {
+                merge_run_process(&mut acc.run_processes, p);
+            }
             acc.pcie_gen_max = d.pcie_gen_max.or(acc.pcie_gen_max);
             acc.pcie_width_max = d.pcie_width_max.or(acc.pcie_width_max);
             acc.pcie_gen_cur_peak = acc.pcie_gen_cur_peak.max(d.pcie_gen_current);
@@ -479,6 +488,7 @@ impl MachineAgg {
                 this_process_on_gpu: a.on_gpu,
                 process_match: a.process_match,
                 process_mem_peak_bytes: a.process_mem_peak,
+                run_processes: a.run_processes.clone(),
                 pcie_gen_max: a.pcie_gen_max,
                 pcie_width_max: a.pcie_width_max,
                 pcie_gen_current_peak: a.pcie_gen_cur_peak,
@@ -616,6 +626,18 @@ pub fn median(v: &mut [f32]) -> Option<f32> {
 }
 
 /// "Seen at least once" over samples that may not know: true wins, then false, then unknown.
+/// Keeps one row per process: its latest name and its peak memory; new ones while there is room.
+fn merge_run_process(acc: &mut Vec<RunProcess>, p: &RunProcess) {
+    if let Some(have) = acc.iter_mut().find(|h| h.pid == p.pid) {
+        have.mem_bytes = have.mem_bytes.max(p.mem_bytes);
+        if !p.name.is_empty() {
+            have.name.clone_from(&p.name);
+        }
+    } else if acc.len() < MAX_RUN_PROCESSES {
+        acc.push(p.clone());
+    }
+}
+
 fn merge_seen(acc: Option<bool>, v: Option<bool>) -> Option<bool> {
     match (acc, v) {
         (Some(true), _) | (_, Some(true)) => Some(true),

@@ -344,6 +344,9 @@ pub struct EpochSummary {
     /// Mean loss per image: NaN or ±inf once training diverged (written as words).
     #[serde(with = "probes::nonfinite")]
     pub loss: f64,
+    /// No step of the epoch had its loss measured: `loss` means nothing (shown as `-`).
+    #[serde(default)]
+    pub no_loss: bool,
     pub accuracy: f64,
     pub seconds: f64,
     /// Mean loss over the validation pass after this epoch, when there was one.
@@ -509,11 +512,14 @@ struct EpochAgg {
     steps: u64,
     images: u64,
     loss_sum: f64,
+    /// Images of the steps whose loss was measured: the mean's denominator.
+    loss_images: u64,
     correct: u64,
     start_ns: u64,
     end_ns: u64,
     val_images: u64,
     val_loss_sum: f64,
+    val_loss_images: u64,
     val_correct: u64,
 }
 
@@ -743,15 +749,20 @@ impl Aggregator {
                 self.steps += 1;
                 self.images += st.images as u64;
                 self.queued_sum += st.queued as u64;
-                self.last_loss = Some(st.loss as f64);
-                Divergence::see(&mut self.diverged, st.step, st.loss);
+                if !st.no_loss {
+                    self.last_loss = Some(st.loss as f64);
+                    Divergence::see(&mut self.diverged, st.step, st.loss);
+                }
                 let e = self.epochs.entry(st.epoch).or_default();
                 if e.steps == 0 {
                     e.start_ns = st.end_ns;
                 }
                 e.steps += 1;
                 e.images += st.images as u64;
-                e.loss_sum += st.loss as f64 * st.images as f64;
+                if !st.no_loss {
+                    e.loss_sum += st.loss as f64 * st.images as f64;
+                    e.loss_images += st.images as u64;
+                }
                 e.correct += st.correct as u64;
                 e.end_ns = st.end_ns;
                 self.see(st.end_ns, st.end_ns);
@@ -763,7 +774,10 @@ impl Aggregator {
             Event::Step(st) => {
                 let e = self.epochs.entry(st.epoch).or_default();
                 e.val_images += st.images as u64;
-                e.val_loss_sum += st.loss as f64 * st.images as f64;
+                if !st.no_loss {
+                    e.val_loss_sum += st.loss as f64 * st.images as f64;
+                    e.val_loss_images += st.images as u64;
+                }
                 e.val_correct += st.correct as u64;
                 self.see(st.end_ns, st.end_ns);
             }
@@ -954,10 +968,11 @@ impl Aggregator {
                 epoch: e + 1,
                 steps: a.steps,
                 images: a.images,
-                loss: if a.images > 0 { a.loss_sum / a.images as f64 } else { 0.0 },
+                loss: if a.loss_images > 0 { a.loss_sum / a.loss_images as f64 } else { 0.0 },
+                no_loss: a.loss_images == 0,
                 accuracy: if a.images > 0 { a.correct as f64 / a.images as f64 } else { 0.0 },
                 seconds: secs(a.end_ns.saturating_sub(a.start_ns)),
-                val_loss: (a.val_images > 0).then(|| a.val_loss_sum / a.val_images as f64),
+                val_loss: (a.val_loss_images > 0).then(|| a.val_loss_sum / a.val_loss_images as f64),
                 val_accuracy: (a.val_images > 0).then(|| a.val_correct as f64 / a.val_images as f64),
             })
             .collect();
@@ -1251,7 +1266,17 @@ mod tests {
     }
 
     fn step(step: u64, epoch: u32, loss: f32, correct: u32, end: u64) -> Event {
-        Event::Step(StepRecord { step, epoch, images: 4, loss, correct, end_ns: end, queued: 1, validation: false })
+        Event::Step(StepRecord {
+            no_loss: false,
+            step,
+            epoch,
+            images: 4,
+            loss,
+            correct,
+            end_ns: end,
+            queued: 1,
+            validation: false,
+        })
     }
 
     fn on_thread(thread: u32, stage: Stage, dur: u64, cpu: u64) -> Event {
@@ -1395,6 +1420,25 @@ mod tests {
     }
 
     #[test]
+    fn unmeasured_losses_are_left_out_and_an_epoch_without_one_says_so() {
+        let mut a = Aggregator::new(RunSettings::default());
+        let unseen = |k: u64, epoch: u32| {
+            let Event::Step(mut st) = step(k, epoch, 0.0, 0, 1000 * (k + 1)) else { unreachable!() };
+            st.no_loss = true;
+            Event::Step(st)
+        };
+        // Epoch 0: one step measured 2.0, one not (its 0.0 must not halve the mean).
+        a.push(&step(0, 0, 2.0, 0, 1000));
+        a.push(&unseen(1, 0));
+        // Epoch 1: nothing measured.
+        a.push(&unseen(2, 1));
+        let s = a.summary();
+        assert!((s.epochs[0].loss - 2.0).abs() < 1e-9 && !s.epochs[0].no_loss, "{:?}", s.epochs[0]);
+        assert!(s.epochs[1].no_loss, "{:?}", s.epochs[1]);
+        assert_eq!(s.last_loss, Some(2.0));
+    }
+
+    #[test]
     fn epochs_average_loss_per_image_and_count_accuracy() {
         let mut a = Aggregator::new(RunSettings::default());
         a.push(&span(Stage::Wait, 0, 10, NONE));
@@ -1417,6 +1461,7 @@ mod tests {
         a.push(&step(0, 0, 2.0, 1, 1_000_000_000));
         let val = |loss: f32, correct: u32, images: u32| {
             Event::Step(StepRecord {
+                no_loss: false,
                 step: 0,
                 epoch: 0,
                 images,

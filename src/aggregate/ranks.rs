@@ -155,6 +155,7 @@ mod tests {
 
     fn step(k: u64, end_ms: u64) -> Event {
         Event::Step(StepRecord {
+            no_loss: false,
             step: k,
             epoch: 0,
             images: 8,

@@ -27,8 +27,7 @@ impl Change {
             | Change::FreeCores
             | Change::PreResize { .. }
             | Change::CheaperAugment
-            | Change::U8Batches
-            | Change::CheckDevice => None,
+            | Change::U8Batches => None,
             Change::Saved(c) => c.clone(),
             Change::Code(c) => Some(c.clone()),
         }
@@ -404,18 +403,6 @@ impl Facts<'_> {
     fn gpu_advice(&self, limiter: &Limiter) -> Advice {
         let names: Vec<&str> = self.s.machine.devices.iter().map(|d| d.name.as_str()).collect();
         let gpus = if names.is_empty() { "a GPU".to_string() } else { names.join(", ") };
-        if !self.cpu_device {
-            return Advice {
-                action: "check that training really runs on the GPU".into(),
-                change: Change::CheckDevice,
-                predicted_speedup: None,
-                basis: None,
-                reason: format!(
-                    "device is {} but NVML never saw this process on {gpus} (containers may hide processes from NVML)",
-                    self.s.settings.device
-                ),
-            };
-        }
         let why = match limiter {
             Limiter::Overhead => "the model is tiny: per-step overhead dominates, and a GPU may be no faster".to_string(),
             Limiter::Io | Limiter::Preprocess | Limiter::Contention => {

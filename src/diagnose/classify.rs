@@ -1,7 +1,7 @@
 //! Classification: the facts every rule reads, the limiter, the severity and the flags. No words
 //! here: [`super::evidence`] and [`super::advice`] explain what this module decided.
 
-use super::model::{is_cpu_device, per_s, Capacity, Pipeline};
+use super::model::{per_s, trains_on_cpu, Capacity, Pipeline};
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
@@ -102,9 +102,11 @@ impl<'a> Facts<'a> {
         let p = Pipeline::from_summary(s);
         let cap = p.capacity();
         let m = &s.machine;
-        let cpu_device = is_cpu_device(&s.settings.device);
+        let cpu_device = trains_on_cpu(s);
         let gpu_present = !m.devices.is_empty();
-        let gpu_unused = gpu_present && (cpu_device || m.this_process_on_gpu == Some(false));
+        // Unused only when NVML could see processes and none was the run's, and the run says
+        // it trains on the CPU. NVML unable to tell (a container hiding processes) is unknown.
+        let gpu_unused = gpu_present && cpu_device && m.this_process_on_gpu == Some(false);
         let used: Vec<f64> = m
             .devices
             .iter()

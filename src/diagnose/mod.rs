@@ -34,8 +34,9 @@
 //!    a layer's forward or backward pass, or the optimizer.
 //!
 //! # Flags
-//! `Simulated` (each entry of `settings.simulated`); `GpuUnused` (NVML lists a GPU and the
-//! device is `cpu`, or NVML never saw this process on one); `NetworkStorage` (data folder on a
+//! `Simulated` (each entry of `settings.simulated`); `GpuUnused` (NVML lists a GPU, the run
+//! trains on the CPU, and NVML could list processes and none was the run's: when it cannot
+//! tell, as in a container that hides them, the GPU's use is unknown, never "unused"); `NetworkStorage` (data folder on a
 //! network or FUSE filesystem); `CpuSaturated` (machine CPU ≥ [`CPU_SATURATED_PCT`] or this
 //! process ≥ 90% × cores); `TooFewWorkers` (`Preprocess`, workers < cores and machine CPU
 //! < [`CPU_IDLE_PCT`]); `ComputeCompetesWithLoader` (CPU device and the loader's CPU ≥
@@ -179,8 +180,6 @@ pub enum Change {
     CheaperAugment,
     /// Send batches as u8, convert to f32 on the device.
     U8Batches,
-    /// Check that training runs on the device it names.
-    CheckDevice,
     /// Advice read back from a summary file: only its command text was saved, so it is shown
     /// as written and never applied.
     Saved(Option<String>),
@@ -467,7 +466,7 @@ impl Flag {
     /// One line saying what the trap is and what it means.
     pub fn describe(&self) -> String {
         match self {
-            Flag::GpuUnused => "GPU present but unused: this process does not train on it".into(),
+            Flag::GpuUnused => "GPU present but unused: NVML lists none of this run's processes on it, and it trains on the CPU".into(),
             Flag::NetworkStorage { fs_type } => {
                 format!("data on a network/FUSE filesystem ({fs_type}): every image read may be a round trip")
             }

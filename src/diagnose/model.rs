@@ -281,6 +281,14 @@ pub fn is_cpu_device(device: &str) -> bool {
     device.trim().to_ascii_lowercase().starts_with("cpu")
 }
 
+/// Whether the run trains on the CPU: its device says so (or says nothing), and NVML did not
+/// list any of its processes on a GPU. A program that never moved a batch to a device in a
+/// way pipeprof sees (JAX, Keras) but has a compute context on a GPU trains there.
+pub fn trains_on_cpu(s: &Summary) -> bool {
+    let d = s.settings.device.trim();
+    (d.is_empty() || is_cpu_device(d)) && s.machine.this_process_on_gpu != Some(true)
+}
+
 fn finite_pos(v: f64) -> Option<f64> {
     (v.is_finite() && v > 0.0).then_some(v)
 }
@@ -321,7 +329,7 @@ impl Pipeline {
                 })
             })
             .collect();
-        let cpu_device = is_cpu_device(&st.device);
+        let cpu_device = trains_on_cpu(s);
         // Images per step as trained: the batch size, or fewer where the data set (or each
         // epoch's last batch) is smaller: 24 images at batch 32 train 24 a step, and the
         // compute's rate is 24 over the step, not 32.

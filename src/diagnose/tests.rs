@@ -131,8 +131,16 @@ impl B {
         self
     }
 
+    /// The run's device. A CPU run's processes are not on any GPU: NVML, where sampled, says so.
     fn device(mut self, d: &str) -> B {
         self.0.settings.device = d.into();
+        if d.starts_with("cpu") {
+            let m = &mut self.0.machine;
+            for dev in &mut m.devices {
+                dev.this_process_on_gpu = dev.this_process_on_gpu.map(|_| false);
+            }
+            m.this_process_on_gpu = m.this_process_on_gpu.map(|_| false);
+        }
         self
     }
 
@@ -560,10 +568,20 @@ fn gpu_present_with_cpu_device_is_unused() {
 }
 
 #[test]
-fn gpu_device_never_seen_by_nvml_is_unused() {
+fn a_gpu_device_never_seen_by_nvml_is_not_called_unused() {
+    // The run says it trains on cuda: NVML not listing it (another namespace, a driver that
+    // hides processes) is not evidence that the GPU is unused.
     let v = compute_bound_gpu().gpu(0.0, Some(false)).verdict();
-    assert!(v.flags.contains(&Flag::GpuUnused));
-    assert!(v.advice.iter().any(|a| a.action.contains("really runs on the GPU")));
+    assert!(!v.flags.contains(&Flag::GpuUnused), "{:?}", v.flags);
+}
+
+#[test]
+fn a_cpu_run_whose_processes_nvml_lists_on_the_gpu_trains_there() {
+    // A Python program whose device pipeprof did not see (JAX, Keras) but that has a compute
+    // context on the GPU: it uses the GPU, and it is not a CPU run.
+    let v = compute_bound_gpu().device("cpu").gpu(60.0, Some(true)).verdict();
+    assert!(!v.flags.contains(&Flag::GpuUnused), "{:?}", v.flags);
+    assert!(!v.advice.iter().any(|a| a.change == Change::UseDevice("cuda".into())), "{:?}", v.advice);
 }
 
 #[test]

@@ -443,6 +443,7 @@ mod tests {
         let mut t = ChromeTrace::new(buf.clone(), "t", TraceLevel::Stage).unwrap();
         let step = |step: u64, loss: f32| {
             Event::Step(probes::StepRecord {
+                no_loss: false,
                 step,
                 epoch: 0,
                 images: 4,

@@ -272,6 +272,7 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
         ("C", "step") => {
             let a = &e["args"];
             agg.push(&Event::Step(StepRecord {
+                no_loss: false,
                 step: num(a, "step"),
                 epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
                 images: a["images"].as_u64().unwrap_or(0) as u32,

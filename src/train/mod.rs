@@ -363,6 +363,7 @@ pub fn train(
         out.steps += 1;
         out.images += n as u64;
         probe.send(Event::Step(StepRecord {
+            no_loss: false,
             step: batch.step,
             epoch: batch.epoch,
             images: n as u32,
@@ -510,6 +511,7 @@ fn validate(
         let loss = candle_nn::loss::cross_entropy(&logits, &ys)?.to_scalar::<f32>()?;
         let correct = logits.argmax(1)?.eq(&ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
         probe.send(Event::Step(StepRecord {
+            no_loss: false,
             step,
             epoch,
             images: n as u32,

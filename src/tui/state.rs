@@ -329,6 +329,7 @@ mod tests {
         s.steps = (0..=100).map(|t| StepPoint { step: t, end_ns: t * SEC, ..Default::default() }).collect();
         s.records = (0..=100)
             .map(|t| StepRecord {
+                no_loss: false,
                 step: t,
                 epoch: 0,
                 images: 4,

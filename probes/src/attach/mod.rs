@@ -6,7 +6,7 @@
 //! // then plain tracing spans named after stages, anywhere, on any thread:
 //! let _g = tracing::info_span!("decode", sample = 7u64).entered();
 //! // and one record per training step:
-//! # let rec = probes::StepRecord { step: 0, epoch: 0, images: 32, loss: 1.0, correct: 9, end_ns: 0, queued: 1, validation: false };
+//! # let rec = probes::StepRecord { no_loss: false, step: 0, epoch: 0, images: 32, loss: 1.0, correct: 9, end_ns: 0, queued: 1, validation: false };
 //! session.step(rec);
 //! ```
 //!

@@ -388,6 +388,7 @@ mod tests {
         let Frame::Hello(mut h) = hello() else { unreachable!() };
         h.rank = Some(r1);
         let step = crate::StepRecord {
+            no_loss: false,
             step: 0,
             epoch: 0,
             images: 8,

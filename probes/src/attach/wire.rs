@@ -452,6 +452,7 @@ mod tests {
     fn a_diverged_loss_and_non_finite_samples_cross_the_wire() {
         for loss in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e39_f64 as f32] {
             let step = crate::StepRecord {
+                no_loss: false,
                 step: 410,
                 epoch: 0,
                 images: 32,

@@ -1,6 +1,6 @@
 //! The GPU sampler: NVML through nvml-wrapper, which loads the driver library at run time.
 
-use super::{GpuDevice, GpuSample, GpuStatus, ProcessMatch};
+use super::{GpuDevice, GpuSample, GpuStatus, ProcessMatch, RunProcess, MAX_RUN_PROCESSES};
 use crate::clock;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -93,41 +93,75 @@ pub struct ListedProcess {
     pub mem_bytes: Option<u64>,
 }
 
-/// What [`match_process`] concluded about the sampled process on one device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which processes are the run's: the one pipeprof samples, or that one and every process
+/// started below it (`pipeprof run`: the program, its DataLoader workers, its ranks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// This process only (`profile`, and a program that links the probes itself).
+    Process(u32),
+    /// This process and its descendants.
+    Tree(u32),
+}
+
+impl Watch {
+    /// The process at the top.
+    pub fn root(self) -> u32 {
+        match self {
+            Watch::Process(p) | Watch::Tree(p) => p,
+        }
+    }
+}
+
+/// Device memory in use with no process listed from which the list is taken to hide
+/// processes (a container whose PID namespace NVML does not see into): an idle device's
+/// own use is a few MiB.
+pub const HIDDEN_USE_BYTES: u64 = 256 << 20;
+
+/// What [`match_run`] concluded about the run's processes on one device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProcessOnDevice {
     /// `Some(true)` on the device, `Some(false)` not, `None` cannot tell.
     pub on_gpu: Option<bool>,
     /// How it was recognised.
     pub how: Option<ProcessMatch>,
-    /// Its device memory, bytes.
+    /// Device memory the run's processes use together, bytes (when NVML says for any).
     pub mem_bytes: Option<u64>,
+    /// The run's processes NVML lists, as listed.
+    pub listed: Vec<ListedProcess>,
 }
 
-/// Recognises process `pid` among the compute processes NVML lists for one device.
+/// Recognises the run's processes among the compute processes NVML lists for one device.
 ///
-/// NVML always lists host PIDs. Outside a container they are ours and an exact match is the
-/// only answer. Inside a PID namespace (`namespaced`) they mean nothing here: a listed PID
-/// that does not exist here (`exists_here`) is foreign, and when the process has CUDA open
-/// (`uses_cuda`, `None` = cannot tell) and exactly one foreign process is listed, that one is
-/// taken to be ours. Several foreign processes: cannot tell which, so `None`.
-pub fn match_process(
+/// NVML always lists host PIDs. Outside a container they are ours to test with `ours` (the
+/// sampled process, or anything below it). Inside a PID namespace (`namespaced`) they mean
+/// nothing here: a listed PID that does not exist here (`exists_here`) is foreign, and when
+/// the run has CUDA open (`uses_cuda`, `None` = cannot tell) and exactly one foreign process
+/// is listed, that one is taken to be the run's. Several foreign processes: cannot tell which.
+/// An empty list while `mem_used` is at least [`HIDDEN_USE_BYTES`] hides its processes: the
+/// answer is "cannot tell", never "not used".
+pub fn match_run(
     listed: &[ListedProcess],
-    pid: u32,
+    ours: impl Fn(u32) -> bool,
     namespaced: bool,
+    mem_used: Option<u64>,
     uses_cuda: impl FnOnce() -> Option<bool>,
     exists_here: impl Fn(u32) -> bool,
 ) -> ProcessOnDevice {
-    if let Some(p) = listed.iter().find(|p| p.pid == pid) {
-        return ProcessOnDevice { on_gpu: Some(true), how: Some(ProcessMatch::Pid), mem_bytes: p.mem_bytes };
+    let mine: Vec<ListedProcess> = listed.iter().copied().filter(|p| ours(p.pid)).collect();
+    if !mine.is_empty() {
+        let mem = mine.iter().filter_map(|p| p.mem_bytes).reduce(|a, b| a.saturating_add(b));
+        return ProcessOnDevice { on_gpu: Some(true), how: Some(ProcessMatch::Pid), mem_bytes: mem, listed: mine };
     }
     let not_here = ProcessOnDevice { on_gpu: Some(false), ..ProcessOnDevice::default() };
+    if listed.is_empty() && mem_used.is_some_and(|m| m >= HIDDEN_USE_BYTES) {
+        return ProcessOnDevice::default();
+    }
     if !namespaced {
         return not_here;
     }
     let mut foreign = listed.iter().filter(|p| !exists_here(p.pid));
     let (Some(only), None) = (foreign.next(), foreign.next()) else {
-        // No foreign process: every listed one lives here and none is us. Several: unknown.
+        // No foreign process: every listed one lives here and none is ours. Several: unknown.
         let none_foreign = listed.iter().all(|p| exists_here(p.pid));
         return if none_foreign { not_here } else { ProcessOnDevice::default() };
     };
@@ -136,10 +170,71 @@ pub fn match_process(
             on_gpu: Some(true),
             how: Some(ProcessMatch::SoleForeignProcess),
             mem_bytes: only.mem_bytes,
+            listed: vec![*only],
         },
         Some(false) => not_here,
         None => ProcessOnDevice::default(),
     }
+}
+
+/// The parent of `pid`, from `/proc/PID/stat` (the field after the command name, which may
+/// itself hold spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Longest parent chain followed: process trees are shallow, and a loop (a PID reused while
+/// walking) must end.
+const MAX_DEPTH: usize = 64;
+
+/// Whether `pid` is `root` or runs below it, by walking its parents.
+pub fn is_below(pid: u32, root: u32, parent: impl Fn(u32) -> Option<u32>) -> bool {
+    let mut p = pid;
+    for _ in 0..MAX_DEPTH {
+        if p == root {
+            return true;
+        }
+        match parent(p) {
+            Some(q) if q != 0 && q != p => p = q,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// A process's command name (`/proc/PID/comm`), printable, at most 15 characters.
+pub fn process_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().chars().filter(|c| !c.is_control()).take(15).collect())
+        .unwrap_or_default()
+}
+
+/// Whether any process of `watch` has CUDA open (see [`uses_cuda`]); `None` when none could
+/// be read and none had it.
+fn watch_uses_cuda(watch: Watch) -> Option<bool> {
+    let root = watch.root();
+    match watch {
+        Watch::Process(_) => uses_cuda(root),
+        Watch::Tree(_) => {
+            let mut seen = uses_cuda(root);
+            for pid in all_pids().into_iter().filter(|&p| p != root && is_below(p, root, parent_of)) {
+                match uses_cuda(pid) {
+                    Some(true) => return Some(true),
+                    Some(false) => seen = seen.or(Some(false)),
+                    None => {}
+                }
+            }
+            seen
+        }
+    }
+}
+
+fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// Whether this process sees PIDs through its own namespace (a container): kernel threads,
@@ -163,20 +258,20 @@ fn exists_here(pid: u32) -> bool {
 pub struct GpuSampler {
     nvml: Nvml,
     count: u32,
-    pid: u32,
+    watch: Watch,
     namespaced: bool,
 }
 
 impl std::fmt::Debug for GpuSampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuSampler").field("count", &self.count).field("pid", &self.pid).finish_non_exhaustive()
+        f.debug_struct("GpuSampler").field("count", &self.count).field("watch", &self.watch).finish_non_exhaustive()
     }
 }
 
 impl GpuSampler {
-    /// Loads NVML (`lib`, or `libnvidia-ml.so.1` when `None`) and counts the devices; `pid`
-    /// is the process whose compute contexts are looked for.
-    pub fn open(lib: Option<&Path>, pid: u32) -> Result<Self, GpuInitError> {
+    /// Loads NVML (`lib`, or `libnvidia-ml.so.1` when `None`) and counts the devices; `watch`
+    /// names the processes whose compute contexts are looked for.
+    pub fn open(lib: Option<&Path>, watch: Watch) -> Result<Self, GpuInitError> {
         let nvml = match lib {
             Some(p) => Nvml::builder().lib_path(p.as_os_str()).init(),
             None => Nvml::init(),
@@ -186,7 +281,7 @@ impl GpuSampler {
         if count == 0 {
             return Err(GpuInitError::NoDevices);
         }
-        Ok(GpuSampler { nvml, count, pid, namespaced: pid_namespaced() })
+        Ok(GpuSampler { nvml, count, watch, namespaced: pid_namespaced() })
     }
 
     /// Devices found at open.
@@ -240,10 +335,21 @@ impl GpuSampler {
                     },
                 })
                 .collect();
-            let m = match_process(&listed, self.pid, self.namespaced, || uses_cuda(self.pid), exists_here);
+            let watch = self.watch;
+            let ours = |pid: u32| match watch {
+                Watch::Process(p) => pid == p,
+                Watch::Tree(root) => is_below(pid, root, parent_of),
+            };
+            let m = match_run(&listed, ours, self.namespaced, d.mem_used_bytes, || watch_uses_cuda(watch), exists_here);
             d.this_process_on_gpu = m.on_gpu;
             d.process_match = m.how;
             d.process_mem_used_bytes = m.mem_bytes;
+            d.run_processes = m
+                .listed
+                .iter()
+                .take(MAX_RUN_PROCESSES)
+                .map(|p| RunProcess { pid: p.pid, name: process_name(p.pid), mem_bytes: p.mem_bytes })
+                .collect();
         }
         d
     }
@@ -255,7 +361,7 @@ mod tests {
 
     #[test]
     fn missing_default_library_says_no_driver() {
-        let e = GpuSampler::open(Some(Path::new("/nonexistent/libnvidia-ml.so.1")), 1).unwrap_err();
+        let e = GpuSampler::open(Some(Path::new("/nonexistent/libnvidia-ml.so.1")), Watch::Process(1)).unwrap_err();
         assert!(matches!(e, GpuInitError::NotLoadable { .. }), "{e:?}");
         let msg = GpuInitError::NoDriver { detail: String::new() }.to_string();
         assert_eq!(msg, "no NVIDIA driver (libnvidia-ml.so.1 not found): GPU sampling off");
@@ -288,9 +394,48 @@ mod tests {
             ("container, only local others",         &[3, 4],       true,  Some(true),  Some(false), None,                     None),
         ];
         for &(name, pids, ns, cuda, on_gpu, how, mem) in table {
-            let m = match_process(&listed(pids), 7, ns, || cuda, here);
-            assert_eq!(m, ProcessOnDevice { on_gpu, how, mem_bytes: mem }, "{name}");
+            let m = match_run(&listed(pids), |p| p == 7, ns, Some(0), || cuda, here);
+            assert_eq!((m.on_gpu, m.how, m.mem_bytes), (on_gpu, how, mem), "{name}");
         }
+    }
+
+    #[test]
+    fn the_runs_child_and_workers_are_the_run_and_hidden_processes_are_unknown() {
+        // pipeprof 840 started python 845, whose DataLoader workers are 850 and 851; 900 is
+        // another user's job. Outside a container.
+        let parent = |p: u32| match p {
+            845 => Some(840),
+            850 | 851 => Some(845),
+            840 | 900 => Some(1),
+            _ => None,
+        };
+        let ours = |p: u32| is_below(p, 840, parent);
+        let m = match_run(&listed(&[845, 850, 900]), ours, false, Some(2 << 30), || None, |_| true);
+        assert_eq!(m.on_gpu, Some(true));
+        assert_eq!(m.how, Some(ProcessMatch::Pid));
+        assert_eq!(m.listed.iter().map(|p| p.pid).collect::<Vec<_>>(), [845, 850]);
+        assert_eq!(m.mem_bytes, Some((845 << 20) + (850 << 20)));
+        // Only a stranger listed: not ours.
+        let m = match_run(&listed(&[900]), ours, false, Some(2 << 30), || None, |_| true);
+        assert_eq!(m.on_gpu, Some(false));
+        // Nothing listed and the device idle: not ours. Nothing listed while 2 GiB are in
+        // use: someone's processes are hidden (a container), so it cannot be told.
+        assert_eq!(match_run(&[], ours, false, Some(3 << 20), || None, |_| true).on_gpu, Some(false));
+        assert_eq!(match_run(&[], ours, false, Some(2 << 30), || None, |_| true).on_gpu, None);
+        assert_eq!(match_run(&[], ours, false, None, || None, |_| true).on_gpu, Some(false));
+        // The root alone, and a chain that loops, end.
+        assert!(is_below(840, 840, parent));
+        assert!(!is_below(900, 840, parent));
+        assert!(!is_below(5, 840, |p| Some(p + 1 - 1)));
+    }
+
+    #[test]
+    fn this_process_is_below_its_parent_by_proc() {
+        let me = std::process::id();
+        let parent = parent_of(me).expect("own stat readable");
+        assert!(is_below(me, parent, parent_of));
+        assert!(!is_below(parent, me, parent_of));
+        assert!(!process_name(me).is_empty());
     }
 
     #[test]

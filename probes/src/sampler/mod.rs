@@ -13,7 +13,10 @@
 mod gpu;
 mod host;
 
-pub use gpu::{match_process, GpuInitError, GpuSampler, ListedProcess, ProcessOnDevice, NVML_LIB_ENV};
+pub use gpu::{
+    is_below, match_run, process_name, GpuInitError, GpuSampler, ListedProcess, ProcessOnDevice, Watch,
+    HIDDEN_USE_BYTES, NVML_LIB_ENV,
+};
 pub use host::{
     cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_task_stat,
     probe_io_accounting, rate_per_s, steal_pct, storage_reads_measurable, top_others, CpuTimes, HostSampler,
@@ -193,6 +196,23 @@ pub struct GpuDevice {
     pub pcie_width_max: Option<u32>,
     /// PCIe lanes in use now.
     pub pcie_width_current: Option<u32>,
+    /// The run's processes NVML lists on this device (at most [`MAX_RUN_PROCESSES`]).
+    #[serde(default)]
+    pub run_processes: Vec<RunProcess>,
+}
+
+/// Processes of the run listed per device at most: a distributed run's ranks and workers.
+pub const MAX_RUN_PROCESSES: usize = 32;
+
+/// One of the run's processes with a compute context on a device.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct RunProcess {
+    /// Its PID (NVML's, which is this namespace's outside a container).
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`), empty when unreadable.
+    pub name: String,
+    /// Device memory it uses, bytes, when NVML says.
+    pub mem_bytes: Option<u64>,
 }
 
 /// How the sampled process was found among the compute processes NVML lists.
@@ -220,6 +240,9 @@ pub struct SamplerConfig {
     pub thread_prefixes: Vec<String>,
     /// The process to sample (default: this one).
     pub pid: u32,
+    /// Whether processes started below `pid` count as the run's on a GPU (`pipeprof run`:
+    /// the program, its workers, its ranks); default no.
+    pub gpu_tree: bool,
     /// NVML library to load instead of `libnvidia-ml.so.1` (default: `$PIPEPROF_NVML_LIB`).
     pub nvml_lib: Option<PathBuf>,
 }
@@ -231,6 +254,7 @@ impl Default for SamplerConfig {
             gpu: true,
             thread_prefixes: vec!["loader".to_string(), "train".to_string()],
             pid: std::process::id(),
+            gpu_tree: false,
             nvml_lib: std::env::var_os(NVML_LIB_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
         }
     }
@@ -348,7 +372,8 @@ pub fn start(probe: Probe, cfg: SamplerConfig) -> Result<SamplerHandle, SamplerE
         let gpu_thread = std::thread::Builder::new()
             .name("pp-gpu".into())
             .spawn(move || {
-                let mut gpu = match GpuSampler::open(cfg.nvml_lib.as_deref(), cfg.pid) {
+                let watch = if cfg.gpu_tree { gpu::Watch::Tree(cfg.pid) } else { gpu::Watch::Process(cfg.pid) };
+                let mut gpu = match GpuSampler::open(cfg.nvml_lib.as_deref(), watch) {
                     Ok(g) => g,
                     Err(e) => {
                         // Once, then stop: a missing driver will not appear mid-run, and
