@@ -173,7 +173,7 @@ pub fn child_args(
 }
 
 /// A child's outcome: images/s, or why it failed.
-type Measured = Result<f64, String>;
+pub type Measured = Result<f64, String>;
 
 fn last_line(b: &[u8]) -> String {
     let t = String::from_utf8_lossy(b);
@@ -181,7 +181,7 @@ fn last_line(b: &[u8]) -> String {
 }
 
 /// What a follow-up that Ctrl-C stopped gives instead of a measurement.
-const INTERRUPTED: &str = "interrupted";
+pub const INTERRUPTED: &str = "interrupted";
 
 /// The interrupt a child ended of (SIGINT/SIGTERM, or pipeprof's exit code after one), if
 /// any: the interrupt hit this process's group, whether or not this process's own signal
@@ -195,9 +195,12 @@ fn interrupted_by(status: std::process::ExitStatus) -> Option<i32> {
     }
 }
 
-fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
+/// Runs `exe args` with `env` added, no input and its output kept (the last line of its
+/// errors says why it failed), then reads the steady rate from its summary file.
+pub fn run_child(exe: &Path, args: &[OsString], env: &[(&str, String)], summary: &Path) -> Measured {
     let out = Command::new(exe)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
@@ -380,7 +383,7 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
             None
         };
         let measured = child_args(&parent, f.change.as_ref(), steps, &summary, cache.as_deref())
-            .and_then(|child| run_child(&exe, &child, &summary));
+            .and_then(|child| run_child(&exe, &child, &[], &summary));
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
             eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
             break;
@@ -393,10 +396,10 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
 
 /// The follow-ups' temporary folder (summaries, a cache, a copy of the data set): removed
 /// when dropped, and by an immediate exit on a second interrupt, which drops nothing.
-struct TempDir(PathBuf);
+pub struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(dir: &Path) -> TempDir {
+    pub fn new(dir: &Path) -> TempDir {
         let d = dir.to_path_buf();
         crate::signal::on_abort(Box::new(move || {
             let _ = std::fs::remove_dir_all(&d);

@@ -545,6 +545,7 @@ def start():
             "torchvision.transforms.transforms": _patch_transforms,
             "torchvision.transforms.v2._container": _patch_transforms_v2,
             "keras": _patch_keras,
+            "pipeprof": lambda m: importlib.import_module("pipeprof._override").install(m),
         }
     )
 
