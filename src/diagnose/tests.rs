@@ -1292,3 +1292,23 @@ fn the_compute_rate_counts_the_images_a_step_trained_not_the_batch_size() {
         assert!((got - want).abs() < 1e-6 * want, "{images} images: {got} vs {want}");
     }
 }
+
+#[test]
+fn a_python_runs_compute_cpu_is_its_process_trees_less_the_loaders_not_every_free_core() {
+    // A torchvision script, num_workers=0 on 2 idle cores, one compute thread: 68.7 ms steps
+    // of 32 (wait 27.4, compute 41.3), the process 102% of a core, no compute threads sampled.
+    let mut b = B::new()
+        .device("cpu")
+        .workers(0, 2)
+        .loader(&[("decode", 0.30, 1.0), ("resize", 0.45, 0.93), ("augment", 0.04, 1.0)])
+        .step(27.4, 0.0, 41.3)
+        .cpu(55.0, 102.0);
+    b.0.images = 50 * 32;
+    let p = Pipeline::from_summary(&b.0);
+    let want = 1.02 * 68.7 / 32.0 - (0.30 + 0.45 * 0.93 + 0.04);
+    assert!((p.compute_cpu_ms_per_image - want).abs() < 1e-6, "{} vs {want}", p.compute_cpu_ms_per_image);
+    // Unsampled, the compute is assumed to keep both cores busy: 41.3 × 2 / 32 ms per image.
+    b.0.machine.process_cpu_mean_pct = None;
+    let q = Pipeline::from_summary(&b.0);
+    assert!((q.compute_cpu_ms_per_image - 41.3 * 2.0 / 32.0).abs() < 1e-6, "{}", q.compute_cpu_ms_per_image);
+}
