@@ -80,6 +80,9 @@ impl StageCost {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
     pub workers: f64,
+    /// The loader runs in the training process itself (PyTorch `num_workers=0`): each batch is
+    /// loaded, then trained on, one after the other, never side by side.
+    pub in_process: bool,
     /// Cores of the machine (or the process's limit).
     pub cores: f64,
     /// Cores this process can use: its own use plus the machine's idle cores, at most `cores`.
@@ -250,6 +253,9 @@ pub struct Capacity {
     pub shared_cpu: f64,
     /// batch / (transfer + compute) per step.
     pub compute: f64,
+    /// A loader in the training process: batch / (loading the batch + transfer + compute), the
+    /// two in turn; infinite with workers.
+    pub in_process: f64,
 }
 
 /// Which term of the model binds.
@@ -259,6 +265,7 @@ pub enum Bound {
     LoaderCpu,
     SharedCpu,
     Compute,
+    InProcess,
 }
 
 impl Capacity {
@@ -269,12 +276,14 @@ impl Capacity {
 
     /// The model's throughput: the minimum of all capacities.
     pub fn throughput(&self) -> f64 {
-        self.loader().min(self.shared_cpu).min(self.compute)
+        self.loader().min(self.shared_cpu).min(self.compute).min(self.in_process)
     }
 
     pub fn bound(&self) -> Bound {
         let x = self.throughput();
-        if x == self.compute {
+        if x == self.in_process {
+            Bound::InProcess
+        } else if x == self.compute {
             Bound::Compute
         } else if x == self.loader_latency {
             Bound::LoaderLatency
@@ -400,6 +409,7 @@ impl Pipeline {
             .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms);
         let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
+            in_process: st.workers == 0,
             cores,
             free_cores,
             cpu_device,
@@ -449,6 +459,11 @@ impl Pipeline {
                 f64::INFINITY
             },
             compute: per_s(self.batch, self.transfer_ms + self.compute_ms),
+            in_process: if self.in_process {
+                per_s(self.batch, self.batch * self.loader_wall_ms() + self.transfer_ms + self.compute_ms)
+            } else {
+                f64::INFINITY
+            },
         }
     }
 
@@ -468,7 +483,7 @@ impl Pipeline {
 
     /// With `n` loader workers.
     pub fn with_workers(&self, n: usize) -> Pipeline {
-        Pipeline { workers: n.max(1) as f64, ..self.clone() }
+        Pipeline { workers: n.max(1) as f64, in_process: n == 0, ..self.clone() }
     }
 
     /// Images stored at the model's input size: resize nearly vanishes, decode shrinks.
