@@ -29,6 +29,9 @@ pub struct FollowUp {
     pub predicted: Option<f64>,
     /// The prediction as a range, where the model was off today's measured rate.
     pub range: Option<(f64, f64)>,
+    /// The images/s the prediction is a ratio to (the main run's steady rate it was made on),
+    /// when the advice says; else the main run's.
+    pub against: Option<f64>,
 }
 
 /// Whether pipeprof can make this change itself, in a follow-up run.
@@ -44,8 +47,13 @@ pub fn applicable(change: &Change) -> bool {
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
 pub fn plan(v: &Verdict) -> Vec<FollowUp> {
-    let mut out =
-        vec![FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0), range: None }];
+    let mut out = vec![FollowUp {
+        label: "as run (no change)".into(),
+        change: None,
+        predicted: Some(1.0),
+        range: None,
+        against: None,
+    }];
     for a in &v.advice {
         let known = out.iter().any(|f| f.change.as_ref() == Some(&a.change));
         if !applicable(&a.change) || known || out.len() > MAX_FOLLOW_UPS {
@@ -61,6 +69,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
             change: Some(a.change.clone()),
             predicted: a.predicted_speedup,
             range: a.basis.and_then(|b| b.range),
+            against: a.basis.map(|b| b.now),
         });
     }
     out
@@ -164,7 +173,7 @@ pub fn child_args(
 }
 
 /// A child's outcome: images/s, or why it failed.
-type Measured = Result<f64, String>;
+pub type Measured = Result<f64, String>;
 
 fn last_line(b: &[u8]) -> String {
     let t = String::from_utf8_lossy(b);
@@ -172,7 +181,7 @@ fn last_line(b: &[u8]) -> String {
 }
 
 /// What a follow-up that Ctrl-C stopped gives instead of a measurement.
-const INTERRUPTED: &str = "interrupted";
+pub const INTERRUPTED: &str = "interrupted";
 
 /// The interrupt a child ended of (SIGINT/SIGTERM, or pipeprof's exit code after one), if
 /// any: the interrupt hit this process's group, whether or not this process's own signal
@@ -186,9 +195,12 @@ fn interrupted_by(status: std::process::ExitStatus) -> Option<i32> {
     }
 }
 
-fn run_child(exe: &Path, args: &[OsString], summary: &Path) -> Measured {
+/// Runs `exe args` with `env` added, no input and its output kept (the last line of its
+/// errors says why it failed), then reads the steady rate from its summary file.
+pub fn run_child(exe: &Path, args: &[OsString], env: &[(&str, String)], summary: &Path) -> Measured {
     let out = Command::new(exe)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
@@ -371,7 +383,7 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
             None
         };
         let measured = child_args(&parent, f.change.as_ref(), steps, &summary, cache.as_deref())
-            .and_then(|child| run_child(&exe, &child, &summary));
+            .and_then(|child| run_child(&exe, &child, &[], &summary));
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
             eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
             break;
@@ -384,10 +396,10 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
 
 /// The follow-ups' temporary folder (summaries, a cache, a copy of the data set): removed
 /// when dropped, and by an immediate exit on a second interrupt, which drops nothing.
-struct TempDir(PathBuf);
+pub struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(dir: &Path) -> TempDir {
+    pub fn new(dir: &Path) -> TempDir {
         let d = dir.to_path_buf();
         crate::signal::on_abort(Box::new(move || {
             let _ = std::fs::remove_dir_all(&d);
@@ -402,9 +414,12 @@ impl Drop for TempDir {
     }
 }
 
-/// The table. Measured × is against the baseline follow-up (same length, same conditions),
-/// or against the main run if the baseline failed; every rate is a steady state's
-/// ([`steady_rate`]). Pure.
+/// The table. Predicted and measured × have one base, the baseline follow-up (same length,
+/// same conditions; the main run's rate if the baseline failed): a prediction is a gain over
+/// the main run's steady rate, so it is turned into images/s first (that rate × the gain) and
+/// read against the baseline as the measurement is. A right prediction then reads as right
+/// even where the main run and the baseline ran at different rates (a longer run, workers
+/// chosen by `--workers auto`). Every rate is a steady state's ([`steady_rate`]). Pure.
 pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_images_per_s: f64) -> String {
     use std::fmt::Write;
     let mut o = String::new();
@@ -413,23 +428,37 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
         _ => main_images_per_s,
     };
     let w = runs.iter().map(|r| r.label.chars().count()).max().unwrap_or(6).max(6);
-    let _ = writeln!(o, "{:<w$}  {:>11}  {:>17}  {:>10}", "advice", "predicted ×", "measured images/s", "measured ×");
-    for (f, (m, note)) in runs.iter().zip(results) {
-        let pred = match (f.predicted, f.range) {
-            (Some(_), Some((lo, hi))) => format!("{lo:.1}–{hi:.1}×"),
-            (Some(p), None) => format!("{p:.2}×"),
-            (None, _) => "-".into(),
+    let _ = writeln!(
+        o,
+        "{:<w$}  {:>17}  {:>11}  {:>17}  {:>10}",
+        "advice", "predicted images/s", "predicted ×", "measured images/s", "measured ×"
+    );
+    for (k, (f, (m, note))) in runs.iter().zip(results).enumerate() {
+        let on = f.against.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(main_images_per_s);
+        let (rate, pred) = match (k, f.predicted, f.range) {
+            // The baseline: the run as it was, by definition ×1.
+            (0, _, _) => ("-".to_string(), "1.00×".to_string()),
+            (_, Some(_), Some((lo, hi))) => {
+                (format!("{:.0}–{:.0}", lo * on, hi * on), format!("{:.1}–{:.1}×", lo * on / base, hi * on / base))
+            }
+            (_, Some(p), None) => (format!("{:.1}", p * on), format!("{:.2}×", p * on / base)),
+            (_, None, _) => ("-".into(), "-".into()),
         };
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
         match m {
             Ok(x) => {
-                let _ = writeln!(o, "{:<w$}  {pred:>11}  {x:>17.1}  {:>9.2}×{note}", f.label, x / base);
+                let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {x:>17.1}  {:>9.2}×{note}", f.label, x / base);
             }
             Err(e) => {
-                let _ = writeln!(o, "{:<w$}  {pred:>11}  {:>17}  {:>10}  failed: {e}", f.label, "-", "-");
+                let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {:>17}  {:>10}  failed: {e}", f.label, "-", "-");
             }
         }
     }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "(× against the baseline run; predicted images/s = the main run's {main_images_per_s:.1} images/s × the predicted gain)"
+    );
     o
 }
 
@@ -655,8 +684,13 @@ mod tests {
         });
         let runs = plan(&verdict(vec![a]));
         assert_eq!(runs[1].range, Some((1.53, 7.91)));
+        // The main run measured 23.4 images/s, the baseline re-run 20: the range in images/s
+        // is 36–185, read against the baseline 1.8–9.3×.
         let t = render(&runs, &[(Ok(20.0), None), (Ok(60.0), None)], 20.0);
-        assert!(t.lines().nth(2).is_some_and(|l| l.contains("1.5–7.9×") && l.contains("3.00×")), "{t}");
+        assert!(
+            t.lines().nth(2).is_some_and(|l| l.contains("36–185") && l.contains("1.8–9.3×") && l.contains("3.00×")),
+            "{t}"
+        );
     }
 
     #[test]
@@ -665,9 +699,32 @@ mod tests {
         let results = vec![(Ok(100.0), None), (Ok(150.0), None), (Err("exited with 1: boom".into()), None)];
         let t = render(&runs, &results, 90.0);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 4, "{t}");
+        assert_eq!(lines.len(), 6, "{t}");
         assert!(lines[0].contains("predicted ×") && lines[0].contains("measured images/s"));
-        assert!(lines[2].contains("1.50×") && lines[2].contains("150.0"), "{t}");
+        // 1.5 × the main run's 90 = 135 images/s predicted, 1.35× the baseline's 100.
+        assert!(lines[2].contains("135.0") && lines[2].contains("1.35×") && lines[2].contains("150.0"), "{t}");
         assert!(lines[3].contains("failed: exited with 1: boom"), "{t}");
+    }
+
+    #[test]
+    fn a_right_prediction_reads_as_right_when_the_baseline_ran_faster_than_the_main_run() {
+        // The run: the main run measured 420 images/s, the baseline re-run 686;
+        // --workers 16 was predicted ×17.15 (7204 images/s) and measured 7474.
+        let mut a = advice(Change::Workers(16), Some(17.15));
+        a.basis = Some(crate::diagnose::Basis {
+            now: 420.0,
+            from_step: 1,
+            to_step: 40,
+            predicted: 7203.0,
+            model_now: 420.0,
+            range: None,
+            slow_steps: false,
+            compute_split_unknown: false,
+        });
+        let runs = plan(&verdict(vec![a]));
+        let t = render(&runs, &[(Ok(686.0), None), (Ok(7474.0), None)], 420.0);
+        let row = t.lines().nth(2).unwrap_or_default();
+        // 7203 / 686 = 10.50× predicted, 7474 / 686 = 10.90× measured: one base.
+        assert!(row.contains("7203.0") && row.contains("10.50×") && row.contains("10.90×"), "{t}");
     }
 }

@@ -162,7 +162,7 @@ pub struct ProfileArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  pipeprof run -- python train.py --epochs 2\n  pipeprof run --once --summary s.json -- python -m mypkg.train\n\n\
+    after_help = "Examples:\n  pipeprof run -- python train.py --epochs 2\n  pipeprof run --once --summary s.json -- python -m mypkg.train\n  pipeprof run --once --check-advice --steps 30 -- python train.py   # runs train.py again, once per advice\n\n\
 The live view shows on a terminal (the program's output then goes to a log file, and q or \
 Ctrl-C interrupts the program); with --once, or off a terminal, the program keeps the \
 terminal and the report follows when it ends."
@@ -188,6 +188,17 @@ pub struct RunArgs {
     /// second time sends SIGTERM at once and ends pipeprof.
     #[arg(long, default_value_t = crate::signal::STOP_TIMEOUT.as_secs_f64(), value_name = "SECONDS", value_parser = parse_seconds)]
     pub stop_timeout: f64,
+    /// After the report, run the program again, briefly, once as it is and once per piece of
+    /// advice the start-up hook can apply without an edit (DataLoader num_workers,
+    /// persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers),
+    /// and print predicted vs measured images/s. The program really runs again, each time:
+    /// its output is hidden, but its side effects (checkpoints, logs, files it writes) are
+    /// its own. Refused when its standard input is a pipe or a file (it cannot be given twice).
+    #[arg(long)]
+    pub check_advice: bool,
+    /// With --check-advice: training steps per re-run (the hook stops the program there).
+    #[arg(long, value_name = "N", requires = "check_advice", value_parser = clap::value_parser!(u64).range(2..))]
+    pub steps: Option<u64>,
     #[command(flatten)]
     pub metrics: MetricsArgs,
     /// The program and its arguments, after `--`.

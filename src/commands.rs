@@ -2,16 +2,56 @@
 //! its command takes, and the command runs. The only module that knows both sides.
 
 use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs, RunArgs};
-use crate::{attach, cache, check_advice, offline, profile, run as run_cmd};
+use crate::{attach, cache, check_advice, check_run, offline, profile, run as run_cmd};
 
 /// Runs the command the user asked for (`profile` on the built-in default when none); returns
 /// the exit code: `run`'s is its program's, the others' 0.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
     if let Command::Run(a) = command {
-        return run_cmd::run(&run_options(a));
+        return run_and_check(a);
     }
     run_other(command).map(|()| 0)
+}
+
+/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well. The
+/// re-runs need the run's summary: written to a temporary file when `--summary` was not given.
+fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
+    if !a.check_advice {
+        return run_cmd::run(&run_options(a));
+    }
+    if let Some(why) = check_run::stdin_refusal() {
+        anyhow::bail!(why);
+    }
+    let check = check_run::Options {
+        command: a.command.clone(),
+        steps: a.steps.unwrap_or(check_run::DEFAULT_STEPS),
+        sample_hz: a.sample_hz,
+        no_gpu: a.no_gpu,
+    };
+    let mut opts = run_options(a);
+    let own = std::env::temp_dir().join(format!("pipeprof-run-summary-{}.json", std::process::id()));
+    let given = opts.summary.is_some();
+    let summary = opts.summary.get_or_insert(own).clone();
+    let code = run_cmd::run(&opts);
+    let read = std::fs::read(&summary);
+    if !given {
+        let _ = std::fs::remove_file(&summary);
+    }
+    let code = code?;
+    if code != 0 || crate::signal::stopping() {
+        println!(
+            "
+check-advice: the program did not end well (exit code {code}): no re-runs"
+        );
+        return Ok(code);
+    }
+    let text = read.map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
+    let s: crate::aggregate::Summary = serde_json::from_slice(&text)
+        .map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
+    let verdict = crate::diagnose::diagnose(&s);
+    check_run::run(&check, &s, &verdict);
+    Ok(code)
 }
 
 fn run_options(a: RunArgs) -> run_cmd::Options {

@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod attach;
 pub mod cache;
 pub mod check_advice;
+pub mod check_run;
 pub mod cli;
 pub mod commands;
 pub mod config;

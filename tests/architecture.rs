@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["session"],
     &["profile", "attach", "run", "offline", "cli"],
     &["check_advice"],
+    &["check_run"],
     &["commands"],
 ];
 

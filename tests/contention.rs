@@ -95,8 +95,8 @@ fn busy_neighbours_are_contention_and_blocked_reads_grow_auto_workers_past_the_c
     assert!(read["core_wait"].is_f64(), "{read}");
     assert!(v["evidence"].to_string().contains("of the time they were ready to run"), "{v}");
 
-    // Every read waits 30 ms off-CPU: auto workers grow past the cores (doubling past them
-    // needs a window of steps per change; one by one up to the cores first).
+    // Every read waits 30 ms off-CPU: auto workers grow past the cores (doubling, each change
+    // needs its warm-up, as many steps as workers, and a window of steps).
     let steps = (7 * (cores + 4) + 20).to_string();
     let s = summary(d.path(), &["--steps", &steps, "--workers", "auto", "--throttle-read", "+30ms"]);
     let log = s["settings"]["auto_workers"].to_string();

@@ -150,6 +150,7 @@ def start():
             "torchvision.transforms.v2._container": _torch_fetch.install_transforms_v2,
             "keras.src.models.model": _patch_keras,
             "tf_keras.src.engine.training": _patch_keras,
+            "pipeprof": lambda m: importlib.import_module("pipeprof._override").install(m),
         }
     )
 

@@ -29,7 +29,7 @@ impl Change {
             | Change::CheaperAugment
             | Change::U8Batches => None,
             Change::Saved(c) => c.clone(),
-            Change::Code(c) => Some(c.clone()),
+            Change::Code(c) | Change::Loader { code: c, .. } => Some(c.clone()),
         }
     }
 }

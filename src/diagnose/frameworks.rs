@@ -2,7 +2,7 @@
 //! change is said with that framework's knob — `DataLoader(num_workers=6)`, never a pipeprof
 //! flag the script does not have. The prediction and the reason are the model's, unchanged.
 
-use super::{Advice, Change};
+use super::{Advice, Change, LoaderKnobs};
 use crate::aggregate::Summary;
 
 /// The frameworks whose knobs advice can name.
@@ -92,6 +92,30 @@ fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> 
 }
 
 /// Rewrites the advice of a framework's run in that framework's terms; other runs unchanged.
+/// The loader arguments that make `change` in `fw` (what [`say`]'s code sets), where the
+/// start-up hook can set them without an edit: `pipeprof run --check-advice` re-runs the
+/// program with them. Pure.
+fn knobs(fw: Framework, change: &Change, s: &Summary) -> Option<LoaderKnobs> {
+    let st = &s.settings;
+    let w = st.workers;
+    Some(match (fw, change) {
+        (Framework::PyTorch, Change::Workers(n)) => LoaderKnobs {
+            num_workers: Some(*n),
+            persistent_workers: (w == 0 && st.persistent_workers != Some(true)).then_some(true),
+            ..LoaderKnobs::default()
+        },
+        (Framework::PyTorch, Change::BatchSize(n)) => LoaderKnobs { batch_size: Some(*n), ..LoaderKnobs::default() },
+        (Framework::PyTorch, Change::Prefetch(_)) if w == 0 => {
+            LoaderKnobs { num_workers: Some(2), prefetch_factor: Some(2), ..LoaderKnobs::default() }
+        }
+        (Framework::PyTorch, Change::Prefetch(depth)) => {
+            LoaderKnobs { prefetch_factor: Some(depth.div_ceil(w).max(2)), ..LoaderKnobs::default() }
+        }
+        (Framework::Keras, Change::Workers(n)) => LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() },
+        _ => return None,
+    })
+}
+
 pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
     let Some(fw) = Framework::of(&s.settings.framework) else { return advice };
     let mut out: Vec<Advice> = advice
@@ -99,7 +123,10 @@ pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
         .map(|mut a| {
             if let Some((action, code)) = say(fw, &a.change, s) {
                 a.action = action;
-                a.change = Change::Code(code);
+                a.change = match knobs(fw, &a.change, s) {
+                    Some(set) => Change::Loader { code, set },
+                    None => Change::Code(code),
+                };
             }
             // pipeprof's own build flags mean nothing to a Python program.
             a.reason = a.reason.replace(" (needs a build with --features cuda)", "");
@@ -141,7 +168,10 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
     });
     Some(Advice {
         action: "keep the DataLoader's workers between epochs".into(),
-        change: Change::Code("DataLoader(..., persistent_workers=True)".into()),
+        change: Change::Loader {
+            code: "DataLoader(..., persistent_workers=True)".into(),
+            set: LoaderKnobs { persistent_workers: Some(true), ..LoaderKnobs::default() },
+        },
         predicted_speedup: (gain >= super::thresholds::MIN_GAIN).then_some(gain),
         basis,
         reason: format!(
@@ -182,29 +212,36 @@ mod tests {
 
     #[test]
     fn advice_names_the_frameworks_knobs_never_pipeprof_flags() {
-        // (framework, workers, change, expected code)
-        let table: Vec<(&str, usize, Change, &str)> = vec![
-            ("pytorch", 2, Change::Workers(6), "DataLoader(..., num_workers=6)"),
-            ("pytorch", 0, Change::Workers(2), "DataLoader(..., num_workers=2, persistent_workers=True)"),
-            ("pytorch", 2, Change::BatchSize(64), "DataLoader(..., batch_size=64)"),
-            ("pytorch", 4, Change::Prefetch(13), "DataLoader(..., prefetch_factor=4)"),
-            ("pytorch", 0, Change::Prefetch(13), "DataLoader(..., num_workers=2, prefetch_factor=2)"),
-            ("pytorch", 2, Change::UseDevice("cpu".into()), "device = \"cpu\"  # model.to(device), batch.to(device)"),
+        let k = LoaderKnobs::default;
+        // (framework, workers, change, expected code, the arguments the hook sets to apply it)
+        let table: Vec<(&str, usize, Change, &str, Option<LoaderKnobs>)> = vec![
+            ("pytorch", 2, Change::Workers(6), "DataLoader(..., num_workers=6)", Some(LoaderKnobs { num_workers: Some(6), ..k() })),
+            ("pytorch", 0, Change::Workers(2), "DataLoader(..., num_workers=2, persistent_workers=True)", Some(LoaderKnobs { num_workers: Some(2), persistent_workers: Some(true), ..k() })),
+            ("pytorch", 2, Change::BatchSize(64), "DataLoader(..., batch_size=64)", Some(LoaderKnobs { batch_size: Some(64), ..k() })),
+            ("pytorch", 4, Change::Prefetch(13), "DataLoader(..., prefetch_factor=4)", Some(LoaderKnobs { prefetch_factor: Some(4), ..k() })),
+            ("pytorch", 0, Change::Prefetch(13), "DataLoader(..., num_workers=2, prefetch_factor=2)", Some(LoaderKnobs { num_workers: Some(2), prefetch_factor: Some(2), ..k() })),
+            ("pytorch", 2, Change::UseDevice("cpu".into()), "device = \"cpu\"  # model.to(device), batch.to(device)", None),
             (
                 "keras",
                 0,
                 Change::Workers(4),
                 "PyDataset(..., workers=4, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers=4, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)",
+                Some(LoaderKnobs { num_workers: Some(4), ..k() }),
             ),
-            ("keras", 0, Change::BatchSize(128), "model.fit(..., batch_size=128)  # a PyDataset: 128 samples per __getitem__; tf.data: .batch(128)"),
-            ("keras", 0, Change::Prefetch(8), "PyDataset(..., max_queue_size=8)  # tf.data: .prefetch(tf.data.AUTOTUNE)"),
+            ("keras", 0, Change::BatchSize(128), "model.fit(..., batch_size=128)  # a PyDataset: 128 samples per __getitem__; tf.data: .batch(128)", None),
+            ("keras", 0, Change::Prefetch(8), "PyDataset(..., max_queue_size=8)  # tf.data: .prefetch(tf.data.AUTOTUNE)", None),
         ];
-        for (fw, workers, change, code) in table {
+        for (fw, workers, change, code, set) in table {
             // A loader without workers has none to keep: PyTorch says persistent_workers=False.
             let s = summary(fw, workers, Some(workers > 0));
             let out = in_user_terms(vec![advice(change.clone())], &s);
             assert_eq!(out.len(), 1, "{fw} {change:?}");
-            assert_eq!(out[0].change, Change::Code(code.into()), "{fw} {change:?}");
+            let want = match set {
+                Some(set) => Change::Loader { code: code.into(), set },
+                None => Change::Code(code.into()),
+            };
+            assert_eq!(out[0].change, want, "{fw} {change:?}");
+            assert_eq!(out[0].change.command().as_deref(), Some(code), "{fw} {change:?}");
             assert_ne!(out[0].action, "pipeprof's words");
             assert_eq!(out[0].predicted_speedup, Some(2.0), "the prediction is the model's");
             assert!(!out[0].reason.contains("--features"), "{}", out[0].reason);
@@ -228,7 +265,8 @@ mod tests {
         s.split.startup_wait_ms = 1500.0;
         let out = in_user_terms(Vec::new(), &s);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].change, Change::Code("DataLoader(..., persistent_workers=True)".into()));
+        let set = LoaderKnobs { persistent_workers: Some(true), ..LoaderKnobs::default() };
+        assert_eq!(out[0].change, Change::Loader { code: "DataLoader(..., persistent_workers=True)".into(), set });
         // 1.5 s saved in each of 2 later epochs of a 10 s run: 10 / 7.
         let g = out[0].predicted_speedup.unwrap_or_default();
         assert!((g - 10.0 / 7.0).abs() < 1e-9, "{g}");

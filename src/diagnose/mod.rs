@@ -186,6 +186,26 @@ pub enum Change {
     /// A change to the program's own code, in its framework's terms
     /// (`DataLoader(..., num_workers=6)`): shown as written; pipeprof cannot apply it.
     Code(String),
+    /// A change to the program's loader arguments (PyTorch `DataLoader`, Keras `PyDataset`),
+    /// shown as `code`; `pipeprof run --check-advice` applies `set` through the start-up hook.
+    Loader { code: String, set: LoaderKnobs },
+}
+
+/// Loader arguments a `pipeprof run` program's start-up hook can set without an edit to it
+/// (`pipeprof._override`); `None` leaves the program's own. Keras `PyDataset`: `num_workers`
+/// sets `workers` (with `use_multiprocessing`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderKnobs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_workers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistent_workers: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_factor: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_memory: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<usize>,
 }
 
 /// One concrete action with its predicted effect.

@@ -80,6 +80,9 @@ impl StageCost {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
     pub workers: f64,
+    /// The loader runs in the training process itself (PyTorch `num_workers=0`): each batch is
+    /// loaded, then trained on, one after the other, never side by side.
+    pub in_process: bool,
     /// Cores of the machine (or the process's limit).
     pub cores: f64,
     /// Cores this process can use: its own use plus the machine's idle cores, at most `cores`.
@@ -220,6 +223,25 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
     stretch * others / all
 }
 
+/// CPU device, compute threads not sampled (a Python program: `pipeprof run`, `attach`): the
+/// compute's CPU per image, ms, from what was measured instead of assumed: the program's whole
+/// process tree (its workers too) used `process_cpu_mean_pct` of a core over the run, so its
+/// CPU per image is that × the run's time / its images; less the loader's own CPU per image,
+/// the rest is the training loop's. A PyTorch script at one compute thread keeps one core busy
+/// in its loop body, not every free one: the assumption put a 0-worker torchvision run's
+/// compute at 2.68 ms of CPU per image on 2 cores where its process used 2.19 ms per image in
+/// all (loader 0.82), and predicted 2 workers at ≈570 images/s where they measured 732.
+/// `None` without a process sample, images or time, or when the loader's CPU is all of it.
+pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
+    let pct = f64::from(s.machine.process_cpu_mean_pct?);
+    if !(pct.is_finite() && pct > 0.0 && s.images > 0 && s.elapsed_s > 0.0) {
+        return None;
+    }
+    let tree_ms = pct / 100.0 * s.elapsed_s * 1000.0 / s.images as f64;
+    let loader_ms: f64 = loader.iter().map(|x| x.on_cpu_ms).sum();
+    finite_pos(tree_ms - loader_ms)
+}
+
 /// Images/s each side of the pipeline can sustain.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Capacity {
@@ -231,6 +253,9 @@ pub struct Capacity {
     pub shared_cpu: f64,
     /// batch / (transfer + compute) per step.
     pub compute: f64,
+    /// A loader in the training process: batch / (loading the batch + transfer + compute), the
+    /// two in turn; infinite with workers.
+    pub in_process: f64,
 }
 
 /// Which term of the model binds.
@@ -240,6 +265,7 @@ pub enum Bound {
     LoaderCpu,
     SharedCpu,
     Compute,
+    InProcess,
 }
 
 impl Capacity {
@@ -250,12 +276,14 @@ impl Capacity {
 
     /// The model's throughput: the minimum of all capacities.
     pub fn throughput(&self) -> f64 {
-        self.loader().min(self.shared_cpu).min(self.compute)
+        self.loader().min(self.shared_cpu).min(self.compute).min(self.in_process)
     }
 
     pub fn bound(&self) -> Bound {
         let x = self.throughput();
-        if x == self.compute {
+        if x == self.in_process {
+            Bound::InProcess
+        } else if x == self.compute {
             Bound::Compute
         } else if x == self.loader_latency {
             Bound::LoaderLatency
@@ -410,13 +438,14 @@ impl Pipeline {
                 .filter(|t| t.name.starts_with("compute") || t.name == "train")
                 .map(|t| f64::from(t.cpu_mean_pct) / 100.0)
                 .sum();
-            let busy_ms = if cores_used > 0.0 {
-                cores_used * s.split.mean_step_ms
+            if cores_used > 0.0 {
+                (cores_used * s.split.mean_step_ms).max(0.0) / batch
             } else {
-                // Not sampled: assume the compute keeps every free core busy while it runs.
-                s.split.compute_ms * free_cores
-            };
-            busy_ms.max(0.0) / batch
+                tree_compute_cpu_ms(s, &loader).unwrap_or_else(|| {
+                    // Not sampled: assume the compute keeps every free core busy while it runs.
+                    (s.split.compute_ms * free_cores).max(0.0) / batch
+                })
+            }
         } else {
             0.0
         };
@@ -446,6 +475,7 @@ impl Pipeline {
             .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms);
         let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
+            in_process: st.workers == 0,
             cores,
             free_cores,
             cpu_device,
@@ -495,6 +525,11 @@ impl Pipeline {
                 f64::INFINITY
             },
             compute: per_s(self.batch, self.transfer_ms + self.compute_ms),
+            in_process: if self.in_process {
+                per_s(self.batch, self.batch * self.loader_wall_ms() + self.transfer_ms + self.compute_ms)
+            } else {
+                f64::INFINITY
+            },
         }
     }
 
@@ -514,7 +549,7 @@ impl Pipeline {
 
     /// With `n` loader workers.
     pub fn with_workers(&self, n: usize) -> Pipeline {
-        Pipeline { workers: n.max(1) as f64, ..self.clone() }
+        Pipeline { workers: n.max(1) as f64, in_process: n == 0, ..self.clone() }
     }
 
     /// Images stored at the model's input size: resize nearly vanishes, decode shrinks.

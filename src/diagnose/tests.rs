@@ -1349,3 +1349,46 @@ fn a_dataset_that_decodes_inside_getitem_is_preprocessing_not_overhead() {
     assert_eq!(v.limiter, Limiter::Preprocess, "{v:#?}");
     assert!(!v.headline.contains("already in memory"), "{}", v.headline);
 }
+
+#[test]
+fn a_python_runs_compute_cpu_is_its_process_trees_less_the_loaders_not_every_free_core() {
+    // A torchvision script, num_workers=0 on 2 idle cores, one compute thread: 68.7 ms steps
+    // of 32 (wait 27.4, compute 41.3), the process 102% of a core, no compute threads sampled.
+    let mut b = B::new()
+        .device("cpu")
+        .workers(0, 2)
+        .loader(&[("decode", 0.30, 1.0), ("resize", 0.45, 0.93), ("augment", 0.04, 1.0)])
+        .step(27.4, 0.0, 41.3)
+        .cpu(55.0, 102.0);
+    b.0.images = 50 * 32;
+    let p = Pipeline::from_summary(&b.0);
+    let want = 1.02 * 68.7 / 32.0 - (0.30 + 0.45 * 0.93 + 0.04);
+    assert!((p.compute_cpu_ms_per_image - want).abs() < 1e-6, "{} vs {want}", p.compute_cpu_ms_per_image);
+    // Unsampled, the compute is assumed to keep both cores busy: 41.3 × 2 / 32 ms per image.
+    b.0.machine.process_cpu_mean_pct = None;
+    let q = Pipeline::from_summary(&b.0);
+    assert!((q.compute_cpu_ms_per_image - 41.3 * 2.0 / 32.0).abs() < 1e-6, "{}", q.compute_cpu_ms_per_image);
+}
+
+#[test]
+fn a_loader_in_the_training_process_loads_and_trains_in_turn_and_workers_overlap_them() {
+    // num_workers=0: 32 images at 0.85 ms each, then 34.3 ms of compute, one after the other.
+    let b = B::new()
+        .device("cpu")
+        .workers(0, 2)
+        .loader(&[("decode", 0.40, 1.0), ("resize", 0.45, 1.0)])
+        .step(27.2, 0.0, 34.3)
+        .cpu(50.0, 100.0);
+    let mut b = b;
+    b.0.images = 50 * 32;
+    let p = Pipeline::from_summary(&b.0);
+    assert!(p.in_process);
+    let today = p.capacity();
+    assert_eq!(today.bound(), model::Bound::InProcess);
+    assert!((today.throughput() - 32_000.0 / (32.0 * 0.85 + 34.3)).abs() < 1e-6, "{today:?}");
+    // Two workers load beside the loop: it is left with its compute.
+    let two = p.with_workers(2);
+    assert!(!two.in_process);
+    assert!(two.capacity().in_process.is_infinite());
+    assert!(two.capacity().throughput() > today.throughput() * 1.5, "{:?}", two.capacity());
+}
