@@ -292,10 +292,14 @@ fn render_epochs(o: &mut String, s: &Summary) {
         let _ =
             writeln!(o, "{}", if val { format!(" {:>9} {:>12}", "val_loss", "val_accuracy") } else { String::new() });
         for e in &s.epochs {
+            let epoch = match e.through {
+                Some(t) => format!("{}–{t}", e.epoch),
+                None => e.epoch.to_string(),
+            };
             let _ = write!(
                 o,
                 "{:<6} {:>6} {:>8} {:>9} {:>9} {:>7.1}s",
-                e.epoch,
+                epoch,
                 e.steps,
                 e.images,
                 if e.no_loss { "-".to_string() } else { format!("{:.4}", e.loss) },
@@ -638,6 +642,7 @@ mod tests {
             seconds: 1.0,
             val_loss: None,
             val_accuracy: None,
+            through: None,
         });
         s.skipped.push(Skipped { path: "a/b.png".into(), reason: "truncated".into() });
         let r = render(&s, &crate::diagnose::diagnose(&s));
@@ -773,6 +778,7 @@ mod tests {
             seconds: 1.0,
             val_loss: Some(0.875),
             val_accuracy: Some(0.75),
+            through: None,
         });
         let r = render(&s, &crate::diagnose::diagnose(&s));
         assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");

@@ -7,6 +7,8 @@ use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 const MS: u64 = 1_000_000;
 
 /// A run of `steps` steps of 4 images: each image decodes in `decode_ms`, each step waits
@@ -174,4 +176,21 @@ fn report_reads_one_trace_per_rank_and_names_the_straggler() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("plain.json: not one rank of a distributed run"), "{err}");
+}
+
+#[test]
+fn a_crafted_summary_with_a_huge_hostile_name_gives_a_short_clean_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.json");
+    let mut v = serde_json::to_value(pipeprof::diagnose::Diagnosed::default()).unwrap();
+    v["schema_version"] = pipeprof::aggregate::SUMMARY_SCHEMA_VERSION.into();
+    // 900 KB of program name with a terminal escape in it (before: 533 MB and a panic).
+    v["settings"]["model"] = format!("\u{1b}]0;owned\u{7}{}", "m".repeat(900_000)).into();
+    v["failed"] = "boom\u{1b}[2J".into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    let out = common::pipeprof(&["report", path.to_str().unwrap()]);
+    let (stdout, stderr) = (common::text(&out.stdout), common::text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.len() < 64 * 1024, "{} bytes of report", stdout.len());
+    assert!(!stdout.contains('\u{1b}') && !stderr.contains('\u{1b}'), "an escape reached the terminal");
 }

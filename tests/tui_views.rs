@@ -96,6 +96,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 seconds: 3.0,
                 val_loss: None,
                 val_accuracy: None,
+                through: None,
             },
             EpochSummary {
                 no_loss: false,
@@ -107,6 +108,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 seconds: 2.0,
                 val_loss: None,
                 val_accuracy: None,
+                through: None,
             },
         ],
         events_received: 5000,

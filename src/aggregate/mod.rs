@@ -4,6 +4,9 @@ use hdrhistogram::Histogram;
 use probes::fsinfo::FsInfo;
 pub mod machine;
 pub mod ranks;
+pub mod settings;
+
+pub use settings::RunSettings;
 
 use machine::{MachineAgg, MachineSummary};
 use probes::{Event, LayerRecord, SpanRecord, Stage, StepRecord, NONE};
@@ -32,6 +35,12 @@ pub const MAX_LAYERS: usize = 256;
 /// Recent per-step timings kept for charts.
 pub const RECENT_POINTS: usize = 1024;
 
+/// Epochs listed one by one at each end of the epoch table; the ones between are summed into
+/// one row (a loop that calls `next(iter(loader))` every step starts an epoch per step).
+pub const EPOCHS_KEPT: usize = 50;
+/// Longest thread name, skipped path or reason kept (characters).
+pub const MAX_TEXT: usize = 1024;
+
 /// One training step's split, from its spans (for charts).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct StepPoint {
@@ -59,96 +68,16 @@ pub struct Snapshot {
     pub now_ns: u64,
 }
 
-/// Settings of the run, echoed in the report and summary.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct RunSettings {
-    pub model: String,
-    pub data: String,
-    pub images: usize,
-    pub classes: Vec<String>,
-    pub device: String,
-    pub workers: usize,
-    pub cores: usize,
-    pub batch_size: usize,
-    pub prefetch: usize,
-    pub epochs: usize,
-    pub max_steps: Option<u64>,
-    pub seed: u64,
-    pub input: [usize; 3],
-    pub params: usize,
-    /// Simulated slowdowns active in this run (`--throttle-read 2MB/s`, `--slow decode=+5ms`),
-    /// shown in every report and flagged by the diagnosis.
-    pub simulated: Vec<String>,
-    /// How `--workers auto` chose the worker count, step by step (empty for a fixed count).
-    pub auto_workers: Vec<String>,
-    /// Files in class folders that are not images pipeprof reads, by extension ("3 .txt,
-    /// 1 .heic"); empty when there were none.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub ignored: String,
-    /// The framework of an attached or `pipeprof run` program ("pytorch", "keras"); empty for
-    /// pipeprof's own training. Advice names that framework's knobs.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub framework: String,
-    /// PyTorch `DataLoader(pin_memory=…)`, when the run said.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pin_memory: Option<bool>,
-    /// PyTorch `DataLoader(persistent_workers=…)`, when the run said.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub persistent_workers: Option<bool>,
-    /// The program reports no correct-prediction counts (a PyTorch loop profiled with no edit):
-    /// views show no accuracy rather than 0%.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub no_accuracy: bool,
-    /// The program's host→device copies are not timed apart (a PyTorch loop profiled with no
-    /// edit: timing them would need `Tensor.to` replaced): they are inside compute, and views
-    /// show the transfer as `-`, not 0.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub transfer_unmeasured: bool,
-    /// PyTorch `DataLoader(prefetch_factor=…)`: batches queued per worker.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefetch_factor: Option<usize>,
-    /// Settings the run sent that did not read ("input = \"3x150x150\": …"): the others
-    /// are kept.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unreadable: Vec<String>,
-}
-
-impl RunSettings {
-    /// Merges settings sent as JSON, key by key: a key whose value does not read is listed in
-    /// [`RunSettings::unreadable`] and the others are kept (one bad key never drops them all).
-    /// Keys pipeprof does not know are ignored. Returns the refused keys' messages.
-    pub fn merge_json(&mut self, v: &serde_json::Value) -> Vec<String> {
-        let Some(obj) = v.as_object() else {
-            if v.is_null() {
-                return Vec::new();
-            }
-            let why = format!("settings are not a JSON object: {v}");
-            self.unreadable.push(why.clone());
-            return vec![why];
-        };
-        let Ok(mut cur) = serde_json::to_value(&*self) else { return Vec::new() };
-        let mut refused = Vec::new();
-        for (k, val) in obj {
-            if k == "unreadable" {
-                continue;
-            }
-            let mut trial = cur.clone();
-            if let Some(o) = trial.as_object_mut() {
-                o.insert(k.clone(), val.clone());
-            }
-            match serde_json::from_value::<RunSettings>(trial.clone()) {
-                Ok(mut s) => {
-                    s.unreadable = std::mem::take(&mut self.unreadable);
-                    *self = s;
-                    cur = trial;
-                }
-                Err(e) => refused.push(format!("{k} = {val}: {e}")),
-            }
-        }
-        self.unreadable.extend(refused.iter().cloned());
-        refused
-    }
+/// A message from another process (a failure, with its traceback's last line): line breaks
+/// kept, other control characters replaced, at most 16 × [`MAX_TEXT`] characters.
+pub fn clean_text(text: &str) -> String {
+    text.split('\n')
+        .map(|l| settings::clean_name(l, 16 * MAX_TEXT))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .chars()
+        .take(16 * MAX_TEXT)
+        .collect()
 }
 
 /// One layer's mean forward and backward time per step (pipeprof's own model).
@@ -359,6 +288,10 @@ pub struct EpochSummary {
     pub val_loss: Option<f64>,
     #[serde(default)]
     pub val_accuracy: Option<f64>,
+    /// A row that sums the epochs from `epoch` through this one (the table keeps the first and
+    /// last [`EPOCHS_KEPT`] apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<u32>,
 }
 
 /// A stage open past the stall threshold (see [`probes::Event::Stalled`]).
@@ -483,6 +416,28 @@ pub struct Summary {
 impl Summary {
     /// The compute step's parts (each layer's forward and backward, the optimizer), largest
     /// first, as shares of the mean compute span; empty without per-layer times.
+    /// Every name a file or another process could have written, capped and free of control
+    /// characters (a summary read back from a file may be crafted).
+    pub fn clean_names(&mut self) {
+        self.settings.clean_names();
+        let name = |s: &mut String| *s = settings::clean_name(s, MAX_TEXT);
+        self.threads.values_mut().for_each(name);
+        self.loader_threads.iter_mut().for_each(|t| name(&mut t.name));
+        self.skipped.iter_mut().for_each(|k| {
+            name(&mut k.path);
+            name(&mut k.reason);
+        });
+        self.stalls.iter_mut().for_each(|st| {
+            name(&mut st.thread);
+            name(&mut st.file);
+            name(&mut st.stage);
+        });
+        self.layers.iter_mut().for_each(|l| name(&mut l.name));
+        if let Some(f) = &mut self.failed {
+            *f = clean_text(f);
+        }
+    }
+
     pub fn compute_parts(&self) -> Vec<ComputePart> {
         let mean = |st: Stage| self.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms);
         // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
@@ -513,6 +468,13 @@ impl Summary {
 }
 
 #[derive(Default, Clone)]
+struct Folded {
+    first: u32,
+    last: u32,
+    agg: EpochAgg,
+}
+
+#[derive(Default, Clone)]
 struct EpochAgg {
     steps: u64,
     images: u64,
@@ -526,6 +488,22 @@ struct EpochAgg {
     val_loss_sum: f64,
     val_loss_images: u64,
     val_correct: u64,
+}
+
+impl EpochAgg {
+    fn add(&mut self, o: &EpochAgg) {
+        self.start_ns = if self.steps == 0 { o.start_ns } else { self.start_ns.min(o.start_ns) };
+        self.end_ns = self.end_ns.max(o.end_ns);
+        self.steps += o.steps;
+        self.images += o.images;
+        self.loss_sum += o.loss_sum;
+        self.loss_images += o.loss_images;
+        self.correct += o.correct;
+        self.val_images += o.val_images;
+        self.val_loss_sum += o.val_loss_sum;
+        self.val_loss_images += o.val_loss_images;
+        self.val_correct += o.val_correct;
+    }
 }
 
 /// The training loop's wait / transfer / compute totals over a phase of the run.
@@ -567,6 +545,8 @@ pub struct Aggregator {
     threads: BTreeMap<u32, String>,
     loader_threads: BTreeMap<u32, ThreadLoad>,
     epochs: BTreeMap<u32, EpochAgg>,
+    /// Epochs past the first [`EPOCHS_KEPT`] and before the last ones, summed.
+    folded: Option<Folded>,
     recent: VecDeque<StepRecord>,
     steps: u64,
     images: u64,
@@ -614,6 +594,7 @@ impl Aggregator {
             threads: BTreeMap::new(),
             loader_threads: BTreeMap::new(),
             epochs: BTreeMap::new(),
+            folded: None,
             recent: VecDeque::with_capacity(RECENT_STEPS),
             steps: 0,
             images: 0,
@@ -698,6 +679,26 @@ impl Aggregator {
         &mut self.settings
     }
 
+    /// The accumulator of epoch `e`: its own, or the summed middle of the table. At most
+    /// 2 × [`EPOCHS_KEPT`] epochs are kept apart: a new one beyond that moves the oldest of the
+    /// last ones into the middle.
+    fn epoch(&mut self, e: u32) -> &mut EpochAgg {
+        let in_fold = self.folded.as_ref().is_some_and(|f| (f.first..=f.last).contains(&e));
+        if !in_fold && !self.epochs.contains_key(&e) && self.epochs.len() >= 2 * EPOCHS_KEPT {
+            if let Some(&mid) = self.epochs.keys().nth(EPOCHS_KEPT) {
+                if let Some(a) = self.epochs.remove(&mid) {
+                    let f = self.folded.get_or_insert(Folded { first: mid, last: mid, agg: EpochAgg::default() });
+                    (f.first, f.last) = (f.first.min(mid), f.last.max(mid));
+                    f.agg.add(&a);
+                }
+            }
+        }
+        match (in_fold, self.folded.as_mut()) {
+            (true, Some(f)) => &mut f.agg,
+            _ => self.epochs.entry(e).or_default(),
+        }
+    }
+
     fn see(&mut self, start: u64, end: u64) {
         self.first_ns = self.first_ns.min(start);
         self.last_ns = self.last_ns.max(end);
@@ -748,7 +749,7 @@ impl Aggregator {
                 }
             }
             Event::Thread { id, name } => {
-                self.threads.insert(*id, name.to_string());
+                self.threads.insert(*id, settings::clean_name(name, MAX_TEXT));
             }
             Event::Step(st) if !st.validation => {
                 self.steps += 1;
@@ -758,7 +759,7 @@ impl Aggregator {
                     self.last_loss = Some(st.loss as f64);
                     Divergence::see(&mut self.diverged, st.step, st.loss);
                 }
-                let e = self.epochs.entry(st.epoch).or_default();
+                let e = self.epoch(st.epoch);
                 if e.steps == 0 {
                     e.start_ns = st.end_ns;
                 }
@@ -777,7 +778,7 @@ impl Aggregator {
                 self.recent.push_back(*st);
             }
             Event::Step(st) => {
-                let e = self.epochs.entry(st.epoch).or_default();
+                let e = self.epoch(st.epoch);
                 e.val_images += st.images as u64;
                 if !st.no_loss {
                     e.val_loss_sum += st.loss as f64 * st.images as f64;
@@ -789,7 +790,8 @@ impl Aggregator {
             Event::Skipped { path, reason } => {
                 self.skipped_count += 1;
                 if self.skipped.len() < MAX_SKIPPED_LISTED {
-                    self.skipped.push(Skipped { path: path.to_string(), reason: reason.to_string() });
+                    let (path, reason) = (settings::clean_name(path, MAX_TEXT), settings::clean_name(reason, MAX_TEXT));
+                    self.skipped.push(Skipped { path, reason });
                 }
             }
             Event::Host(h) => self.machine.push_host(h),
@@ -826,7 +828,7 @@ impl Aggregator {
                 self.settings.merge_json(v);
             }
             Event::Failed(why) => {
-                self.failed.get_or_insert_with(|| why.to_string());
+                self.failed.get_or_insert_with(|| clean_text(why));
             }
             Event::Layer(l) => self.push_layer(l),
             Event::Finish | Event::Spans(_) | Event::Ranked(..) => {}
@@ -966,11 +968,15 @@ impl Aggregator {
         let workers = self.settings.workers.max(1) as f64;
         let loader_busy =
             if elapsed_ns > 0 { (loader_ns as f64 / (workers * elapsed_ns as f64)).min(1.0) } else { 0.0 };
-        let epochs = self
-            .epochs
-            .iter()
-            .map(|(e, a)| EpochSummary {
+        let folded = self.folded.as_ref().map(|f| (f.first, &f.agg, Some(f.last + 1)));
+        let mut rows: Vec<(u32, &EpochAgg, Option<u32>)> =
+            self.epochs.iter().map(|(e, a)| (*e, a, None)).chain(folded).collect();
+        rows.sort_by_key(|r| r.0);
+        let epochs = rows
+            .into_iter()
+            .map(|(e, a, through)| EpochSummary {
                 epoch: e + 1,
+                through,
                 steps: a.steps,
                 images: a.images,
                 loss: if a.loss_images > 0 { a.loss_sum / a.loss_images as f64 } else { 0.0 },
@@ -1441,6 +1447,61 @@ mod tests {
         assert!((s.epochs[0].loss - 2.0).abs() < 1e-9 && !s.epochs[0].no_loss, "{:?}", s.epochs[0]);
         assert!(s.epochs[1].no_loss, "{:?}", s.epochs[1]);
         assert_eq!(s.last_loss, Some(2.0));
+    }
+
+    #[test]
+    fn the_epoch_table_keeps_the_first_and_last_epochs_and_sums_the_rest() {
+        // `next(iter(loader))` every step: an epoch per step, 100,000 of them.
+        let mut a = Aggregator::new(RunSettings::default());
+        let n = 100_000u32;
+        for i in 0..n {
+            a.push(&step(u64::from(i), i, 1.0, 2, 1_000 + u64::from(i)));
+        }
+        let s = a.summary();
+        assert_eq!(s.epochs.len(), 2 * EPOCHS_KEPT + 1);
+        assert_eq!((s.epochs[0].epoch, s.epochs[EPOCHS_KEPT - 1].epoch), (1, EPOCHS_KEPT as u32));
+        let mid = &s.epochs[EPOCHS_KEPT];
+        assert_eq!((mid.epoch, mid.through), (EPOCHS_KEPT as u32 + 1, Some(n - EPOCHS_KEPT as u32)));
+        assert_eq!(mid.steps, u64::from(n) - 2 * EPOCHS_KEPT as u64);
+        assert_eq!(s.epochs.last().map(|e| (e.epoch, e.through)), Some((n, None)));
+        // Nothing is lost: the rows add up to the run.
+        assert_eq!(s.epochs.iter().map(|e| e.images).sum::<u64>(), s.images);
+        assert!((mid.loss - 1.0).abs() < 1e-9 && (mid.accuracy - 0.5).abs() < 1e-9);
+        // A validation step for a summed epoch goes into its row.
+        let mut v = StepRecord {
+            no_loss: false,
+            step: 0,
+            epoch: 500,
+            images: 4,
+            loss: 2.0,
+            correct: 4,
+            end_ns: 9,
+            queued: 0,
+            validation: true,
+        };
+        a.push(&Event::Step(v));
+        v.epoch = n - 1;
+        a.push(&Event::Step(v));
+        let s = a.summary();
+        assert_eq!(s.epochs[EPOCHS_KEPT].val_loss, Some(2.0));
+        assert_eq!(s.epochs.last().and_then(|e| e.val_accuracy), Some(1.0));
+        // Short runs are listed whole.
+        let mut b = Aggregator::new(RunSettings::default());
+        (0..100).for_each(|i| b.push(&step(i, i as u32, 1.0, 2, 1_000 + i)));
+        assert!(b.summary().epochs.iter().all(|e| e.through.is_none()));
+    }
+
+    #[test]
+    fn names_from_other_processes_are_capped_and_lose_their_control_characters() {
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&Event::Thread { id: 3, name: format!("w\u{1b}[2J{}", "x".repeat(900_000)).into() });
+        a.push(&Event::Skipped { path: "a\rb.png".into(), reason: "bad\u{7}".into() });
+        a.push(&Event::Failed("Error: x\u{1b}]0;t\u{7}\nline 2".into()));
+        let s = a.summary();
+        assert_eq!(s.threads[&3].chars().count(), MAX_TEXT);
+        assert!(s.threads[&3].starts_with("w?[2J"));
+        assert_eq!((s.skipped[0].path.as_str(), s.skipped[0].reason.as_str()), ("a?b.png", "bad?"));
+        assert_eq!(s.failed.as_deref(), Some("Error: x?]0;t?\nline 2"));
     }
 
     #[test]

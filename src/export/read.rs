@@ -22,22 +22,12 @@ pub enum ReadError {
     Schema { path: String, found: u64, expected: u32 },
 }
 
-/// Most cores a run read back may claim (the views size their tables and candidate pipelines
-/// by it).
-pub const MAX_CORES: usize = 1 << 16;
+pub use crate::aggregate::settings::MAX_CORES;
 
 /// The settings of a run read from a file or a socket, in the ranges `profile` accepts: a
 /// damaged or hostile file is refused, not trusted to size loops and tables.
 pub fn check_settings(s: &RunSettings) -> Result<(), String> {
-    use crate::config::validate::{in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH, MAX_WORKERS};
-    let checks = [
-        in_range("settings.cores", s.cores, 0, MAX_CORES),
-        in_range("settings.workers", s.workers, 0, MAX_WORKERS),
-        in_range("settings.batch_size", s.batch_size, 0, MAX_BATCH_SIZE),
-        in_range("settings.prefetch", s.prefetch, 0, MAX_PREFETCH),
-        in_range("settings.epochs", s.epochs, 0, MAX_EPOCHS),
-    ];
-    checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+    s.check_ranges()
 }
 
 /// A summary read back: its settings and machine in range.
@@ -189,7 +179,11 @@ impl TraceSummary {
         let capped = self.capped;
         let mut s = self.agg.summary();
         if let Some(w) = self.written {
-            // What a trace cannot carry, the summary written at the end of the run has.
+            // What a trace cannot carry, the summary written at the end of the run has (its
+            // settings too: every key the run merged, checked as it merged them).
+            if w.settings.check_ranges().is_ok() {
+                s.settings = w.settings;
+            }
             s.events_received = w.events_received;
             s.events_dropped = w.events_dropped;
             s.machine = w.machine;
@@ -339,7 +333,7 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
             return Err(ReadError::Format { path: p, why: "no trace events found".into() });
         }
         check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p.clone(), why })?;
-        return Ok(Loaded { summary, events, complete, capped });
+        return Ok(Loaded { summary: cleaned(summary), events, complete, capped });
     }
     let text = std::fs::read_to_string(path).map_err(io)?;
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
@@ -353,7 +347,7 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
             let summary: Summary =
                 serde_json::from_value(v).map_err(|e| ReadError::Format { path: p.clone(), why: e.to_string() })?;
             check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p.clone(), why })?;
-            return Ok(Loaded { summary, events: 0, complete: true, capped: false });
+            return Ok(Loaded { summary: cleaned(summary), events: 0, complete: true, capped: false });
         }
     }
     let (events, complete) = parse_trace_text(&text);
@@ -362,7 +356,13 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
     }
     let (summary, capped) = summary_from_trace(&events);
     check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p, why })?;
-    Ok(Loaded { summary, events: events.len(), complete, capped })
+    Ok(Loaded { summary: cleaned(summary), events: events.len(), complete, capped })
+}
+
+/// A summary read from a file, its names capped and free of control characters.
+fn cleaned(mut s: Summary) -> Summary {
+    s.clean_names();
+    s
 }
 
 #[cfg(test)]
@@ -444,8 +444,14 @@ mod tests {
             r#"{"ph":"i","name":"settings","ts":0,"args":{"workers":4294967296,"batch_size":4}}"#
         );
         std::fs::write(&path, trace).unwrap();
-        let e = load(&path).unwrap_err().to_string();
-        assert!(e.contains("settings.workers"), "{e}");
+        // Refused key by key, like a value that does not read: listed, the others kept.
+        let l = load(&path).unwrap();
+        assert_eq!((l.summary.settings.workers, l.summary.settings.batch_size), (0, 4));
+        assert!(
+            l.summary.settings.unreadable.iter().any(|u| u.contains("settings.workers")),
+            "{:?}",
+            l.summary.settings
+        );
     }
 
     #[test]

@@ -216,7 +216,12 @@ fn send(probe: &Probe, rank: Option<crate::Rank>, ev: Event) {
 /// connection drops, or it sends something malformed.
 pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
     let hello = match wire::read_frame(conn) {
-        Ok(Frame::Hello(h)) => h,
+        Ok(Frame::Hello(mut h)) => {
+            // The name labels every thread of the producer and is printed: capped, and no
+            // control character reaches a terminal.
+            h.program = h.program.chars().take(MAX_THREAD_NAME).map(|c| if c.is_control() { '?' } else { c }).collect();
+            h
+        }
         Ok(_) => {
             let why = "a producer must say hello first".to_string();
             let error = Some(WireError::Malformed { what: "hello", why });

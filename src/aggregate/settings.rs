@@ -1,0 +1,239 @@
+//! The run's settings, as pipeprof knows them or as a program, a socket or a file said them:
+//! merged key by key, each value range-checked, each name capped and stripped of control
+//! characters. Pure.
+//!
+//! Settings come from outside: a producer's hello or settings frame (any local process of the
+//! run), an attached program, a trace or summary read back. A number out of range
+//! (`{"cores": 1e11}` sized a table of 10^11 cores) is refused like a key whose value does not
+//! read: listed in [`RunSettings::unreadable`], the others kept. A name (a 900 KB program name
+//! became 533 MB of report) is cut to [`MAX_NAME`] characters before anything formats it.
+
+use serde::{Deserialize, Serialize};
+
+/// Most cores a run may claim (the views size their tables and candidate pipelines by it).
+pub const MAX_CORES: usize = 1 << 16;
+/// Most loader workers: far past the cores of any one machine.
+pub const MAX_WORKERS: usize = 1024;
+/// Largest batch.
+pub const MAX_BATCH_SIZE: usize = 1 << 16;
+/// Deepest prefetch queue, in batches (and `prefetch_factor`).
+pub const MAX_PREFETCH: usize = 4096;
+/// Most epochs.
+pub const MAX_EPOCHS: usize = 1_000_000;
+/// Largest side or channel count of the input.
+pub const MAX_INPUT_SIDE: usize = 1 << 16;
+/// Most images in a data set.
+pub const MAX_IMAGES: usize = 1 << 40;
+/// Most parameters of a model.
+pub const MAX_PARAMS: usize = 1 << 44;
+/// Longest name kept (a program, model, data folder, class, device, framework), in characters.
+pub const MAX_NAME: usize = 256;
+/// Most entries kept in a list of notes (simulated slowdowns, `--workers auto` steps, refused
+/// keys).
+pub const MAX_LISTED: usize = 4096;
+/// Most classes (ImageNet-21k has 21,841).
+pub const MAX_CLASSES: usize = 1 << 17;
+
+/// Settings of the run, echoed in the report and summary.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RunSettings {
+    pub model: String,
+    pub data: String,
+    pub images: usize,
+    pub classes: Vec<String>,
+    pub device: String,
+    pub workers: usize,
+    pub cores: usize,
+    pub batch_size: usize,
+    pub prefetch: usize,
+    pub epochs: usize,
+    pub max_steps: Option<u64>,
+    pub seed: u64,
+    pub input: [usize; 3],
+    pub params: usize,
+    /// Simulated slowdowns active in this run (`--throttle-read 2MB/s`, `--slow decode=+5ms`),
+    /// shown in every report and flagged by the diagnosis.
+    pub simulated: Vec<String>,
+    /// How `--workers auto` chose the worker count, step by step (empty for a fixed count).
+    pub auto_workers: Vec<String>,
+    /// Files in class folders that are not images pipeprof reads, by extension ("3 .txt,
+    /// 1 .heic"); empty when there were none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub ignored: String,
+    /// The framework of an attached or `pipeprof run` program ("pytorch", "keras"); empty for
+    /// pipeprof's own training. Advice names that framework's knobs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub framework: String,
+    /// PyTorch `DataLoader(pin_memory=…)`, when the run said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_memory: Option<bool>,
+    /// PyTorch `DataLoader(persistent_workers=…)`, when the run said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistent_workers: Option<bool>,
+    /// The program reports no correct-prediction counts (a PyTorch loop profiled with no edit):
+    /// views show no accuracy rather than 0%.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_accuracy: bool,
+    /// The program's host→device copies are not timed apart (a PyTorch loop profiled with no
+    /// edit: timing them would need `Tensor.to` replaced): they are inside compute, and views
+    /// show the transfer as `-`, not 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transfer_unmeasured: bool,
+    /// PyTorch `DataLoader(prefetch_factor=…)`: batches queued per worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_factor: Option<usize>,
+    /// Settings the run sent that did not read ("input = \"3x150x150\": …"): the others
+    /// are kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// `name` with control characters (escape codes, carriage returns, line breaks) replaced by
+/// `?` and cut to `max` characters (an ellipsis marks the cut): safe to print anywhere.
+pub fn clean_name(name: &str, max: usize) -> String {
+    let mut out: String = name.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect();
+    if name.chars().nth(max).is_some() {
+        out.pop();
+        out.push('…');
+    }
+    out
+}
+
+/// `v` in `lo..=hi`, or a message naming `what` and the range.
+fn in_range(what: &str, v: usize, lo: usize, hi: usize) -> Result<(), String> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{what} must be between {lo} and {hi}, got {v}"))
+    }
+}
+
+impl RunSettings {
+    /// Every number in the range pipeprof accepts, or the first that is not.
+    pub fn check_ranges(&self) -> Result<(), String> {
+        let opt = |v: Option<usize>| v.unwrap_or(0);
+        let checks = [
+            in_range("settings.cores", self.cores, 0, MAX_CORES),
+            in_range("settings.workers", self.workers, 0, MAX_WORKERS),
+            in_range("settings.batch_size", self.batch_size, 0, MAX_BATCH_SIZE),
+            in_range("settings.prefetch", self.prefetch, 0, MAX_PREFETCH),
+            in_range("settings.prefetch_factor", opt(self.prefetch_factor), 0, MAX_PREFETCH),
+            in_range("settings.epochs", self.epochs, 0, MAX_EPOCHS),
+            in_range("settings.images", self.images, 0, MAX_IMAGES),
+            in_range("settings.params", self.params, 0, MAX_PARAMS),
+            in_range("settings.input", self.input.iter().copied().max().unwrap_or(0), 0, MAX_INPUT_SIDE),
+            in_range("settings.classes", self.classes.len(), 0, MAX_CLASSES),
+        ];
+        checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+    }
+
+    /// Names capped at [`MAX_NAME`] and free of control characters, lists at [`MAX_LISTED`].
+    pub fn clean_names(&mut self) {
+        for s in [&mut self.model, &mut self.data, &mut self.device, &mut self.framework, &mut self.ignored] {
+            if s.len() > MAX_NAME || s.chars().any(char::is_control) {
+                *s = clean_name(s, MAX_NAME);
+            }
+        }
+        self.classes.truncate(MAX_CLASSES);
+        for list in [&mut self.simulated, &mut self.auto_workers, &mut self.unreadable] {
+            list.truncate(MAX_LISTED);
+        }
+        for list in [&mut self.classes, &mut self.simulated, &mut self.auto_workers, &mut self.unreadable] {
+            for s in list.iter_mut() {
+                if s.len() > MAX_NAME || s.chars().any(char::is_control) {
+                    *s = clean_name(s, MAX_NAME);
+                }
+            }
+        }
+    }
+
+    /// Merges settings sent as JSON, key by key: a key whose value does not read, or reads
+    /// out of range, is listed in [`RunSettings::unreadable`] and the others are kept (one bad
+    /// key never drops them all). Keys pipeprof does not know are ignored. Names are cleaned
+    /// ([`RunSettings::clean_names`]). Returns the refused keys' messages.
+    pub fn merge_json(&mut self, v: &serde_json::Value) -> Vec<String> {
+        let Some(obj) = v.as_object() else {
+            if v.is_null() {
+                return Vec::new();
+            }
+            let why = format!("settings are not a JSON object: {}", clean_name(&v.to_string(), MAX_NAME));
+            self.unreadable.push(why.clone());
+            return vec![why];
+        };
+        let Ok(mut cur) = serde_json::to_value(&*self) else { return Vec::new() };
+        let mut refused = Vec::new();
+        for (k, val) in obj {
+            if k == "unreadable" {
+                continue;
+            }
+            let mut trial = cur.clone();
+            if let Some(o) = trial.as_object_mut() {
+                o.insert(k.clone(), val.clone());
+            }
+            let shown = || format!("{} = {}", clean_name(k, MAX_NAME), clean_name(&val.to_string(), MAX_NAME));
+            match serde_json::from_value::<RunSettings>(trial.clone()) {
+                Ok(s) => match s.check_ranges() {
+                    Ok(()) => {
+                        let unreadable = std::mem::take(&mut self.unreadable);
+                        *self = RunSettings { unreadable, ..s };
+                        cur = trial;
+                    }
+                    Err(why) => refused.push(format!("{}: out of range ({why})", shown())),
+                },
+                Err(e) => refused.push(format!("{}: {e}", shown())),
+            }
+        }
+        self.unreadable.extend(refused.iter().cloned());
+        self.clean_names();
+        refused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_out_of_range_are_listed_as_unreadable_and_the_rest_kept() {
+        let mut s = RunSettings::default();
+        let refused = s.merge_json(&json!({
+            "cores": 100_000_000_000u64,
+            "workers": 4,
+            "batch_size": 1u64 << 40,
+            "prefetch_factor": 1_000_000,
+            "input": [3, 150, 150],
+            "framework": "pytorch",
+        }));
+        assert_eq!((s.cores, s.workers, s.batch_size, s.prefetch_factor), (0, 4, 0, None));
+        assert_eq!((s.input, s.framework.as_str()), ([3, 150, 150], "pytorch"));
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(
+            refused.iter().any(|r| r.starts_with("cores = 100000000000: out of range (settings.cores")),
+            "{refused:?}"
+        );
+        assert_eq!(s.unreadable, refused);
+        assert!(s.check_ranges().is_ok());
+        // A float where a count goes does not read at all.
+        assert_eq!(s.merge_json(&json!({"cores": 1e11})).len(), 1);
+        assert_eq!(s.cores, 0);
+    }
+
+    #[test]
+    fn names_are_capped_and_cannot_drive_a_terminal() {
+        let mut s = RunSettings::default();
+        let huge = "x".repeat(900_000);
+        s.merge_json(&json!({
+            "model": huge,
+            "data": "/data\u{1b}]0;pwned\u{7}\r\nfake line",
+            "classes": vec!["c"; MAX_CLASSES + 10],
+        }));
+        assert_eq!(s.model.chars().count(), MAX_NAME);
+        assert!(s.model.ends_with('…'));
+        assert_eq!(s.data, "/data?]0;pwned???fake line");
+        assert_eq!(s.classes.len(), 0, "too many classes is out of range: {:?}", s.unreadable);
+        assert_eq!(clean_name("short", 10), "short");
+        assert_eq!(clean_name("abcdef", 3), "ab…");
+    }
+}
