@@ -84,7 +84,7 @@ fn main() {
 
     let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = l.addr();
-    let _serving = l.serve(Box::new(move || s.clone())).unwrap();
+    let _serving = l.serve(std::sync::Arc::new(move || s.clone())).unwrap();
     let n = 2_000;
     let t = Instant::now();
     for _ in 0..n {

@@ -159,9 +159,13 @@ LIBRARY_PATH=$(
 )${LIBRARY_PATH:+:$LIBRARY_PATH}
 export LIBRARY_PATH
 
-# The scaled JPEG decode links the system libjpeg (libjpeg.so.62), which a GPU machine need not
-# have: the CUDA build decodes JPEGs through the image crate unless PIPEPROF_NO_LIBJPEG=0.
-export PIPEPROF_NO_LIBJPEG=${PIPEPROF_NO_LIBJPEG:-1}
+# The scaled JPEG decode (libjpeg-turbo) is linked in statically by build.rs, as in every other
+# build: the GPU machine needs no libjpeg, and the build that most needs a fast loader has it.
+# PIPEPROF_NO_LIBJPEG=1 still turns it off (the image crate decodes at full size).
+if [[ ${PIPEPROF_NO_LIBJPEG:-0} == 0 ]]; then
+    unset PIPEPROF_NO_LIBJPEG
+    [[ -f /usr/include/jpeglib.h ]] || die "libjpeg-turbo's headers are missing (Debian: apt-get install libjpeg62-turbo-dev), or set PIPEPROF_NO_LIBJPEG=1 for the slower decoder"
+fi
 
 # 3. Build; in wheel mode, a failed link teaches the stubs their symbols and the link runs again
 # (only the final link repeats: everything else is cached).
@@ -215,6 +219,10 @@ done
 say "NEEDED: ${needed[*]}"
 [[ ${#unexpected[@]} -eq 0 ]] || die "unexpected shared libraries: ${unexpected[*]} (the GPU machine may lack them)"
 printf '%s\n' "${needed[@]}" | grep -qx libcuda.so.1 || die "$BIN does not link libcuda.so.1: not a CUDA build?"
+# libjpeg-turbo inside (its own error message is in the binary), and not as a shared library.
+if [[ -z ${PIPEPROF_NO_LIBJPEG:-} ]]; then
+    strings "$BIN" | grep -q 'Premature end of JPEG file' || die "$BIN has no libjpeg-turbo in it: was libjpeg.a found? (build.rs warns when not)"
+fi
 glibc=$(objdump -T "$BIN" | sed -n 's/.*GLIBC_\([0-9.]*\).*/\1/p' | sort -V | tail -n1)
 size=$(stat -c %s "$BIN")
 say "ok: $BIN ($((size / 1000000)) MB, compute capability $CAP, needs glibc >= $glibc)"

@@ -27,11 +27,12 @@ cargo test --release --workspace
 # installed alone from that resolution with no cache: at most one download sits beside what is
 # installed. triton (torch.compile's GPU compiler, ≈ 1 GB) is left out: no test compiles.
 # With everything already installed, the resolution lists nothing and nothing is fetched.
+# pip() below runs the python of `venv`, this function's own when it is called.
 install_python_deps() {
     local venv=$1 report
+    shift
     report=$(mktemp)
-    PIP_NO_CACHE_DIR=1 pip install --quiet --dry-run --report "$report" \
-        numpy pillow pytest torch torchvision keras jax
+    PIP_NO_CACHE_DIR=1 pip install --quiet --dry-run --report "$report" "$@"
     local resolved small=() pkg
     resolved=$("$venv/bin/python" -c '
 import json, sys
@@ -41,7 +42,7 @@ for item in json.load(open(sys.argv[1]))["install"]:
     for pkg in $resolved; do
         case "$pkg" in
             triton==*) ;;
-            nvidia-*|cuda-*|torch==*|torchvision==*|jaxlib==*|scipy==*)
+            nvidia-*|cuda-*|torch==*|torchvision==*|jaxlib==*|scipy==*|tensorflow*==*|keras==*|grpcio==*|h5py==*|libclang==*|ml_dtypes==*)
                 PIP_NO_CACHE_DIR=1 pip install --quiet --no-deps "$pkg" ;;
             *) small+=("$pkg") ;;
         esac
@@ -57,8 +58,22 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
-install_python_deps "$venv"
+install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
+
+# TensorFlow gets its own environment (the Keras-on-TensorFlow tests run their scripts with
+# its python, under the pipeprof command above): tensorflow-cpu (≈ 1 GB installed) beside
+# torch's CUDA libraries in one environment is what ran CI out of disk. tf-keras asks for
+# `tensorflow`, the GPU build of the same module: tensorflow-cpu provides it, so tf-keras
+# comes without its dependencies. scipy: ImageDataGenerator's transforms need it.
+tfvenv="$PWD/target/tfvenv"
+if [ ! -x "$tfvenv/bin/python" ]; then
+    python3 -m venv "$tfvenv"
+fi
+install_python_deps "$tfvenv" tensorflow-cpu==2.21.* pillow scipy
+tfpip() { "$tfvenv/bin/python" -m pip --disable-pip-version-check "$@"; }
+PIP_NO_CACHE_DIR=1 tfpip install --quiet --no-deps tf-keras==2.21.*
+tfpip install --quiet --force-reinstall --no-deps "$wheel"
 # pytest exits 5 when it collected no tests: with `set -e` that fails the run, as it must.
-PIPEPROF_BIN="$venv/bin/pipeprof" "$venv/bin/python" -m pytest python/tests -q -p no:cacheprovider
+PIPEPROF_BIN="$venv/bin/pipeprof" PIPEPROF_TF_PYTHON="$tfvenv/bin/python" "$venv/bin/python" -m pytest python/tests -q -p no:cacheprovider

@@ -197,10 +197,14 @@ fn list() -> anyhow::Result<()> {
     let dir = probes::attach::runtime_dir()?;
     let found = discover(&dir);
     if found.is_empty() {
-        println!("no instrumented runs in {}", dir.display());
+        crate::progress::out(&format!(
+            "no instrumented runs in {}\n",
+            crate::progress::clean(&dir.display().to_string())
+        ));
     }
     for f in found {
-        println!("{}  {}  {}", f.pid, f.program, f.socket.display());
+        let line = format!("{}  {}  {}", f.pid, f.program, f.socket.display());
+        crate::progress::out(&format!("{}\n", crate::progress::clean(&line)));
     }
     Ok(())
 }
@@ -222,15 +226,27 @@ fn settings_of(hello: &wire::Hello, addr: &str) -> anyhow::Result<RunSettings> {
     Ok(settings)
 }
 
-fn say_how_it_ended(ended: Ended) {
+fn say_how_it_ended(ended: Ended, prefix: &str) {
     match ended {
-        Ended::Run(stats) => eprintln!(
-            "pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
+        Ended::Run(stats) => crate::progress::say(&format!(
+            "{prefix}pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
             stats.events_dropped, stats.slow_clients_dropped, stats.unencodable_frames
-        ),
-        Ended::Other(why) if why == "detached" => eprintln!("pipeprof: detached; the run goes on"),
-        Ended::Other(why) => crate::progress::say(&format!("pipeprof: {why}")),
+        )),
+        Ended::Other(why) if why == "detached" => crate::progress::say(&format!("{prefix}pipeprof: detached; the run goes on")),
+        Ended::Other(why) => crate::progress::say(&format!("{prefix}pipeprof: {why}")),
     }
+}
+
+/// The summary file, then the report: a closed stdout or terminal must not cost the file.
+fn finish(args: &Options, done: &Diagnosed) -> anyhow::Result<()> {
+    let written = args.summary.as_ref().map(|p| {
+        serde_json::to_string_pretty(done)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| std::fs::write(p, text).map_err(anyhow::Error::from))
+            .with_context(|| format!("cannot write {}", p.display()))
+    });
+    crate::progress::out(&report::render(&done.summary, &done.verdict()));
+    written.transpose().map(drop)
 }
 
 /// A connection to a run, greeted.
@@ -330,6 +346,8 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
         per_rank.settings(&settings)?;
         exporters.push(Box::new(per_rank));
     }
+    // A second interrupt or a hang-up detaches like the first: the files are still written.
+    signal::end_through_the_run();
     signal::install();
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
     let dropped = Arc::new(AtomicU64::new(0));
@@ -382,15 +400,10 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
     let _ = watcher.join();
     let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
     for (ended, r) in endings.into_iter().zip(&ranks) {
-        eprint!("rank {}: ", r.rank);
-        say_how_it_ended(ended);
-    }
-    print!("{}", report::render(&done.summary, &done.verdict()));
-    if let Some(p) = &args.summary {
-        std::fs::write(p, serde_json::to_string_pretty(&done)?)
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        say_how_it_ended(ended, &format!("rank {}: ", r.rank));
     }
     signal::clear();
+    finish(args, &done)?;
     Ok(done)
 }
 
@@ -425,6 +438,8 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         t.settings(&settings)?;
         exporters.push(Box::new(t));
     }
+    // A second interrupt or a hang-up detaches like the first: the files are still written.
+    signal::end_through_the_run();
     signal::install();
 
     let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
@@ -471,14 +486,10 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let ended = pumper.join().map_err(|_| anyhow::anyhow!("the attach reader panicked"))?;
     let _ = watcher.join();
     let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    say_how_it_ended(ended);
-    print!("{}", report::render(&done.summary, &done.verdict()));
-    if let Some(p) = &args.summary {
-        std::fs::write(p, serde_json::to_string_pretty(&done)?)
-            .with_context(|| format!("cannot write {}", p.display()))?;
-    }
+    say_how_it_ended(ended, "");
     // Detaching is not an interruption of anything: exit 0.
     signal::clear();
+    finish(args, &done)?;
     Ok(done)
 }
 

@@ -680,6 +680,7 @@ mod tests {
             model_now: 121.0,
             range: Some((1.53, 7.91)),
             slow_steps: false,
+            compute_split_unknown: false,
         });
         let runs = plan(&verdict(vec![a]));
         assert_eq!(runs[1].range, Some((1.53, 7.91)));
@@ -718,6 +719,7 @@ mod tests {
             model_now: 420.0,
             range: None,
             slow_steps: false,
+            compute_split_unknown: false,
         });
         let runs = plan(&verdict(vec![a]));
         let t = render(&runs, &[(Ok(686.0), None), (Ok(7474.0), None)], 420.0);

@@ -171,6 +171,7 @@ mod tests {
                 model_now: 100.0,
                 range: None,
                 slow_steps: false,
+                compute_split_unknown: false,
             }),
         }
     }

@@ -21,17 +21,24 @@ pub struct Options {
 
 fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     if repair {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        if serde_json::from_str::<serde_json::Value>(&text).is_ok() {
-            eprintln!("pipeprof: {} is already a complete JSON file: nothing to repair", path.display());
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() {
+            crate::progress::say(&format!(
+                "pipeprof: {} is already a complete JSON file: nothing to repair",
+                path.display()
+            ));
         } else {
+            // Cut at any byte, even inside a character: the cut line is dropped anyway.
+            let text = String::from_utf8_lossy(&bytes);
             let (fixed, kept) = read::repair_text(&text).with_context(|| {
                 format!("{} does not start like a pipeprof trace: cannot repair it", path.display())
             })?;
-            let tmp = path.with_extension("repair.tmp");
-            std::fs::write(&tmp, fixed).with_context(|| format!("cannot write {}", tmp.display()))?;
-            std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
-            eprintln!("pipeprof: repaired {}: kept {kept} complete events and closed the file", path.display());
+            crate::export::replace_file(path, fixed.as_bytes())
+                .with_context(|| format!("cannot replace {} with its repaired copy", path.display()))?;
+            crate::progress::say(&format!(
+                "pipeprof: repaired {}: kept {kept} complete events and closed the file",
+                path.display()
+            ));
         }
     }
     let l = read::load(path)?;
@@ -69,7 +76,7 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
         None => {
             // Judged again, whatever the file says: the rules may be newer than the run.
             let d = Diagnosed::new(a.summary);
-            print!("{}", report::render(&d.summary, &d.verdict()));
+            crate::progress::out(&report::render(&d.summary, &d.verdict()));
             if let Some(p) = &args.summary {
                 std::fs::write(p, serde_json::to_string_pretty(&d)?)
                     .with_context(|| format!("cannot write {}", p.display()))?;
@@ -77,7 +84,7 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
         }
         Some(second) => {
             let b = load(second, args.repair)?;
-            print!("{}", compare(&a.summary, &b.summary, first, second));
+            crate::progress::out(&compare(&a.summary, &b.summary, first, second));
         }
     }
     Ok(())
@@ -115,7 +122,7 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
     }
     let summary = Summary { ranks: lines.into_iter().map(|(l, _, _)| l).collect(), ..Default::default() };
     o.push_str(&report::render_ranks(&summary));
-    print!("{o}");
+    crate::progress::out(&o);
     if let Some(p) = &args.summary {
         let straggler = diagnose::ranks::judge(&summary.ranks);
         let d = Diagnosed { summary, verdict: None, straggler };

@@ -2,8 +2,9 @@
 //!
 //! On a terminal the line redraws in place (indicatif); into a file or pipe it becomes a plain
 //! line every few seconds, and no escape code is written. Warnings go above the line from any
-//! thread, and text that came from outside (file names, reasons) loses its control characters
-//! when stderr is not a terminal, so a log file holds only what it says.
+//! thread, and text that came from outside (file names, reasons, names sent by other
+//! processes) loses its control characters, so neither a terminal nor a log file can be made
+//! to show what it does not say. Nothing here panics when stderr or stdout is gone.
 
 use crate::aggregate::Summary;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -20,13 +21,23 @@ const REFRESH: Duration = Duration::from_millis(200);
 /// How often a plain (non-terminal) line is written.
 const PLAIN_EVERY: Duration = Duration::from_secs(10);
 
-/// `text` with control characters (escape codes among them) replaced by `?` unless stderr is
-/// a terminal that would interpret them as the program meant.
-pub fn clean(text: &str, tty: bool) -> String {
-    if tty {
-        return text.to_string();
-    }
+/// `text` with control characters (escape codes among them) replaced by `?`: what pipeprof
+/// prints carries names and paths from files and other processes, and none of them may move
+/// the cursor, retitle the terminal or hide a line, on a terminal or in a log.
+pub fn clean(text: &str) -> String {
     text.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { '?' } else { c }).collect()
+}
+
+/// Writes `text` to stderr; a closed terminal or pipe is not worth a panic (the run's files
+/// are written whatever happens to its output).
+pub fn err_out(text: &str) {
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
+}
+
+/// Writes `text` to stdout; `pipeprof run … | head` closing the pipe is not worth a panic.
+pub fn out(text: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = std::io::Write::write_all(&mut o, text.as_bytes()).and_then(|()| std::io::Write::flush(&mut o));
 }
 
 /// Prints `warning: {msg}` on stderr, above the progress line if one is shown.
@@ -36,12 +47,11 @@ pub fn warn(msg: &str) {
 
 /// Prints one line on stderr, above the progress line if one is shown.
 pub fn say(line: &str) {
-    let tty = std::io::stderr().is_terminal();
-    let line = clean(line, tty);
+    let line = clean(line);
     let bar = ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
     match bar {
         Some(b) if !b.is_hidden() => b.println(line),
-        _ => eprintln!("{line}"),
+        _ => err_out(&format!("{line}\n")),
     }
 }
 
@@ -77,7 +87,7 @@ impl Line {
         let due = self.last_plain.is_none_or(|t| t.elapsed() >= self.plain_every);
         if due || force {
             self.last_plain = Some(Instant::now());
-            eprintln!("{}", clean(&text, false));
+            err_out(&format!("{}\n", clean(&text)));
         }
     }
 
@@ -127,9 +137,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn control_characters_are_replaced_off_a_terminal_only() {
+    fn control_characters_never_reach_the_terminal_or_a_log() {
         let hostile = "a\x1b[31mred\x07\rb\tc";
-        assert_eq!(clean(hostile, false), "a?[31mred??b\tc");
-        assert_eq!(clean(hostile, true), hostile);
+        assert_eq!(clean(hostile), "a?[31mred??b\tc");
     }
 }

@@ -49,36 +49,71 @@ fn render_header(o: &mut String, s: &Summary) {
 /// pipeprof's own training: the model and the loader's settings.
 fn render_own_header(o: &mut String, s: &Summary) {
     let st = &s.settings;
-    let _ = writeln!(
-        o,
-        "model {} ({} params, input {}×{}×{}) · data {} ({} images, {} classes)",
-        st.model,
-        st.params,
-        st.input[0],
-        st.input[1],
-        st.input[2],
-        st.data,
-        st.images,
-        st.classes.len()
-    );
+    let _ = writeln!(o, "model {} ({}) · data {}", or_dash(&st.model), model_facts(st), data_facts(st));
     let _ = writeln!(
         o,
         "device {} · {} loader worker{} on {} cores · batch {} · prefetch {}",
-        st.device,
+        or_dash(&st.device),
         st.workers,
         if st.workers == 1 { "" } else { "s" },
         st.cores,
-        st.batch_size,
+        known(st.batch_size),
         st.prefetch
     );
+}
+
+/// A text setting, or `-` when the run never said it.
+fn or_dash(v: &str) -> &str {
+    if v.trim().is_empty() {
+        "-"
+    } else {
+        v
+    }
+}
+
+/// A count, or `-` for 0 (never measured: no model has 0 parameters, no batch 0 images).
+fn known(n: usize) -> String {
+    if n == 0 {
+        "-".into()
+    } else {
+        n.to_string()
+    }
+}
+
+/// "42,500 params, input 3×150×150", with `-` for what the run did not say.
+fn model_facts(st: &crate::aggregate::RunSettings) -> String {
+    let input = if st.input.contains(&0) {
+        "-".to_string()
+    } else {
+        format!("{}×{}×{}", st.input[0], st.input[1], st.input[2])
+    };
+    format!("{} params, input {input}", known(st.params))
+}
+
+/// "imgs (1200 images, 4 classes)", or `-` for a data set the run did not describe.
+fn data_facts(st: &crate::aggregate::RunSettings) -> String {
+    let mut parts = Vec::new();
+    if st.images > 0 {
+        parts.push(format!("{} images", st.images));
+    }
+    if !st.classes.is_empty() {
+        parts.push(format!("{} classes", st.classes.len()));
+    }
+    match (st.data.trim().is_empty(), parts.is_empty()) {
+        (true, true) => "-".into(),
+        (true, false) => format!("({})", parts.join(", ")),
+        (false, true) => st.data.clone(),
+        (false, false) => format!("{} ({})", st.data, parts.join(", ")),
+    }
 }
 
 /// A Python program's header: its name, framework and DataLoader arguments as written.
 fn render_framework_header(o: &mut String, s: &Summary) {
     let st = &s.settings;
-    let data = if st.data.is_empty() { String::new() } else { format!(" · data {} ({} images)", st.data, st.images) };
+    let data =
+        if st.data.is_empty() && st.images == 0 { String::new() } else { format!(" · data {}", data_facts(st)) };
     let _ = writeln!(o, "program {} ({}){data}", st.model, st.framework);
-    let mut knobs = vec![format!("batch_size={}", st.batch_size), format!("num_workers={}", st.workers)];
+    let mut knobs = vec![format!("batch_size={}", known(st.batch_size)), format!("num_workers={}", st.workers)];
     if let Some(p) = st.pin_memory {
         knobs.push(format!("pin_memory={}", py_bool(p)));
     }
@@ -107,12 +142,43 @@ fn render_run_line(o: &mut String, s: &Summary) {
     for sim in &st.simulated {
         let _ = writeln!(o, "SIMULATION: {sim}: these timings are not your machine's own");
     }
-    let _ = writeln!(
-        o,
-        "trained {} steps, {} images in {:.1} s: {:.1} images/s",
-        s.steps, s.images, s.elapsed_s, s.images_per_s
-    );
+    match first_step_apart(s) {
+        Some((first_ms, rate)) => {
+            let _ = writeln!(
+                o,
+                "trained {} steps, {} images in {:.1} s: {:.1} images/s, plus a {:.1} s first step (a compile or warm-up; on a GPU, CUDA compiling kernels: CUDA_CACHE_PATH keeps them for the next run) left out",
+                s.steps,
+                s.images,
+                s.elapsed_s,
+                rate,
+                first_ms / 1000.0
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "trained {} steps, {} images in {:.1} s: {:.1} images/s",
+                s.steps, s.images, s.elapsed_s, s.images_per_s
+            );
+        }
+    }
 }
+
+/// A first step long enough to move the run's rate (≥ [`FIRST_STEP_SHARE`] of the run and ≥
+/// 100 ms more than a typical one): its length, ms, and the rate without it.
+fn first_step_apart(s: &Summary) -> Option<(f64, f64)> {
+    let first = s.split.startup_compute_ms?;
+    let extra = first - s.split.compute_ms;
+    let run_ms = s.elapsed_s * 1000.0;
+    if !(extra >= 100.0 && run_ms > 0.0 && extra / run_ms >= FIRST_STEP_SHARE) {
+        return None;
+    }
+    let rate = crate::diagnose::measured_now(s)?.rate;
+    (rate.is_finite() && rate > 0.0).then_some((first, rate))
+}
+
+/// Share of the run a one-off first step must take to be said apart in the headline.
+const FIRST_STEP_SHARE: f64 = 0.05;
 
 /// Per-stage timings with the on-CPU / core-wait / blocked split.
 fn render_stage_table(o: &mut String, s: &Summary) {
@@ -147,14 +213,17 @@ fn render_step_split(o: &mut String, s: &Summary) {
     let st = &s.settings;
     let sp = &s.split;
     let _ = writeln!(o);
+    let transfer = if st.transfer_unmeasured {
+        "- (not timed apart: inside compute)".to_string()
+    } else {
+        format!("{} ({})", ms(sp.transfer_ms), pct(sp.transfer_share))
+    };
     let _ = writeln!(
         o,
-        "step time {} on average: wait for data {} ({}) · transfer {} ({}) · compute {} ({})",
+        "step time {} on average: wait for data {} ({}) · transfer {transfer} · compute {} ({})",
         ms(sp.mean_step_ms),
         ms(sp.wait_ms),
         pct(sp.wait_share),
-        ms(sp.transfer_ms),
-        pct(sp.transfer_share),
         ms(sp.compute_ms),
         pct(sp.compute_share)
     );
@@ -577,6 +646,51 @@ mod tests {
         assert!(r.contains("a/b.png: truncated"), "{r}");
         assert!(r.contains("7 dropped"), "{r}");
         assert!(!r.contains("val_loss"), "no validation, no columns: {r}");
+    }
+
+    #[test]
+    fn what_the_run_never_said_is_a_dash_not_a_zero() {
+        // A program under `pipeprof run` that sent no settings of its own (a shell script).
+        let mut s = Summary { steps: 3, images: 0, ..Default::default() };
+        s.settings.model = "sh".into();
+        s.epochs.push(EpochSummary { no_loss: true, epoch: 1, steps: 3, ..Default::default() });
+        let r = render(&s, &crate::diagnose::diagnose(&s));
+        assert!(r.contains("model sh (- params, input -) · data -"), "{r}");
+        assert!(r.contains("device - ·") && r.contains("batch - ·"), "{r}");
+        assert!(!r.contains("0×0×0") && !r.contains("0 classes") && !r.contains("0.0000"), "{r}");
+        // A PyTorch program whose copies to the device are inside compute.
+        s.settings.framework = "pytorch".into();
+        s.settings.transfer_unmeasured = true;
+        s.split = crate::aggregate::StepSplit {
+            steps: 3,
+            mean_step_ms: 2.0,
+            compute_ms: 2.0,
+            compute_share: 1.0,
+            ..Default::default()
+        };
+        let r = render(&s, &crate::diagnose::diagnose(&s));
+        assert!(r.contains("transfer - (not timed apart: inside compute)"), "{r}");
+        assert!(r.contains("batch_size=-"), "{r}");
+    }
+
+    #[test]
+    fn a_long_first_step_is_said_apart_from_the_rate() {
+        // 1500 steps of 1.57 ms after an 18.5 s first step (CUDA compiling PTX).
+        let mut s = Summary { steps: 1500, images: 48_000, elapsed_s: 21.3, ..Default::default() };
+        s.images_per_s = 48_000.0 / 21.3;
+        s.split = crate::aggregate::StepSplit {
+            steps: 1500,
+            mean_step_ms: 1.57,
+            compute_ms: 1.57,
+            compute_share: 1.0,
+            startup_compute_ms: Some(18_500.0),
+            ..Default::default()
+        };
+        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let line = r.lines().find(|l| l.starts_with("trained")).unwrap();
+        assert!(line.contains("plus a 18.5 s first step"), "{line}");
+        let rate: f64 = line.split(": ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert!(rate > 15_000.0 && rate < 25_000.0, "the rate without the first step: {line}");
     }
 
     #[test]

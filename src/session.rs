@@ -138,7 +138,7 @@ pub fn serve_metrics(
 ) -> Option<crate::metrics::serve::Serving> {
     let latest = latest.clone();
     listener?
-        .serve(Box::new(move || {
+        .serve(std::sync::Arc::new(move || {
             let l = latest.lock().unwrap_or_else(|e| e.into_inner());
             crate::metrics::Scrape {
                 summary: l.snap.summary.clone(),

@@ -1,23 +1,33 @@
-//! Ctrl-C and SIGTERM ask the run to stop cleanly; a second one, later, exits at once.
+//! Ctrl-C, SIGTERM and SIGHUP ask the run to stop cleanly; a second interrupt, later, hurries.
 //!
 //! Signals are received on a thread of their own (signal-hook), not in a handler: the code
 //! that reacts may take its time and call anything. The live view's Ctrl-C key (raw mode
 //! turns Ctrl-C into a key) comes through [`interrupt`] too: one path for both. A second
 //! interrupt that arrives within [`GRACE`] of the first is the same interrupt — `timeout` and
 //! a terminal's Ctrl-C deliver one to the process and again to its group, microseconds apart;
-//! a nervous user presses twice — and is ignored. A later one exits at once: the terminal is
-//! restored, then the abort hooks close the trace and write the summary marked failed. The
-//! hooks are disarmed once the run has written its files ([`disarm_after`]): nothing is
-//! written twice.
+//! a nervous user presses twice — and is ignored. A later one is counted ([`interrupts`]).
+//!
+//! What a later one does depends on the command. `run` and `attach` end through their own
+//! way out ([`end_through_the_run`]): they read the count and hurry (the program's group gets
+//! SIGTERM now), and still close the trace and write the summary. `profile`, whose training
+//! loop may be stuck in a read, exits at once: the terminal is restored, then the abort hooks
+//! close the trace and write the summary marked failed. The hooks are disarmed once the run
+//! has written its files ([`disarm_after`]): nothing is written twice.
 
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Interrupts taken (a repeat within [`GRACE`] is not one more).
+static COUNT: AtomicU32 = AtomicU32::new(0);
+/// SIGHUP came: the terminal is gone.
+static HANGUP: AtomicBool = AtomicBool::new(false);
+/// A later interrupt is counted for the command's own way out, not an immediate exit.
+static THROUGH_THE_RUN: AtomicBool = AtomicBool::new(false);
 static INSTALLED: OnceLock<()> = OnceLock::new();
 /// When the first interrupt came.
 static FIRST: Mutex<Option<Instant>> = Mutex::new(None);
@@ -61,10 +71,10 @@ pub fn respond(already_stopping: bool, since_first: Duration) -> Response {
     }
 }
 
-/// Starts the thread that receives SIGINT and SIGTERM (once per process).
+/// Starts the thread that receives SIGINT, SIGTERM and SIGHUP (once per process).
 pub fn install() {
     INSTALLED.get_or_init(|| {
-        let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+        let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("warning: cannot handle Ctrl-C ({e}): an interrupt will end the run without a report");
@@ -83,8 +93,12 @@ pub fn install() {
 }
 
 /// An interrupt: signal `sig` arrived, or the live view's Ctrl-C key (`SIGINT`). The first
-/// asks the run to stop; a repeat within [`GRACE`] is ignored; a later one exits at once.
+/// asks the run to stop; a repeat within [`GRACE`] is ignored; a later one is counted, and
+/// exits at once unless the command ends [`end_through_the_run`].
 pub fn interrupt(sig: i32) {
+    if sig == SIGHUP {
+        HANGUP.store(true, Ordering::SeqCst);
+    }
     // The live view's q sets STOP too: a signal after it is a second interrupt.
     let stopping = STOP.load(Ordering::SeqCst);
     let mut first = FIRST.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,14 +107,34 @@ pub fn interrupt(sig: i32) {
         Response::Stop => {
             *first = Some(Instant::now());
             SIGNAL.store(sig, Ordering::SeqCst);
+            COUNT.fetch_add(1, Ordering::SeqCst);
             STOP.store(true, Ordering::SeqCst);
         }
         Response::Ignore => {}
         Response::Exit => {
-            drop(first);
-            exit_now(sig)
+            COUNT.fetch_add(1, Ordering::SeqCst);
+            if !THROUGH_THE_RUN.load(Ordering::SeqCst) {
+                drop(first);
+                exit_now(sig)
+            }
         }
     }
+}
+
+/// `run` and `attach`: a later interrupt is counted for the command to hurry its own end
+/// (which closes the trace and writes the summary), never an immediate exit.
+pub fn end_through_the_run() {
+    THROUGH_THE_RUN.store(true, Ordering::SeqCst);
+}
+
+/// Interrupts taken so far (a repeat within [`GRACE`] is the same one).
+pub fn interrupts() -> u32 {
+    COUNT.load(Ordering::SeqCst)
+}
+
+/// Whether SIGHUP came (the terminal was closed).
+pub fn hung_up() -> bool {
+    HANGUP.load(Ordering::SeqCst)
 }
 
 /// The immediate exit: terminal restored, abort hooks run (after the run's own writing, if
@@ -109,7 +143,11 @@ fn exit_now(sig: i32) -> ! {
     if let Some(restore) = RESTORE_TERMINAL.get() {
         restore();
     }
-    eprintln!("\npipeprof: second interrupt: closing the trace and exiting now");
+    // stderr may be gone (a closed terminal): never a panic here.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        b"\npipeprof: second interrupt: closing the trace and exiting now\n",
+    );
     let deadline = Instant::now() + HOOKS_WAIT;
     loop {
         match ON_ABORT.try_lock() {

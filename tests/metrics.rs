@@ -132,3 +132,50 @@ fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
     drop(run.0.stdin.take());
     assert!(run.0.wait().unwrap().success());
 }
+
+#[test]
+fn a_scraper_that_pipelines_and_never_reads_neither_blocks_scrapes_nor_keeps_the_run_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .args(["run", "--once", "--no-gpu", "--metrics-listen", "127.0.0.1:0", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(str::to_string)
+        })
+        .expect("the metrics address is printed");
+    // Twenty thousand requests in one go, and not one reply read. Written from a clone of the
+    // connection on a thread of its own: the write itself may block or be cut off.
+    let greedy = TcpStream::connect(&addr).unwrap();
+    let mut writer = greedy.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let _ = writer.write_all("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(20_000).as_bytes());
+    });
+    // Another scraper is still answered (before, the one serving thread was stuck writing
+    // replies nobody read, and every later scrape timed out).
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    if !reply.starts_with("HTTP/1.1 200") {
+        let _ = child.kill();
+        panic!("a second scraper is not answered: {reply:?}");
+    }
+    // The program ends; pipeprof exits although the greedy client is still connected (before,
+    // dropping the server joined its stuck thread, and pipeprof never exited).
+    drop(child.stdin.take());
+    let stderr = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let out = common::output_within(child, std::time::Duration::from_secs(60), "pipeprof run");
+    assert_eq!(out.status.code(), Some(0), "{:?}", stderr.join());
+    drop(greedy);
+}

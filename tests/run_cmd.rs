@@ -267,3 +267,150 @@ fn the_gpu_is_the_runs_when_nvml_lists_a_process_started_below_it() {
     assert_eq!(d["run_processes"][0]["pid"], child, "{d}");
     assert_eq!(d["process_mem_peak_bytes"], 520u64 << 20, "{d}");
 }
+
+#[test]
+fn a_run_whose_socket_file_was_removed_still_ends_with_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s.json");
+    // A temp cleaner (or logout emptying /run/user/UID) removes the socket while the run goes on.
+    let child = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(&s)
+        .args(["--", "sh", "-c", "rm \"$PIPEPROF_PARENT\"; echo removed"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before, the end woke the accept thread by connecting to the removed file: it waited forever.
+    let out = common::output_within(child, std::time::Duration::from_secs(60), "pipeprof run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("── pipeprof report"), "{}", text(&out.stdout));
+    assert!(summary(&s).get("failed").is_none());
+}
+
+/// `pipeprof run` of `sh -c script` with a trace and a summary, stderr read line by line into
+/// a channel. Returns the child (stdout piped), the lines, and the temp dir.
+fn start_run(script: &str) -> (std::process::Child, std::sync::mpsc::Receiver<String>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_cmd(dir.path())
+        .arg("--summary")
+        .arg(dir.path().join("s.json"))
+        .arg("--trace")
+        .arg(dir.path().join("t.json"))
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || err.lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
+    (child, rx, dir)
+}
+
+/// Lines from `rx` until one contains `needle` (bounded: a run that never says it fails).
+fn until(rx: &std::sync::mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) {
+    while let Ok(l) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        let hit = l.contains(needle);
+        seen.push(l);
+        if hit {
+            return;
+        }
+    }
+    panic!("never said {needle:?}: {seen:#?}");
+}
+
+/// The run's files after it ended: the trace parses, the summary is JSON, and the socket and
+/// the start-up hook's folder are gone.
+fn files_kept_and_scratch_gone(dir: &Path) {
+    let t = std::fs::read_to_string(dir.join("t.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&t).expect("the trace parses");
+    assert!(v["traceEvents"].is_array());
+    summary(&dir.join("s.json"));
+    let left: Vec<_> = std::fs::read_dir(dir.join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Whether `pid` is gone (or a zombie waiting for its reaper: it runs no more).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_second_sigterm_ends_a_group_that_ignores_it_and_still_writes_everything() {
+    // The acceptance case: a program whose group ignores SIGTERM (sleep inherits the trap).
+    let (child, rx, dir) = start_run("trap '' TERM; sleep 1000 & echo $!; echo started; wait");
+    let mut child = child;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut pid = String::new();
+    out.read_line(&mut pid).unwrap();
+    let sleeper: i32 = pid.trim().parse().unwrap();
+    let mut started = String::new();
+    out.read_line(&mut started).unwrap();
+    let mut seen = Vec::new();
+    // SAFETY: signals to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    until(&rx, "interrupt passed to", &mut seen);
+    // Again, until it counts as a second interrupt (a repeat within the grace period is the
+    // same one): before, pipeprof exited here with the trace open and no summary.
+    loop {
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            let second = l.contains("second interrupt");
+            seen.push(l);
+            if second {
+                break;
+            }
+        }
+    }
+    let stdout = std::thread::spawn(move || std::io::Read::read_to_string(&mut out, &mut String::new()));
+    let status = child.wait().unwrap();
+    let _ = stdout.join();
+    seen.extend(rx.try_iter());
+    // sh ignored SIGTERM, so SIGKILL ended the group: the interruption asked for.
+    assert_eq!(status.code(), Some(137), "{seen:#?}");
+    assert!(seen.iter().any(|l| l.contains("SIGKILL to its process group")), "{seen:#?}");
+    files_kept_and_scratch_gone(dir.path());
+    assert!(gone(sleeper), "the program's group is still running");
+}
+
+#[test]
+fn a_hangup_ends_the_group_and_still_writes_everything() {
+    let (child, rx, dir) = start_run("sleep 1000 & echo $!; echo started; wait");
+    let mut child = child;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut pid = String::new();
+    out.read_line(&mut pid).unwrap();
+    let sleeper: i32 = pid.trim().parse().unwrap();
+    out.read_line(&mut String::new()).unwrap();
+    // The terminal closed: before, SIGHUP killed pipeprof with the trace open, the group running.
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let stdout = std::thread::spawn(move || std::io::Read::read_to_string(&mut out, &mut String::new()));
+    let status = child.wait().unwrap();
+    let _ = stdout.join();
+    let seen: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(143), "sh died of the SIGTERM sent to its group: {seen:#?}");
+    assert!(seen.iter().any(|l| l.contains("the terminal hung up: SIGTERM")), "{seen:#?}");
+    files_kept_and_scratch_gone(dir.path());
+    assert!(gone(sleeper), "the program's group is still running");
+}
+
+#[test]
+fn a_closed_stdout_costs_neither_the_summary_nor_the_programs_exit_code() {
+    // `pipeprof run … | head`: the reader is gone before the report is printed.
+    let (child, rx, dir) = start_run("read x; exit 3");
+    let mut child = child;
+    drop(child.stdout.take());
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    let seen: Vec<String> = rx.try_iter().collect();
+    // Before: a panic printing the report (exit 101), and no summary.
+    assert_eq!(status.code(), Some(3), "{seen:#?}");
+    assert!(!seen.iter().any(|l| l.contains("panicked")), "{seen:#?}");
+    assert_eq!(summary(&dir.path().join("s.json"))["failed"], "sh exited with status 3");
+}

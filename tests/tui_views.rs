@@ -87,6 +87,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
         loader_busy: 0.4,
         epochs: vec![
             EpochSummary {
+                no_loss: false,
                 epoch: 1,
                 steps: 12,
                 images: 384,
@@ -98,6 +99,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 no_loss: false,
             },
             EpochSummary {
+                no_loss: false,
                 epoch: 2,
                 steps: 8,
                 images: 256,

@@ -10,9 +10,9 @@
 pub enum Stage {
     /// File (or cache slice) to bytes, on a loader worker.
     Read,
-    /// A sample taken from a data set whose `__getitem__` does no read, decode or transform
-    /// that pipeprof recognises (tensors already in memory, a custom format): its own name,
-    /// so microseconds of indexing are never called decoding.
+    /// A batch's samples taken from a data set whose `__getitem__` does no read, decode or
+    /// transform that pipeprof recognises (tensors already in memory, a format of its own),
+    /// timed once per batch: microseconds of indexing are never called decoding.
     Fetch,
     /// Bytes to pixels.
     Decode,

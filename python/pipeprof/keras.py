@@ -1,4 +1,4 @@
-"""Keras: profile ``model.fit`` (JAX, PyTorch and TensorFlow backends).
+"""Keras: profile ``model.fit`` (Keras 3 on JAX, PyTorch and TensorFlow; tf.keras 2 = tf_keras).
 
     import pipeprof, pipeprof.keras
     pipeprof.init(program="train", settings={"batch_size": 64})
@@ -10,24 +10,45 @@ What is measured, and how:
 
 * ``wait``: the time ``fit`` spends taking the next batch from your data (a NumPy array, a
   ``PyDataset``, a generator). pipeprof wraps the batch iterator of each epoch. With the
-  TensorFlow backend batches are taken inside the compiled step (tf.data), so there is no
-  separate wait: the step time includes it.
-* ``compute``: from one batch's start to the next one's, less that batch's wait.
+  TensorFlow backend (and tf_keras) batches are taken inside the compiled step (tf.data), so
+  Python sees no wait: ``pipeprof._tf`` reads it, and tf.data's stages, from TensorFlow's own
+  host trace in short windows (5 steps every 100 from the first; ``PIPEPROF_TF_TRACE=0``
+  turns it off);
+  steps outside a window have no wait span.
+* ``fetch``: a batch sliced from arrays in memory (JAX, PyTorch), inside its wait: taking
+  rows from memory is not decoding (the loader then has no workers: ``workers=0``).
+* ``compute``: from one batch's start to the next one's, less that batch's wait. On
+  TensorFlow only for the steps a trace window covered (and the first, the compile): the
+  other steps' split between waiting and computing is unknown, so they have none.
 * validation: each validation batch is one ``validate`` span, never counted as wait.
-* each step's images are counted from the batch itself (a short last batch counts what it
-  holds); its loss and correct predictions come from the change in Keras's running means
-  (``loss`` and ``accuracy`` are means over the epoch's samples so far), so the epoch table
-  shows the same numbers Keras prints.
+* each step's images are counted from the batch itself: the batches the iterator hands out
+  (JAX, PyTorch) or, where the step takes its batch inside the compiled function
+  (TensorFlow), the sample count Keras's own loss tracker adds up from each batch's first
+  dimension; a short last batch counts what it holds. Its loss and correct predictions come
+  from the change in Keras's running means (``loss`` and ``accuracy`` are means over the
+  epoch's samples so far), so the epoch table shows the same numbers Keras prints.
+* ``steps_per_execution=k``: one callback interval runs k steps; each is a step record (the
+  interval's images, loss and correct predictions shared out), one compute span covers them.
+
+Each training iteration is one step whatever hooks fire: on the PyTorch backend Keras feeds
+``fit`` through a ``torch.utils.data.DataLoader``, which ``pipeprof run``'s DataLoader hook
+would count too; the DataLoaders Keras iterates are marked as timed here
+(``_pipeprof_manual``, the mark ``pipeprof.torch.profile`` sets), so that hook steps aside and
+the Keras hook, which knows validation from training, counts the step.
 
 The callback keeps Keras's asynchronous batch-end dispatch on (``async_safe``): the training
-loop never waits for it, and Ctrl-C interrupts ``fit`` as it does without pipeprof.
+loop never waits for it, and Ctrl-C interrupts ``fit`` as it does without pipeprof. (On
+TensorFlow, Keras runs batch ends on the training thread anyway.)
 
-Keras (``keras``, else ``tensorflow.keras``) is imported when the callback is made.
+Keras (``keras``, else ``tensorflow.keras``) is imported when the callback is made, unless the
+caller hands the module (tf_keras).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import threading
 
 import pipeprof
@@ -64,13 +85,18 @@ class _Feed:
 
 _FEED = _Feed()
 
+#: Keras's adapters for data already in memory: taking a batch is slicing (``fetch``).
+_IN_MEMORY = ("ArrayDataAdapter",)
+
 
 class _Fetch:
     """Times ``next()`` on one epoch's batch iterator as ``wait`` (training only) and records
-    each batch's size."""
+    each batch's size. ``in_memory``: the batch is sliced from arrays, a ``fetch`` inside the
+    wait (on the training thread: no workers)."""
 
-    def __init__(self, it):
+    def __init__(self, it, in_memory=False):
         self.it = iter(it)
+        self.in_memory = in_memory
 
     def __iter__(self):
         return self
@@ -80,10 +106,15 @@ class _Fetch:
         active = _FEED.active
         if mode == "train" and active is not None:
             op = active._pp_open
+            step = op[1] if op else None
             t0 = _now()
             try:
-                with pipeprof.span("wait", step=op[1] if op else None):
-                    data = next(self.it)
+                with pipeprof.span("wait", step=step):
+                    if self.in_memory:
+                        with pipeprof.span("fetch", step=step):
+                            data = next(self.it)
+                    else:
+                        data = next(self.it)
             finally:
                 _WAIT.total += _now() - t0
         else:
@@ -106,6 +137,41 @@ class _Fetch:
         return getattr(self.it, name)
 
 
+def _timed_by_keras(loader):
+    """Iterates a torch DataLoader that Keras feeds ``fit`` from with ``pipeprof run``'s
+    DataLoader hook stepping aside (its ``_pipeprof_manual`` mark): the step is counted here.
+    The mark is taken off the loader again once its iterator exists (the iterator keeps it),
+    so a user's own DataLoader handed to ``fit`` is profiled as usual in the user's own loop."""
+    had = loader.__dict__.get("_pipeprof_manual", _MISSING) if hasattr(loader, "__dict__") else _MISSING
+    try:
+        loader._pipeprof_manual = True
+    except AttributeError:
+        return iter(loader)
+    try:
+        it = iter(loader)
+    finally:
+        if had is _MISSING:
+            try:
+                del loader._pipeprof_manual
+            except AttributeError:
+                pass
+        else:
+            loader._pipeprof_manual = had
+    try:
+        it._pipeprof_manual = True
+    except AttributeError:
+        pass
+    return it
+
+
+_MISSING = object()
+
+
+def _is_torch_loader(obj):
+    torch_data = sys.modules.get("torch.utils.data")
+    return torch_data is not None and isinstance(obj, torch_data.DataLoader)
+
+
 def wrap_epoch_iterators(epoch_iterator_mod, backend_name):
     """Wraps each Keras ``EpochIterator``'s batch iterator in a :class:`_Fetch` (not for the
     TensorFlow backend, whose iterator is consumed inside the compiled step)."""
@@ -117,9 +183,39 @@ def wrap_epoch_iterators(epoch_iterator_mod, backend_name):
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         get = self._get_iterator
-        self._get_iterator = lambda: _Fetch(get())
+        in_memory = type(getattr(self, "data_adapter", None)).__name__ in _IN_MEMORY
+
+        def get_iterator():
+            it = get()
+            if _is_torch_loader(it):
+                # pipeprof run's DataLoader hooks time its fetch (and collate) themselves.
+                return _Fetch(_timed_by_keras(it), False)
+            return _Fetch(it, in_memory)
+
+        self._get_iterator = get_iterator
 
     EpochIterator.__init__ = __init__
+
+
+def _sample_counter(model):
+    """A function returning how many samples the step function has taken this epoch (or this
+    evaluation), from the Mean that Keras's loss is averaged by: each step adds its batch's
+    first dimension to the Mean's ``count`` (Keras 3: ``model._loss_tracker``; tf_keras:
+    ``model.compiled_loss._total_loss_mean``). None when the model has neither."""
+    tracker = getattr(model, "_loss_tracker", None)
+    if tracker is None:
+        tracker = getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)
+    count = getattr(tracker, "count", None)
+    if count is None:
+        return None
+
+    def read():
+        try:
+            return float(count.numpy())
+        except Exception:
+            return None
+
+    return read
 
 
 class Hooks:
@@ -128,9 +224,18 @@ class Hooks:
     #: Keras may run the batch-end hooks on its executor thread: the loop never waits.
     async_safe = True
 
-    def _pp_setup(self, batch_size, data=None):
+    def _pp_setup(self, batch_size, data=None, in_graph=False, fit_kwargs=None):
         self._pp_batch_size = int(batch_size or 0)
+        self._pp_batch_given = bool(batch_size)
         self._pp_data = data
+        self._pp_fit_kwargs = dict(fit_kwargs or {})
+        # TensorFlow (Keras 3's backend or tf_keras): the step function takes its batch
+        # inside the graph; images come from the loss tracker's sample count.
+        self._pp_in_graph = bool(in_graph)
+        self._pp_counter = None
+        # TensorFlow's host trace in sampled windows: the wait inside the compiled step.
+        self._pp_sampler = None
+        self._pp_counted = {"train": 0.0, "test": 0.0}
         self._pp_step = 0
         self._pp_epoch = 0
         self._pp_open = None  # (kind, step, t_begin, fetched before) of the batch in flight
@@ -145,21 +250,30 @@ class Hooks:
 
     # -- the training thread (sync hooks)
 
+    def _pp_per_call(self):
+        """Steps one step-function call runs (``steps_per_execution``)."""
+        model = getattr(self, "model", None)
+        k = getattr(model, "steps_per_execution", None)
+        if k is None:
+            k = getattr(model, "_steps_per_execution", None)
+        try:
+            k = int(k.numpy()) if hasattr(k, "numpy") else int(k)
+        except (TypeError, ValueError):
+            k = 1
+        return max(1, k)
+
     def on_train_begin(self, logs=None):
         _FEED.active = self
+        if self._pp_in_graph and self._pp_counter is None:
+            self._pp_counter = _sample_counter(getattr(self, "model", None))
+        if self._pp_in_graph and self._pp_sampler is None and os.environ.get("PIPEPROF_TF_TRACE", "1") != "0":
+            from pipeprof import _tf
+
+            self._pp_sampler = _tf.Sampler()
+        self._pp_k = self._pp_per_call()
         if not self._pp_settings_sent:
             self._pp_settings_sent = True
-            settings = {"framework": "keras", "device": _device(), "no_accuracy": False}
-            if self._pp_batch_size:
-                settings["batch_size"] = self._pp_batch_size
-            # A PyDataset says how many workers load it, and how.
-            workers = getattr(self._pp_data, "workers", None)
-            if isinstance(workers, int):
-                settings["workers"] = workers
-            n = _length(self._pp_data)
-            if n:
-                settings["images"] = n
-            pipeprof.settings(**settings)
+            pipeprof.settings(**_fit_settings(self, self._pp_data, self._pp_batch_size, self._pp_fit_kwargs))
 
     def _pp_reset(self, kind):
         # Keras has flushed the batch ends of the epoch (or pass) before: nothing is in flight.
@@ -169,6 +283,7 @@ class Hooks:
             self._pp_pending[kind].clear()
             self._pp_next[kind] = 0
             self._pp_mean[kind] = (0, 0.0, 0.0)
+            self._pp_counted[kind] = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._pp_epoch = int(epoch)
@@ -185,18 +300,42 @@ class Hooks:
         if kind == "train":
             waited = pipeprof_wait_since(wait_before)
             body = max(0, end - t0 - waited)
-            _native.record("compute", end - body, body, step)
+            sampler = self._pp_sampler
+            if sampler is not None and sampler.is_open():
+                # Its wait inside the graph is in the window's trace: cut when it closes.
+                sampler.pending.append((step, end - body, body))
+            elif self._pp_in_graph and step > 0:
+                # TensorFlow, outside a window: the step's wait for tf.data is inside its
+                # interval and unmeasured. Not a compute span: the split is unknown there.
+                pass
+            else:
+                # (The run's first step on TensorFlow: the compile, reported apart.)
+                _native.record("compute", end - body, body, step)
         else:
             _native.record("validate", t0, max(0, end - t0), step)
 
     def on_train_batch_begin(self, batch, logs=None):
         now = _now()
         self._pp_close(now)
-        self._pp_open = ("train", self._pp_step, now, _WAIT.total)
-        self._pp_step += 1
+        step = self._pp_epoch_base + int(batch)
+        sampler = self._pp_sampler
+        if sampler is not None:
+            if sampler.full(step):
+                sampler.close()
+            if sampler.wants(step):
+                sampler.open(step)
+            sampler.step_begin(step, marks=getattr(self, "_pp_keras", "keras") != "tf_keras")
+            now = _now()  # the window's own cost is not the step's
+        self._pp_open = ("train", step, now, _WAIT.total)
+        self._pp_step = max(self._pp_step, step + 1)
+
+    def _pp_close_window(self):
+        if self._pp_sampler is not None and self._pp_sampler.is_open():
+            self._pp_sampler.close()
 
     def on_test_begin(self, logs=None):
         self._pp_close()
+        self._pp_close_window()
         _FEED.mode = "test"
         self._pp_reset("test")
 
@@ -207,31 +346,87 @@ class Hooks:
 
     def on_test_end(self, logs=None):
         self._pp_close()
+        self._pp_drain("test")
         _FEED.mode = "train"
 
     def on_epoch_end(self, epoch, logs=None):
         self._pp_close()
+        self._pp_close_window()
+        self._pp_drain("train")
 
     def on_train_end(self, logs=None):
         self._pp_close()
+        self._pp_close_window()
+        self._pp_drain("train")
+        if self._pp_sampler is not None:
+            print(self._pp_sampler.summary(), file=sys.stderr)
         _FEED.active = None
         pipeprof.flush()
 
     # -- batch ends: possibly on Keras's executor thread
 
     def _pp_batch_end(self, kind, batch, logs):
+        logs = dict(logs or {})
+        if self._pp_counter is not None:
+            # On TensorFlow batch ends run on the training thread, right after the step
+            # function: the count is this batch's.
+            counted = self._pp_counter()
+            if counted is not None:
+                logs["_pp_counted"] = counted
         with self._pp_lock:
-            self._pp_pending[kind][int(batch)] = dict(logs or {})
-            while self._pp_next[kind] in self._pp_pending[kind]:
-                b = self._pp_next[kind]
-                self._pp_step_record(kind, b, self._pp_pending[kind].pop(b))
-                self._pp_next[kind] = b + 1
+            pending = self._pp_pending[kind]
+            pending[int(batch)] = logs
+            # A call runs k steps: batch ends arrive at step k-1, 2k-1, ... (a short last
+            # call is taken when the epoch or pass ends).
+            while self._pp_next[kind] + self._pp_k - 1 in pending:
+                self._pp_take(kind, self._pp_next[kind] + self._pp_k - 1)
 
-    def _pp_step_record(self, kind, b, logs):
-        with _FEED.lock:
-            sizes = _FEED.sizes[kind]
-            # The batch this end belongs to was fetched before its step ran.
-            images = sizes[b] if b < len(sizes) else self._pp_batch_size
+    def _pp_drain(self, kind):
+        """Takes the batch ends still waiting for an earlier one (a short last call)."""
+        with self._pp_lock:
+            pending = self._pp_pending[kind]
+            for end in sorted(pending):
+                if end >= self._pp_next[kind]:
+                    self._pp_take(kind, end)
+            pending.clear()
+
+    def _pp_take(self, kind, end):
+        logs = self._pp_pending[kind].pop(end)
+        first = self._pp_next[kind]
+        last = self._pp_step_records(kind, first, end, logs)
+        self._pp_next[kind] = end + 1
+        if kind == "train":
+            # The next epoch's steps are numbered on from this one's.
+            self._pp_step = max(self._pp_step, self._pp_epoch_base + last + 1)
+
+    def _pp_step_records(self, kind, first, end, logs):
+        """Step records for the call whose batch end is ``end`` (steps ``first``..``end``, or
+        fewer: Keras 3 names the end of a short last call as if it were full); returns the
+        last step's index."""
+        k = end - first + 1
+        counted = logs.pop("_pp_counted", None)
+        if counted is not None:
+            total = max(0, int(round(counted - self._pp_counted[kind])))
+            self._pp_counted[kind] = counted
+            if kind == "train" and total and not self._pp_batch_given and -(-total // k) > self._pp_batch_size:
+                # tf.data, a PyDataset: the largest batch says the batch size (a short last
+                # batch may come first).
+                self._pp_batch_size = -(-total // k)
+                pipeprof.settings(batch_size=self._pp_batch_size)
+            if self._pp_batch_size:
+                k = max(1, min(k, -(-total // self._pp_batch_size)))
+            # One call of k steps: its samples shared out, the first steps taking the rest.
+            share, extra = divmod(total, k)
+            sizes = [share + (1 if i < extra else 0) for i in range(k)]
+        else:
+            with _FEED.lock:
+                seen = _FEED.sizes[kind]
+                # The batch this end belongs to was fetched before its step ran.
+                if first < len(seen):
+                    k = max(1, min(k, len(seen) - first))
+                sizes = [seen[b] if b < len(seen) else self._pp_batch_size for b in range(first, first + k)]
+        steps = range(first, first + k)
+        images = sum(sizes)
         n0, loss0, acc0 = self._pp_mean[kind]
         n1 = n0 + images
         loss_mean = _number(logs.get("loss"))
@@ -247,16 +442,23 @@ class Hooks:
             loss_mean if loss_mean is not None else loss0,
             acc_mean if acc_mean is not None else acc0,
         )
-        pipeprof.step(
-            self._pp_epoch_base + b,
-            epoch=self._pp_epoch,
-            images=images,
-            loss=loss,
-            correct=correct,
-            validation=kind == "test",
-        )
+        left = correct
+        for i, (b, n) in enumerate(zip(steps, sizes)):
+            c = left if i == len(sizes) - 1 else (correct * n // images if images else 0)
+            left -= c
+            pipeprof.step(
+                self._pp_epoch_base + b,
+                epoch=self._pp_epoch,
+                images=n,
+                loss=loss,
+                correct=c,
+                validation=kind == "test",
+            )
+        return first + k - 1
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._pp_sampler is not None:
+            self._pp_sampler.step_end()
         self._pp_batch_end("train", batch, logs)
 
     def on_test_batch_end(self, batch, logs=None):
@@ -277,12 +479,73 @@ def pipeprof_wait_since(before):
     return _WAIT.total - before
 
 
-def _device():
+def _fit_settings(hooks, data, batch_size, fit_kwargs):
+    """The run's settings from what ``fit`` was given: framework, device, batch size, the data
+    set's size, how many workers load it (0 for arrays in memory), the model's input."""
+    settings = {"framework": "keras", "device": _device(hooks), "no_accuracy": False}
+    if batch_size:
+        settings["batch_size"] = int(batch_size)
+    else:
+        b = getattr(data, "batch_size", None)
+        if isinstance(b, int) and b > 0:
+            settings["batch_size"] = b
+    workers = _workers(data, fit_kwargs)
+    if workers is not None:
+        settings["workers"] = workers
+    n = _length(data) or _int(getattr(data, "samples", None)) or _int(getattr(data, "n", None))
+    if n:
+        settings["images"] = n
+    root = getattr(data, "directory", None)
+    if isinstance(root, str):
+        settings["data"] = root
+    classes = getattr(data, "class_indices", None)
+    if isinstance(classes, dict) and len(classes) <= 10000:
+        settings["classes"] = [str(c) for c in sorted(classes, key=classes.get)]
+    shape = _model_input(getattr(hooks, "model", None))
+    if shape is not None and len(shape) == 4 and all(isinstance(d, int) for d in shape[1:]):
+        # Keras images are (N, H, W, C).
+        settings["input"] = [shape[3], shape[1], shape[2]]
+    return settings
+
+
+def _workers(data, fit_kwargs):
+    """Processes or threads that load ``data`` besides the training thread: 0 for arrays in
+    memory and a PyDataset Keras reads in-process; a PyDataset's (or tf_keras ``fit``'s)
+    ``workers`` when Keras starts a pool for them; None when unknown (tf.data's own threads)."""
+    if data is None or _length(data):
+        return 0
+    if isinstance(data, (list, tuple, dict)):
+        return 0
+    w = getattr(data, "workers", None)
+    mp = getattr(data, "use_multiprocessing", None)
+    if not isinstance(w, int):
+        # tf_keras: a Sequence's workers are fit's arguments.
+        w = fit_kwargs.get("workers", 1 if hasattr(data, "__getitem__") and hasattr(data, "__len__") else None)
+        mp = fit_kwargs.get("use_multiprocessing", False)
+    if not isinstance(w, int):
+        return None
+    # Keras starts a pool only for workers > 1, or 1 worker in its own process.
+    return w if (w > 1 or (w > 0 and mp)) else 0
+
+
+def _model_input(model):
+    try:
+        inputs = getattr(model, "inputs", None)
+        if inputs:
+            return tuple(None if d is None else int(d) for d in inputs[0].shape)
+    except Exception:
+        pass
+    return None
+
+
+def _device(hooks=None):
     """Where Keras computes: "cpu", or the accelerator its backend found."""
     try:
-        from keras import backend
+        name = getattr(hooks, "_pp_backend", None)
+        if name is None:
+            from keras import backend
 
-        name = backend.backend()
+            name = backend.backend()
         if name == "jax":
             import jax
 
@@ -298,6 +561,10 @@ def _device():
         return name
     except Exception:
         return ""
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def _length(data):
@@ -320,20 +587,34 @@ def _number(v):
         return None
 
 
-def callback(batch_size=None, data=None):
-    """A ``keras.callbacks.Callback`` recording wait, compute, validation and step records.
-    ``data``: what is passed to ``fit`` (a ``PyDataset`` tells its workers)."""
-    keras = _keras()
-    base = keras.callbacks.Callback
+def _backend_of(keras):
+    if keras.__name__.split(".")[0] == "tf_keras":
+        return "tensorflow"
     try:
-        wrap_epoch_iterators_once(keras)
-    except Exception as e:
-        print(f"pipeprof: Keras batch waits are not timed ({e!r})")
+        return keras.backend.backend()
+    except Exception:
+        return None
+
+
+def callback(batch_size=None, data=None, keras=None, fit_kwargs=None):
+    """A ``keras.callbacks.Callback`` recording wait, compute, validation and step records.
+    ``data``: what is passed to ``fit`` (a ``PyDataset`` tells its workers). ``keras``: the
+    Keras module the model is from (``keras`` or ``tf_keras``; default: ``keras``)."""
+    keras = keras or _keras()
+    base = keras.callbacks.Callback
+    backend = _backend_of(keras)
+    if keras.__name__.split(".")[0] == "keras":
+        try:
+            wrap_epoch_iterators_once(keras)
+        except Exception as e:
+            print(f"pipeprof: Keras batch waits are not timed ({e!r})")
 
     class PipeprofCallback(Hooks, base):
         def __init__(self):
             base.__init__(self)
-            self._pp_setup(batch_size, data)
+            self._pp_backend = backend
+            self._pp_keras = keras.__name__.split(".")[0]
+            self._pp_setup(batch_size, data, in_graph=backend == "tensorflow", fit_kwargs=fit_kwargs)
 
     return PipeprofCallback()
 

@@ -91,7 +91,7 @@ def test_decorator_keeps_the_function_and_its_exceptions():
 
 
 def test_bad_input_is_refused_with_a_reason():
-    with pytest.raises(ValueError, match='unknown stage "dcode"; stages are read, decode'):
+    with pytest.raises(ValueError, match='unknown stage "dcode"; stages are read, fetch, decode'):
         pipeprof.span("dcode")
     with pytest.raises(OverflowError):
         pipeprof.span("read", sample=-1)
@@ -104,7 +104,7 @@ def test_bad_input_is_refused_with_a_reason():
     with pytest.raises(RuntimeError, match="call pipeprof.init"):
         pipeprof.wait_for_clients(1, timeout=0)
     assert pipeprof.role() == "off"
-    assert pipeprof.STAGES[:4] == ("read", "decode", "resize", "augment")
+    assert pipeprof.STAGES[:6] == ("read", "fetch", "decode", "resize", "augment", "collate")
 
 
 def test_spans_before_init_cost_nothing_and_go_nowhere():

@@ -127,13 +127,14 @@ SLEEPY = """
 
 
 def test_a_sample_that_sleeps_is_blocked_not_waiting_for_a_core(tmp_path):
-    # Neither PIL nor torchvision inside: the sample is timed as a whole, with the thread's CPU
-    # and run-queue clocks, so its off-CPU time is measured as blocked, not guessed.
+    # Neither PIL nor torchvision inside: the batch's samples are timed as one fetch, with the
+    # thread's CPU and run-queue clocks, so its off-CPU time is measured as blocked, not guessed.
     script = tmp_path / "sleepy.py"
     script.write_text(textwrap.dedent(SLEEPY))
     _, s, _, _ = run(tmp_path, sys.executable, script)
-    d = stage(s, "decode")
-    assert d["count"] == 16, s["stages"]
+    assert count(s, "decode") == 0, s["stages"]
+    d = stage(s, "fetch")
+    assert d["count"] == 4, s["stages"]
     assert d["on_cpu"] is not None and d["core_wait"] is not None, d
     blocked = 1.0 - d["on_cpu"] - d["core_wait"]
     assert blocked > d["core_wait"] and blocked > d["on_cpu"], d

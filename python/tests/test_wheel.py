@@ -99,3 +99,28 @@ def test_an_exception_that_ends_an_attached_program_fails_the_run(scenario):
     assert "RUN FAILED" in out
     code, _, perr = run.wait()
     assert code == 1 and "RuntimeError" in perr
+
+
+def test_pip_install_from_a_clone_builds_the_module_and_the_command(tmp_path):
+    # The README's from-source install: `pip install ./python` in a clone with a Rust toolchain.
+    # Built as a wheel here (the same build pip install runs) so this environment is left as is.
+    import shutil
+    import zipfile
+
+    from conftest import REPO
+
+    assert shutil.which("cargo"), "this test builds from source: it needs cargo on PATH (scripts/test.sh has it)"
+    out = tmp_path / "wheels"
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w", str(out), str(REPO / "python")],
+        capture_output=True,
+        text=True,
+        timeout=1800,  # a hang guard: a cold build compiles the crates
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    (wheel,) = out.glob("pipeprof-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.endswith(".data/scripts/pipeprof") for n in names), names
+    assert any(n.startswith("pipeprof/_native") for n in names), names
+    assert "pipeprof/_torch_loop.py" in names and "pipeprof/_bootstrap/sitecustomize.py" in names, names
+    assert not any(n.startswith("build_backend") for n in names), names

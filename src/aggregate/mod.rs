@@ -100,6 +100,11 @@ pub struct RunSettings {
     /// views show no accuracy rather than 0%.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_accuracy: bool,
+    /// The program's host→device copies are not timed apart (a PyTorch loop profiled with no
+    /// edit: timing them would need `Tensor.to` replaced): they are inside compute, and views
+    /// show the transfer as `-`, not 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transfer_unmeasured: bool,
     /// PyTorch `DataLoader(prefetch_factor=…)`: batches queued per worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch_factor: Option<usize>,
@@ -345,7 +350,7 @@ pub struct EpochSummary {
     #[serde(with = "probes::nonfinite")]
     pub loss: f64,
     /// No step of the epoch had its loss measured: `loss` means nothing (shown as `-`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_loss: bool,
     pub accuracy: f64,
     pub seconds: f64,

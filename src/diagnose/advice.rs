@@ -126,6 +126,7 @@ impl Facts<'_> {
             model_now,
             range: widened,
             slow_steps: widened != range,
+            compute_split_unknown: false,
         };
         (g >= MIN_GAIN).then_some((g, basis))
     }
@@ -212,6 +213,7 @@ impl Facts<'_> {
             model_now: self.cap.throughput(),
             range: None,
             slow_steps: false,
+            compute_split_unknown: false,
         });
         Some(Advice {
             action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),
@@ -347,9 +349,59 @@ impl Facts<'_> {
         })
     }
 
+    /// A larger batch for a loop that batches in-memory samples itself: the step's parts that
+    /// do not grow with the batch are spread over more images.
+    fn serial_batch_advice(&self, b: usize, nb: usize) -> Option<Advice> {
+        let st = self.serial_step()?;
+        let (low, high) = st.batch_gain(nb as f64 / b as f64)?;
+        let now = self.now?;
+        let point = (low * high).sqrt();
+        if high < MIN_GAIN {
+            return None;
+        }
+        let basis = Basis {
+            now: now.rate,
+            from_step: now.from_step,
+            to_step: now.to_step,
+            predicted: now.rate * point,
+            model_now: now.rate,
+            range: (high / low > 1.0 + 1e-9).then_some((low, high)),
+            slow_steps: false,
+            compute_split_unknown: self.cpu_device,
+        };
+        let rest = if self.cpu_device {
+            format!(
+                "forward+backward ({}) grows with the batch on the CPU by up to ×{}: the range",
+                ms(st.compute_rest_ms),
+                nb / b
+            )
+        } else {
+            format!(
+                "a tiny model's kernels ({}) take about as long for {nb} images as for {b} on a GPU",
+                ms(st.compute_rest_ms)
+            )
+        };
+        Some(Advice {
+            action: format!("raise the batch size {b} → {nb}"),
+            change: Change::BatchSize(nb),
+            predicted_speedup: Some(point),
+            basis: Some(basis),
+            reason: format!(
+                "{} of each {} step does not grow with the batch (the DataLoader's own work per step{}); fetching and collating ({}) does; {rest}. Scale the learning rate with the batch",
+                ms(st.fixed_ms()),
+                ms(self.s.split.mean_step_ms),
+                if st.compute_fixed_ms > 0.0 { format!(", the optimizer step {}", ms(st.compute_fixed_ms)) } else { String::new() },
+                ms(st.loader_per_batch_ms)
+            ),
+        })
+    }
+
     fn batch_advice(&self) -> Option<Advice> {
         let b = self.s.settings.batch_size.max(1);
         let nb = b * BATCH_GROWTH;
+        if matches!(self.overhead, Some(OverheadWhy::InMemoryLoader(_))) {
+            return self.serial_batch_advice(b, nb);
+        }
         let after = self.p.with_batch(nb);
         let gain = after.as_ref().and_then(|a| self.gain(a));
         let (gain, basis) = (gain.map(|g| g.0), gain.map(|g| g.1));

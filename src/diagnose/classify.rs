@@ -16,6 +16,9 @@ pub(super) enum OverheadWhy {
     FixedCost(f64),
     /// The GPU in use is busy this % on average while the loop does not wait.
     LowGpu(f64),
+    /// The wait is the loop taking samples already in memory and batching them (this ms per
+    /// image): the DataLoader's own per-step work, not preprocessing.
+    InMemoryLoader(f64),
 }
 
 /// Today's rate as measured: images per step over the steady state's mean step time, and the
@@ -139,6 +142,11 @@ impl<'a> Facts<'a> {
     }
 
     fn overhead_why(&self) -> Option<OverheadWhy> {
+        if let Some(per_image) = self.in_memory_loader() {
+            if self.input_bound() {
+                return Some(OverheadWhy::InMemoryLoader(per_image));
+            }
+        }
         let compute = self.s.split.compute_ms;
         if compute > 0.0 && compute < OVERHEAD_STEP_MS {
             return Some(OverheadWhy::TinyStep(compute));
@@ -156,6 +164,31 @@ impl<'a> Facts<'a> {
             }
             _ => None,
         }
+    }
+
+    /// The loader's cost per image, ms, when all it does is take samples already in memory:
+    /// every loader stage measured is `fetch` or `collate`, together under
+    /// [`IN_MEMORY_IMAGE_MS`] per image.
+    pub fn in_memory_loader(&self) -> Option<f64> {
+        let loader = &self.p.loader;
+        let only = !loader.is_empty() && loader.iter().all(|x| matches!(x.stage, Stage::Fetch | Stage::Collate));
+        let per_image: f64 = loader.iter().map(|x| x.wall_ms).sum();
+        (only && per_image < IN_MEMORY_IMAGE_MS).then_some(per_image)
+    }
+
+    /// The serial step of a loop that batches in-memory samples itself, when it does.
+    pub fn serial_step(&self) -> Option<super::model::SerialStep> {
+        let per_image = self.in_memory_loader()?;
+        let sp = &self.s.split;
+        let optimizer = measured(self.s, Stage::Optimizer).map(|x| x.mean_ms);
+        Some(super::model::SerialStep::new(
+            sp.wait_ms,
+            sp.transfer_ms + sp.compute_ms,
+            optimizer,
+            per_image,
+            self.p.batch,
+            self.cpu_device,
+        ))
     }
 
     /// The model has at least [`SMALL_MODEL_PARAMS`] parameters (unknown for a program of the
@@ -314,6 +347,9 @@ impl<'a> Facts<'a> {
             return Limiter::Transfer;
         }
         if self.input_bound() {
+            if matches!(self.overhead, Some(OverheadWhy::InMemoryLoader(_))) {
+                return Limiter::Overhead;
+            }
             if self.p.loader.is_empty() {
                 // The loader is not instrumented: judge from the machine only.
                 return if self.machine_says_io() { Limiter::Io } else { Limiter::Preprocess };

@@ -16,8 +16,12 @@ fn plural(n: usize, word: &str) -> String {
 }
 
 /// A verdict given early on slow steps, marked as such.
-pub(super) fn provisional(headline: &str, steps: u64) -> String {
-    format!("Provisional after {steps} steps of ≥ {:.0} s (firm from {MIN_STEPS}): {headline}", EARLY_STEP_MS / 1000.0)
+pub(super) fn provisional(headline: &str, steps: u64, mean_step_ms: f64) -> String {
+    format!(
+        "Provisional after {steps} steps of {:.1} s ({:.1} s measured; firm from {MIN_STEPS} steps): {headline}",
+        mean_step_ms / 1000.0,
+        steps as f64 * mean_step_ms / 1000.0
+    )
 }
 
 /// A verdict over the whole run because the workers changed too recently to judge the new
@@ -244,6 +248,10 @@ impl Facts<'_> {
             Some(OverheadWhy::FixedCost(share)) => format!(
                 "Per-step overhead: the optimizer step, whatever the batch size, is {} of compute",
                 pct(share)
+            ),
+            Some(OverheadWhy::InMemoryLoader(_)) => format!(
+                "Per-step overhead: the loop waits {} of each step while the DataLoader takes samples already in memory and batches them; the images cost little, every step costs the same",
+                pct(self.s.split.wait_share)
             ),
             _ => format!(
                 "Per-step overhead: {} of compute per step for a tiny model; fixed per-step costs dominate",
@@ -479,6 +487,22 @@ impl Facts<'_> {
             Some(OverheadWhy::LowGpu(u)) => format!(
                 "the GPU is busy only {u:.0}% on average (< {GPU_LOW_UTIL_PCT}%) while the loop hardly waits for data"
             ),
+            Some(OverheadWhy::InMemoryLoader(per_image)) => {
+                let parts = self.serial_step().map(|st| {
+                    format!(
+                        ": {} fetching and collating the batch, {} of the DataLoader's own work per step",
+                        ms(st.loader_per_batch_ms),
+                        ms(st.loader_fixed_ms)
+                    )
+                });
+                format!(
+                    "the wait is {} per step{}; its samples cost {} each (< {} per image: already in memory, nothing to decode): more workers or a cache would not help, fewer, larger steps would",
+                    ms(sp.wait_ms),
+                    parts.unwrap_or_default(),
+                    ms(per_image),
+                    ms(IN_MEMORY_IMAGE_MS)
+                )
+            }
             None => String::new(),
         });
         ev.push(format!(

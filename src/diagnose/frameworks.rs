@@ -64,9 +64,13 @@ fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> 
             "hand out uint8 batches and convert to float on the device".into(),
             "transforms.PILToTensor() in the dataset; xs.to(device, non_blocking=True).float().div_(255)".into(),
         ),
+        // Keras 3 puts the workers on the PyDataset; tf.keras 2 (tf_keras) on fit, for a
+        // Sequence; tf.data has no workers but parallel calls.
         (Framework::Keras, Change::Workers(n)) => (
-            format!("load batches in {n} workers"),
-            format!("PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"),
+            format!("load batches in {n} worker processes"),
+            format!(
+                "PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers={n}, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"
+            ),
         ),
         (Framework::Keras, Change::Prefetch(depth)) => (
             format!("queue {depth} batches ahead"),
@@ -74,7 +78,7 @@ fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> 
         ),
         (Framework::Keras, Change::BatchSize(n)) => (
             format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
-            format!("model.fit(..., batch_size={n})  # a PyDataset: {n} samples per __getitem__"),
+            format!("model.fit(..., batch_size={n})  # a PyDataset: {n} samples per __getitem__; tf.data: .batch({n})"),
         ),
         (Framework::Keras, Change::UseDevice(d)) if d == "cpu" => {
             ("or train on the CPU".into(), "CUDA_VISIBLE_DEVICES=\"\" python train.py".into())
@@ -160,6 +164,7 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
         model_now: now,
         range: None,
         slow_steps: false,
+        compute_split_unknown: false,
     });
     Some(Advice {
         action: "keep the DataLoader's workers between epochs".into(),
@@ -216,7 +221,14 @@ mod tests {
             ("pytorch", 4, Change::Prefetch(13), "DataLoader(..., prefetch_factor=4)", Some(LoaderKnobs { prefetch_factor: Some(4), ..k() })),
             ("pytorch", 0, Change::Prefetch(13), "DataLoader(..., num_workers=2, prefetch_factor=2)", Some(LoaderKnobs { num_workers: Some(2), prefetch_factor: Some(2), ..k() })),
             ("pytorch", 2, Change::UseDevice("cpu".into()), "device = \"cpu\"  # model.to(device), batch.to(device)", None),
-            ("keras", 0, Change::Workers(4), "PyDataset(..., workers=4, use_multiprocessing=True)  # tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)", Some(LoaderKnobs { num_workers: Some(4), ..k() })),
+            (
+                "keras",
+                0,
+                Change::Workers(4),
+                "PyDataset(..., workers=4, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers=4, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)",
+                Some(LoaderKnobs { num_workers: Some(4), ..k() }),
+            ),
+            ("keras", 0, Change::BatchSize(128), "model.fit(..., batch_size=128)  # a PyDataset: 128 samples per __getitem__; tf.data: .batch(128)", None),
             ("keras", 0, Change::Prefetch(8), "PyDataset(..., max_queue_size=8)  # tf.data: .prefetch(tf.data.AUTOTUNE)", None),
         ];
         for (fw, workers, change, code, set) in table {

@@ -249,6 +249,10 @@ pub struct Basis {
     /// steps the scheduler slows is theirs to decide ([`widen_for_slow_steps`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub slow_steps: bool,
+    /// The range is how much of compute grows with the batch, which one run on the CPU
+    /// cannot tell (from none of it to all of it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compute_split_unknown: bool,
 }
 
 /// The gain of a change from the model's rates before (`model_now`) and after (`after`) and
@@ -329,6 +333,7 @@ impl Advice {
                 crate::units::rate(lo * b.now).trim_end_matches(" images/s"),
                 crate::units::rate(hi * b.now).trim_start_matches('≈'),
                 match (b.slow_steps, b.model_now / b.now - 1.0) {
+                    _ if b.compute_split_unknown => "how much of forward+backward grows with the batch",
                     (true, off) if off.abs() > MODEL_OFF_SHARE => {
                         "the model is off today's rate, and other programs slow some compute steps"
                     }
@@ -376,8 +381,9 @@ pub struct Verdict {
     pub flags: Vec<Flag>,
     /// Best first.
     pub advice: Vec<Advice>,
-    /// Given early (≥ [`EARLY_STEPS`] steps of ≥ [`EARLY_STEP_MS`]) before [`MIN_STEPS`]:
-    /// may change once the usual window fills.
+    /// Given early before [`MIN_STEPS`] (≥ [`EARLY_STEPS`] steps of ≥ [`EARLY_STEP_MS`], or ≥
+    /// [`EARLY_MIN_STEPS`] steps and [`EARLY_TIME_MS`] measured): may change once the usual
+    /// window fills.
     #[serde(default)]
     pub provisional: bool,
 }
@@ -388,7 +394,9 @@ pub fn diagnose(s: &Summary) -> Verdict {
     let sp = &s.split;
     let measured = sp.mean_step_ms.is_finite() && sp.mean_step_ms > 0.0;
     // Slow steps answer early: three 4-second steps say as much as five.
-    let early = sp.steps < MIN_STEPS && sp.steps >= EARLY_STEPS && sp.mean_step_ms >= EARLY_STEP_MS;
+    let long_steps = sp.steps >= EARLY_STEPS && sp.mean_step_ms >= EARLY_STEP_MS;
+    let long_run = sp.steps >= EARLY_MIN_STEPS && sp.steps as f64 * sp.mean_step_ms >= EARLY_TIME_MS;
+    let early = sp.steps < MIN_STEPS && (long_steps || long_run);
     // A change of workers too recent to judge the new pipeline alone: the whole run decides,
     // and says so.
     let provisional = early || sp.changed_at.is_some();
@@ -413,7 +421,7 @@ pub fn diagnose(s: &Summary) -> Verdict {
     Verdict {
         headline: match sp.changed_at {
             Some(k) => evidence::provisional_after_change(&headline, k, sp.steps, s.settings.workers),
-            None if early => evidence::provisional(&headline, sp.steps),
+            None if early => evidence::provisional(&headline, sp.steps, sp.mean_step_ms),
             None => headline,
         },
         provisional,

@@ -21,8 +21,8 @@ use super::thresholds::OTHER_CORES;
 use crate::aggregate::Summary;
 use probes::stage::Stage;
 
-/// Loader stages, in pipeline order. Each is costed per image; `collate` runs once per batch,
-/// so its cost per image is its span over the batch.
+/// Loader stages, in pipeline order. Each is costed per image; `fetch` and `collate` are timed
+/// once per batch, so their cost per image is a span over the batch.
 pub const LOADER_STAGES: [Stage; 6] =
     [Stage::Read, Stage::Fetch, Stage::Decode, Stage::Resize, Stage::Augment, Stage::Collate];
 
@@ -309,6 +309,71 @@ pub fn is_cpu_device(device: &str) -> bool {
     device.trim().to_ascii_lowercase().starts_with("cpu")
 }
 
+/// A step of a loop that makes its own batches (no workers) from samples already in memory:
+/// taking the batch and computing it take turns, so a step is their sum, and each part either
+/// grows with the batch or does not. All ms per step at today's batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SerialStep {
+    /// Fetching and collating the batch's samples: grows with the batch.
+    pub loader_per_batch_ms: f64,
+    /// The rest of the wait: the DataLoader's own work per step (its iterator, the sampler's
+    /// indices, the hand-over), whatever the batch.
+    pub loader_fixed_ms: f64,
+    /// Measured parts of compute that do not grow with the batch: the optimizer step.
+    pub compute_fixed_ms: f64,
+    /// The rest of compute (forward, backward, copies): on a GPU, a tiny model's kernels take
+    /// the same time for 32 images as for 128 (launch-bound); on the CPU, between fixed and
+    /// proportional, which one run cannot tell apart.
+    pub compute_rest_ms: f64,
+    /// Where compute runs.
+    pub cpu_device: bool,
+}
+
+impl SerialStep {
+    /// From a run's steady-state split and its per-image fetch + collate cost.
+    pub fn new(
+        wait_ms: f64,
+        compute_ms: f64,
+        optimizer_ms: Option<f64>,
+        loader_ms_per_image: f64,
+        batch: f64,
+        cpu_device: bool,
+    ) -> SerialStep {
+        let loader_per_batch_ms = (loader_ms_per_image * batch).clamp(0.0, wait_ms.max(0.0));
+        let compute_fixed_ms = optimizer_ms.unwrap_or(0.0).clamp(0.0, compute_ms.max(0.0));
+        SerialStep {
+            loader_per_batch_ms,
+            loader_fixed_ms: (wait_ms - loader_per_batch_ms).max(0.0),
+            compute_fixed_ms,
+            compute_rest_ms: (compute_ms - compute_fixed_ms).max(0.0),
+            cpu_device,
+        }
+    }
+
+    fn step_ms(&self, k: f64, rest_grows: bool) -> f64 {
+        let rest = if rest_grows { self.compute_rest_ms * k } else { self.compute_rest_ms };
+        self.loader_fixed_ms + self.compute_fixed_ms + self.loader_per_batch_ms * k + rest
+    }
+
+    /// Images/s with the batch `k` times today's, over today's: (low, high). The low end has
+    /// the rest of compute grow with the batch; the high end keeps it fixed (on a GPU both).
+    pub fn batch_gain(&self, k: f64) -> Option<(f64, f64)> {
+        let today = self.step_ms(1.0, false);
+        if !(today.is_finite() && today > 0.0 && k > 0.0) {
+            return None;
+        }
+        let high = k * today / self.step_ms(k, false);
+        let low = if self.cpu_device { k * today / self.step_ms(k, true) } else { high };
+        (low.is_finite() && high.is_finite()).then_some((low, high))
+    }
+
+    /// The part of today's step that does not grow with the batch, ms: at least the loader's
+    /// fixed part and the optimizer; on a GPU also the rest of compute.
+    pub fn fixed_ms(&self) -> f64 {
+        self.loader_fixed_ms + self.compute_fixed_ms + if self.cpu_device { 0.0 } else { self.compute_rest_ms }
+    }
+}
+
 /// Whether the run trains on the CPU: its device says so (or says nothing), and NVML did not
 /// list any of its processes on a GPU. A program that never moved a batch to a device in a
 /// way pipeprof sees (JAX, Keras) but has a compute context on a GPU trains there.
@@ -345,7 +410,8 @@ impl Pipeline {
                 let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
                 let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
                 // The typical image's cost: one slow file does not move it.
-                let per_span = if stage == Stage::Collate { st.batch_size.max(1) as f64 } else { 1.0 };
+                let per_span =
+                    if matches!(stage, Stage::Fetch | Stage::Collate) { st.batch_size.max(1) as f64 } else { 1.0 };
                 let wall = robust_ms(x) / per_span;
                 Some(StageCost {
                     stage,

@@ -9,6 +9,11 @@ pub const EARLY_STEPS: u64 = 3;
 /// …when a step takes at least this long, ms: waiting for five 4-second steps is 20 s with
 /// no answer.
 pub const EARLY_STEP_MS: f64 = 1000.0;
+/// Or after this much measured step time, ms, from [`EARLY_MIN_STEPS`] steps on: a few long
+/// steps of a large model measure as much as many short ones.
+pub const EARLY_TIME_MS: f64 = 5000.0;
+/// Fewest steps a verdict is ever given on (a mean of one step is not a mean).
+pub const EARLY_MIN_STEPS: u64 = 2;
 
 /// Wait share at or above which the run is highly input-bound (TensorFlow's profiler).
 pub const HIGH_WAIT_SHARE: f64 = 0.20;
@@ -75,6 +80,10 @@ pub const SPIKY_P95_RATIO: f64 = 3.0;
 pub const MAX_SPIKE_RATIO: f64 = 4.0;
 /// Prefetch depths advised, in batches.
 pub const PREFETCH_DEPTH: std::ops::RangeInclusive<usize> = 2..=64;
+/// Loader cost per image, ms, under which a loader that only fetches and collates (no read,
+/// decode, resize or augment seen) is taking samples already in memory: indexing a tensor
+/// costs microseconds, decoding even a 28×28 PNG costs more.
+pub const IN_MEMORY_IMAGE_MS: f64 = 0.02;
 /// Factor the batch size is raised by for a per-step-overhead run.
 pub const BATCH_GROWTH: usize = 4;
 /// The model's estimate of today's rate may be off the measured rate by this share (either

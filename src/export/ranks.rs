@@ -83,7 +83,7 @@ impl RankTraces {
                 return Ok(None);
             }
             let path = rank_path(&self.base, r.rank);
-            let f = File::create(&path)
+            let f = super::create_beside(&path)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))?;
             let title = format!("{} · rank {}", self.title, r.rank);
             let mut trace = ChromeTrace::with_header(

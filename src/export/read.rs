@@ -156,12 +156,15 @@ impl TraceSummary {
     /// One trace event, in file order.
     pub fn push(&mut self, e: &Value) {
         if e["ph"] == "i" {
-            // The run's settings: the first such event (pipeprof writes it before any span).
-            if e["name"] == "settings" && !self.settings_seen {
-                if let Ok(s) = serde_json::from_value(e["args"].clone()) {
-                    *self.agg.settings_mut() = s;
+            // The run's settings: pipeprof's own first (before any span), then what the program
+            // said (`pipeprof run`, `attach`: its batch size, workers, framework), key by key
+            // and range-checked, as the live run merged them.
+            if e["name"] == "settings" {
+                if !self.settings_seen {
+                    *self.agg.settings_mut() = RunSettings::default();
                     self.settings_seen = true;
                 }
+                self.agg.settings_mut().merge_json(&e["args"]);
             }
             // The summary written at the end of the run: the last one counts.
             if e["name"] == "summary" {
@@ -211,7 +214,9 @@ impl TraceSummary {
 /// that way (a trace from another tool, a summary JSON): read it whole instead.
 /// Returns the summary, the events read, whether the trace was closed, and whether capped.
 pub fn stream_trace(r: impl std::io::BufRead) -> std::io::Result<Option<(Summary, usize, bool, bool)>> {
-    let mut lines = r.lines();
+    // Lines as bytes: a trace cut inside a multi-byte character is still read (the cut line
+    // does not parse and is left out, like any cut line).
+    let mut lines = r.split(b'\n').map(|l| l.map(|b| String::from_utf8_lossy(&b).into_owned()));
     let Some(header) = lines.next().transpose()? else { return Ok(None) };
     let header = header.trim();
     if !(header.starts_with('{') && header.contains("\"traceEvents\"") && header.ends_with('[')) {
@@ -374,6 +379,39 @@ mod tests {
         let v: Value = serde_json::from_str(&fixed).unwrap();
         assert_eq!(v["traceEvents"].as_array().unwrap().len(), 2);
         assert!(repair_text("not a trace").is_none());
+    }
+
+    #[test]
+    fn a_trace_cut_inside_a_character_is_read_and_repaired() {
+        let whole = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"x\"},\n{\"ph\":\"M\",\"name\":\"thread_name\",\"tid\":2,\"args\":{\"name\":\"lecteur-é\"}},\n]}\n";
+        let bytes = whole.as_bytes();
+        // Every cut, including the one between the two bytes of "é" (before: an I/O error,
+        // "stream did not contain valid UTF-8", and no report or repair).
+        let e_at = whole.find('é').unwrap();
+        for cut in [e_at + 1, bytes.len() - 5] {
+            let (s, events, complete, _) = stream_trace(&bytes[..cut]).unwrap().unwrap();
+            assert!(!complete && events >= 1, "cut at {cut}: {events}");
+            assert_eq!(s.threads.contains_key(&2), cut > e_at + 1, "cut at {cut}");
+            let (fixed, _) = repair_text(&String::from_utf8_lossy(&bytes[..cut])).unwrap();
+            assert!(serde_json::from_str::<Value>(&fixed).is_ok(), "cut at {cut}: {fixed}");
+        }
+    }
+
+    #[test]
+    fn a_run_trace_keeps_the_settings_its_program_said_after_pipeprofs_own() {
+        let lines = [
+            // pipeprof run's own: the program's name and the machine's cores.
+            r#"{"ph":"i","name":"settings","ts":0,"args":{"model":"train.py","cores":16,"trace_version":1}}"#,
+            // Then the program's, as the run merged them (before: only the first was read).
+            r#"{"ph":"i","name":"settings","ts":5,"args":{"framework":"pytorch","batch_size":64,"workers":4}}"#,
+        ];
+        let text = format!("{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{}\n]}}\n", lines.join(",\n"));
+        let (s, ..) = stream_trace(text.as_bytes()).unwrap().unwrap();
+        let st = &s.settings;
+        assert_eq!(
+            (st.model.as_str(), st.cores, st.framework.as_str(), st.batch_size, st.workers),
+            ("train.py", 16, "pytorch", 64, 4)
+        );
     }
 
     #[test]

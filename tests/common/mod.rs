@@ -50,3 +50,21 @@ pub fn text(b: &[u8]) -> String {
 pub fn demo(dir: &Path, classes: usize, per_class: usize, seed: u64) {
     DemoSpec { classes, per_class, size: None, format: DemoFormat::Mixed, seed }.write(dir).expect("demo data written");
 }
+
+/// Waits for `child` to end and collects its output, up to `limit`: a run that hangs (the bug
+/// some tests guard against) is killed and fails the test instead of hanging it.
+pub fn output_within(child: std::process::Child, limit: std::time::Duration, what: &str) -> Output {
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("the binary's output"),
+        Err(_) => {
+            // SAFETY: a signal to the child this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{what}: still running after {} s", limit.as_secs())
+        }
+    }
+}

@@ -1,13 +1,47 @@
 //! One rule for what an attach address means, and one connected stream: used by the viewer
-//! (`pipeprof attach`), by producers (worker processes) and by the server's own wake-up, so
-//! that all of them read an address the same way.
+//! (`pipeprof attach`) and by producers (worker processes), so that both read an address the
+//! same way. [`Conn`], what the server needs of a stream, lives here too: the server and the
+//! producers both use it, and this file uses neither of them (no import circle).
 
-use super::server::Conn;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// A connected stream (Unix or TCP).
+pub trait Conn: std::io::Read + Write + Send + 'static {
+    /// Sets the read timeout (used for the handshake only).
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Sets the write timeout: a client that stops reading is cut off, not waited for.
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Shuts both directions down.
+    fn shutdown(&self);
+}
+
+impl Conn for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, t)
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_write_timeout(self, t)
+    }
+    fn shutdown(&self) {
+        let _ = std::os::unix::net::UnixStream::shutdown(self, std::net::Shutdown::Both);
+    }
+}
+
+impl Conn for std::net::TcpStream {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::net::TcpStream::set_read_timeout(self, t)
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        std::net::TcpStream::set_write_timeout(self, t)
+    }
+    fn shutdown(&self) {
+        let _ = std::net::TcpStream::shutdown(self, std::net::Shutdown::Both);
+    }
+}
 
 /// Where a run listens.
 #[derive(Debug, Clone, PartialEq, Eq)]

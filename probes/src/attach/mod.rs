@@ -14,6 +14,7 @@
 //! `pipeprof-<uid>` folder in the temp dir), mode 0600; or on TCP with `PIPEPROF_LISTEN` /
 //! [`Options::listen`], loopback only unless [`Options::allow_remote`] says otherwise.
 
+pub mod accept;
 pub mod conn;
 pub mod producer;
 pub mod server;
@@ -27,7 +28,6 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -60,7 +60,9 @@ pub enum AttachError {
     #[error("bad listen address {0:?}: use HOST:PORT, e.g. 127.0.0.1:7070")]
     BadAddress(String),
     /// The socket folder is not private.
-    #[error("{0}: not a private folder (must be ours, mode 0700): remove it or set XDG_RUNTIME_DIR")]
+    #[error(
+        "{0}: not a private folder (must be a folder, not a link, ours, mode 0700): remove it or set XDG_RUNTIME_DIR"
+    )]
     UnsafeDir(PathBuf),
     /// I/O.
     #[error("{what}: {source}")]
@@ -110,21 +112,29 @@ impl Options {
 
 /// The folder holding this user's attach sockets (created private if missing).
 pub fn runtime_dir() -> Result<PathBuf, AttachError> {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_dir()) {
-        Some(d) => PathBuf::from(d).join("pipeprof"),
-        // SAFETY: getuid cannot fail.
-        None => std::env::temp_dir().join(format!("pipeprof-{}", unsafe { libc::getuid() })),
-    };
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io(format!("create {}", dir.display())))?;
-    }
-    let m = std::fs::metadata(&dir).map_err(io(format!("stat {}", dir.display())))?;
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
     // SAFETY: getuid cannot fail.
-    if m.uid() != unsafe { libc::getuid() } || m.mode() & 0o077 != 0 {
+    runtime_dir_in(xdg.as_deref(), &std::env::temp_dir(), unsafe { libc::getuid() })
+}
+
+/// [`runtime_dir`] with its inputs given: `$XDG_RUNTIME_DIR/pipeprof` when that folder
+/// exists, else `pipeprof-<uid>` in `tmp`. Made with mode 0700 if missing, then checked with
+/// `lstat`, which does not follow links: a symlink (another user's, planted in a shared temp
+/// folder, and re-pointed after any check that follows it) is refused, as is a folder not ours
+/// or open to others. Once checked, the folder is ours in a sticky temp folder: nobody else can
+/// swap it.
+pub fn runtime_dir_in(xdg: Option<&Path>, tmp: &Path, uid: u32) -> Result<PathBuf, AttachError> {
+    let dir = match xdg.filter(|d| d.is_dir()) {
+        Some(d) => d.join("pipeprof"),
+        None => tmp.join(format!("pipeprof-{uid}")),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(format!("create {}", dir.display()))(e)),
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(io(format!("stat {}", dir.display())))?;
+    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
         return Err(AttachError::UnsafeDir(dir));
     }
     Ok(dir)
@@ -143,9 +153,6 @@ pub fn check_listen(addr: &str, allow_remote: bool) -> Result<SocketAddr, Attach
     Ok(a)
 }
 
-/// Unblocks the accept thread at shutdown (a connection to ourselves).
-type Wake = Box<dyn Fn() + Send>;
-
 /// A profiled program's attach session: keep it alive while training.
 pub struct Session {
     probe: Probe,
@@ -154,8 +161,7 @@ pub struct Session {
     /// None when this process sends into a run it was started in (`pipeprof run`).
     server: Option<Arc<std::sync::Mutex<server::Server>>>,
     samplers: Option<SamplerHandle>,
-    acceptor: Option<JoinHandle<()>>,
-    wake: Option<Wake>,
+    acceptor: Option<accept::Acceptor>,
     producer: Option<producer::Producer>,
     /// The token TCP peers must send (`None` on a Unix socket).
     token: Option<String>,
@@ -180,7 +186,6 @@ pub fn init(opts: Options) -> Result<Session, AttachError> {
             server: None,
             samplers: None,
             acceptor: None,
-            wake: None,
             producer: Some(prod),
             token: None,
         });
@@ -207,7 +212,7 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
     let srv = server::Server::start_with_token(rx, probe.clone(), hello, token.clone())
         .map_err(io("start the server thread"))?;
     let server = Arc::new(std::sync::Mutex::new(srv));
-    let (address, socket, acceptor, wake): (String, Option<PathBuf>, JoinHandle<()>, Wake) = match &opts.listen {
+    let (address, socket, acceptor): (String, Option<PathBuf>, accept::Acceptor) = match &opts.listen {
         Some(addr) => {
             let a = check_listen(addr, opts.allow_remote)?;
             let l = TcpListener::bind(a).map_err(io(format!("listen on {a}")))?;
@@ -217,12 +222,7 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
                 wire::TOKEN_ENV,
                 token.as_deref().unwrap_or_default()
             );
-            let srv = server.clone();
-            let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
-            let wake = Box::new(move || {
-                let _ = std::net::TcpStream::connect_timeout(&local, Duration::from_millis(200));
-            });
-            (local.to_string(), None, h, wake)
+            (local.to_string(), None, spawn_acceptor(l, server.clone())?)
         }
         None => {
             let path = runtime_dir()?.join(format!("{}.sock", std::process::id()));
@@ -230,13 +230,7 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
             let l = UnixListener::bind(&path).map_err(io(format!("listen on {}", path.display())))?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
                 .map_err(io(format!("chmod {}", path.display())))?;
-            let srv = server.clone();
-            let h = spawn_acceptor(move || l.accept().map(|(c, _)| c), srv)?;
-            let p = path.clone();
-            let wake = Box::new(move || {
-                let _ = std::os::unix::net::UnixStream::connect(&p);
-            });
-            (path.display().to_string(), Some(path), h, wake)
+            (path.display().to_string(), Some(path.clone()), spawn_acceptor(l, server.clone())?)
         }
     };
     let samplers = match opts.sampler {
@@ -250,7 +244,6 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
         server: Some(server),
         samplers,
         acceptor: Some(acceptor),
-        wake: Some(wake),
         producer: None,
         token,
     })
@@ -277,27 +270,32 @@ fn run_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn spawn_acceptor<C: server::Conn>(
-    mut accept: impl FnMut() -> std::io::Result<C> + Send + 'static,
-    srv: Arc<std::sync::Mutex<server::Server>>,
-) -> Result<JoinHandle<()>, AttachError> {
-    std::thread::Builder::new()
-        .name("pp-accept".into())
-        .spawn(move || loop {
-            match accept() {
-                Ok(c) => match srv.lock() {
-                    Ok(s) => {
-                        if s.stopping() {
-                            return;
-                        }
-                        s.serve(c)
-                    }
-                    Err(_) => return,
-                },
-                Err(_) => return,
+/// Accepts on `l` into the server until the session stops. Stopping needs no connection to
+/// ourselves ([`accept`]): the socket file may be gone by then.
+fn spawn_acceptor<L>(l: L, srv: Arc<std::sync::Mutex<server::Server>>) -> Result<accept::Acceptor, AttachError>
+where
+    L: accept::Listen,
+    L::Conn: server::Conn,
+{
+    accept::Acceptor::spawn(
+        "pp-accept",
+        l,
+        move |c| {
+            if let Ok(s) = srv.lock() {
+                s.serve(c)
             }
-        })
-        .map_err(io("start the accept thread"))
+        },
+        |e, failures| {
+            // Once per streak of failures: the thread pauses between tries, never spins.
+            if failures == 1 {
+                eprintln!(
+                    "pipeprof probes: cannot accept connections ({e}); retrying, with pauses: \
+                     workers and viewers connecting meanwhile are turned away"
+                );
+            }
+        },
+    )
+    .map_err(io("start the accept thread"))
 }
 
 impl Session {
@@ -378,11 +376,8 @@ impl Session {
         if let Some(mut s) = server.as_ref().and_then(|s| s.lock().ok()) {
             s.mark_stopping();
         }
-        if let Some(w) = self.wake.take() {
-            w();
-        }
         if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
+            a.stop();
         }
         if let Some(mut s) = server.as_ref().and_then(|s| s.lock().ok()) {
             s.join();
@@ -410,5 +405,49 @@ mod tests {
         assert!(matches!(check_listen("0.0.0.0:7070", false), Err(AttachError::NotLoopback(_))));
         assert!(check_listen("0.0.0.0:7070", true).is_ok());
         assert!(matches!(check_listen("nonsense", false), Err(AttachError::BadAddress(_))));
+    }
+
+    #[test]
+    fn a_runtime_folder_that_is_a_link_or_not_private_is_refused() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        // Missing: made, private.
+        let made = runtime_dir_in(None, tmp.path(), uid).expect("made");
+        assert_eq!(std::fs::symlink_metadata(&made).expect("stat").mode() & 0o777, 0o700);
+        assert_eq!(runtime_dir_in(None, tmp.path(), uid).expect("again"), made);
+        // A link to a private folder of ours passed before (the check followed it), and could
+        // be re-pointed at another user's folder between the check and the socket's creation.
+        let other = tempfile::tempdir().expect("temp dir");
+        let target = other.path().join("theirs");
+        std::fs::DirBuilder::new().mode(0o700).create(&target).expect("target");
+        let shared = tempfile::tempdir().expect("temp dir");
+        std::os::unix::fs::symlink(&target, shared.path().join(format!("pipeprof-{uid}"))).expect("link");
+        assert!(matches!(runtime_dir_in(None, shared.path(), uid), Err(AttachError::UnsafeDir(_))));
+        // Open to others, or someone else's.
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(matches!(runtime_dir_in(None, tmp.path(), uid), Err(AttachError::UnsafeDir(_))));
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        assert!(matches!(runtime_dir_in(None, tmp.path(), uid + 1), Err(AttachError::UnsafeDir(_))));
+        // XDG_RUNTIME_DIR, when it exists, comes first.
+        let xdg = tempfile::tempdir().expect("temp dir");
+        assert_eq!(runtime_dir_in(Some(xdg.path()), tmp.path(), uid).expect("xdg"), xdg.path().join("pipeprof"));
+    }
+
+    #[test]
+    fn a_session_whose_socket_file_was_removed_still_finishes() {
+        let (probe, rx) = Probe::new(64);
+        let mut o = Options::new("t");
+        (o.listen, o.sampler) = (None, None);
+        let s = start(o, probe, rx).expect("session");
+        // A temp cleaner, or logout emptying /run/user/UID.
+        std::fs::remove_file(s.address()).expect("the socket file");
+        let (tx, done) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            s.finish();
+            let _ = tx.send(());
+        });
+        // Before, finish() woke the accept thread by connecting to the removed file: it hung.
+        assert!(done.recv_timeout(Duration::from_secs(60)).is_ok(), "finish() hung");
     }
 }

@@ -5,11 +5,11 @@
 //! disconnected (and counted), so the program never waits for a viewer. With no client,
 //! events are drained and dropped: a program nobody attaches to pays the Layer cost only.
 
+pub use super::conn::Conn;
 use super::wire::{self, Frame, Hello, ServerStats};
 use crate::event::Event;
 use crate::probe::Probe;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -20,40 +20,6 @@ pub const CLIENT_QUEUE: usize = 4096;
 /// Connections served at once (viewers, producers, handshakes in progress), each a thread;
 /// more are refused and counted.
 pub const MAX_CONNECTIONS: u64 = 64;
-
-/// A connected stream (Unix or TCP).
-pub trait Conn: std::io::Read + Write + Send + 'static {
-    /// Sets the read timeout (used for the handshake only).
-    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
-    /// Sets the write timeout: a client that stops reading is cut off, not waited for.
-    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
-    /// Shuts both directions down.
-    fn shutdown(&self);
-}
-
-impl Conn for std::os::unix::net::UnixStream {
-    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
-        std::os::unix::net::UnixStream::set_read_timeout(self, t)
-    }
-    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
-        std::os::unix::net::UnixStream::set_write_timeout(self, t)
-    }
-    fn shutdown(&self) {
-        let _ = std::os::unix::net::UnixStream::shutdown(self, std::net::Shutdown::Both);
-    }
-}
-
-impl Conn for std::net::TcpStream {
-    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
-        std::net::TcpStream::set_read_timeout(self, t)
-    }
-    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
-        std::net::TcpStream::set_write_timeout(self, t)
-    }
-    fn shutdown(&self) {
-        let _ = std::net::TcpStream::shutdown(self, std::net::Shutdown::Both);
-    }
-}
 
 struct Client {
     tx: Sender<Arc<Vec<u8>>>,

@@ -267,6 +267,7 @@ mod tests {
                 model_now: 1220.0,
                 range: None,
                 slow_steps: false,
+                compute_split_unknown: false,
             }),
         };
         let text: String = advice_line(&a, 200, true).spans.iter().map(|s| s.content.to_string()).collect();

@@ -1,0 +1,234 @@
+"""How a PyTorch DataLoader makes a batch, under ``pipeprof run``: in each worker process, or
+on the training thread itself with ``num_workers=0``.
+
+What it patches, once each: ``_MapDatasetFetcher.fetch`` (the samples of one batch, then
+``collate_fn``), PIL's ``Image.open`` / ``Image.convert`` / ``ImageFile.load``, and the
+``Compose`` of torchvision's transforms (v1 and v2).
+
+Spans: ``read`` (``Image.open``), ``decode`` (PIL's ``load``/``convert``), ``resize`` and
+``augment`` (each transform of a ``Compose``, the ``Random*`` ones as augment), each per
+sample with the thread's CPU and run-queue time. A batch whose samples none of those covered
+(tensors already in memory, a format of its own) is one ``fetch`` span for the whole batch:
+indexing an in-memory tensor costs microseconds, and timing every sample would cost more than
+the sample. ``collate`` times ``collate_fn`` once per batch. A data set with ``__getitems__``
+(one call for the batch) is one ``fetch`` span, collate included.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pipeprof
+from pipeprof import _native
+
+_now = _native.now_ns
+_thread_time = time.thread_time_ns
+_queue = _native.thread_queue_ns
+_T = threading.local()
+
+#: Transforms that are random (augmentation) by name; the others reshape pixels (resize).
+_AUGMENT_WORDS = ("Random", "ColorJitter", "Augment", "AugMix", "GaussianBlur", "Elastic", "Jitter")
+
+
+def _queued(q0):
+    """The thread's run-queue wait since ``q0`` (a ``_queue()`` reading), or None when the
+    kernel does not say: the off-CPU part of a span spent waiting for a core, not blocked."""
+    q1 = _queue()
+    return None if q0 is None or q1 is None else max(0, q1 - q0)
+
+
+def _since(a, b):
+    """A clock's advance from reading ``a`` to ``b``; None where either was not read."""
+    return None if a is None or b is None else max(0, b - a)
+
+
+def _depth():
+    return getattr(_T, "depth", 0)
+
+
+class _Stage:
+    """A loader-stage span that does not nest: inside another one it times nothing."""
+
+    __slots__ = ("stage", "span")
+
+    def __init__(self, stage):
+        self.stage = stage
+        self.span = None
+
+    def __enter__(self):
+        d = _depth()
+        _T.depth = d + 1
+        if d == 0 and getattr(_T, "in_fetch", False):
+            self.span = pipeprof.span(self.stage)
+            self.span.__enter__()
+            _T.covered = True
+        return self
+
+    def __exit__(self, *exc):
+        _T.depth = _depth() - 1
+        if self.span is not None:
+            self.span.__exit__(*exc)
+        return False
+
+
+def _timed(stage, func):
+    def timed(*args, **kwargs):
+        with _Stage(stage):
+            return func(*args, **kwargs)
+
+    timed.__wrapped__ = func
+    timed.__name__ = getattr(func, "__name__", "timed")
+    timed.__doc__ = getattr(func, "__doc__", None)
+    return timed
+
+
+def _name_worker():
+    if getattr(_T, "named", False):
+        return
+    _T.named = True
+    try:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+    except Exception:
+        info = None
+    _T.worker = info is not None
+    if info is not None:
+        pipeprof.name_process(f"loader-{info.id}")
+
+
+#: On the training thread (``num_workers=0``) one batch in this many reads the thread's CPU
+#: and run-queue clocks around fetch and collate (system calls, ≈ 1 µs each): the stages'
+#: on-CPU and core-wait shares are ratios, which a sample of batches gives; their wall time is
+#: every batch's. A worker reads them on every batch.
+MAIN_CLOCKS_EVERY = 8
+
+
+def _no_clock():
+    return None
+
+
+def install_fetch(fetch_mod):
+    Map = fetch_mod._MapDatasetFetcher
+    orig = Map.fetch
+
+    def fetch(self, possibly_batched_index):
+        if not self.auto_collation:
+            return orig(self, possibly_batched_index)
+        _name_worker()
+        n = getattr(_T, "batches", 0)
+        _T.batches = n + 1
+        clocks = _T.worker or n % MAIN_CLOCKS_EVERY == 0
+        cpu, queue = (_thread_time, _queue) if clocks else (_no_clock, _no_clock)
+        t0, c0, q0 = _now(), cpu(), queue()
+        if getattr(self.dataset, "__getitems__", None):
+            out = orig(self, possibly_batched_index)
+            c1, q1 = cpu(), queue()
+            _native.record("fetch", t0, _now() - t0, None, _since(c0, c1), _since(q0, q1))
+        else:
+            _T.in_fetch, _T.covered = True, False
+            try:
+                ds = self.dataset
+                data = [ds[idx] for idx in possibly_batched_index]
+            finally:
+                _T.in_fetch = False
+            t1, c1, q1 = _now(), cpu(), queue()
+            if not _T.covered:
+                # Nothing inside was PIL or a torchvision transform: the batch's samples as a whole.
+                _native.record("fetch", t0, t1 - t0, None, _since(c0, c1), _since(q0, q1))
+            out = self.collate_fn(data)
+            c2, q2 = cpu(), queue()
+            _native.record("collate", t1, _now() - t1, None, _since(c1, c2), _since(q1, q2))
+        if _T.worker:
+            pipeprof.flush()
+        return out
+
+    Map.fetch = fetch
+
+
+def install_pil(image_mod):
+    image_mod.open = _timed("read", image_mod.open)
+    image_mod.Image.convert = _timed("decode", image_mod.Image.convert)
+
+
+def install_pil_imagefile(imagefile_mod):
+    imagefile_mod.ImageFile.load = _timed("decode", imagefile_mod.ImageFile.load)
+
+
+def _stage_of(transform):
+    name = type(transform).__name__
+    return "augment" if any(w in name for w in _AUGMENT_WORDS) else "resize"
+
+
+class _Transforms:
+    """Times a Compose's transforms one by one and sends one span per stage for the sample
+    (``resize``: deterministic reshaping, ``augment``: random transforms), with the thread's
+    CPU time, instead of one span per transform."""
+
+    __slots__ = ("on", "t0", "wall", "cpu", "queue")
+
+    def __init__(self):
+        self.on = _depth() == 0 and getattr(_T, "in_fetch", False)
+        self.t0 = _now()
+        self.wall = {"resize": 0, "augment": 0}
+        self.cpu = {"resize": 0, "augment": 0}
+        self.queue = {"resize": 0, "augment": 0}
+
+    def run(self, t, *inputs):
+        if not self.on:
+            return t(*inputs)
+        stage = _stage_of(t)
+        w0, c0, q0 = _now(), _thread_time(), _queue()
+        _T.depth = _depth() + 1
+        try:
+            return t(*inputs)
+        finally:
+            _T.depth = _depth() - 1
+            self.wall[stage] += _now() - w0
+            self.cpu[stage] += _thread_time() - c0
+            q = _queued(q0)
+            # One transform the kernel would not time leaves the stage's wait unmeasured.
+            self.queue[stage] = None if q is None or self.queue[stage] is None else self.queue[stage] + q
+
+    def done(self):
+        if not self.on:
+            return
+        _T.covered = True
+        start = self.t0
+        for stage in ("resize", "augment"):
+            if self.wall[stage]:
+                _native.record(stage, start, self.wall[stage], None, self.cpu[stage], self.queue[stage])
+                start += self.wall[stage]
+
+
+def install_transforms(mod):
+    Compose = mod.Compose
+
+    def __call__(self, img):
+        tt = _Transforms()
+        try:
+            for t in self.transforms:
+                img = tt.run(t, img)
+        finally:
+            tt.done()
+        return img
+
+    Compose.__call__ = __call__
+
+
+def install_transforms_v2(mod):
+    Compose = mod.Compose
+
+    def forward(self, *inputs):
+        needs_unpacking = len(inputs) > 1
+        tt = _Transforms()
+        try:
+            for t in self.transforms:
+                outputs = tt.run(t, *inputs)
+                inputs = outputs if needs_unpacking else (outputs,)
+        finally:
+            tt.done()
+        return outputs
+
+    Compose.forward = forward

@@ -1,0 +1,701 @@
+//! `pipeprof run [OPTIONS] -- CMD ARGS…`: start a program instrumented and watch it.
+//!
+//! One server per run, hosted here: this command listens on a private Unix socket and starts
+//! CMD with the socket's address in its environment. Every process of the run that links
+//! pipeprof (a Python script through the start-up hook below, its DataLoader workers, a Rust
+//! program with the probes crate) connects to it as a producer and sends its spans, steps and
+//! settings over the attach wire format; the relays put them on this process's channel, and the
+//! collector, views and exporters are the ones `profile` and `attach` use. Nothing in the
+//! profiled program waits on this side.
+//!
+//! Python children need no edit: `PYTHONPATH` starts with a folder holding a
+//! `sitecustomize.py` (python/pipeprof/_bootstrap/) that imports `pipeprof._auto`, which hooks
+//! PyTorch's DataLoader and Keras's `fit`, then hands over to any `sitecustomize` it shadows.
+//!
+//! The child runs in a process group of its own. In plain mode on a terminal it is given the
+//! terminal (Ctrl-C reaches it and its workers as if run directly; `breakpoint()` works); in
+//! the live view it gets no terminal, its output goes to a private log file, and `q` or Ctrl-C
+//! is passed to it as SIGINT. A SIGINT or SIGTERM sent to pipeprof is passed on the same way, to
+//! the program itself: its own shutdown stops its workers.
+//!
+//! Every ending goes through one way out ([`ending`]): the program's exit, `--stop-timeout`
+//! passing after the interrupt, a second interrupt or a hang-up (the group gets SIGTERM now,
+//! SIGKILL [`signal::KILL_AFTER`] later), processes of the group left running after the program
+//! ended (SIGTERM, then SIGKILL), a closed stdout: the trace is closed, the summary written, the
+//! socket and the start-up hook's folder removed, and the program's exit code is this command's.
+
+use crate::aggregate::{Aggregator, RunSettings};
+use crate::diagnose::Diagnosed;
+use crate::export::chrome::ChromeTrace;
+use crate::export::Exporter;
+use crate::{progress, report, session, signal};
+pub mod ending;
+
+use anyhow::{bail, Context};
+use ending::{outcome, sig_name, Act, Ending, Look, Outcome, Why};
+use probes::attach::accept::Acceptor;
+use probes::attach::wire;
+use probes::{Event, Probe};
+use std::ffi::OsString;
+use std::io::{BufReader, IsTerminal};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
+/// Set by the first Python process of a run to its pid: processes that see another pid are
+/// its workers.
+pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
+
+/// The start-up hook Python children import (the same file the wheel ships).
+const SITECUSTOMIZE: &str = include_str!("../../python/pipeprof/_bootstrap/sitecustomize.py");
+
+/// What `pipeprof run` was asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+    /// No live view: a progress line, then the report (also off a terminal).
+    pub once: bool,
+    pub summary: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
+    pub sample_hz: f64,
+    pub no_gpu: bool,
+    /// After an interrupt was passed on: how long before the group gets SIGTERM.
+    pub stop_timeout: Duration,
+    /// `--metrics-listen`: serve `/metrics` there while the program runs.
+    pub metrics_listen: Option<String>,
+    pub metrics_allow_remote: bool,
+}
+
+/// The producers relaying into this run: connections not yet ended, and who they were.
+#[derive(Default)]
+struct Relays {
+    open: AtomicUsize,
+    /// Most connections at once ([`connection_cap`]); said once when reached.
+    cap: usize,
+    cap_said: AtomicBool,
+    processes: Mutex<Vec<String>>,
+    /// When bytes last arrived from any process of the run (monotonic ns).
+    last_ns: AtomicU64,
+}
+
+/// A connection that notes when bytes arrive.
+struct Noting<'a> {
+    conn: &'a UnixStream,
+    last: &'a AtomicU64,
+}
+
+impl std::io::Read for Noting<'_> {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.conn).read(b)?;
+        if n > 0 {
+            self.last.store(probes::clock::now_ns(), Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+}
+
+/// Files this run made, removed on every way out (the listener's socket, the hook's folder,
+/// the live view's log unless the run failed).
+struct Scratch {
+    socket: PathBuf,
+    boot: PathBuf,
+    log: Option<PathBuf>,
+    /// The run failed: its log stays, and its path is said.
+    keep_log: bool,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir_all(&self.boot);
+        if let (Some(log), false) = (&self.log, self.keep_log) {
+            let _ = std::fs::remove_file(log);
+        }
+    }
+}
+
+/// Makes the start-up hook's folder `boot` (mode 0700, in the private runtime folder: made
+/// anew, never reused) and writes the hook into it, exclusive: nothing there is followed.
+fn write_boot(boot: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // A folder left by an earlier run whose pid this one has (it was killed with -9).
+    let _ = std::fs::remove_dir_all(boot);
+    std::fs::DirBuilder::new().mode(0o700).create(boot)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(boot.join("sitecustomize.py"))?;
+    std::io::Write::write_all(&mut f, SITECUSTOMIZE.as_bytes())
+}
+
+/// The live view's log of the program's output: an unpredictable name in the temp folder,
+/// created exclusive (a planted file or link is never opened), mode 0600.
+fn create_log(dir: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    let f = tempfile::Builder::new().prefix("pipeprof-run-").suffix(".log").tempfile_in(dir)?;
+    f.keep().map_err(|e| e.error)
+}
+
+/// `PYTHONPATH` with `first` in front of what the user had.
+fn python_path(first: &Path, existing: Option<OsString>) -> OsString {
+    let mut paths = vec![first.to_path_buf()];
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        paths.extend(std::env::split_paths(&e));
+    }
+    std::env::join_paths(paths).unwrap_or_else(|_| first.as_os_str().to_os_string())
+}
+
+/// The program's name for messages: `python train.py` → "train.py", else the command's first word.
+pub fn program_name(command: &[OsString]) -> String {
+    let words: Vec<String> = command.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    let base = |w: &str| Path::new(w).file_name().map_or_else(|| w.to_string(), |n| n.to_string_lossy().into_owned());
+    let Some(first) = words.first() else { return "program".into() };
+    let is_python = base(first).starts_with("python");
+    match words.get(1) {
+        Some(m) if is_python && m == "-m" => words.get(2).map_or("python -m".into(), |x| format!("python -m {x}")),
+        Some(script) if is_python && !script.starts_with('-') => base(script),
+        _ => base(first),
+    }
+}
+
+/// Relays one process of the run on a thread of its own (never blocks the accept thread).
+fn relay_one(mut conn: UnixStream, probe: &Probe, relays: &Arc<Relays>) {
+    let open = relays.open.fetch_add(1, Ordering::SeqCst);
+    if open >= relays.cap {
+        relays.open.fetch_sub(1, Ordering::SeqCst);
+        if !relays.cap_said.swap(true, Ordering::SeqCst) {
+            progress::warn(&format!(
+                "{} processes of the run are connected at once, the most this run takes (its open-file \
+                 limit): later ones are turned away and their spans are missing",
+                relays.cap
+            ));
+        }
+        return;
+    }
+    let (probe, mine) = (probe.clone(), relays.clone());
+    let spawned = std::thread::Builder::new().name("pp-relay".into()).spawn(move || {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        match wire::check_peer_hello(&mut conn) {
+            Ok(wire::Peer::Producer) => {
+                let _ = conn.set_read_timeout(None);
+                let noting = Noting { conn: &conn, last: &mine.last_ns };
+                let r = probes::attach::producer::relay(&mut BufReader::new(noting), &probe);
+                if let Ok(mut p) = mine.processes.lock() {
+                    p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
+                }
+                if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
+                    progress::warn(&format!(
+                        "{} (pid {}) stopped sending: {e}; its later spans are missing",
+                        r.hello.program, r.hello.pid
+                    ));
+                }
+            }
+            Ok(wire::Peer::Viewer) => progress::warn(
+                "a viewer tried to attach to `pipeprof run`'s socket: this run is shown here, not served",
+            ),
+            Err(e) => progress::warn(&format!("refused a connection to the run's socket: {e}")),
+        }
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+        mine.open.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        relays.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts the run's processes until stopped. Stopping needs no connection to the socket
+/// file (a cleaner may have removed it); a failing accept (out of file descriptors) is said
+/// once per streak and retried after a pause, never in a busy loop.
+fn serve(listener: UnixListener, probe: Probe, relays: Arc<Relays>) -> std::io::Result<Acceptor> {
+    Acceptor::spawn(
+        "pp-accept",
+        listener,
+        move |conn| relay_one(conn, &probe, &relays),
+        |e, failures| {
+            if failures == 1 {
+                progress::warn(&format!(
+                    "cannot accept a process of the run ({e}): retrying, with pauses; processes connecting \
+                     meanwhile are turned away and their spans are missing"
+                ));
+            }
+        },
+    )
+}
+
+/// Most processes relayed at once under an open-file limit of `nofile`: each costs one
+/// descriptor; some are kept for the trace, the log and the run's own files.
+pub fn connection_cap(nofile: u64) -> usize {
+    const KEPT: u64 = 64;
+    nofile.saturating_sub(KEPT).clamp(16, 16_384) as usize
+}
+
+/// Raises this process's open-file limit to its hard limit (a run of 64 ranks × 16 workers
+/// passes the usual soft limit of 1024) and returns the limit in force.
+fn raise_open_files() -> u64 {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 1024;
+        }
+        let want = libc::rlimit { rlim_cur: l.rlim_max.min(1 << 20), rlim_max: l.rlim_max };
+        if want.rlim_cur > l.rlim_cur && libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+            return want.rlim_cur;
+        }
+    }
+    l.rlim_cur
+}
+
+/// Gives the terminal to the process group `pgid` (0: ours), ignoring the SIGTTOU a background
+/// group gets for asking.
+fn give_terminal(pgid: libc::pid_t) {
+    // SAFETY: plain libc calls on fd 0; the previous SIGTTOU disposition is put back.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        let target = if pgid == 0 { libc::getpgrp() } else { pgid };
+        libc::tcsetpgrp(0, target);
+        libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// Whether this process's group owns the terminal on stdin.
+fn own_terminal() -> bool {
+    // SAFETY: read-only libc queries.
+    std::io::stdin().is_terminal() && unsafe { libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<i32> {
+    let Some(first) = opts.command.first() else {
+        bail!("nothing to run: give the command after --, e.g. `pipeprof run -- python train.py`")
+    };
+    let program = program_name(&opts.command);
+    // Bound before anything starts: a taken port fails here, not mid-run.
+    let metrics =
+        opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
+    let shown = opts.command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>().join(" ");
+    let live = !opts.once && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+
+    // The socket and the hook's folder, private to this user.
+    let dir = probes::attach::runtime_dir()?;
+    let pid = std::process::id();
+    let mut scratch = Scratch {
+        socket: dir.join(format!("run-{pid}.sock")),
+        boot: dir.join(format!("run-{pid}-boot")),
+        log: None,
+        keep_log: false,
+    };
+    let _ = std::fs::remove_file(&scratch.socket);
+    let listener = UnixListener::bind(&scratch.socket)
+        .with_context(|| format!("cannot listen on {}", scratch.socket.display()))?;
+    std::fs::set_permissions(&scratch.socket, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot make {} private", scratch.socket.display()))?;
+    write_boot(&scratch.boot)
+        .with_context(|| format!("cannot write the start-up hook in {}", scratch.boot.display()))?;
+
+    let settings = RunSettings {
+        model: program.clone(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ..RunSettings::default()
+    };
+    let agg = Aggregator::new(settings.clone());
+    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
+    if let Some(p) = &opts.trace {
+        let mut t = ChromeTrace::create(p, &format!("pipeprof run: {shown}"), Default::default())
+            .with_context(|| format!("cannot create {}", p.display()))?;
+        t.settings(&settings)?;
+        exporters.push(Box::new(t));
+        // A distributed run's ranks also get a trace each, beside this one.
+        let mut per_rank =
+            crate::export::ranks::RankTraces::new(p, &format!("pipeprof run: {shown}"), Default::default());
+        per_rank.settings(&settings)?;
+        exporters.push(Box::new(per_rank));
+    }
+
+    let (probe, rx) = Probe::new(probes::DEFAULT_CAPACITY);
+    let relays = Arc::new(Relays { cap: connection_cap(raise_open_files()), ..Relays::default() });
+    let acceptor =
+        serve(listener, probe.clone(), relays.clone()).context("cannot start accepting the run's processes")?;
+    let samplers = probes::sampler::start(
+        probe.clone(),
+        probes::sampler::SamplerConfig {
+            hz: opts.sample_hz,
+            gpu: !opts.no_gpu,
+            // The GPU is the program's, its workers' and its ranks': every process below this one.
+            gpu_tree: true,
+            ..probes::sampler::SamplerConfig::default()
+        },
+    )
+    .map_err(|e| progress::warn(&format!("machine sampling is off: {e}")))
+    .ok();
+
+    // The program, in a process group of its own.
+    let mut cmd = Command::new(first);
+    cmd.args(&opts.command[1..])
+        .env(ADDRESS_ENV, &scratch.socket)
+        .env(PARENT_PID_ENV, pid.to_string())
+        .env_remove(MAIN_PID_ENV)
+        .env("PYTHONPATH", python_path(&scratch.boot, std::env::var_os("PYTHONPATH")));
+    let take_terminal = !live && own_terminal();
+    if live {
+        let (f, path) = create_log(&std::env::temp_dir())
+            .with_context(|| format!("cannot create the program's log in {}", std::env::temp_dir().display()))?;
+        scratch.log = Some(path);
+        cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f);
+    }
+    let log = scratch.log.clone();
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setpgid(0, 0);
+            if take_terminal {
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, old);
+            }
+            Ok(())
+        });
+    }
+    // A second interrupt, a hang-up: the run still ends here, through the one way out below.
+    signal::end_through_the_run();
+    signal::install();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            acceptor.stop();
+            if let Some(s) = samplers {
+                s.stop();
+            }
+            let hint = if e.kind() == std::io::ErrorKind::NotFound { ": not found (is it on PATH?)" } else { "" };
+            bail!("cannot start `{}`{hint}: {e}", first.to_string_lossy());
+        }
+    };
+    let child_pid = child.id() as libc::pid_t;
+    progress::say(&format!(
+        "pipeprof: running `{shown}` (pid {child_pid}){}",
+        log.as_ref().map(|l| format!("; its output goes to {}", l.display())).unwrap_or_default()
+    ));
+
+    let latest = session::latest(&agg);
+    let _metrics = session::serve_metrics(metrics, &latest);
+    let collector = {
+        let (latest, probe) = (latest.clone(), probe.clone());
+        std::thread::Builder::new()
+            .name("pp-collector".into())
+            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || probe.dropped()))?
+    };
+
+    // Waits for the program and its processes, doing what the ending says at each look.
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    // What the waiter has to say while the live view holds the terminal waits for its end.
+    let held: Arc<Mutex<Vec<String>>> = Arc::default();
+    let waiter = {
+        let watch = Watch {
+            relays: relays.clone(),
+            held: held.clone(),
+            stop_timeout: opts.stop_timeout,
+            shown: shown.clone(),
+            socket: scratch.socket.clone(),
+            take_terminal,
+        };
+        let probe = probe.clone();
+        std::thread::Builder::new().name("pp-child".into()).spawn(move || {
+            let ended = watch.until_the_end(child, child_pid);
+            probe.send_blocking(Event::Finish);
+            let _ = done_tx.send(());
+            ended
+        })?
+    };
+    session::show(!live, &latest, &done_rx);
+    let (status, end) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
+    for line in held.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        progress::say(&line);
+    }
+    acceptor.stop();
+    if let Some(s) = samplers {
+        s.stop();
+    }
+    let mut done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
+    let status = status.context("the program's end was not seen")?.context("cannot wait for the program")?;
+    // Our own interrupt was passed on: the program's exit code says how it ended, not ours.
+    signal::clear();
+    let end = outcome(status, &program, end.interrupted(), end.killed());
+    // A failed run's log stays for the user to read; the others go with the run.
+    scratch.keep_log = matches!(end, Outcome::Failed { .. });
+    finish(opts, &mut done, &end, &shown, log.as_deref().map(|l| (l, scratch.keep_log)), &relays)?;
+    drop(scratch);
+    Ok(end.code())
+}
+
+/// What the thread waiting for the program needs.
+struct Watch {
+    relays: Arc<Relays>,
+    /// Lines said while the live view holds the terminal, printed after it.
+    held: Arc<Mutex<Vec<String>>>,
+    stop_timeout: Duration,
+    shown: String,
+    socket: PathBuf,
+    take_terminal: bool,
+}
+
+impl Watch {
+    /// Looks at the run every 20 ms and does what its [`Ending`] says, until it says finish.
+    /// Returns the program's exit status (None if never seen) and the ending.
+    fn until_the_end(
+        &self,
+        mut child: std::process::Child,
+        child_pid: libc::pid_t,
+    ) -> (Option<std::io::Result<ExitStatus>>, Ending) {
+        let say = |line: String| {
+            if crate::tui::is_active() {
+                self.held.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            } else {
+                progress::say(&line);
+            }
+        };
+        let started = Instant::now();
+        let mut end = Ending::new(self.stop_timeout);
+        let mut status: Option<std::io::Result<ExitStatus>> = None;
+        let mut socket_gone = false;
+        loop {
+            if status.is_none() {
+                status = child.try_wait().transpose();
+                if status.is_some() && self.take_terminal {
+                    give_terminal(0);
+                }
+            }
+            if !socket_gone && std::fs::symlink_metadata(&self.socket).is_err() {
+                socket_gone = true;
+                say(format!(
+                    "warning: the run's socket {} was removed (a temp cleaner?): processes started from \
+                     now on cannot send their spans; the run goes on",
+                    self.socket.display()
+                ));
+            }
+            let last = self.relays.last_ns.load(Ordering::Relaxed);
+            let look = Look {
+                now: started.elapsed(),
+                // The live view's q stops the run like an interrupt.
+                interrupts: signal::interrupts().max(u32::from(signal::stopping())),
+                terminated: signal::received() == Some(libc::SIGTERM),
+                hangup: signal::hung_up(),
+                exited: status.is_some(),
+                group_alive: group_alive(child_pid),
+                connected: self.relays.open.load(Ordering::SeqCst) > 0,
+                quiet_for: Duration::from_nanos(probes::clock::now_ns().saturating_sub(last)),
+            };
+            let mut finished = false;
+            for act in end.step(&look) {
+                match act {
+                    Act::PassOn(sig) => {
+                        // To the program, not its whole group: its own shutdown stops its
+                        // workers (a KeyboardInterrupt inside a multiprocessing worker that
+                        // is writing a result can hang Python's Pool at exit).
+                        // SAFETY: kill on the process we started, not yet reaped.
+                        unsafe { libc::kill(child_pid, sig) };
+                        say(format!(
+                            "pipeprof: interrupt passed to `{}`; if it has not ended in {} s \
+                             (--stop-timeout), its process group gets SIGTERM (an interrupt again does that now)",
+                            self.shown,
+                            self.stop_timeout.as_secs_f64()
+                        ));
+                    }
+                    Act::Group { sig, why } => {
+                        say(group_message(&self.shown, sig, why, self.stop_timeout));
+                        // SAFETY: kill on the process group we started.
+                        unsafe { libc::kill(-child_pid, sig) };
+                    }
+                    Act::Finish => finished = true,
+                }
+            }
+            if finished {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (status, end)
+    }
+}
+
+/// Whether any process of the group `pgid` is alive (a zombie not yet reaped counts).
+fn group_alive(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the group exists.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+/// What is said when the program's group gets `sig`.
+fn group_message(shown: &str, sig: libc::c_int, why: Why, stop_timeout: Duration) -> String {
+    let name = sig_name(sig);
+    let kill_after = signal::KILL_AFTER.as_secs();
+    match why {
+        Why::StopTimeout => format!(
+            "warning: `{shown}` has not ended {} s after the interrupt: {name} to its process group (--stop-timeout)",
+            stop_timeout.as_secs_f64()
+        ),
+        Why::Again => format!(
+            "pipeprof: second interrupt: {name} to `{shown}`'s process group (SIGKILL {kill_after} s later, or at \
+             a third interrupt); the trace and the summary are written once it has ended"
+        ),
+        Why::Hangup => format!(
+            "pipeprof: the terminal hung up: {name} to `{shown}`'s process group (SIGKILL {kill_after} s later); \
+             the trace and the summary are written once it has ended"
+        ),
+        Why::Leftovers => format!(
+            "pipeprof: `{shown}` ended, processes it started did not: {name} to its process group \
+             (SIGKILL {kill_after} s later)"
+        ),
+        Why::StillRunning => {
+            format!("warning: `{shown}` has not ended {kill_after} s after SIGTERM: {name} to its process group")
+        }
+    }
+}
+
+/// The summary file, the report, the program's fate. The file first: a closed stdout
+/// (`pipeprof run … | head`) or terminal must not cost it, and nothing printed can panic.
+fn finish(
+    opts: &Options,
+    done: &mut Diagnosed,
+    end: &Outcome,
+    shown: &str,
+    log: Option<(&Path, bool)>,
+    relays: &Relays,
+) -> anyhow::Result<()> {
+    if let Outcome::Failed { why, .. } = end {
+        // What the program said (an exception) comes first; the exit status after it.
+        let said = done.summary.failed.take();
+        done.summary.failed = Some(match said {
+            Some(s) => format!("{s} ({why})"),
+            None => why.clone(),
+        });
+    }
+    let written = opts.summary.as_ref().map(|p| {
+        serde_json::to_string_pretty(&*done)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| std::fs::write(p, text).map_err(anyhow::Error::from))
+            .with_context(|| format!("cannot write the summary to {}", p.display()))
+            .map(|()| p)
+    });
+    if let Some((log, kept)) = log {
+        print_log_tail(log, kept);
+    }
+    progress::out(&report::render(&done.summary, &done.verdict()));
+    let processes = relays.processes.lock().map(|p| p.len()).unwrap_or(0);
+    if processes == 0 {
+        progress::warn(&format!(
+            "no process of `{shown}` connected: only the machine was sampled. A Python program needs the \
+             pipeprof package in the interpreter it runs (pip install pipeprof); a Rust one links the probes crate"
+        ));
+    }
+    match end {
+        Outcome::Ok => progress::say(&format!("pipeprof: `{shown}` finished")),
+        Outcome::Interrupted(c) => {
+            progress::say(&format!("pipeprof: `{shown}` was interrupted (exit code {c}): the report covers what ran"))
+        }
+        Outcome::Failed { why, .. } => {
+            progress::say(&format!("pipeprof: RUN FAILED: {}", done.summary.failed.as_deref().unwrap_or(why)));
+            progress::say("pipeprof: the report above covers the steps done before the failure");
+        }
+    }
+    if let (Some(t), false) = (&opts.trace, done.summary.ranks.is_empty()) {
+        let files: Vec<String> = done
+            .summary
+            .ranks
+            .iter()
+            .map(|l| crate::export::ranks::rank_path(t, l.rank).display().to_string())
+            .collect();
+        progress::say(&format!("pipeprof: a trace per rank written to {}", files.join(", ")));
+    }
+    if let Some(p) = written.transpose()? {
+        progress::say(&format!("pipeprof: summary written to {}", p.display()));
+    }
+    Ok(())
+}
+
+/// The last lines the program printed while the live view had the terminal; where the whole
+/// log is when it is `kept` (a failed run's), else it is removed with the run.
+fn print_log_tail(log: &Path, kept: bool) {
+    const LINES: usize = 20;
+    let Ok(text) = std::fs::read(log) else { return };
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return;
+    }
+    if kept {
+        progress::say(&format!("pipeprof: the program's output is kept in {} ; its last lines:", log.display()));
+    } else {
+        progress::say("pipeprof: the program's last lines:");
+    }
+    for l in &lines[lines.len().saturating_sub(LINES)..] {
+        progress::say(&format!("  | {l}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_program_is_named_by_its_script() {
+        for (cmd, name) in [
+            ("python train.py --workers 2", "train.py"),
+            ("/usr/bin/python3.11 /home/u/proj/train.py", "train.py"),
+            ("python -m mypkg.train", "python -m mypkg.train"),
+            ("python -u train.py", "python"),
+            ("./target/release/examples/train_cnn --data x", "train_cnn"),
+            ("torchrun --nproc_per_node 2 train.py", "torchrun"),
+        ] {
+            assert_eq!(program_name(&words(cmd)), name, "{cmd}");
+        }
+        assert_eq!(program_name(&[]), "program");
+    }
+
+    #[test]
+    fn the_connection_cap_leaves_descriptors_for_the_runs_own_files() {
+        assert_eq!(connection_cap(1024), 960);
+        assert_eq!(connection_cap(1_048_576), 16_384);
+        assert_eq!(connection_cap(0), 16);
+    }
+
+    #[test]
+    fn the_log_is_private_unpredictable_and_never_opened_through_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("temp dir");
+        // Before, the name was pipeprof-run-<pid>.log: a link planted there was followed and its
+        // target truncated. Now a fresh name each time, created exclusive, mode 0600.
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "keep me").expect("victim");
+        std::os::unix::fs::symlink(&victim, tmp.path().join(format!("pipeprof-run-{}.log", std::process::id())))
+            .expect("link");
+        let (_f, a) = create_log(tmp.path()).expect("log");
+        let (_g, b) = create_log(tmp.path()).expect("log");
+        assert_ne!(a, b);
+        assert_eq!(std::fs::metadata(&a).expect("stat").permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "keep me");
+        // The hook's folder: 0700, and a link planted as its hook is not followed.
+        let boot = tmp.path().join("boot");
+        write_boot(&boot).expect("boot");
+        assert_eq!(std::fs::metadata(&boot).expect("stat").permissions().mode() & 0o777, 0o700);
+        assert!(std::fs::read_to_string(boot.join("sitecustomize.py")).expect("hook").contains("pipeprof"));
+        write_boot(&boot).expect("made anew over a stale one");
+    }
+
+    #[test]
+    fn the_hook_goes_first_on_pythonpath() {
+        let p = python_path(Path::new("/run/boot"), Some(OsString::from("/a:/b")));
+        assert_eq!(p, OsString::from("/run/boot:/a:/b"));
+        assert_eq!(python_path(Path::new("/run/boot"), Some(OsString::new())), OsString::from("/run/boot"));
+        assert_eq!(python_path(Path::new("/run/boot"), None), OsString::from("/run/boot"));
+    }
+}
