@@ -96,7 +96,6 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 seconds: 3.0,
                 val_loss: None,
                 val_accuracy: None,
-                no_loss: false,
             },
             EpochSummary {
                 no_loss: false,
@@ -108,7 +107,6 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 seconds: 2.0,
                 val_loss: None,
                 val_accuracy: None,
-                no_loss: false,
             },
         ],
         events_received: 5000,
