@@ -324,20 +324,7 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         println!("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check");
         return;
     }
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            println!("check-advice: cannot find this program to re-run it ({e}): skipped");
-            return;
-        }
-    };
-    let tmp = std::env::temp_dir().join(format!("pipeprof-check-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&tmp) {
-        println!("check-advice: cannot create {} ({e}): skipped", tmp.display());
-        return;
-    }
-    // Removed on every way out: return, panic (drop), an immediate exit (abort hook).
-    let _tmp_guard = TempDir::new(&tmp);
+    let Some((exe, tmp, _tmp_guard)) = rerun_setup("pipeprof-check") else { return };
     let steps = steps.unwrap_or(DEFAULT_STEPS);
     let parent: Vec<OsString> = std::env::args_os().skip(1).collect();
     println!(
@@ -396,6 +383,26 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
 
 /// The follow-ups' temporary folder (summaries, a cache, a copy of the data set): removed
 /// when dropped, and by an immediate exit on a second interrupt, which drops nothing.
+/// What every re-run needs, or `None` with why printed: this program's path and a scratch
+/// folder (`$TMPDIR/PREFIX-PID`), removed on every way out: return, panic (drop), an
+/// immediate exit (abort hook).
+pub fn rerun_setup(prefix: &str) -> Option<(PathBuf, PathBuf, TempDir)> {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            println!("check-advice: cannot find this program to re-run it ({e}): skipped");
+            return None;
+        }
+    };
+    let tmp = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&tmp) {
+        println!("check-advice: cannot create {} ({e}): skipped", tmp.display());
+        return None;
+    }
+    let guard = TempDir::new(&tmp);
+    Some((exe, tmp, guard))
+}
+
 pub struct TempDir(PathBuf);
 
 impl TempDir {

@@ -112,19 +112,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
         println!("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers): nothing to check");
         return;
     }
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            println!("check-advice: cannot find this program to re-run it ({e}): skipped");
-            return;
-        }
-    };
-    let tmp = std::env::temp_dir().join(format!("pipeprof-check-run-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&tmp) {
-        println!("check-advice: cannot create {} ({e}): skipped", tmp.display());
-        return;
-    }
-    let _tmp_guard = check_advice::TempDir::new(&tmp);
+    let Some((exe, tmp, _tmp_guard)) = check_advice::rerun_setup("pipeprof-check-run") else { return };
     println!(
         "check-advice: running the program again: 1 baseline + {} runs of {} steps each, one change per run (its output hidden; its side effects are its own)",
         runs.len() - 1,

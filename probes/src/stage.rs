@@ -113,19 +113,9 @@ impl Stage {
     /// by construction; `compute` runs on the tensor library's own thread pool, so the
     /// calling thread's CPU clock would not describe it.
     pub const fn takes_cpu_time(self) -> bool {
-        matches!(
-            self,
-            Stage::Read
-                | Stage::Fetch
-                | Stage::Decode
-                | Stage::Resize
-                | Stage::Augment
-                | Stage::Collate
-                | Stage::Transfer
-        )
+        self.is_loader() || matches!(self, Stage::Transfer)
     }
 
-    /// Sub-stages are nested inside another stage and are not added to step totals.
     /// Whether the Layer also reads the thread's run-queue wait around this stage's spans
     /// (≈ 1 µs a reading, shared with the next span's start when they follow each other): the
     /// loader's stages, so each has its on-CPU / core-wait / blocked split (the capacity model
@@ -133,18 +123,10 @@ impl Stage {
     /// other stages' waits for a core are seen per thread by the host sampler, at no cost to
     /// the spans.
     pub const fn takes_queue_time(self) -> bool {
-        matches!(
-            self,
-            Stage::Read
-                | Stage::Fetch
-                | Stage::Decode
-                | Stage::Resize
-                | Stage::Augment
-                | Stage::Collate
-                | Stage::Transfer
-        )
+        self.is_loader() || matches!(self, Stage::Transfer)
     }
 
+    /// Sub-stages are nested inside another stage and are not added to step totals.
     pub const fn parent(self) -> Option<Stage> {
         match self {
             Stage::Forward | Stage::Backward | Stage::Optimizer => Some(Stage::Compute),
