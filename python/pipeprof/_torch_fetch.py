@@ -31,16 +31,15 @@ _T = threading.local()
 _AUGMENT_WORDS = ("Random", "ColorJitter", "Augment", "AugMix", "GaussianBlur", "Elastic", "Jitter")
 
 
-def _queued(q0):
-    """The thread's run-queue wait since ``q0`` (a ``_queue()`` reading), or None when the
-    kernel does not say: the off-CPU part of a span spent waiting for a core, not blocked."""
-    q1 = _queue()
-    return None if q0 is None or q1 is None else max(0, q1 - q0)
-
-
 def _since(a, b):
     """A clock's advance from reading ``a`` to ``b``; None where either was not read."""
     return None if a is None or b is None else max(0, b - a)
+
+
+def _queued(q0):
+    """The thread's run-queue wait since ``q0`` (a ``_queue()`` reading), or None when the
+    kernel does not say: the off-CPU part of a span spent waiting for a core, not blocked."""
+    return _since(q0, _queue())
 
 
 def _depth():

@@ -66,7 +66,7 @@ def _warn(what, e):
 class _Open:
     """The step whose batch the training thread holds now."""
 
-    __slots__ = ("step", "epoch", "t_call", "t_body", "images", "validation", "leader", "backward", "loss_t", "extra_wait", "opt_t0")
+    __slots__ = ("step", "epoch", "t_call", "t_body", "images", "validation", "leader", "backward", "loss_t", "opt_t0")
 
     def __init__(self, step, epoch, t_call, t_body, images, validation, leader):
         self.step, self.epoch = step, epoch
@@ -76,7 +76,6 @@ class _Open:
         self.leader = leader
         self.backward = False
         self.loss_t = None
-        self.extra_wait = 0
         self.opt_t0 = None
 
 
@@ -207,7 +206,6 @@ def install(dataloader_mod):
             raise
         t_body = _now()
         if joins:
-            st.extra_wait += t_body - t_call
             st.t_body = t_body
             if not validation:
                 _native.record("wait", t_call, t_body - t_call, st.step)
