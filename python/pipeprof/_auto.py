@@ -137,7 +137,7 @@ def start():
     _STATE["main"] = pipeprof.is_main()
     if _STATE["main"]:
         pipeprof.fail_on_uncaught_exception()
-        atexit.register(_torch_loop.close)
+        atexit.register(_torch_loop.finish)
     _when_imported(
         {
             "torch.utils.data.dataloader": _torch_loop.install,

@@ -16,6 +16,7 @@ the sample. ``collate`` times ``collate_fn`` once per batch. A data set with ``_
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -25,7 +26,35 @@ from pipeprof import _native
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
 _queue = _native.thread_queue_ns
-_T = threading.local()
+
+
+class _Thread(threading.local):
+    """This thread's state (class attributes: each thread starts from these)."""
+
+    #: Nesting of loader-stage spans: only the outermost is timed.
+    depth = 0
+    #: Inside a fetcher's samples, and whether a PIL or torchvision span covered them.
+    in_fetch = False
+    covered = False
+    #: Whether this thread is a DataLoader worker (None: not asked yet).
+    worker = None
+    #: Batches made on this thread.
+    batches = 0
+    #: Set by the training loop's ``next()``: a batch made now is held in ``batch`` for the
+    #: loop's step record instead of sent (see ``take_batch``).
+    defer = False
+    batch = None
+
+
+_T = _Thread()
+
+
+def _forget_in_child():
+    # A forked worker starts from the forking thread's state: it is not that thread.
+    _T.__dict__.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 #: Transforms that are random (augmentation) by name; the others reshape pixels (resize).
 _AUGMENT_WORDS = ("Random", "ColorJitter", "Augment", "AugMix", "GaussianBlur", "Elastic", "Jitter")
@@ -42,10 +71,6 @@ def _queued(q0):
     return _since(q0, _queue())
 
 
-def _depth():
-    return getattr(_T, "depth", 0)
-
-
 class _Stage:
     """A loader-stage span that does not nest: inside another one it times nothing."""
 
@@ -56,16 +81,16 @@ class _Stage:
         self.span = None
 
     def __enter__(self):
-        d = _depth()
+        d = _T.depth
         _T.depth = d + 1
-        if d == 0 and getattr(_T, "in_fetch", False):
+        if d == 0 and _T.in_fetch:
             self.span = pipeprof.span(self.stage)
             self.span.__enter__()
             _T.covered = True
         return self
 
     def __exit__(self, *exc):
-        _T.depth = _depth() - 1
+        _T.depth -= 1
         if self.span is not None:
             self.span.__exit__(*exc)
         return False
@@ -83,9 +108,7 @@ def _timed(stage, func):
 
 
 def _name_worker():
-    if getattr(_T, "named", False):
-        return
-    _T.named = True
+    """Whether this thread is a DataLoader worker; a worker process is named once."""
     try:
         from torch.utils.data import get_worker_info
 
@@ -95,17 +118,46 @@ def _name_worker():
     _T.worker = info is not None
     if info is not None:
         pipeprof.name_process(f"loader-{info.id}")
+    return _T.worker
 
 
 #: On the training thread (``num_workers=0``) one batch in this many reads the thread's CPU
 #: and run-queue clocks around fetch and collate (system calls, ≈ 1 µs each): the stages'
 #: on-CPU and core-wait shares are ratios, which a sample of batches gives; their wall time is
 #: every batch's. A worker reads them on every batch.
-MAIN_CLOCKS_EVERY = 8
+MAIN_CLOCKS_EVERY = 32
 
 
-def _no_clock():
-    return None
+def _send(batch):
+    """Sends a batch's spans: ``(fetch_start, collate_start, end, clocks)``, see
+    ``_native.batch_spans``."""
+    _native.batch_spans(batch)
+
+
+def take_batch():
+    """The timings of the batch this thread made inside the training loop's ``next()`` (with
+    ``defer`` set around it), or None: the loop sends them with its step, one call into the
+    extension per step."""
+    batch = _T.batch
+    _T.batch = None
+    return batch
+
+
+def flush_batch():
+    """Sends a held batch's timings that no step took."""
+    batch = take_batch()
+    if batch is not None:
+        _send(batch)
+
+
+def _samples(self, index):
+    """The fetcher's samples, and whether a PIL or torchvision span inside timed them."""
+    _T.in_fetch, _T.covered = True, False
+    try:
+        ds = self.dataset
+        return [ds[idx] for idx in index], _T.covered
+    finally:
+        _T.in_fetch = False
 
 
 def install_fetch(fetch_mod):
@@ -115,34 +167,48 @@ def install_fetch(fetch_mod):
     def fetch(self, possibly_batched_index):
         if not self.auto_collation:
             return orig(self, possibly_batched_index)
-        _name_worker()
-        n = getattr(_T, "batches", 0)
-        _T.batches = n + 1
-        clocks = _T.worker or n % MAIN_CLOCKS_EVERY == 0
-        cpu, queue = (_thread_time, _queue) if clocks else (_no_clock, _no_clock)
-        t0, c0, q0 = _now(), cpu(), queue()
-        if getattr(self.dataset, "__getitems__", None):
-            out = orig(self, possibly_batched_index)
-            c1, q1 = cpu(), queue()
-            _native.record("fetch", t0, _now() - t0, None, _since(c0, c1), _since(q0, q1))
+        T = _T
+        worker = T.worker
+        if worker is None:
+            worker = _name_worker()
+        n = T.batches
+        T.batches = n + 1
+        if worker or n % MAIN_CLOCKS_EVERY == 0:
+            c0, q0 = _thread_time(), _queue()
+            t0 = _now()
+            if getattr(self.dataset, "__getitems__", None):
+                out = orig(self, possibly_batched_index)
+                t2, c2, q2 = _now(), _thread_time(), _queue()
+                batch = (t0, None, t2, (c0, None, c2, q0, None, q2))
+            else:
+                data, covered = _samples(self, possibly_batched_index)
+                t1, c1, q1 = _now(), _thread_time(), _queue()
+                out = self.collate_fn(data)
+                t2, c2, q2 = _now(), _thread_time(), _queue()
+                batch = (None if covered else t0, t1, t2, (c0, c1, c2, q0, q1, q2))
         else:
-            _T.in_fetch, _T.covered = True, False
-            try:
-                ds = self.dataset
-                data = [ds[idx] for idx in possibly_batched_index]
-            finally:
-                _T.in_fetch = False
-            t1, c1, q1 = _now(), cpu(), queue()
-            if not _T.covered:
-                # Nothing inside was PIL or a torchvision transform: the batch's samples as a whole.
-                _native.record("fetch", t0, t1 - t0, None, _since(c0, c1), _since(q0, q1))
-            out = self.collate_fn(data)
-            c2, q2 = cpu(), queue()
-            _native.record("collate", t1, _now() - t1, None, _since(c1, c2), _since(q1, q2))
-        if _T.worker:
+            # The training thread's other batches: the wall clock only.
+            t0 = _now()
+            if getattr(self.dataset, "__getitems__", None):
+                out = orig(self, possibly_batched_index)
+                batch = (t0, None, _now(), None)
+            else:
+                data, covered = _samples(self, possibly_batched_index)
+                t1 = _now()
+                out = self.collate_fn(data)
+                batch = (None if covered else t0, t1, _now(), None)
+        if worker:
+            _native.batch_spans(batch)
             pipeprof.flush()
+        elif T.defer:
+            if T.batch is not None:
+                _send(T.batch)
+            T.batch = batch
+        else:
+            _native.batch_spans(batch)
         return out
 
+    fetch.__wrapped__ = orig
     Map.fetch = fetch
 
 
@@ -168,7 +234,7 @@ class _Transforms:
     __slots__ = ("on", "t0", "wall", "cpu", "queue")
 
     def __init__(self):
-        self.on = _depth() == 0 and getattr(_T, "in_fetch", False)
+        self.on = _T.depth == 0 and _T.in_fetch
         self.t0 = _now()
         self.wall = {"resize": 0, "augment": 0}
         self.cpu = {"resize": 0, "augment": 0}
@@ -179,11 +245,11 @@ class _Transforms:
             return t(*inputs)
         stage = _stage_of(t)
         w0, c0, q0 = _now(), _thread_time(), _queue()
-        _T.depth = _depth() + 1
+        _T.depth += 1
         try:
             return t(*inputs)
         finally:
-            _T.depth = _depth() - 1
+            _T.depth -= 1
             self.wall[stage] += _now() - w0
             self.cpu[stage] += _thread_time() - c0
             q = _queued(q0)

@@ -13,9 +13,10 @@ pipeprof.
 A step is the time between two batches handed to the training thread: ``wait`` (the
 ``next()`` call), then ``compute`` (the loop body, until the next ``next()``), then a step
 record with the batch's images and, where it was seen, the loss. The loss is the tensor
-``backward()`` ran on: read at the step's end when it is a plain CPU tensor; on a GPU at most
-once a second (the read waits for the device), so other steps say "not measured" (``-``),
-never 0. Host→device copies are not timed apart (that would need ``Tensor.to`` replaced): they
+``backward()`` ran on, read at the step's end when it is a plain tensor: on the CPU every 8th
+step and each epoch's first, on a GPU at most once a second (the read waits for the device);
+other steps say "not measured" (``-``), never 0, and an epoch's loss is the mean of those
+read. Host→device copies are not timed apart (that would need ``Tensor.to`` replaced): they
 are part of ``compute``, and the run's settings say so (``transfer_unmeasured``).
 
 Steps are counted once per loop iteration: in ``for a, b in zip(loader_a, loader_b)`` the
@@ -25,8 +26,9 @@ pass over the first DataLoader iterated with autograd on; a new iterator of it s
 epoch only when the last one ran out or gave more than one batch (``next(iter(loader))`` every
 step is one epoch, not one per step). A batch taken with autograd off is a validation step.
 
-Cost per step on the training thread: four clock reads, two native records and a step record
-(a few µs: ``python/benches/tiny_step.py`` measures it).
+Cost per step on the training thread: a few clock reads and one call into the extension with
+the whole step (its spans, the batch's fetch and collate made on this thread, the step record):
+``python/benches/hook_cost.py`` measures each hook's cost in µs.
 """
 
 from __future__ import annotations
@@ -35,14 +37,27 @@ import threading
 import weakref
 
 import pipeprof
-from pipeprof import _native
+from pipeprof import _native, _torch_fetch
 from pipeprof.torch import _batch_size, _first_leaf
 
 _now = _native.now_ns
-_T = threading.local()
+
+
+class _Thread(threading.local):
+    #: The step whose batch this thread holds now (an ``_Open``), or None.
+    open = None
+
+
+_T = _Thread()
+#: The fetch hook's thread state: the loop holds a batch made inside its ``next()`` there.
+_F = _torch_fetch._T
 
 #: Seconds between two reads of a loss that lives on a GPU (each read waits for the device).
 GPU_LOSS_EVERY_NS = 1_000_000_000
+#: Steps between two reads of a loss on the CPU (a read is a call through torch's dispatcher:
+#: microseconds on a 1 ms step), and the first step of each epoch: the epoch's loss is the mean
+#: of the steps read, the others say "not measured".
+LOSS_EVERY = 8
 
 _STATE = {
     "step": 0,
@@ -54,6 +69,9 @@ _STATE = {
     "train_loader": None,
     "train_iter": None,
     "last_gpu_loss_ns": 0,
+    # The next step whose loss is read, and the epoch of the last one read.
+    "loss_step": 0,
+    "loss_epoch": None,
 }
 
 
@@ -66,7 +84,10 @@ def _warn(what, e):
 class _Open:
     """The step whose batch the training thread holds now."""
 
-    __slots__ = ("step", "epoch", "t_call", "t_body", "images", "validation", "leader", "backward", "loss_t", "opt_t0")
+    __slots__ = (
+        "step", "epoch", "t_call", "t_body", "images", "validation", "leader", "backward", "loss_t", "opt_t0", "opt",
+        "batch",
+    )
 
     def __init__(self, step, epoch, t_call, t_body, images, validation, leader):
         self.step, self.epoch = step, epoch
@@ -77,6 +98,10 @@ class _Open:
         self.backward = False
         self.loss_t = None
         self.opt_t0 = None
+        # The optimizer step (start, duration), and the batch's timings when this thread made
+        # it (see _native.batch_spans): sent with the step, in one call.
+        self.opt = None
+        self.batch = None
 
 
 def _input_of(batch):
@@ -87,42 +112,48 @@ def _input_of(batch):
     return [int(shape[1]), int(shape[2]), int(shape[3])]
 
 
-def _loss_of(st, end):
-    """The step's loss as a float, or None when it was not seen or is not cheap to read."""
-    import torch
-
+def _loss_of(st, end, last):
+    """The step's loss as a float, or None when it was not seen, is not read this step (an
+    epoch's last step always is), or is not cheap to read."""
     t = st.loss_t
+    if t is None or (not last and st.step < _STATE["loss_step"] and st.epoch == _STATE["loss_epoch"]):
+        return None
     # Only a plain tensor: reading a subclass would run its __torch_function__, which the
     # program never asked for.
-    if t is None or type(t) is not torch.Tensor or t.numel() != 1:
+    if type(t) is not _TENSOR[0] or t.numel() != 1:
         return None
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         if end - _STATE["last_gpu_loss_ns"] < GPU_LOSS_EVERY_NS:
             return None
         _STATE["last_gpu_loss_ns"] = end
+    _STATE["loss_step"], _STATE["loss_epoch"] = st.step + LOSS_EVERY, st.epoch
     try:
-        return float(t.detach())
+        return t.item()
     except Exception:
         return None
 
 
-def close(end_ns=None):
-    """Ends the training thread's open step: its compute span and step record."""
-    st = getattr(_T, "open", None)
+def close(end_ns=None, last=True):
+    """Ends the training thread's open step: its compute span and step record. ``last``: no
+    step of the same pass follows (its loss is read whatever the sampling)."""
+    st = _T.open
     if st is None:
         return
     _T.open = None
     end = _now() if end_ns is None else end_ns
     try:
-        loss = _loss_of(st, end)
-        if st.validation:
-            _native.record("validate", st.t_call, max(0, end - st.t_call), st.step)
-        else:
-            body = max(0, end - st.t_body)
-            _native.record("compute", st.t_body, body, st.step)
-        _native.step(st.step, max(st.epoch, 0), st.images, loss, 0, 0, st.validation)
+        loss = _loss_of(st, end, last)
+        _native.loop_step(
+            st.step, max(st.epoch, 0), st.images, loss, st.validation, st.t_call, st.t_body, end, st.opt, st.batch
+        )
     except Exception as e:
         _warn("a step", e)
+
+
+def finish():
+    """At the program's exit: the open step, and a batch's timings no step took."""
+    close()
+    _torch_fetch.flush_batch()
 
 
 def _send_settings(loader):
@@ -143,9 +174,14 @@ def _is_train_loader(loader):
     return ref is not None and ref() is loader
 
 
+#: ``torch.Tensor``, once torch is imported (the loss is read only from a plain tensor).
+_TENSOR = [None]
+
+
 def install(dataloader_mod):
     import torch
 
+    _TENSOR[0] = torch.Tensor
     DataLoader = dataloader_mod.DataLoader
     Base = dataloader_mod._BaseDataLoaderIter
     orig_iter = DataLoader.__iter__
@@ -181,10 +217,10 @@ def install(dataloader_mod):
         return it
 
     def __next__(self):
-        if getattr(self, "_pipeprof_manual", False):
+        if self._pipeprof_manual:
             return orig_next(self)
         t_call = _now()
-        st = getattr(_T, "open", None)
+        st = _T.open
         validation = not is_grad_enabled()
         # Another loader's batch in the same loop iteration (zip): part of the open step. Its
         # iterator was made before the step began (a fresh `iter(loader)` each step is not).
@@ -195,25 +231,42 @@ def install(dataloader_mod):
             and st.validation == validation
             and getattr(self, "_pipeprof_t", t_call) < st.t_call
         )
-        if not joins:
-            close(t_call)
+        # The open step ends at this call, but is sent once the call is over: a loader that ran
+        # out makes it the pass's last step.
+        # A batch made on this thread (num_workers=0) is timed for this step, not sent apart.
+        _F.defer = True
         try:
             batch = orig_next(self)
         except StopIteration:
+            if not joins:
+                close(t_call)
             ti = _STATE["train_iter"]
             if ti is not None and ti[0]() is self:
                 ti[1] = True
             raise
+        except BaseException:
+            if not joins:
+                close(t_call)
+            # The batch made before the failure is sent, not lost.
+            _torch_fetch.flush_batch()
+            raise
+        finally:
+            _F.defer = False
+        if not joins:
+            close(t_call, last=False)
         t_body = _now()
+        made = _F.batch
+        _F.batch = None
         if joins:
             st.t_body = t_body
             if not validation:
                 _native.record("wait", t_call, t_body - t_call, st.step)
+            if made is not None:
+                _torch_fetch._send(made)
             return batch
         step = _STATE["step"]
         _STATE["step"] = step + 1
         if not validation:
-            _native.record("wait", t_call, t_body - t_call, step)
             ti = _STATE["train_iter"]
             if ti is not None and ti[0]() is self:
                 ti[2] += 1
@@ -222,9 +275,14 @@ def install(dataloader_mod):
                 shape = _input_of(batch)
                 if shape is not None:
                     pipeprof.settings(input=shape)
-        _T.open = _Open(step, _STATE["epoch"], t_call, t_body, _batch_size(batch), validation, id(self))
+        st = _T.open = _Open(step, _STATE["epoch"], t_call, t_body, _batch_size(batch), validation, id(self))
+        st.batch = made
         return batch
 
+    __iter__.__wrapped__ = orig_iter
+    __next__.__wrapped__ = orig_next
+    # Set on an iterator of a loader wrapped with pipeprof.torch.profile; read every batch.
+    Base._pipeprof_manual = False
     DataLoader.__iter__ = __iter__
     Base.__next__ = __next__
 
@@ -233,7 +291,7 @@ def install(dataloader_mod):
 
         def __del__(self):
             # A `break` out of the loop drops the iterator: its last step ends here.
-            st = getattr(_T, "open", None)
+            st = _T.open
             if st is not None and st.leader == id(self):
                 close()
             orig_del(self)
@@ -247,7 +305,7 @@ def install_backward(autograd_mod):
     orig = autograd_mod.backward
 
     def backward(tensors, *args, **kwargs):
-        st = getattr(_T, "open", None)
+        st = _T.open
         if st is None or st.validation:
             return orig(tensors, *args, **kwargs)
         first = not st.backward
@@ -311,16 +369,16 @@ def install_optim(optimizer_mod):
     sent = {"params": False}
 
     def pre(opt, args, kwargs):
-        st = getattr(_T, "open", None)
+        st = _T.open
         if st is not None and not st.validation and not compiling():
             st.opt_t0 = _now()
 
     def post(opt, args, kwargs):
-        st = getattr(_T, "open", None)
+        st = _T.open
         if st is None or st.opt_t0 is None:
             return
         t0, st.opt_t0 = st.opt_t0, None
-        _native.record("optimizer", t0, _now() - t0, st.step)
+        st.opt = (t0, _now() - t0)
         if not sent["params"]:
             sent["params"] = True
             try:
@@ -329,5 +387,13 @@ def install_optim(optimizer_mod):
             except Exception as e:
                 _warn("the parameter count", e)
 
-    optimizer_mod.register_optimizer_step_pre_hook(pre)
-    optimizer_mod.register_optimizer_step_post_hook(post)
+    # Their handles: python/benches/hook_cost.py removes and adds them back.
+    _OPT_HOOKS[:] = [
+        optimizer_mod.register_optimizer_step_pre_hook(pre),
+        optimizer_mod.register_optimizer_step_post_hook(post),
+        pre,
+        post,
+    ]
+
+
+_OPT_HOOKS = []

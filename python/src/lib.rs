@@ -345,24 +345,132 @@ fn record(
     }
     let probe = state()?.probe.clone();
     if let Some(p) = probe {
-        let rec = probes::SpanRecord {
-            stage,
-            thread: 0,
-            start_ns,
-            dur_ns,
-            // On-CPU time cannot exceed the wall time it was measured in.
-            cpu_ns: cpu_ns.map_or(probes::NONE, |c| c.min(dur_ns)),
-            // Waiting for a core is off-CPU time: at most what the CPU clock left of the wall.
-            queue_ns: match (queue_ns, cpu_ns) {
-                (Some(q), Some(c)) => q.min(dur_ns.saturating_sub(c.min(dur_ns))),
-                _ => probes::NONE,
-            },
-            step: step.unwrap_or(probes::NONE),
-            sample: probes::NONE,
-            bytes: probes::NONE,
-        };
-        probes::layer::record(&p, rec);
+        probes::layer::record(&p, span(stage, start_ns, dur_ns, step, cpu_ns, queue_ns));
     }
+    Ok(())
+}
+
+/// A span timed by the caller, its clocks bounded by its wall time.
+fn span(
+    stage: Stage,
+    start_ns: u64,
+    dur_ns: u64,
+    step: Option<u64>,
+    cpu_ns: Option<u64>,
+    queue_ns: Option<u64>,
+) -> probes::SpanRecord {
+    probes::SpanRecord {
+        stage,
+        thread: 0,
+        start_ns,
+        dur_ns,
+        // On-CPU time cannot exceed the wall time it was measured in.
+        cpu_ns: cpu_ns.map_or(probes::NONE, |c| c.min(dur_ns)),
+        // Waiting for a core is off-CPU time: at most what the CPU clock left of the wall.
+        queue_ns: match (queue_ns, cpu_ns) {
+            (Some(q), Some(c)) => q.min(dur_ns.saturating_sub(c.min(dur_ns))),
+            _ => probes::NONE,
+        },
+        step: step.unwrap_or(probes::NONE),
+        sample: probes::NONE,
+        bytes: probes::NONE,
+    }
+}
+
+/// The clocks read around a batch made by a DataLoader's fetcher: the thread's CPU time at
+/// the fetch's start, the collate's start and the end, then its run-queue wait at the same
+/// three points (each `None` where it was not read).
+type Clocks = (Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>);
+
+/// A batch made by a DataLoader's fetcher, as the Python hook timed it: `(fetch_start,
+/// collate_start, end, clocks)` on the [`now_ns`] clock. `fetch` runs from `fetch_start` to
+/// `collate_start` (to `end` when there is no collate: a data set's `__getitems__`); `collate`
+/// from `collate_start` to `end`. `fetch_start` is `None` when spans inside the samples (PIL,
+/// torchvision) timed them instead; `clocks` is `None` on the batches whose clocks were not
+/// read (the training thread reads them on a sample of batches).
+type Batch = (Option<u64>, Option<u64>, u64, Option<Clocks>);
+
+fn since(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    Some(b?.saturating_sub(a?))
+}
+
+/// The `fetch` and `collate` spans of a batch.
+fn record_batch(p: &Probe, (fetch, collate, end, clocks): Batch) {
+    let (c0, c1, c2, q0, q1, q2) = clocks.unwrap_or_default();
+    if let Some(start) = fetch {
+        let (stop, c, q) = match collate {
+            Some(t1) => (t1, since(c0, c1), since(q0, q1)),
+            None => (end, since(c0, c2), since(q0, q2)),
+        };
+        probes::layer::record(p, span(Stage::Fetch, start, stop.saturating_sub(start), None, c, q));
+    }
+    if let Some(start) = collate {
+        let (c, q) = (since(c1, c2), since(q1, q2));
+        probes::layer::record(p, span(Stage::Collate, start, end.saturating_sub(start), None, c, q));
+    }
+}
+
+/// Sends the `fetch` and `collate` spans of a batch made by a DataLoader's fetcher (see
+/// [`loop_step`] for the training thread's batches): one call for both.
+#[pyfunction]
+fn batch_spans(py: Python<'_>, batch: Batch) -> PyResult<()> {
+    name_this_thread(py);
+    if let Some(p) = state()?.probe.clone() {
+        record_batch(&p, batch);
+    }
+    Ok(())
+}
+
+/// One step of a training thread, sent in one call when it ends (what `pipeprof run`'s
+/// PyTorch hooks send instead of a call per span: on a 1 ms step every call and attribute
+/// counts). Spans: `wait` from `call_ns` to `body_ns` and `compute` from there to `end_ns` (a
+/// validation step: one `validate` span from `call_ns`), the `optimizer` step (start,
+/// duration) when it was timed, and the `fetch` and `collate` of the batch when this thread
+/// made it (see [`batch_spans`]); then the step record.
+#[pyfunction]
+#[pyo3(signature = (step, epoch, images, loss, validation, call_ns, body_ns, end_ns, optimizer=None, batch=None))]
+#[allow(clippy::too_many_arguments)]
+fn loop_step(
+    py: Python<'_>,
+    step: u64,
+    epoch: u32,
+    images: u32,
+    loss: Option<f64>,
+    validation: bool,
+    call_ns: u64,
+    body_ns: u64,
+    end_ns: u64,
+    optimizer: Option<(u64, u64)>,
+    batch: Option<Batch>,
+) -> PyResult<()> {
+    name_this_thread(py);
+    let probe = state()?.probe.clone();
+    let Some(p) = probe else { return Ok(()) };
+    let body_ns = body_ns.clamp(call_ns, end_ns.max(call_ns));
+    let at = Some(step);
+    if validation {
+        probes::layer::record(&p, span(Stage::Validate, call_ns, end_ns.saturating_sub(call_ns), at, None, None));
+    } else {
+        probes::layer::record(&p, span(Stage::Wait, call_ns, body_ns - call_ns, at, None, None));
+        probes::layer::record(&p, span(Stage::Compute, body_ns, end_ns.saturating_sub(body_ns), at, None, None));
+        if let Some((start, dur)) = optimizer {
+            probes::layer::record(&p, span(Stage::Optimizer, start, dur, at, None, None));
+        }
+    }
+    if let Some(b) = batch {
+        record_batch(&p, b);
+    }
+    p.send(Event::Step(StepRecord {
+        no_loss: loss.is_none(),
+        step,
+        epoch,
+        images,
+        loss: loss.unwrap_or(0.0) as f32,
+        correct: 0,
+        end_ns,
+        queued: 0,
+        validation,
+    }));
     Ok(())
 }
 
@@ -564,6 +672,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(step, m)?,
         wrap_pyfunction!(stages, m)?,
         wrap_pyfunction!(record, m)?,
+        wrap_pyfunction!(loop_step, m)?,
+        wrap_pyfunction!(batch_spans, m)?,
         wrap_pyfunction!(thread_queue_ns, m)?,
         wrap_pyfunction!(settings, m)?,
         wrap_pyfunction!(failed, m)?,

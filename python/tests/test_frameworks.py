@@ -140,6 +140,48 @@ def test_a_sample_that_sleeps_is_blocked_not_waiting_for_a_core(tmp_path):
     assert blocked > d["core_wait"] and blocked > d["on_cpu"], d
 
 
+IN_THREAD = """
+    import torch
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+    class Batched(Dataset):
+        # One call for the batch's samples: a fetch, its collate inside.
+        def __len__(self):
+            return 24
+        def __getitems__(self, idx):
+            return [(torch.zeros(4), 0) for _ in idx]
+
+    net = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    plain = DataLoader(TensorDataset(torch.rand(40, 4), torch.zeros(40, dtype=torch.long)), batch_size=4)
+    for epoch in range(2):
+        for (x, y), (b, _) in zip(plain, DataLoader(Batched(), batch_size=4)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x + b), y).backward()
+            opt.step()
+"""
+
+
+def test_batches_made_on_the_training_thread_are_timed_with_their_step(tmp_path):
+    # num_workers=0: each batch's fetch and collate are sent with the step that took it, in
+    # one call; every batch counts, the clocks are read on a sample of them.
+    script = tmp_path / "in_thread.py"
+    script.write_text(textwrap.dedent(IN_THREAD))
+    _, s, _, _ = run(tmp_path, sys.executable, script)
+    # zip stops at the shorter loader (6 batches) after taking the longer one's 7th: a batch
+    # taken is a step, 7 an epoch, 6 of them trained.
+    steps = 2 * 7
+    assert s["steps"] == steps, s["steps"]
+    # Each loader's `next()` is a wait of the step (the zipped one's 6 too).
+    for name, n in [("wait", 2 * (7 + 6)), ("compute", steps), ("optimizer", 2 * 6), ("collate", 2 * 7)]:
+        assert count(s, name) == n, (name, s["stages"])
+    # 7 + 6 plain batches timed as fetches an epoch, 6 `__getitems__` batches: their collate
+    # is inside the fetch.
+    assert count(s, "fetch") == 2 * (7 + 6), s["stages"]
+    f = stage(s, "fetch")
+    assert f["on_cpu"] is not None, f
+
+
 FAILING = """
     import torch
     from torch.utils.data import DataLoader, Dataset

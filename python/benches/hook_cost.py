@@ -1,0 +1,139 @@
+"""What each of `pipeprof run`'s PyTorch hooks costs the training thread, measured inside one
+process: the MNIST-sized MLP of python/examples/mlp_in_memory.py (784-128-10, batch 32,
+in-memory TensorDataset, num_workers=0, one compute thread: steps of about 1 ms) trains under
+`pipeprof run` while the hooks are switched off and on between short runs of steps, arm after
+arm, round after round: the machine's load drifts over every arm alike, which a comparison of
+whole processes (python/benches/tiny_step.py) cannot give at the microsecond scale.
+
+    python python/benches/hook_cost.py [--rounds 40] [--steps 128] [--pipeprof PATH]
+
+Arms: `none` (no hook: the baseline), `all` (every hook, as `pipeprof run` installs them), and
+each hook alone: `loop` (DataLoader `__iter__`/`__next__`: the steps), `fetch` (the batch's
+fetch and collate), `backward` (`torch.autograd.backward`: the loss), `optimizer` (torch's
+global optimizer step hooks); `none again`, a second baseline, shows the method's own error.
+The arms run in a new random order each round. Prints per arm the median training-thread CPU time per step
+(`time.thread_time`: the thread's own cost, whatever the other processes do), its quartiles,
+and the cost over `none` in µs and as a share of the step.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ARMS = {
+    "none": (),
+    # The same as `none`: the method's own error (its cost should read about 0).
+    "none again": (),
+    "all": ("loop", "fetch", "backward", "optimizer"),
+    "loop": ("loop",),
+    "fetch": ("fetch",),
+    "backward": ("backward",),
+    "optimizer": ("optimizer",),
+}
+
+
+def hooks():
+    """Each hook's (installed, original) pair and a function that puts one or the other in."""
+    import torch.autograd as autograd
+    import torch.optim.optimizer as optimizer
+    import torch.utils.data._utils.fetch as fetch
+    import torch.utils.data.dataloader as dataloader
+
+    from pipeprof import _torch_loop
+
+    it, nx = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
+    fe, bw = fetch._MapDatasetFetcher.fetch, autograd.backward
+    for f in (it, nx, fe, bw):
+        if not hasattr(f, "__wrapped__"):
+            raise SystemExit("the PyTorch hooks are not installed: run this under `pipeprof run`")
+    if len(_torch_loop._OPT_HOOKS) != 4:
+        raise SystemExit("the optimizer hooks are not installed: run this under `pipeprof run`")
+
+    def put(on):
+        dataloader.DataLoader.__iter__ = it if "loop" in on else it.__wrapped__
+        dataloader._BaseDataLoaderIter.__next__ = nx if "loop" in on else nx.__wrapped__
+        fetch._MapDatasetFetcher.fetch = fe if "fetch" in on else fe.__wrapped__
+        autograd.backward = bw if "backward" in on else bw.__wrapped__
+        pre_h, post_h, pre, post = _torch_loop._OPT_HOOKS
+        pre_h.remove()
+        post_h.remove()
+        if "optimizer" in on:
+            _torch_loop._OPT_HOOKS[:2] = [
+                optimizer.register_optimizer_step_pre_hook(pre),
+                optimizer.register_optimizer_step_post_hook(post),
+            ]
+
+    return put
+
+
+def measure(args):
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    put = hooks()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    xs, ys = torch.rand(args.samples, 784), torch.randint(0, 10, (args.samples,))
+    loader = DataLoader(TensorDataset(xs, ys), batch_size=args.batch_size, shuffle=True)
+    net = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    cpu = {k: [] for k in ARMS}
+    order = list(ARMS)
+    rng = random.Random(0)
+    for _ in range(args.rounds):
+        # A new order each round: no arm always follows the same one.
+        rng.shuffle(order)
+        for arm in order:
+            put(ARMS[arm])
+            n, c0 = 0, time.thread_time_ns()
+            for x, y in loader:
+                opt.zero_grad()
+                loss = loss_fn(net(x), y)
+                loss.backward()
+                opt.step()
+                n += 1
+                if n == args.steps:
+                    break
+            cpu[arm].append((time.thread_time_ns() - c0) / n / 1000)
+    put(ARMS["all"])
+    base = statistics.median(cpu["none"])
+    print(f"{'arm':<11} {'µs/step':>8} {'cost µs':>8} {'q1–q3':>13} {'share':>7}")
+    for arm, xs in cpu.items():
+        # The cost: each round's difference to the same round's `none`, so drift between
+        # rounds cancels; its median and quartiles.
+        diff = [a - b for a, b in zip(xs, cpu["none"])]
+        q = statistics.quantiles(diff)
+        cost = statistics.median(diff)
+        print(f"{arm:<11} {statistics.median(xs):>8.1f} {cost:>8.1f} {q[0]:>6.1f}–{q[2]:<6.1f} {cost / base:>7.1%}")
+    print(
+        f"(training-thread CPU per step: medians of {args.rounds} rounds of {args.steps} steps per arm, the cost "
+        f"paired with the round's `none`; batch {args.batch_size})"
+    )
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--steps", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--samples", type=int, default=32768)
+    p.add_argument("--pipeprof", default=shutil.which("pipeprof"))
+    args = p.parse_args()
+    if os.environ.get("PIPEPROF_HOOK_COST") == "1":
+        return measure(args)
+    if not args.pipeprof:
+        raise SystemExit("no pipeprof command: install the wheel or pass --pipeprof")
+    env = {**os.environ, "PIPEPROF_HOOK_COST": "1"}
+    cmd = [args.pipeprof, "run", "--once", "--no-gpu", "--", sys.executable, *sys.argv]
+    sys.exit(subprocess.run(cmd, env=env).returncode)
+
+
+if __name__ == "__main__":
+    main()
