@@ -320,7 +320,7 @@ pub fn worker_start_ms(
     batch: f64,
     cpu_cores: f64,
 ) -> f64 {
-    if workers == 0 || !(cpu_cores > 0.0) {
+    if workers == 0 || cpu_cores.is_nan() || cpu_cores <= 0.0 {
         return 0.0;
     }
     let n = workers as f64;
@@ -337,7 +337,7 @@ pub fn worker_start_ms(
 /// core past the physical ones is a core's second hyper-thread, worth [`HYPER_THREAD_SHARE`].
 /// `physical` of 0, or at least `logical`: `logical`. Pure.
 pub fn cpu_cores(logical: f64, physical: f64) -> f64 {
-    if !(physical > 0.0) || physical >= logical {
+    if physical.is_nan() || physical <= 0.0 || physical >= logical {
         return logical;
     }
     physical + (logical - physical) * HYPER_THREAD_SHARE
@@ -930,7 +930,7 @@ mod tests {
         // Workers advised to a loader in the process persist (the advice says so).
         let from_none = Pipeline { persistent: false, ..sim(16.0, 16.0, 0, 1.0, 10.0, 0.0) }.with_workers(12);
         assert!(from_none.persistent);
-        assert_eq!(restarting.with_workers(16).persistent, false, "workers that restarted still do");
+        assert!(!restarting.with_workers(16).persistent, "workers that restarted still do");
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub fn physical_cores(sibling_lists: &[String]) -> Option<u32> {
     for text in sibling_lists {
         cores.insert(parse_cpu_list(text)?);
     }
-    (!cores.is_empty()).then(|| cores.len() as u32)
+    (!cores.is_empty()).then_some(cores.len() as u32)
 }
 
 /// A kernel CPU list (`0-3,8,10-11`), sorted; `None` when empty or malformed. Pure.
