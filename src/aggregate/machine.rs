@@ -194,6 +194,9 @@ pub struct MachineSummary {
     pub gpu_samples: u64,
     /// Cores in the last host sample.
     pub cores: usize,
+    /// Physical cores, from the last host sample that read them (hyper-threads not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_cores: Option<usize>,
     /// Mean process CPU %, 100 = one core.
     pub process_cpu_mean_pct: Option<f32>,
     /// Peak process CPU %.
@@ -284,6 +287,7 @@ pub struct MachineAgg {
     host_n: u64,
     gpu_n: u64,
     cores: usize,
+    physical_cores: Option<usize>,
     proc_cpu: MeanMax,
     first_proc_cpu_ns: Option<u64>,
     last_proc_cpu_ns: u64,
@@ -320,6 +324,7 @@ impl MachineAgg {
             host_n: 0,
             gpu_n: 0,
             cores: 0,
+            physical_cores: None,
             proc_cpu: MeanMax::default(),
             first_proc_cpu_ns: None,
             last_proc_cpu_ns: 0,
@@ -346,6 +351,9 @@ impl MachineAgg {
     pub fn push_host(&mut self, s: &HostSample) {
         self.host_n += 1;
         self.cores = s.per_core_pct.len();
+        if let Some(n) = s.physical_cores.filter(|&n| n > 0) {
+            self.physical_cores = Some(n as usize);
+        }
         self.proc_cpu.push(s.process_cpu_pct as f64);
         self.first_proc_cpu_ns.get_or_insert(s.process_cpu_ns);
         self.last_proc_cpu_ns = s.process_cpu_ns;
@@ -504,6 +512,7 @@ impl MachineAgg {
             host_samples: self.host_n,
             gpu_samples: self.gpu_n,
             cores: self.cores,
+            physical_cores: self.physical_cores,
             process_cpu_mean_pct: self.proc_cpu.mean32(),
             process_cpu_peak_pct: self.proc_cpu.peak32(),
             process_cpu_ns: self.first_proc_cpu_ns.map_or(0, |f| self.last_proc_cpu_ns.saturating_sub(f)),

@@ -170,11 +170,13 @@ impl Facts<'_> {
             )
         } else {
             let c = self.p.loader_cpu_ms();
-            let needed = c * self.cap.compute / 1000.0;
+            // The loop's side with workers: its step and the batch it receives from them.
+            let loop_rate = self.p.with_workers(n).capacity().compute;
+            let needed = c * loop_rate / 1000.0;
             format!(
                 "the loader needs {} of CPU per image: keeping up with the training loop ({}) needs {needed:.1} cores; {:.1} cores free: {} instead of {now}{share}",
                 ms(c),
-                rate(self.cap.compute),
+                rate(loop_rate),
                 self.p.free_cores,
                 rate(x)
             )

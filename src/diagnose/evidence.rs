@@ -66,12 +66,26 @@ impl Facts<'_> {
         } else {
             String::new()
         };
+        // With workers the loop also receives each batch, serially: its side of the pipeline
+        // then (for a loader in the process, what it would be with workers).
+        let main = self.p.main_per_batch_ms;
+        let (loop_rate, own) = if main > 0.0 {
+            (
+                self.p.with_workers(w).capacity().compute,
+                format!(
+                    " (its step and {} a batch of the training process's own work, receiving the batch and the DataLoader's iteration, which workers do not take over)",
+                    ms(main)
+                ),
+            )
+        } else {
+            (self.cap.compute, String::new())
+        };
         format!(
-            "model: {} {} {}, the training loop could take {}{shared}; measured {:.1} images/s{}",
+            "model: {} {} {}, the training loop could take {}{own}{shared}; measured {:.1} images/s{}",
             plural(w, "loader worker"),
             if w == 1 { "supplies" } else { "supply" },
             rate(self.cap.loader()),
-            rate(self.cap.compute),
+            rate(loop_rate),
             self.now.map_or(self.s.images_per_s, |n| n.rate),
             self.now.map(|n| format!(" (steps {}–{})", n.from_step, n.to_step)).unwrap_or_default()
         )
@@ -80,8 +94,17 @@ impl Facts<'_> {
     fn cpu_line(&self) -> Option<String> {
         let g = self.global_cpu?;
         let proc = self.process_cpu.map(|p| format!(" (this process {p:.0}%, 100% = one core)")).unwrap_or_default();
+        let physical = if self.p.physical_cores < self.p.cores {
+            format!(
+                " ({} physical: a second hyper-thread counts as {} of a core)",
+                self.p.physical_cores as usize,
+                super::model::HYPER_THREAD_SHARE
+            )
+        } else {
+            String::new()
+        };
         Some(format!(
-            "CPU {g:.0}% busy on {} cores{proc}: {:.1} cores free for this run",
+            "CPU {g:.0}% busy on {} cores{physical}{proc}: {:.1} cores free for this run",
             self.p.cores as usize, self.p.free_cores
         ))
     }

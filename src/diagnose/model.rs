@@ -7,13 +7,19 @@
 //! loader latency   = workers / L            L = loader wall time per image (read+decode+resize+augment)
 //! loader CPU       = K / c                  c = loader on-CPU time per image, K = cores free for this process
 //! shared CPU       = K / (c + c_compute)    CPU device only: compute runs on the same cores
-//! compute          = B / (transfer + compute per step)
-//! throughput       = min of the above
+//! compute          = B / (m + transfer + compute per step)     m = the main process's serial work per batch
+//! in the process   = B / (B·L + m + transfer + compute)         no workers: loading and training take turns
+//! throughput       = min of the above, less the workers' start-up each epoch when they do not persist
 //! ```
 //!
 //! `K` = min(cores, this process's CPU + the machine's idle CPU), from the host samples: cores
-//! other programs keep busy are not available. A prediction rebuilds the pipeline with one
-//! change (more workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
+//! other programs keep busy are not available, and a core's second hyper-thread counts as
+//! [`HYPER_THREAD_SHARE`] of a core. `m` is what the training process does per batch beside
+//! its compute, serially, however many workers there are: receiving the batch from a worker
+//! and the DataLoader's own iteration ([`main_per_batch_ms`]). Workers that do not persist
+//! start again every epoch: each epoch of `E` batches pays their start-up
+//! ([`Capacity::throughput`]). A prediction rebuilds the pipeline with one change (more
+//! workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
 //! throughputs, so the model's constant errors cancel.
 
 use super::classify::measured;
@@ -36,6 +42,12 @@ pub const PRE_RESIZED_RESIZE_LEFT: f64 = 0.1;
 pub const PRE_RESIZED_DECODE_LEFT: f64 = 0.5;
 /// Bytes per second copied out of a memory-mapped packed cache (one memcpy, page-cache warm).
 pub const CACHE_BYTES_PER_S: f64 = 2e9;
+/// What a core's second hyper-thread adds, as a share of a core, when both run CPU-bound work:
+/// SMT gives one core 15–30% more throughput, not a second core (Intel's figure for Hyper-
+/// Threading is "up to 30%"). An assumption, not a measurement: no run here has sibling
+/// threads to measure (the 2-core development machine has one thread per core); a run whose
+/// workers already share cores measures its own per-image CPU with the slowdown in it.
+pub const HYPER_THREAD_SHARE: f64 = 0.3;
 
 /// One loader stage's cost per image.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,10 +95,29 @@ pub struct Pipeline {
     /// The loader runs in the training process itself (PyTorch `num_workers=0`): each batch is
     /// loaded, then trained on, one after the other, never side by side.
     pub in_process: bool,
-    /// Cores of the machine (or the process's limit).
+    /// Cores of the machine (or the process's limit), logical: hyper-threads count one each.
     pub cores: f64,
-    /// Cores this process can use: its own use plus the machine's idle cores, at most `cores`.
+    /// Physical cores (`/sys/devices/system/cpu/*/topology`), at most `cores`; `cores` when
+    /// not read.
+    pub physical_cores: f64,
+    /// Cores this process can use: its own use plus the machine's idle cores, at most `cores`
+    /// (logical; [`Pipeline::cpu_cores`] turns them into cores' worth of CPU).
     pub free_cores: f64,
+    /// The training process's serial work per batch beside its compute, ms: receiving the
+    /// batch and the DataLoader's own iteration ([`main_per_batch_ms`]). More workers do not
+    /// shorten it.
+    pub main_per_batch_ms: f64,
+    /// The workers stay between epochs (PyTorch `persistent_workers=True`; pipeprof's own
+    /// loader's threads always do).
+    pub persistent: bool,
+    /// Batches per epoch (the data set over the batch), when the data set's size is known.
+    pub epoch_batches: Option<f64>,
+    /// Steps of the run the model describes: its workers start once in them (the measured
+    /// rate counts the first wait); `None` when not known.
+    pub run_batches: Option<f64>,
+    /// Starting one worker process, ms: the run's first wait less its first batch's loading,
+    /// per worker, measured where the run had workers; 0 where it had none (not measured).
+    pub worker_start_ms: f64,
     /// Training on the CPU: compute and the loader share the cores.
     pub cpu_device: bool,
     pub batch: f64,
@@ -242,6 +273,76 @@ pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
     finite_pos(tree_ms - loader_ms)
 }
 
+/// The training process's serial work per batch beside its compute, ms, from the run's wait
+/// for data (`loader_ms_per_image`: the loader stages' wall time per image, `workers`: the
+/// run's):
+/// - without workers the wait is the batch's loading in the process: what its loader stages
+///   do not cover (`wait − B·L`) is the DataLoader's own work per batch (its iterator, the
+///   sampler, what no stage times), which stays in the training process when workers load.
+///   It also holds per-sample work no stage times, which would move to the workers: an
+///   over-estimate of the serial part (a torchvision script at 64×64: 3.4 ms here, 1.1–1.7 ms
+///   measured as the wait once 2 workers loaded);
+/// - with workers, the typical (median) wait less what the workers' pace explains
+///   (`B·L/workers − transfer − compute`, when positive): receiving a ready batch (unpickling
+///   it out of shared memory) and the iteration. A loop that waits on slow workers has a
+///   long median wait that is the loader's, not its own.
+///
+/// Pure; 0 where nothing is left or the figures are not finite.
+pub fn main_per_batch_ms(
+    workers: usize,
+    wait_ms: f64,
+    wait_p50_ms: f64,
+    loader_ms_per_image: f64,
+    batch: f64,
+    busy_ms: f64,
+) -> f64 {
+    let loading = loader_ms_per_image * batch;
+    let m = if workers == 0 {
+        wait_ms - loading
+    } else {
+        let paced = (loading / workers as f64 - busy_ms).max(0.0);
+        wait_p50_ms.min(wait_ms.max(0.0)) - paced
+    };
+    if m.is_finite() {
+        m.max(0.0)
+    } else {
+        0.0
+    }
+}
+
+/// Starting one worker, ms: the run's first wait (`startup_wait_ms`) less loading its first
+/// batch (`batch × loader_ms_per_image`, slower by `workers / cpu_cores` when the workers
+/// share fewer cores), over the workers. 0 without workers or where nothing is left. Pure.
+pub fn worker_start_ms(
+    workers: usize,
+    startup_wait_ms: f64,
+    loader_ms_per_image: f64,
+    batch: f64,
+    cpu_cores: f64,
+) -> f64 {
+    if workers == 0 || cpu_cores.is_nan() || cpu_cores <= 0.0 {
+        return 0.0;
+    }
+    let n = workers as f64;
+    let first = loader_ms_per_image * batch * (n / cpu_cores).max(1.0);
+    let w = (startup_wait_ms - first) / n;
+    if w.is_finite() {
+        w.max(0.0)
+    } else {
+        0.0
+    }
+}
+
+/// Cores' worth of CPU in `logical` cores of which `physical` are whole cores: each logical
+/// core past the physical ones is a core's second hyper-thread, worth [`HYPER_THREAD_SHARE`].
+/// `physical` of 0, or at least `logical`: `logical`. Pure.
+pub fn cpu_cores(logical: f64, physical: f64) -> f64 {
+    if physical.is_nan() || physical <= 0.0 || physical >= logical {
+        return logical;
+    }
+    physical + (logical - physical) * HYPER_THREAD_SHARE
+}
+
 /// Images/s each side of the pipeline can sustain.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Capacity {
@@ -256,6 +357,12 @@ pub struct Capacity {
     /// A loader in the training process: batch / (loading the batch + transfer + compute), the
     /// two in turn; infinite with workers.
     pub in_process: f64,
+    /// Starting the workers, ms: each worker's process ([`Pipeline::worker_start_ms`]), then
+    /// its first batch (`first_batch_ms`), paid once a run, or once an epoch when they do not
+    /// persist: every `restart_every_images` images (∞: never, a loader in the process).
+    pub spawn_ms: f64,
+    pub first_batch_ms: f64,
+    pub restart_every_images: f64,
 }
 
 /// Which term of the model binds.
@@ -274,13 +381,28 @@ impl Capacity {
         self.loader_latency.min(self.loader_cpu)
     }
 
-    /// The model's throughput: the minimum of all capacities.
-    pub fn throughput(&self) -> f64 {
+    /// The steady state's throughput: the minimum of all capacities.
+    pub fn steady(&self) -> f64 {
         self.loader().min(self.shared_cpu).min(self.compute).min(self.in_process)
     }
 
+    /// The model's throughput: the steady state, less the workers' start-up, spread over the
+    /// images between two starts. While the workers load their first batches nothing is ready:
+    /// the loop waits for the first batch, except the part the workers would have made it wait
+    /// anyway (a run as fast as its loader waits for every batch: its first costs no more).
+    pub fn throughput(&self) -> f64 {
+        let x = self.steady();
+        let every = self.restart_every_images;
+        if !(every.is_finite() && every > 0.0 && x > 0.0 && x.is_finite()) {
+            return x;
+        }
+        let ahead = (1.0 - x / self.loader()).clamp(0.0, 1.0);
+        let start_ms = self.spawn_ms.max(0.0) + self.first_batch_ms.max(0.0) * ahead;
+        every / (every / x + start_ms / 1000.0)
+    }
+
     pub fn bound(&self) -> Bound {
-        let x = self.throughput();
+        let x = self.steady();
         if x == self.in_process {
             Bound::InProcess
         } else if x == self.compute {
@@ -473,15 +595,51 @@ impl Pipeline {
         let compute_slow_ms = measured(s, Stage::Compute)
             .map(|x| x.p95_ms)
             .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms);
+        let physical_cores = match m.physical_cores {
+            Some(n) if n > 0 => (n as f64).min(cores),
+            _ => cores,
+        };
+        let loader_wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
+        let transfer_ms = step_part(Stage::Transfer, s.split.transfer_ms);
+        // pipeprof's own loader hands its batches over an in-process channel, without a copy;
+        // a framework's workers are processes whose batches the training process receives.
+        let receives = st.workers == 0 || !st.framework.is_empty();
+        let main_per_batch_ms = if !receives {
+            0.0
+        } else {
+            main_per_batch_ms(
+                st.workers,
+                s.split.wait_ms,
+                measured(s, Stage::Wait).map_or(s.split.wait_ms, |w| w.p50_ms),
+                loader_wall,
+                batch,
+                transfer_ms + compute_ms,
+            )
+        };
+        // pipeprof's own loader keeps its threads; a PyTorch DataLoader restarts its workers
+        // every epoch unless told otherwise.
+        let persistent = st.persistent_workers.unwrap_or(true);
+        let epoch_batches =
+            (st.images > 0 && s.split.startup_wait_ms > 0.0).then(|| (st.images as f64 / nominal).ceil());
+        let worker_start_ms =
+            worker_start_ms(st.workers, s.split.startup_wait_ms, loader_wall, batch, cpu_cores(cores, physical_cores));
         let mut p = Pipeline {
             workers: st.workers.max(1) as f64,
             in_process: st.workers == 0,
             cores,
+            physical_cores,
             free_cores,
+            main_per_batch_ms,
+            persistent,
+            epoch_batches,
+            // Only where the run's first wait was measured: a run without one says nothing
+            // of what starting costs.
+            run_batches: (s.steps > 0 && s.split.startup_wait_ms > 0.0).then_some(s.steps as f64),
+            worker_start_ms,
             cpu_device,
             batch,
             loader,
-            transfer_ms: step_part(Stage::Transfer, s.split.transfer_ms),
+            transfer_ms,
             compute_ms,
             optimizer_ms,
             compute_cpu_ms_per_image,
@@ -514,22 +672,50 @@ impl Pipeline {
         self.loader.iter().find(|x| x.stage == stage)
     }
 
+    /// Cores' worth of CPU this process can use: its free cores, hyper-threads counted as
+    /// [`HYPER_THREAD_SHARE`] of a core.
+    pub fn cpu_cores(&self) -> f64 {
+        cpu_cores(self.free_cores, self.physical_cores.min(self.free_cores.max(0.0)))
+    }
+
+    /// Batches between two starts of the workers: the run's (`run_batches`), or an epoch's
+    /// when they do not persist and an epoch is shorter; `None` for a loader in the process or
+    /// where neither is known.
+    pub fn batches_per_start(&self) -> Option<f64> {
+        if self.in_process {
+            return None;
+        }
+        let epoch = if self.persistent { None } else { self.epoch_batches };
+        match (epoch, self.run_batches) {
+            (Some(e), Some(r)) => Some(e.min(r)),
+            (e, r) => e.or(r),
+        }
+        .filter(|b| b.is_finite() && *b > 0.0)
+    }
+
     pub fn capacity(&self) -> Capacity {
         let c = self.loader_cpu_ms();
+        let k = self.cpu_cores();
+        // With workers, the training process still receives each batch, serially: the loop's
+        // side of the pipeline is that and the step, however many workers load.
+        let main = if self.in_process { 0.0 } else { self.main_per_batch_ms };
         Capacity {
             loader_latency: per_s(self.workers, self.loader_wall_ms()),
-            loader_cpu: per_s(self.free_cores, c),
-            shared_cpu: if self.cpu_device {
-                per_s(self.free_cores, c + self.compute_cpu_ms_per_image)
-            } else {
-                f64::INFINITY
-            },
-            compute: per_s(self.batch, self.transfer_ms + self.compute_ms),
+            loader_cpu: per_s(k, c),
+            shared_cpu: if self.cpu_device { per_s(k, c + self.compute_cpu_ms_per_image) } else { f64::INFINITY },
+            compute: per_s(self.batch, main + self.transfer_ms + self.compute_ms),
             in_process: if self.in_process {
-                per_s(self.batch, self.batch * self.loader_wall_ms() + self.transfer_ms + self.compute_ms)
+                per_s(
+                    self.batch,
+                    self.batch * self.loader_wall_ms() + self.main_per_batch_ms + self.transfer_ms + self.compute_ms,
+                )
             } else {
                 f64::INFINITY
             },
+            spawn_ms: self.workers * self.worker_start_ms,
+            // The workers load their first batches side by side: slower when more than the cores.
+            first_batch_ms: self.batch * self.loader_wall_ms() * (self.workers / k.max(0.1)).max(1.0),
+            restart_every_images: self.batches_per_start().map_or(f64::INFINITY, |b| b * self.batch),
         }
     }
 
@@ -547,9 +733,11 @@ impl Pipeline {
         self
     }
 
-    /// With `n` loader workers.
+    /// With `n` loader workers. From a loader in the process, the workers persist (the advice
+    /// says `persistent_workers=True` with them); otherwise they persist as they did.
     pub fn with_workers(&self, n: usize) -> Pipeline {
-        Pipeline { workers: n.max(1) as f64, in_process: n == 0, ..self.clone() }
+        let persistent = self.persistent || self.in_process;
+        Pipeline { workers: n.max(1) as f64, in_process: n == 0, persistent, ..self.clone() }
     }
 
     /// Images stored at the model's input size: resize nearly vanishes, decode shrinks.
@@ -649,5 +837,170 @@ impl Pipeline {
     /// Batches sent as u8 instead of f32 (4× fewer bytes; copy time follows bytes).
     pub fn u8_transfer(&self) -> Pipeline {
         Pipeline { transfer_ms: self.transfer_ms / 4.0, ..self.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated loader: `cores` cores (`physical` of them whole), `workers` workers, each
+    /// image `loader_ms` of CPU (decode), batch 32, a GPU step of `compute_ms`, and the
+    /// training process's serial `main_ms` per batch (receiving it).
+    fn sim(cores: f64, physical: f64, workers: usize, loader_ms: f64, compute_ms: f64, main_ms: f64) -> Pipeline {
+        Pipeline {
+            workers: workers.max(1) as f64,
+            in_process: workers == 0,
+            cores,
+            physical_cores: physical,
+            free_cores: cores,
+            main_per_batch_ms: main_ms,
+            persistent: true,
+            epoch_batches: None,
+            run_batches: None,
+            worker_start_ms: 0.0,
+            cpu_device: false,
+            batch: 32.0,
+            loader: vec![StageCost {
+                stage: Stage::Decode,
+                wall_ms: loader_ms,
+                on_cpu_ms: loader_ms,
+                core_wait_ms: 0.0,
+                measured: true,
+                queue_measured: true,
+            }],
+            transfer_ms: 0.0,
+            compute_ms,
+            optimizer_ms: None,
+            compute_cpu_ms_per_image: 0.0,
+            input_bytes: 3.0 * 150.0 * 150.0,
+            compute_wait_others_ms: 0.0,
+            compute_slow_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_main_process_serial_cost_caps_the_rate_however_many_workers_on_1_to_32_cores() {
+        // 4 ms of decode per image; the loop's step 10 ms; receiving a batch 20 ms. Workers add
+        // 250 images/s each up to the cores; the loop's side takes 32 per 30 ms (1067/s) at
+        // most, whatever the workers; without the receive it would take 3200/s.
+        for cores in [1usize, 2, 4, 8, 16, 32] {
+            for workers in [1usize, 2, 4, 8, 16, 32].into_iter().filter(|&w| w <= cores) {
+                let p = sim(cores as f64, cores as f64, workers, 4.0, 10.0, 20.0);
+                let loader = workers as f64 * 1000.0 / 4.0;
+                let want = loader.min(32.0 * 1000.0 / 30.0);
+                let got = p.capacity().throughput();
+                assert!((got - want).abs() < 1e-6, "{cores} cores, {workers} workers: {got} vs {want}");
+                let unreceived = Pipeline { main_per_batch_ms: 0.0, ..p.clone() }.capacity().throughput();
+                assert!((unreceived - loader.min(3200.0)).abs() < 1e-6, "{unreceived}");
+                let bound = p.capacity().bound();
+                assert_eq!(bound == Bound::Compute, loader > 32.0 * 1000.0 / 30.0, "{cores}/{workers}: {bound:?}");
+            }
+        }
+        // The serial cost is the loop's, not the loader's: a loader in the process pays it too,
+        // in turn with loading the batch (32 × 4 ms) and the step.
+        let in_process = sim(8.0, 8.0, 0, 4.0, 10.0, 20.0).capacity();
+        assert!((in_process.throughput() - 32.0 * 1000.0 / (128.0 + 20.0 + 10.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn non_persistent_workers_pay_their_start_up_every_epoch() {
+        // 12 workers, 50 ms to start each, 13 batches an epoch (the issue's 42.5 M CNN case),
+        // 1 ms of decode per image on 16 cores, a 10 ms step: steady 32 per 10 ms = 3200/s,
+        // the loader 12000/s: the first batch (32 ms, loaded by each worker at once) is all
+        // waited for, on top of the 600 ms of starting, every 13 × 32 images.
+        let persistent =
+            Pipeline { epoch_batches: Some(13.0), worker_start_ms: 50.0, ..sim(16.0, 16.0, 12, 1.0, 10.0, 0.0) };
+        let steady = persistent.capacity().throughput();
+        assert!((steady - 3200.0).abs() < 1e-6, "persistent workers start once, and no run length is known: {steady}");
+        let restarting = Pipeline { persistent: false, ..persistent.clone() };
+        let ahead = 1.0 - 3200.0 / 12000.0;
+        let epoch_s = 13.0 * 32.0 / 3200.0 + (12.0 * 50.0 + 32.0 * ahead) / 1000.0;
+        let want = 13.0 * 32.0 / epoch_s;
+        let got = restarting.capacity().throughput();
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        assert!(got < 0.25 * steady, "start-up dominates 13-batch epochs: {got}");
+        // Longer epochs spread it: 10× the batches, a smaller loss.
+        let long = Pipeline { epoch_batches: Some(130.0), ..restarting.clone() }.capacity().throughput();
+        assert!(long > got && long < steady, "{long}");
+        // A run shorter than an epoch starts its workers once in its own steps.
+        let short = Pipeline { run_batches: Some(5.0), ..restarting.clone() }.capacity().throughput();
+        let want = 5.0 * 32.0 / (5.0 * 32.0 / 3200.0 + (600.0 + 32.0 * ahead) / 1000.0);
+        assert!((short - want).abs() < 1e-6, "{short} vs {want}");
+        // Workers advised to a loader in the process persist (the advice says so).
+        let from_none = Pipeline { persistent: false, ..sim(16.0, 16.0, 0, 1.0, 10.0, 0.0) }.with_workers(12);
+        assert!(from_none.persistent);
+        assert!(!restarting.with_workers(16).persistent, "workers that restarted still do");
+    }
+
+    #[test]
+    fn a_loader_bound_run_loses_only_its_workers_start_not_the_first_batch() {
+        // 2 workers at 10 ms per image (200/s) under a 1 ms step: the loop waits for every
+        // batch anyway, so the first one costs no more than the others; starting does.
+        let p = Pipeline { run_batches: Some(20.0), worker_start_ms: 30.0, ..sim(4.0, 4.0, 2, 10.0, 1.0, 0.0) };
+        let want = 20.0 * 32.0 / (20.0 * 32.0 / 200.0 + 60.0 / 1000.0);
+        assert!((p.capacity().throughput() - want).abs() < 1e-6, "{}", p.capacity().throughput());
+    }
+
+    #[test]
+    fn hyper_threads_count_as_less_than_a_core() {
+        // A CPU-bound loader (4 ms per image), 16 workers, a fast loop. 16 whole cores: 4000/s;
+        // 8 cores with two hyper-threads each: 8 + 8 × HYPER_THREAD_SHARE cores' worth.
+        let whole = sim(16.0, 16.0, 16, 4.0, 1.0, 0.0).capacity().throughput();
+        assert!((whole - 4000.0).abs() < 1e-6, "{whole}");
+        let ht = sim(16.0, 8.0, 16, 4.0, 1.0, 0.0);
+        let want = (8.0 + 8.0 * HYPER_THREAD_SHARE) * 1000.0 / 4.0;
+        assert!((ht.capacity().throughput() - want).abs() < 1e-6, "{}", ht.capacity().throughput());
+        assert_eq!(ht.capacity().bound(), Bound::LoaderCpu);
+        // Up to the physical cores, workers scale as on whole cores.
+        let eight = sim(16.0, 8.0, 8, 4.0, 1.0, 0.0).capacity().throughput();
+        assert!((eight - 2000.0).abs() < 1e-6, "{eight}");
+        let table = [
+            (2.0, 2.0, 2.0),
+            (2.0, 1.0, 1.0 + HYPER_THREAD_SHARE),
+            (16.0, 8.0, 10.4),
+            (4.0, 0.0, 4.0),
+            (4.0, 8.0, 4.0),
+        ];
+        for (logical, physical, want) in table {
+            assert!((cpu_cores(logical, physical) - want).abs() < 1e-9, "{logical}/{physical}");
+        }
+    }
+
+    #[test]
+    fn the_serial_cost_is_read_from_the_wait_that_the_loader_does_not_explain() {
+        // (workers, wait mean, wait p50, loader ms per image, batch, step's busy ms) → ms.
+        let table = [
+            // No workers: the wait is loading 32 × 0.9 ms in turn; 3.2 ms of it no stage timed.
+            (0, 32.0, 31.0, 0.9, 32.0, 34.0, 3.2),
+            // 2 workers well ahead of a 35 ms step: the median wait is receiving the batch.
+            (2, 1.8, 1.1, 0.9, 32.0, 35.0, 1.1),
+            // A spike moves the mean, not the median.
+            (2, 9.0, 1.1, 0.9, 32.0, 35.0, 1.1),
+            // 1 worker at 10 ms per image behind a 1 ms step: its pace explains the wait.
+            (1, 319.0, 319.0, 10.0, 32.0, 1.0, 0.0),
+            // Not finite: nothing.
+            (2, f64::NAN, f64::NAN, 0.9, 32.0, 35.0, 0.0),
+        ];
+        for (w, mean, p50, l, b, busy, want) in table {
+            let got = main_per_batch_ms(w, mean, p50, l, b, busy);
+            assert!((got - want).abs() < 1e-9, "{w} workers, wait {mean}/{p50}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn a_workers_start_is_the_first_wait_less_its_first_batch() {
+        // (workers, first wait, loader ms per image, batch, cores) → ms per worker.
+        let table = [
+            (2, 58.0, 0.9, 32.0, 2.0, (58.0 - 28.8) / 2.0),
+            // 4 workers on 2 cores load their first batches at half speed.
+            (4, 145.0, 0.9, 32.0, 2.0, (145.0 - 57.6) / 4.0),
+            (0, 40.0, 0.9, 32.0, 2.0, 0.0),
+            (2, 10.0, 0.9, 32.0, 2.0, 0.0),
+        ];
+        for (w, first, l, b, k, want) in table {
+            let got = worker_start_ms(w, first, l, b, k);
+            assert!((got - want).abs() < 1e-9, "{w}: {got} vs {want}");
+        }
     }
 }

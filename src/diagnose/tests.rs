@@ -1392,3 +1392,28 @@ fn a_loader_in_the_training_process_loads_and_trains_in_turn_and_workers_overlap
     assert!(two.capacity().in_process.is_infinite());
     assert!(two.capacity().throughput() > today.throughput() * 1.5, "{:?}", two.capacity());
 }
+
+// ---- the loader model's terms in words (issue 33) ----
+
+#[test]
+fn a_pytorch_run_without_workers_names_the_work_its_training_process_keeps_and_the_physical_cores() {
+    // 0 workers, batch 32: the wait is 34 ms, of which the stages explain 32 × 0.9 ms; the
+    // rest (5.2 ms) stays in the training process with workers. 4 logical cores, 2 physical.
+    let mut b =
+        B::new().workers(0, 4).device("cpu").loader(&[("decode", 0.9, 1.0)]).step(34.0, 0.0, 35.0).cpu(50.0, 100.0);
+    b.0.settings.framework = "pytorch".into();
+    b.0.machine.physical_cores = Some(2);
+    let v = b.verdict();
+    let model = v.evidence.iter().find(|e| e.starts_with("model: ")).cloned().unwrap_or_default();
+    assert!(model.contains("5.20 ms a batch of the training process's own work"), "{model}");
+    // With workers the loop takes 32 per (5.2 + 35) ms, not per 35 ms.
+    assert!(model.contains(&format!("could take {}", crate::units::rate(32.0 * 1000.0 / 40.2))), "{model}");
+    let cpu = v.evidence.iter().find(|e| e.starts_with("CPU ")).cloned().unwrap_or_default();
+    assert!(cpu.contains("on 4 cores (2 physical"), "{cpu}");
+    // pipeprof's own loader (no framework) hands batches over in the process: no such work.
+    let mut own = b.clone();
+    own.0.settings.framework = String::new();
+    own.0.settings.workers = 2;
+    let line = own.verdict().evidence.into_iter().find(|e| e.starts_with("model: ")).unwrap_or_default();
+    assert!(!line.contains("the training process's own work"), "{line}");
+}

@@ -57,6 +57,51 @@ pub struct TaskStat {
     pub ticks: u64,
 }
 
+/// Physical cores from each online logical core's `topology/thread_siblings_list` (the
+/// logical cores sharing its physical core, as `0,8` or `0-1`): one core per distinct list.
+/// `None` when there is none, or one is not a CPU list. Pure.
+pub fn physical_cores(sibling_lists: &[String]) -> Option<u32> {
+    let mut cores: HashSet<Vec<u32>> = HashSet::new();
+    for text in sibling_lists {
+        cores.insert(parse_cpu_list(text)?);
+    }
+    (!cores.is_empty()).then_some(cores.len() as u32)
+}
+
+/// A kernel CPU list (`0-3,8,10-11`), sorted; `None` when empty or malformed. Pure.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in text.trim().split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let a = part.trim().parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        // A list longer than any machine's CPUs is not a topology file.
+        if b < a || b - a > 1 << 16 {
+            return None;
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    (!out.is_empty()).then_some(out)
+}
+
+/// This machine's physical cores, read from `/sys/devices/system/cpu/cpuN/topology` of every
+/// online logical core; `None` where sysfs does not say.
+pub fn read_physical_cores() -> Option<u32> {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let lists: Vec<String> = parse_cpu_list(&online)?
+        .into_iter()
+        .map(|n| std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{n}/topology/thread_siblings_list")))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    physical_cores(&lists)
+}
+
 /// CPU % from two readings of a CPU-time counter `dt_ns` apart: 100 = one core busy.
 pub fn cpu_pct(prev_cpu_ns: u64, cur_cpu_ns: u64, dt_ns: u64) -> f32 {
     if dt_ns == 0 {
@@ -331,6 +376,8 @@ pub struct HostSampler {
     others_listed: u32,
     /// The sampled process's descendants at the last listing: their CPU is the run's.
     descendants: HashSet<u32>,
+    /// Read once: the topology does not change during a run.
+    physical_cores: Option<u32>,
 }
 
 impl std::fmt::Debug for HostSampler {
@@ -366,6 +413,7 @@ impl HostSampler {
             last_others_ns: 0,
             others_listed: 0,
             descendants: HashSet::new(),
+            physical_cores: read_physical_cores(),
         };
         s.sys.refresh_cpu_usage();
         // The baseline of every process's CPU time: the first sample can then name the busy
@@ -450,6 +498,7 @@ impl HostSampler {
             threads,
             steal_pct: steal,
             others,
+            physical_cores: self.physical_cores,
         };
         self.prev_t_ns = t_ns;
         self.prev_proc_cpu_ns = proc_cpu_ns;
@@ -572,6 +621,34 @@ impl HostSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hyper_thread_siblings_count_as_one_physical_core() {
+        let l = |xs: &[&str]| xs.iter().map(|x| format!("{x}\n")).collect::<Vec<String>>();
+        let table: [(Vec<String>, Option<u32>); 7] = [
+            // This development machine: 2 cores, one thread each.
+            (l(&["0", "1"]), Some(2)),
+            // 16 logical = 8 cores × 2 threads, siblings listed as "0,8" (Intel) …
+            (
+                l(&[
+                    "0,8", "1,9", "2,10", "3,11", "4,12", "5,13", "6,14", "7,15", "0,8", "1,9", "2,10", "3,11", "4,12",
+                    "5,13", "6,14", "7,15",
+                ]),
+                Some(8),
+            ),
+            // … or as ranges "0-1" (AMD).
+            (l(&["0-1", "0-1", "2-3", "2-3"]), Some(2)),
+            (l(&["0", "1-x"]), None),
+            (l(&[""]), None),
+            (l(&["3-1"]), None),
+            (Vec::new(), None),
+        ];
+        for (lists, want) in table {
+            assert_eq!(physical_cores(&lists), want, "{lists:?}");
+        }
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpu_list("0-4294967295"), None, "no list longer than any machine");
+    }
 
     #[test]
     fn cpu_pct_is_share_of_one_core() {

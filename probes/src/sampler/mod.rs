@@ -81,6 +81,10 @@ pub struct HostSample {
     /// sample), empty in between.
     #[serde(default)]
     pub others: Vec<OtherCpu>,
+    /// Physical cores of the machine (`/sys/devices/system/cpu/*/topology`): logical cores
+    /// that are a core's second hyper-thread are not counted; `None` when not readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_cores: Option<u32>,
 }
 
 /// CPU use of another program on the machine: what competes with the sampled process.
