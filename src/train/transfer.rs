@@ -69,6 +69,35 @@ mod tests {
         }
     }
 
+    /// The loader's own batches, from the demo set's JPEGs and PNGs of mixed sizes, plain and
+    /// augmented (rotation, zoom, brightness: the paths that make pixels in other ways): each
+    /// packs to bytes, and the bytes made f32 again are the batch bit for bit.
+    #[test]
+    fn every_batch_the_loader_makes_goes_as_bytes_and_comes_back_bit_identical() {
+        use crate::config::Augment;
+        use crate::data::{demo::DemoSpec, scan, Loader, LoaderConfig};
+        let d = tempfile::tempdir().unwrap();
+        DemoSpec { classes: 2, per_class: 6, ..DemoSpec::default() }.write(d.path()).unwrap();
+        let ds = std::sync::Arc::new(scan(d.path()).unwrap());
+        let augmented =
+            Augment { horizontal_flip: true, rotation_range: 20.0, zoom_range: 0.2, brightness_range: Some([0.5, 1.5]), ..Augment::default() };
+        for augment in [Augment::default(), augmented] {
+            let cfg = LoaderConfig { height: 24, width: 20, batch_size: 5, augment, ..LoaderConfig::default() };
+            let (probe, _rx) = probes::Probe::new(1 << 12);
+            let mut loader = Loader::start(ds.clone(), cfg, probe).unwrap();
+            let mut batches = 0;
+            while let Some(b) = loader.next_batch() {
+                let mut bytes = vec![0u8; b.pixels.len()];
+                assert!(pack_u8(&b.pixels, &mut bytes), "step {}", b.step);
+                let xs = Tensor::from_vec(bytes, (b.len(), 3, 24, 20), &Device::Cpu).unwrap();
+                let back = to_f32(&xs).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                assert!(back.iter().zip(&b.pixels).all(|(x, y)| x.to_bits() == y.to_bits()), "step {}", b.step);
+                batches += 1;
+            }
+            assert_eq!(batches, 3);
+        }
+    }
+
     #[test]
     fn packing_finds_the_bytes_in_channel_major_order() {
         let hwc = [10u8, 20, 30, 40, 50, 60]; // two RGB pixels
