@@ -97,8 +97,7 @@ impl<S: EventSource> PhaseEvents<S> {
     /// Phase `stage` of `step` ends at the stream's current position. A phase whose begin
     /// was not taken (ring full) is ignored.
     pub fn end(&mut self, stage: Stage, step: u64) -> Result<(), MarkError> {
-        let Some(o) = self.open.iter_mut().rev().find(|o| o.stage == stage && o.step == step && o.end.is_none())
-        else {
+        let Some(o) = self.open.iter_mut().rev().find(|o| o.stage == stage && o.step == step && o.end.is_none()) else {
             // Dropped at begin (counted there), or never begun: only the latter is a bug.
             return if self.dropped > 0 { Ok(()) } else { Err(MarkError::Unopened(stage, step)) };
         };
@@ -272,11 +271,7 @@ mod tests {
         // Events at: T 0..10, F 11..31, B 32..62, O 63..103.
         s.now.set(62);
         let got = ring.poll().unwrap();
-        let want = [
-            (Stage::Transfer, 1_000, 10),
-            (Stage::Forward, 1_011, 20),
-            (Stage::Backward, 1_032, 30),
-        ];
+        let want = [(Stage::Transfer, 1_000, 10), (Stage::Forward, 1_011, 20), (Stage::Backward, 1_032, 30)];
         let got3: Vec<_> = got.iter().map(|p| (p.stage, p.start_ns, p.dur_ns)).collect();
         assert_eq!(got3, want);
         assert!(got.iter().all(|p| p.step == 0));

@@ -213,8 +213,9 @@ fn pageable(pixels: &mut Vec<f32>, shape: (usize, usize, usize, usize), dev: &De
     Tensor::from_slice(&pixels[..], shape, dev)
 }
 
+/// Page-locked uploads (public for `cargo bench --bench cuda_step`).
 #[cfg(feature = "cuda")]
-mod pinned {
+pub mod pinned {
     use super::staging::{pinned::PinnedAlloc, StagingPool};
     use super::transfer;
     use candle_core::cuda::cudarc::driver::{DeviceRepr, PinnedHostSlice};

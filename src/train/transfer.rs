@@ -63,7 +63,8 @@ mod tests {
             let ys = to_f32(&xs).unwrap();
             assert_eq!(ys.dtype(), DType::F32);
             assert_eq!(ys.dims(), &[1, c, plane]);
-            let got: Vec<u32> = ys.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect();
+            let got: Vec<u32> =
+                ys.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect();
             let want: Vec<u32> = loader_f32.iter().map(|v| v.to_bits()).collect();
             assert_eq!(got, want, "{c} channels");
         }
@@ -79,8 +80,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         DemoSpec { classes: 2, per_class: 6, ..DemoSpec::default() }.write(d.path()).unwrap();
         let ds = std::sync::Arc::new(scan(d.path()).unwrap());
-        let augmented =
-            Augment { horizontal_flip: true, rotation_range: 20.0, zoom_range: 0.2, brightness_range: Some([0.5, 1.5]), ..Augment::default() };
+        let augmented = Augment {
+            horizontal_flip: true,
+            rotation_range: 20.0,
+            zoom_range: 0.2,
+            brightness_range: Some([0.5, 1.5]),
+            ..Augment::default()
+        };
         for augment in [Augment::default(), augmented] {
             let cfg = LoaderConfig { height: 24, width: 20, batch_size: 5, augment, ..LoaderConfig::default() };
             let (probe, _rx) = probes::Probe::new(1 << 12);
