@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The CUDA build's checks, without CUDA: scripts/check-cuda-bin.sh on small binaries made (with
 //! gcc) to pass and to fail each of its checks, and scripts/build-cuda.sh's argument checks,
 //! which run before it installs or builds anything.
