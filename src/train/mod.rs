@@ -254,7 +254,7 @@ pub mod pinned {
             let Ok(mut lease) = self.floats.take(data.len()) else { return Ok(None) };
             // Waits for the previous copy out of this buffer to finish before overwriting it.
             lease.as_mut_slice().w()?.copy_from_slice(data);
-            send(dev, &lease, shape).map(Some)
+            send(dev, &*lease, shape).map(Some)
         }
 
         /// `data` packed to bytes in a pinned buffer, copied, and made f32 on the device. None:
@@ -269,7 +269,7 @@ pub mod pinned {
             if !transfer::pack_u8(data, lease.as_mut_slice().w()?) {
                 return Ok(None);
             }
-            let xs = send(dev, &lease, shape)?;
+            let xs = send(dev, &*lease, shape)?;
             transfer::to_f32(&xs).map(Some)
         }
     }
