@@ -14,7 +14,11 @@
 //!   what timing costs (goal ≤ 1.02);
 //! - forward, backward, optimizer from the events;
 //! - one batch to the device: pageable f32, pinned f32, pinned u8 made f32 on the device
-//!   (GB/s of the f32 batch's bytes).
+//!   (GB/s of the f32 batch's bytes);
+//! - PyTorch's step on the same model, batch and card (benches/peer_train.py with `cuda`,
+//!   synchronised after each phase), when `python3 -c "import torch"` works
+//!   (`PIPEPROF_PYTHON` names another interpreter), and pipeprof's one-sync step over it
+//!   (goal ≤ 1.5).
 
 #[cfg(not(feature = "cuda"))]
 fn main() {
@@ -108,12 +112,17 @@ fn main() {
     }
     assert_eq!(ring.flush().unwrap().len(), 0, "every phase was read after its step");
     let [one, per_phase, events] = times.map(median);
+    let torch = torch_step(b, steps);
     println!("large CNN, batch {b}, {steps} steps, median ms (device: {:?})", dev.location());
     println!("  step, one sync            {one:>8.2}");
     println!("  step, sync per phase      {per_phase:>8.2}  ({:.3}× one sync)", per_phase / one);
     println!("  step, events per phase    {events:>8.2}  ({:.3}× one sync)", events / one);
     for (name, v) in ["forward", "backward", "optimizer"].iter().zip(phases) {
         println!("  {name:<25} {:>8.2}  (events)", median(v));
+    }
+    match torch {
+        Ok(t) => println!("  PyTorch step, sync/phase  {t:>8.2}  (pipeprof one sync / PyTorch = {:.2}×)", one / t),
+        Err(why) => println!("  PyTorch step: off ({why})"),
     }
     // One batch to the device, three ways.
     let mut staging = Staging::new(cuda);
@@ -142,4 +151,46 @@ fn main() {
         let s = median(v);
         println!("  {name:<25} {:>8.3} ms  {:>6.1} GB/s", s * 1e3, bytes / s / 1e9);
     }
+}
+
+/// PyTorch's median step (ms) on the large CNN on `cuda`, from benches/peer_train.py.
+#[cfg(feature = "cuda")]
+fn torch_step(batch: usize, steps: usize) -> Result<f64, String> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let py = std::env::var("PIPEPROF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (script, toml) = (dir.path().join("peer_train.py"), dir.path().join("cnn_large.toml"));
+    std::fs::write(&script, include_str!("peer_train.py")).map_err(|e| e.to_string())?;
+    std::fs::write(&toml, include_str!("../examples/cnn_large.toml")).map_err(|e| e.to_string())?;
+    let mut child = Command::new(&py)
+        .arg(&script)
+        .arg(&toml)
+        .args(["2".to_string(), batch.to_string(), "16".to_string(), "cuda".to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{py}: {e}"))?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("no pipes to the peer".into());
+    };
+    let mut stdout = BufReader::new(stdout);
+    let mut line = String::new();
+    let answer = (|| {
+        stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line.trim() != "ready" {
+            return Err(format!("{py} peer_train.py did not start (is torch with CUDA installed?)"));
+        }
+        // Warm-up round, then the measured one.
+        for n in [3, steps] {
+            line.clear();
+            writeln!(stdin, "{n}").and_then(|_| stdin.flush()).map_err(|e| e.to_string())?;
+            stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        }
+        let v: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        v.get(3).copied().ok_or_else(|| format!("the peer answered {line:?}"))
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    answer
 }
