@@ -507,9 +507,12 @@ pub fn train(
         let (xs, ys) = {
             // `bytes` over the span's duration is the achieved host→device bandwidth.
             let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
-            let timed = timer.on();
+            // A step timed layer by layer is timed on the host throughout (see compute_step).
+            let timed = timer.on() && !times_layers(batch.step);
             let _g = host_span(timed, || info_span!("transfer", step = batch.step, bytes));
-            timer.begin(Stage::Transfer, batch.step, bytes)?;
+            if timed {
+                timer.begin(Stage::Transfer, batch.step, bytes)?;
+            }
             let xs = upload.pixels(&mut batch.pixels, (n, c, h, w), dev)?;
             let ys = Tensor::from_vec(std::mem::take(&mut batch.labels), n, dev)?;
             if timed {
