@@ -771,6 +771,27 @@ mod tests {
     }
 
     #[test]
+    fn a_device_timed_phase_arrives_as_a_span_of_this_thread_with_no_cpu_reading() {
+        let (probe, rx) = Probe::new(64);
+        let p = gpu_events::PhaseTime { stage: Stage::Transfer, step: 7, start_ns: 1_000, dur_ns: 250, bytes: 4096 };
+        // Run on a thread of its own: the thread's span batch is then flushed at its exit.
+        std::thread::spawn(move || send_phase(&probe, p)).join().unwrap();
+        let spans: Vec<SpanRecord> = rx
+            .try_iter()
+            .flat_map(|e| match e {
+                Event::Span(s) => vec![s],
+                Event::Spans(v) => v,
+                _ => vec![],
+            })
+            .collect();
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        let s = spans[0];
+        assert_eq!((s.stage, s.step, s.start_ns, s.dur_ns, s.bytes), (Stage::Transfer, 7, 1_000, 250, 4096));
+        assert_eq!((s.cpu_ns, s.queue_ns, s.sample), (NONE, NONE, NONE));
+        assert_ne!(s.thread, 0, "the calling thread's probes id");
+    }
+
+    #[test]
     fn pinned_setting_is_1_u8_or_0_and_pageable_by_default() {
         use std::env::VarError;
         assert_eq!(Upload::parse_mode(Err(VarError::NotPresent)).unwrap(), UploadMode::Pageable);
