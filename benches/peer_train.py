@@ -3,7 +3,9 @@
 torch.nn, trained on random data, each phase timed as pipeprof times it (forward = forward +
 cross-entropy, backward = loss.backward(), optimizer = step + zero_grad).
 
-Usage: peer_train.py MODEL.toml CLASSES BATCH THREADS. Builds the model once, then reads one
+Usage: peer_train.py MODEL.toml CLASSES BATCH THREADS [DEVICE]. DEVICE (default cpu) may be
+cuda (`cargo bench --features cuda --bench cuda_step`): model and data on the GPU, and the
+device synchronised after each phase so that each time is device time. Builds the model once, then reads one
 line per round from stdin ("N": run N steps; nothing: exit) and answers with one line of
 medians in ms: "forward backward optimizer step". The bench alternates rounds of this
 process with rounds of its own, so both see the same machine.
@@ -71,10 +73,13 @@ def median(xs):
 
 def main():
     path, classes, batch, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    device = torch.device(sys.argv[5] if len(sys.argv) > 5 else "cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.set_num_threads(threads)
     with open(path, "rb") as f:
         cfg = tomllib.load(f)
     model, (c, h, w) = build(cfg, classes)
+    model = model.to(device)
     train = cfg.get("train", {})
     lr = train.get("learning_rate", 0.001)
     kind = train.get("optimizer", "adam")
@@ -87,19 +92,24 @@ def main():
     g = torch.Generator().manual_seed(0)
     xs = torch.rand((batch, c, h, w), generator=g)
     ys = torch.randint(0, classes, (batch,), generator=g)
+    xs, ys = xs.to(device), ys.to(device)
     loss_fn = nn.CrossEntropyLoss()
     print("ready", flush=True)
     for line in sys.stdin:
         n = int(line)
         fwd, bwd, opt_ms, step = [], [], [], []
         for _ in range(n):
+            sync()
             t0 = time.perf_counter()
             loss = loss_fn(model(xs), ys)
+            sync()
             t1 = time.perf_counter()
             loss.backward()
+            sync()
             t2 = time.perf_counter()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            sync()
             t3 = time.perf_counter()
             loss.item()
             fwd.append((t1 - t0) * 1e3)

@@ -198,32 +198,13 @@ done
 [[ -x $TARGET_DIR/release/pipeprof ]] || die "no binary at $TARGET_DIR/release/pipeprof (log: $log)"
 say "built in $(($(date +%s) - start)) s"
 
-# 4. Strip into gpu-bin/, then check what it will ask the GPU machine's loader for.
+# 4. Strip into gpu-bin/, then check what it will ask the GPU machine's loader for, and that
+# libjpeg-turbo is in it (scripts/check-cuda-bin.sh, tested without a GPU by tests/build_cuda.rs).
 mkdir -p "$OUT_DIR"
 strip -o "$OUT_DIR/pipeprof.tmp" "$TARGET_DIR/release/pipeprof"
 mv -f "$OUT_DIR/pipeprof.tmp" "$OUT_DIR/pipeprof"
 BIN=$OUT_DIR/pipeprof
 
-mapfile -t needed < <(readelf -d "$BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p')
-expected=(
-    libcuda.so.1 "libcublas.so.$CUDA_MAJOR" "libcublasLt.so.$CUDA_MAJOR" libcurand.so.10
-    "libcudart.so.$CUDA_MAJOR" "libnvrtc.so.$CUDA_MAJOR"
-    libstdc++.so.6 libgcc_s.so.1 libm.so.6 libc.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2
-)
-unexpected=()
-for lib in "${needed[@]}"; do
-    ok=0
-    for e in "${expected[@]}"; do [[ $lib == "$e" ]] && ok=1; done
-    [[ $ok == 1 ]] || unexpected+=("$lib")
-done
-say "NEEDED: ${needed[*]}"
-[[ ${#unexpected[@]} -eq 0 ]] || die "unexpected shared libraries: ${unexpected[*]} (the GPU machine may lack them)"
-printf '%s\n' "${needed[@]}" | grep -qx libcuda.so.1 || die "$BIN does not link libcuda.so.1: not a CUDA build?"
-# libjpeg-turbo inside (its own error message is in the binary), and not as a shared library.
-if [[ -z ${PIPEPROF_NO_LIBJPEG:-} ]]; then
-    strings "$BIN" | grep -q 'Premature end of JPEG file' || die "$BIN has no libjpeg-turbo in it: was libjpeg.a found? (build.rs warns when not)"
-fi
-glibc=$(objdump -T "$BIN" | sed -n 's/.*GLIBC_\([0-9.]*\).*/\1/p' | sort -V | tail -n1)
-size=$(stat -c %s "$BIN")
-say "ok: $BIN ($((size / 1000000)) MB, compute capability $CAP, needs glibc >= $glibc)"
+CUDA_MAJOR=$CUDA_MAJOR bash "$ROOT/scripts/check-cuda-bin.sh" "$BIN"
+say "ok: $BIN (compute capability $CAP)"
 say "on the GPU machine: LD_LIBRARY_PATH=<site-packages>/nvidia/cu$CUDA_MAJOR/lib:/usr/local/cuda/lib64 $BIN --help"

@@ -455,7 +455,8 @@ impl Resizer {
     }
 }
 
-const INV_255: f32 = 1.0 / 255.0;
+/// The scale from a u8 pixel to [0, 1]: every f32 pixel the loader makes is `v as f32 * INV_255`.
+pub const INV_255: f32 = 1.0 / 255.0;
 
 /// Interleaved u8 (HWC) to planar f32 (CHW) scaled to [0, 1].
 ///

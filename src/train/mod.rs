@@ -1,11 +1,14 @@
 //! The training loop: wait for a batch, transfer it, compute. Each phase is a span.
 
 pub mod auto;
+pub mod gpu_events;
 pub mod kernels;
 pub mod layerwise;
 pub mod model;
 pub mod optim;
 pub mod shapes;
+pub mod staging;
+pub mod transfer;
 
 use crate::config::ModelConfig;
 use crate::data::{Dataset, Loader, LoaderConfig};
@@ -13,7 +16,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use model::Cnn;
 use optim::Opt;
-use probes::{clock, Event, LayerRecord, Probe, StepRecord};
+use probes::{clock, Event, LayerRecord, Probe, SpanRecord, Stage, StepRecord, NONE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tracing::info_span;
@@ -86,6 +89,11 @@ pub enum GpuSync {
     /// and the CPU may queue the next phase's kernels while the device works (the cost of
     /// `Phase` is the difference between the two).
     Step,
+    /// On CUDA, transfer, forward, backward and optimizer timed by events recorded on the
+    /// stream and read once the step's loss is back (`gpu_events`): `Step`'s synchronisations
+    /// only, each phase still device time. Steps timed layer by layer synchronise as `Phase`
+    /// does. On a CPU device the same as `Phase` (the work is done when a phase returns).
+    Events,
 }
 
 impl GpuSync {
@@ -95,7 +103,7 @@ impl GpuSync {
         match std::env::var("PIPEPROF_GPU_SYNC") {
             Err(std::env::VarError::NotPresent) => Ok(GpuSync::Phase),
             Ok(v) => GpuSync::parse(&v),
-            Err(e) => anyhow::bail!("PIPEPROF_GPU_SYNC: {e}; use phase or step"),
+            Err(e) => anyhow::bail!("PIPEPROF_GPU_SYNC: {e}; use phase, step or events"),
         }
     }
 
@@ -103,7 +111,8 @@ impl GpuSync {
         match s.trim() {
             "" | "phase" => Ok(GpuSync::Phase),
             "step" => Ok(GpuSync::Step),
-            other => anyhow::bail!("PIPEPROF_GPU_SYNC={other:?}: use phase or step"),
+            "events" => Ok(GpuSync::Events),
+            other => anyhow::bail!("PIPEPROF_GPU_SYNC={other:?}: use phase, step or events"),
         }
     }
 }
@@ -117,38 +126,61 @@ fn phase_done(dev: &Device, sync: GpuSync) -> candle_core::Result<()> {
     Ok(())
 }
 
-/// How a batch's pixels reach the device: `Tensor::from_vec`, which copies from pageable memory
-/// (the driver stages it through a pinned buffer of its own), or, with `PIPEPROF_PINNED=1` on
-/// CUDA, through one page-locked buffer of ours, reused while batches keep their size. Both are
-/// here so that the GPU check can measure which is faster; pageable is the default.
+/// How a batch's pixels reach the device (`PIPEPROF_PINNED`; environment settings so that the
+/// GPU check can measure each without a new flag; pageable is the default):
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UploadMode {
+    /// `0`: `Tensor::from_vec`, which copies from pageable memory (the driver stages it through
+    /// a pinned buffer of its own).
+    Pageable,
+    /// `1`: through a page-locked buffer of ours from a pool, reused while batches keep their
+    /// size.
+    Pinned,
+    /// `u8`: as `Pinned`, the pixels packed to bytes (a quarter of the bytes over the link)
+    /// and made f32 on the device, bit for bit the same values (`transfer`); a batch whose
+    /// values are not all bytes' goes as f32.
+    PinnedU8,
+}
+
+/// Uploads batches as its [`UploadMode`] says. Only CUDA has page-locked host memory; on other
+/// devices every mode is pageable.
 struct Upload {
+    #[cfg(feature = "cuda")]
+    mode: UploadMode,
     #[cfg(feature = "cuda")]
     staging: Option<pinned::Staging>,
 }
 
 impl Upload {
     fn new(dev: &Device) -> anyhow::Result<Upload> {
-        let pinned = Upload::parse_pinned(std::env::var("PIPEPROF_PINNED"))?;
-        // Only CUDA has page-locked host memory; elsewhere the setting changes nothing.
+        let mode = Upload::parse_mode(std::env::var("PIPEPROF_PINNED"))?;
         #[cfg(not(feature = "cuda"))]
-        let _ = (pinned, dev);
+        let _ = (mode, dev);
         Ok(Upload {
             #[cfg(feature = "cuda")]
-            staging: (pinned && dev.is_cuda()).then(pinned::Staging::default),
+            mode,
+            #[cfg(feature = "cuda")]
+            staging: match dev {
+                Device::Cuda(cuda) if mode != UploadMode::Pageable => Some(pinned::Staging::new(cuda)),
+                _ => None,
+            },
         })
     }
 
-    fn parse_pinned(v: Result<String, std::env::VarError>) -> anyhow::Result<bool> {
+    fn parse_mode(v: Result<String, std::env::VarError>) -> anyhow::Result<UploadMode> {
         match v {
-            Err(std::env::VarError::NotPresent) => Ok(false),
-            Ok(v) if v.trim() == "1" => Ok(true),
-            Ok(v) if v.trim() == "0" || v.trim().is_empty() => Ok(false),
-            Ok(v) => anyhow::bail!("PIPEPROF_PINNED={v:?}: use 1 (pinned) or 0 (pageable)"),
-            Err(e) => anyhow::bail!("PIPEPROF_PINNED: {e}; use 1 or 0"),
+            Err(std::env::VarError::NotPresent) => Ok(UploadMode::Pageable),
+            Ok(v) => match v.trim() {
+                "" | "0" => Ok(UploadMode::Pageable),
+                "1" => Ok(UploadMode::Pinned),
+                "u8" => Ok(UploadMode::PinnedU8),
+                _ => anyhow::bail!("PIPEPROF_PINNED={v:?}: use 1 (pinned), u8 (pinned bytes) or 0 (pageable)"),
+            },
+            Err(e) => anyhow::bail!("PIPEPROF_PINNED: {e}; use 1, u8 or 0"),
         }
     }
 
-    /// The batch's pixels as a tensor on `dev` (see [`pageable`]; pinned: copied through the
+    /// The batch's pixels as a tensor on `dev` (see [`pageable`]; pinned: copied through a
     /// staging buffer, `pixels` left to go back to the loader's pool).
     fn pixels(
         &mut self,
@@ -158,7 +190,14 @@ impl Upload {
     ) -> candle_core::Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let (Some(staging), Device::Cuda(cuda)) = (self.staging.as_mut(), dev) {
-            return staging.upload(cuda, &pixels[..], shape);
+            if self.mode == UploadMode::PinnedU8 {
+                if let Some(xs) = staging.upload_u8(cuda, &pixels[..], shape)? {
+                    return Ok(xs);
+                }
+            }
+            if let Some(xs) = staging.upload_f32(cuda, &pixels[..], shape)? {
+                return Ok(xs);
+            }
         }
         pageable(pixels, shape, dev)
     }
@@ -174,46 +213,166 @@ fn pageable(pixels: &mut Vec<f32>, shape: (usize, usize, usize, usize), dev: &De
     Tensor::from_slice(&pixels[..], shape, dev)
 }
 
+/// Page-locked uploads (public for `cargo bench --bench cuda_step`).
 #[cfg(feature = "cuda")]
-mod pinned {
-    use candle_core::cuda::cudarc::driver::PinnedHostSlice;
-    use candle_core::cuda::{CudaDevice, CudaStorage, WrapErr};
+pub mod pinned {
+    use super::staging::{pinned::PinnedAlloc, StagingPool};
+    use super::transfer;
+    use candle_core::cuda::cudarc::driver::{DeviceRepr, PinnedHostSlice};
+    use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage, WrapErr};
     use candle_core::op::BackpropOp;
     use candle_core::{Shape, Storage, Tensor};
+    use std::marker::PhantomData;
 
-    /// One page-locked buffer (allocating one costs milliseconds: not per batch).
-    #[derive(Default)]
+    /// Page-locked memory held for staging, per element type: many batches' worth (one is
+    /// lent at a time today); a batch larger than this goes from pageable memory.
+    const CAP_BYTES: usize = 512 << 20;
+
+    /// Pools of page-locked buffers (allocating one costs milliseconds: not per batch).
     pub struct Staging {
-        buf: Option<PinnedHostSlice<f32>>,
+        floats: StagingPool<PinnedAlloc<f32>>,
+        bytes: StagingPool<PinnedAlloc<u8>>,
     }
 
     impl Staging {
-        /// Copies `data` into the pinned buffer, then to a new device buffer of `shape`.
-        pub fn upload(
+        pub fn new(dev: &CudaDevice) -> Staging {
+            let ctx = dev.cuda_stream().context().clone();
+            Staging {
+                floats: StagingPool::new(PinnedAlloc { ctx: ctx.clone(), elem: PhantomData }, CAP_BYTES),
+                bytes: StagingPool::new(PinnedAlloc { ctx, elem: PhantomData }, CAP_BYTES),
+            }
+        }
+
+        /// `data` copied into a pinned buffer, then to a new device buffer of `shape`. None:
+        /// no pinned buffer could be had (the caller copies from pageable memory).
+        pub fn upload_f32(
             &mut self,
             dev: &CudaDevice,
             data: &[f32],
             shape: impl Into<Shape>,
-        ) -> candle_core::Result<Tensor> {
-            let stream = dev.cuda_stream();
-            let buf = match &mut self.buf {
-                Some(b) if b.len() == data.len() => b,
-                slot => {
-                    // Free the old buffer before taking a new one.
-                    *slot = None;
-                    // SAFETY: every element is written below before the device reads any.
-                    let b = unsafe { stream.context().alloc_pinned::<f32>(data.len()) }.w()?;
-                    slot.insert(b)
-                }
-            };
+        ) -> candle_core::Result<Option<Tensor>> {
+            let Ok(mut lease) = self.floats.take(data.len()) else { return Ok(None) };
             // Waits for the previous copy out of this buffer to finish before overwriting it.
-            buf.as_mut_slice().w()?.copy_from_slice(data);
-            // SAFETY: the copy below overwrites every element.
-            let mut dst = unsafe { stream.alloc::<f32>(data.len()) }.w()?;
-            stream.memcpy_htod(&*buf, &mut dst).w()?;
-            let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
-            Ok(Tensor::from_storage(storage, shape, BackpropOp::none(), false))
+            lease.as_mut_slice().w()?.copy_from_slice(data);
+            send(dev, &*lease, shape).map(Some)
         }
+
+        /// `data` packed to bytes in a pinned buffer, copied, and made f32 on the device. None:
+        /// some value is not a byte's, or no pinned buffer could be had.
+        pub fn upload_u8(
+            &mut self,
+            dev: &CudaDevice,
+            data: &[f32],
+            shape: impl Into<Shape>,
+        ) -> candle_core::Result<Option<Tensor>> {
+            let Ok(mut lease) = self.bytes.take(data.len()) else { return Ok(None) };
+            if !transfer::pack_u8(data, lease.as_mut_slice().w()?) {
+                return Ok(None);
+            }
+            let xs = send(dev, &*lease, shape)?;
+            transfer::to_f32(&xs).map(Some)
+        }
+    }
+
+    /// A new device tensor of `shape` with a copy of `host`, queued on candle's stream. The
+    /// lease may go back to its pool at once: the buffer's own event makes the next write
+    /// into it wait for this copy.
+    fn send<T: CudaDType + DeviceRepr>(
+        dev: &CudaDevice,
+        host: &PinnedHostSlice<T>,
+        shape: impl Into<Shape>,
+    ) -> candle_core::Result<Tensor> {
+        let stream = dev.cuda_stream();
+        // SAFETY: the copy below overwrites every element.
+        let mut dst = unsafe { stream.alloc::<T>(host.len()) }.w()?;
+        stream.memcpy_htod(host, &mut dst).w()?;
+        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
+        Ok(Tensor::from_storage(storage, shape, BackpropOp::none(), false))
+    }
+}
+
+/// Phase times from device events ([`GpuSync::Events`] on CUDA), sent as the training thread's
+/// spans once the device has passed them; elsewhere it times nothing and the host spans do.
+struct DeviceTimer {
+    ring: Option<gpu_events::PhaseEvents<DeviceEvents>>,
+}
+
+#[cfg(feature = "cuda")]
+type DeviceEvents = gpu_events::cuda::StreamEvents;
+#[cfg(not(feature = "cuda"))]
+type DeviceEvents = gpu_events::NoEvents;
+
+/// Phases held at most: a few steps' (a step has four, and is read back within the step).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const EVENT_RING: usize = 64;
+
+impl DeviceTimer {
+    fn new(dev: &Device, sync: GpuSync) -> DeviceTimer {
+        #[cfg(feature = "cuda")]
+        if let (Device::Cuda(cuda), GpuSync::Events) = (dev, sync) {
+            let events = gpu_events::cuda::StreamEvents { stream: cuda.cuda_stream() };
+            return DeviceTimer { ring: Some(gpu_events::PhaseEvents::new(events, EVENT_RING)) };
+        }
+        let _ = (dev, sync);
+        DeviceTimer { ring: None }
+    }
+
+    /// Whether phases are timed on the device (their host spans are then not opened).
+    fn on(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    fn begin(&mut self, stage: Stage, step: u64, bytes: u64) -> anyhow::Result<()> {
+        if let Some(r) = self.ring.as_mut() {
+            r.begin(stage, step, clock::now_ns(), bytes)?;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, stage: Stage, step: u64) -> anyhow::Result<()> {
+        if let Some(r) = self.ring.as_mut() {
+            r.end(stage, step)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the phases the device has finished (never waits); with `all`, waits for the rest:
+    /// the end of the run.
+    fn send(&mut self, probe: &Probe, all: bool) -> anyhow::Result<()> {
+        if let Some(r) = self.ring.as_mut() {
+            let done = if all { r.flush()? } else { r.poll()? };
+            for p in done {
+                send_phase(probe, p);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A device-timed phase as a span of the calling thread (no CPU reading: it is device time).
+fn send_phase(probe: &Probe, p: gpu_events::PhaseTime) {
+    probes::layer::record(
+        probe,
+        SpanRecord {
+            stage: p.stage,
+            thread: 0,
+            start_ns: p.start_ns,
+            dur_ns: p.dur_ns,
+            cpu_ns: NONE,
+            queue_ns: NONE,
+            step: p.step,
+            sample: NONE,
+            bytes: p.bytes,
+        },
+    );
+}
+
+/// The span `make` opens, or none when the phase is timed on the device.
+fn host_span(device_timed: bool, make: impl FnOnce() -> tracing::Span) -> tracing::span::EnteredSpan {
+    if device_timed {
+        tracing::Span::none().entered()
+    } else {
+        make().entered()
     }
 }
 
@@ -313,6 +472,7 @@ pub fn train(
     let mut auto = hooks.auto_workers.clone();
     let sync = GpuSync::from_env()?;
     let mut upload = Upload::new(dev)?;
+    let mut timer = DeviceTimer::new(dev, sync);
     // The loader's (blocked, busy) batch-making time at the previous step, for auto workers.
     let mut produced = loader.production();
     loop {
@@ -347,19 +507,38 @@ pub fn train(
         let (xs, ys) = {
             // `bytes` over the span's duration is the achieved host→device bandwidth.
             let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
-            let _g = info_span!("transfer", step = batch.step, bytes).entered();
+            // A step timed layer by layer is timed on the host throughout (see compute_step).
+            let timed = timer.on() && !times_layers(batch.step);
+            let _g = host_span(timed, || info_span!("transfer", step = batch.step, bytes));
+            if timed {
+                timer.begin(Stage::Transfer, batch.step, bytes)?;
+            }
             let xs = upload.pixels(&mut batch.pixels, (n, c, h, w), dev)?;
             let ys = Tensor::from_vec(std::mem::take(&mut batch.labels), n, dev)?;
-            // From pageable memory the copy may still be in flight when from_vec returns:
-            // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
-            dev.synchronize()?;
+            if timed {
+                timer.end(Stage::Transfer, batch.step)?;
+            } else {
+                // From pageable memory the copy may still be in flight when from_vec returns:
+                // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
+                dev.synchronize()?;
+            }
             if let Some(s) = &slow_transfer {
                 s.apply();
             }
             (xs, ys)
         };
-        let (loss, correct) =
-            compute_step(&model, &mut opt, probe, (&xs, &ys), dev, sync, slow_compute.as_ref(), batch.step)?;
+        let (loss, correct) = compute_step(
+            &model,
+            &mut opt,
+            probe,
+            (&xs, &ys),
+            dev,
+            (sync, &mut timer),
+            slow_compute.as_ref(),
+            batch.step,
+        )?;
+        // The step's loss is back, so the device has passed its events: never a wait here.
+        timer.send(probe, false)?;
         out.steps += 1;
         out.images += n as u64;
         probe.send(Event::Step(StepRecord {
@@ -383,6 +562,7 @@ pub fn train(
             validate(&model, v, batch.epoch, dev, probe, stop)?;
         }
     }
+    timer.send(probe, true)?;
     // No more batches: the plan is done, or a worker died (then the run failed).
     loader.check()?;
     Ok(out)
@@ -399,9 +579,9 @@ pub fn times_layers(step: u64) -> bool {
     (1..=3).contains(&step) || (step > 0 && step % LAYER_EVERY == 0)
 }
 
-/// Forward, backward and optimizer for one batch, each a span inside `compute`; the loss and
-/// the number of correct predictions. Some steps ([`times_layers`]) run layer by layer and
-/// send each layer's forward and backward time.
+/// Forward, backward and optimizer for one batch, each a span inside `compute` (or, with
+/// device events, a phase of `timer`); the loss and the number of correct predictions. Some
+/// steps ([`times_layers`]) run layer by layer and send each layer's forward and backward time.
 #[allow(clippy::too_many_arguments)]
 fn compute_step(
     model: &Cnn,
@@ -409,11 +589,15 @@ fn compute_step(
     probe: &Probe,
     (xs, ys): (&Tensor, &Tensor),
     dev: &Device,
-    sync: GpuSync,
+    (sync, timer): (GpuSync, &mut DeviceTimer),
     slow: Option<&crate::data::simulate::Slow>,
     step: u64,
 ) -> anyhow::Result<(f32, f32)> {
     let _g = info_span!("compute", step).entered();
+    // Layer by layer, each layer waits for the device (its time is device time): those steps
+    // synchronise as GpuSync::Phase does, with host spans.
+    let timed = timer.on() && !times_layers(step);
+    let sync = if timer.on() && !timed { GpuSync::Phase } else { sync };
     if let Some(s) = slow {
         s.apply();
     }
@@ -439,26 +623,46 @@ fn compute_step(
         (logits, loss, grads)
     } else {
         let (logits, loss) = {
-            let _g = info_span!("forward", step).entered();
+            let _g = host_span(timed, || info_span!("forward", step));
+            timer_begin(timer, timed, Stage::Forward, step)?;
             let logits = model.forward(xs, true)?;
             let loss = candle_nn::loss::cross_entropy(&logits, ys)?;
+            timer_end(timer, timed, Stage::Forward, step)?;
             phase_done(dev, sync)?;
             (logits, loss)
         };
-        let _g = info_span!("backward", step).entered();
+        let _g = host_span(timed, || info_span!("backward", step));
+        timer_begin(timer, timed, Stage::Backward, step)?;
         let mut grads = loss.backward()?;
         model.take_grads(&mut grads)?;
+        timer_end(timer, timed, Stage::Backward, step)?;
         phase_done(dev, sync)?;
         (logits, loss, grads)
     };
     {
-        let _g = info_span!("optimizer", step).entered();
+        let _g = host_span(timed, || info_span!("optimizer", step));
+        timer_begin(timer, timed, Stage::Optimizer, step)?;
         opt.step(&grads)?;
+        timer_end(timer, timed, Stage::Optimizer, step)?;
         phase_done(dev, sync)?;
     }
     // Reading the values back waits for the device: the span covers the real work.
     let correct = logits.argmax(1)?.eq(ys)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
     Ok((loss.to_scalar::<f32>()?, correct))
+}
+
+fn timer_begin(timer: &mut DeviceTimer, timed: bool, stage: Stage, step: u64) -> anyhow::Result<()> {
+    if timed {
+        timer.begin(stage, step, NONE)?;
+    }
+    Ok(())
+}
+
+fn timer_end(timer: &mut DeviceTimer, timed: bool, stage: Stage, step: u64) -> anyhow::Result<()> {
+    if timed {
+        timer.end(stage, step)?;
+    }
+    Ok(())
 }
 
 /// `--workers auto`: the step's wait and length go to the controller; a change of workers is
@@ -551,22 +755,51 @@ mod tests {
     }
 
     #[test]
-    fn gpu_sync_parses_phase_and_step_and_rejects_the_rest() {
+    fn gpu_sync_parses_phase_step_and_events_and_rejects_the_rest() {
         assert_eq!(GpuSync::parse("").unwrap(), GpuSync::Phase);
         assert_eq!(GpuSync::parse("phase").unwrap(), GpuSync::Phase);
         assert_eq!(GpuSync::parse(" step ").unwrap(), GpuSync::Step);
+        assert_eq!(GpuSync::parse("events").unwrap(), GpuSync::Events);
         let e = GpuSync::parse("kernel").unwrap_err().to_string();
-        assert!(e.contains("PIPEPROF_GPU_SYNC") && e.contains("phase or step"), "{e}");
+        assert!(e.contains("PIPEPROF_GPU_SYNC") && e.contains("phase, step or events"), "{e}");
     }
 
     #[test]
-    fn pinned_setting_is_1_or_0_and_pageable_by_default() {
+    fn device_events_time_nothing_on_the_cpu() {
+        // The host spans stay: on a CPU device a phase's work is done when it returns.
+        assert!(!DeviceTimer::new(&Device::Cpu, GpuSync::Events).on());
+    }
+
+    #[test]
+    fn a_device_timed_phase_arrives_as_a_span_of_this_thread_with_no_cpu_reading() {
+        let (probe, rx) = Probe::new(64);
+        let p = gpu_events::PhaseTime { stage: Stage::Transfer, step: 7, start_ns: 1_000, dur_ns: 250, bytes: 4096 };
+        // Run on a thread of its own: the thread's span batch is then flushed at its exit.
+        std::thread::spawn(move || send_phase(&probe, p)).join().unwrap();
+        let spans: Vec<SpanRecord> = rx
+            .try_iter()
+            .flat_map(|e| match e {
+                Event::Span(s) => vec![s],
+                Event::Spans(v) => v,
+                _ => vec![],
+            })
+            .collect();
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        let s = spans[0];
+        assert_eq!((s.stage, s.step, s.start_ns, s.dur_ns, s.bytes), (Stage::Transfer, 7, 1_000, 250, 4096));
+        assert_eq!((s.cpu_ns, s.queue_ns, s.sample), (NONE, NONE, NONE));
+        assert_ne!(s.thread, 0, "the calling thread's probes id");
+    }
+
+    #[test]
+    fn pinned_setting_is_1_u8_or_0_and_pageable_by_default() {
         use std::env::VarError;
-        assert!(!Upload::parse_pinned(Err(VarError::NotPresent)).unwrap());
-        assert!(Upload::parse_pinned(Ok("1".into())).unwrap());
-        assert!(!Upload::parse_pinned(Ok("0".into())).unwrap());
-        let e = Upload::parse_pinned(Ok("yes".into())).unwrap_err().to_string();
-        assert!(e.contains("PIPEPROF_PINNED") && e.contains("use 1"), "{e}");
+        assert_eq!(Upload::parse_mode(Err(VarError::NotPresent)).unwrap(), UploadMode::Pageable);
+        assert_eq!(Upload::parse_mode(Ok("1".into())).unwrap(), UploadMode::Pinned);
+        assert_eq!(Upload::parse_mode(Ok(" u8".into())).unwrap(), UploadMode::PinnedU8);
+        assert_eq!(Upload::parse_mode(Ok("0".into())).unwrap(), UploadMode::Pageable);
+        let e = Upload::parse_mode(Ok("yes".into())).unwrap_err().to_string();
+        assert!(e.contains("PIPEPROF_PINNED") && e.contains("use 1") && e.contains("u8"), "{e}");
     }
 
     #[test]
