@@ -150,8 +150,16 @@ def flush_batch():
         _send(batch)
 
 
+#: Whether a hook that times inside a sample (PIL, torchvision) is installed: until one is,
+#: nothing inside a sample can time it, and the training thread's batches skip the bookkeeping.
+_INNER = [False]
+
+
 def _samples(self, index):
     """The fetcher's samples, and whether a PIL or torchvision span inside timed them."""
+    if not _INNER[0]:
+        ds = self.dataset
+        return [ds[idx] for idx in index], False
     _T.in_fetch, _T.covered = True, False
     try:
         ds = self.dataset
@@ -213,11 +221,13 @@ def install_fetch(fetch_mod):
 
 
 def install_pil(image_mod):
+    _INNER[0] = True
     image_mod.open = _timed("read", image_mod.open)
     image_mod.Image.convert = _timed("decode", image_mod.Image.convert)
 
 
 def install_pil_imagefile(imagefile_mod):
+    _INNER[0] = True
     imagefile_mod.ImageFile.load = _timed("decode", imagefile_mod.ImageFile.load)
 
 
@@ -268,6 +278,7 @@ class _Transforms:
 
 
 def install_transforms(mod):
+    _INNER[0] = True
     Compose = mod.Compose
 
     def __call__(self, img):
@@ -283,6 +294,7 @@ def install_transforms(mod):
 
 
 def install_transforms_v2(mod):
+    _INNER[0] = True
     Compose = mod.Compose
 
     def forward(self, *inputs):
