@@ -469,10 +469,27 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
     o
 }
 
+/// A verdict that says only `advice` (what the plans read), for the re-run plans' tests here
+/// and in `check_run`.
+#[cfg(test)]
+pub(crate) fn verdict_with(advice: Vec<crate::diagnose::Advice>) -> Verdict {
+    use crate::diagnose::{Limiter, Severity};
+    Verdict {
+        limiter: Limiter::Preprocess,
+        severity: Severity::High,
+        headline: String::new(),
+        evidence: Vec::new(),
+        flags: Vec::new(),
+        advice,
+        provisional: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::verdict_with as verdict;
     use super::*;
-    use crate::diagnose::{Advice, Limiter, Severity};
+    use crate::diagnose::Advice;
 
     #[test]
     fn a_follow_up_ended_by_the_groups_interrupt_is_told_from_a_failure() {
@@ -494,18 +511,6 @@ mod tests {
 
     fn advice(change: Change, gain: Option<f64>) -> Advice {
         Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into(), basis: None }
-    }
-
-    fn verdict(advice: Vec<Advice>) -> Verdict {
-        Verdict {
-            limiter: Limiter::Preprocess,
-            severity: Severity::High,
-            headline: String::new(),
-            evidence: Vec::new(),
-            flags: Vec::new(),
-            advice,
-            provisional: false,
-        }
     }
 
     fn os(args: &[&str]) -> Vec<OsString> {

@@ -143,7 +143,8 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::{Advice, Basis, Limiter, Severity};
+    use crate::check_advice::verdict_with as verdict;
+    use crate::diagnose::{Advice, Basis};
 
     fn loader(code: &str, set: LoaderKnobs, gain: f64) -> Advice {
         Advice {
@@ -161,18 +162,6 @@ mod tests {
                 slow_steps: false,
                 compute_split_unknown: false,
             }),
-        }
-    }
-
-    fn verdict(advice: Vec<Advice>) -> Verdict {
-        Verdict {
-            limiter: Limiter::Preprocess,
-            severity: Severity::High,
-            headline: String::new(),
-            evidence: Vec::new(),
-            flags: Vec::new(),
-            advice,
-            provisional: false,
         }
     }
 

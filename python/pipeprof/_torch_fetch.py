@@ -41,7 +41,8 @@ class _Thread(threading.local):
     #: Batches made on this thread.
     batches = 0
     #: Set by the training loop's ``next()``: a batch made now is held in ``batch`` for the
-    #: loop's step record instead of sent (see ``take_batch``).
+    #: loop's step record instead of sent: the loop sends it with its step, one call into the
+    #: extension per step (``flush_batch`` sends one no step took).
     defer = False
     batch = None
 
@@ -128,26 +129,12 @@ def _name_worker():
 MAIN_CLOCKS_EVERY = 32
 
 
-def _send(batch):
-    """Sends a batch's spans: ``(fetch_start, collate_start, end, clocks)``, see
-    ``_native.batch_spans``."""
-    _native.batch_spans(batch)
-
-
-def take_batch():
-    """The timings of the batch this thread made inside the training loop's ``next()`` (with
-    ``defer`` set around it), or None: the loop sends them with its step, one call into the
-    extension per step."""
-    batch = _T.batch
-    _T.batch = None
-    return batch
-
-
 def flush_batch():
-    """Sends a held batch's timings that no step took."""
-    batch = take_batch()
+    """Sends the timings of a batch held for a step that did not take it (see ``defer``)."""
+    batch = _T.batch
     if batch is not None:
-        _send(batch)
+        _T.batch = None
+        _native.batch_spans(batch)
 
 
 #: Whether a hook that times inside a sample (PIL, torchvision) is installed: until one is,
@@ -210,7 +197,7 @@ def install_fetch(fetch_mod):
             pipeprof.flush()
         elif T.defer:
             if T.batch is not None:
-                _send(T.batch)
+                flush_batch()
             T.batch = batch
         else:
             _native.batch_spans(batch)

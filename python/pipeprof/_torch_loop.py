@@ -262,7 +262,7 @@ def install(dataloader_mod):
             if not validation:
                 _native.record("wait", t_call, t_body - t_call, st.step)
             if made is not None:
-                _torch_fetch._send(made)
+                _native.batch_spans(made)
             return batch
         step = _STATE["step"]
         _STATE["step"] = step + 1

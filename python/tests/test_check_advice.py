@@ -32,16 +32,16 @@ PROBE = """
 """
 
 
-def run_probe(tmp_path, check=None):
-    script = tmp_path / "probe.py"
-    script.write_text(textwrap.dedent(PROBE))
+def run_checked(tmp_path, cmd, check=None):
+    """`pipeprof run` of CMD with PIPEPROF_CHECK set to CHECK (unset when None), as check-advice
+    re-runs it: (stdout, summary)."""
     env = env_for(tmp_path)
     env.pop("PIPEPROF_CHECK", None)
     if check is not None:
         env["PIPEPROF_CHECK"] = json.dumps(check)
     s = tmp_path / "s.json"
     p = subprocess.run(
-        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(s), "--", sys.executable, str(script)],
+        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(s), "--", *map(str, cmd)],
         capture_output=True,
         text=True,
         env=env,
@@ -50,6 +50,12 @@ def run_probe(tmp_path, check=None):
     )
     assert p.returncode == 0, p.stderr + p.stdout
     return p.stdout, json.loads(s.read_text())
+
+
+def run_probe(tmp_path, check=None):
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(PROBE))
+    return run_checked(tmp_path, [sys.executable, script], check)
 
 
 def test_the_hook_sets_the_loader_arguments_and_stops_after_the_steps(tmp_path):
@@ -151,20 +157,8 @@ def test_check_advice_refuses_a_program_whose_input_is_a_pipe(tmp_path):
 def test_the_hook_sets_keras_pydataset_workers_and_stops_fit_after_the_steps(tmp_path):
     from test_frameworks import KERAS
 
-    env = env_for(tmp_path)
-    env["PIPEPROF_CHECK"] = json.dumps({"num_workers": 2, "steps": 4})
-    s = tmp_path / "s.json"
-    p = subprocess.run(
-        [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", str(s), "--", sys.executable, str(KERAS), "--epochs", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=HANG_S,
-        cwd=tmp_path,
-    )
-    assert p.returncode == 0, p.stderr + p.stdout
-    summary = json.loads(s.read_text())
+    out, summary = run_checked(tmp_path, [sys.executable, KERAS, "--epochs", "2"], {"num_workers": 2, "steps": 4})
     # The script asks for no workers and 2 epochs of 7 batches: the hook gave it 2, and 4 steps.
     assert summary["settings"]["workers"] == 2, summary["settings"]
     assert summary["steps"] == 4, summary["steps"]
-    assert "Epoch 2/2" not in p.stdout, p.stdout
+    assert "Epoch 2/2" not in out, out
