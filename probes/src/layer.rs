@@ -5,10 +5,13 @@
 //! stamps the start, `exit` computes the duration and appends one [`SpanRecord`] to a
 //! per-thread batch. The batch is sent with one `try_send` when it holds [`BATCH`] records,
 //! [`FLUSH_NS`] after the thread's previous send, or when the thread exits: the channel's
-//! cross-core traffic is paid once per batch, not per span.
+//! cross-core traffic is paid once per batch, not per span. A training loop's step records
+//! ([`record_step`]) wait in the same batch, after the spans they follow: sent one by one,
+//! each would wake the channel's reader (a system call, and an interrupt to its core) on
+//! every step.
 
 use crate::clock;
-use crate::event::{Event, SpanRecord, NONE};
+use crate::event::{Event, SpanRecord, StepRecord, NONE};
 use crate::probe::Probe;
 use crate::stage::Stage;
 use std::cell::RefCell;
@@ -54,6 +57,8 @@ struct Local {
     next_victim: usize,
     thread: u32,
     buf: Vec<SpanRecord>,
+    /// Step records sent after `buf`'s spans.
+    steps: Vec<StepRecord>,
     probe: Option<Probe>,
     last_send_ns: u64,
     /// Wall clock, CPU clock and run-queue wait at the last exit of a CPU-timed span.
@@ -75,6 +80,26 @@ impl Local {
             if !self.buf.is_empty() {
                 p.send_spans(std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH)));
             }
+            for step in self.steps.drain(..) {
+                p.send(Event::Step(step));
+            }
+        }
+    }
+
+    /// Switches the thread to `probe` (its batch so far goes to the old one first).
+    fn route(&mut self, probe: &Probe, now: u64) {
+        if !self.probe.as_ref().is_some_and(|q| q.same_channel(probe)) {
+            self.flush();
+            self.probe = Some(probe.clone());
+            self.last_send_ns = now;
+        }
+    }
+
+    /// Sends the batch when it is full or [`FLUSH_NS`] old at `now`.
+    fn send_if_due(&mut self, now: u64) {
+        if self.buf.len() + self.steps.len() >= BATCH || now.saturating_sub(self.last_send_ns) >= FLUSH_NS {
+            self.last_send_ns = now;
+            self.flush();
         }
     }
 
@@ -83,20 +108,13 @@ impl Local {
     /// its old batch to the old one first.
     fn push(&mut self, probe: &Probe, mut rec: SpanRecord) {
         let end = rec.end_ns();
-        if !self.probe.as_ref().is_some_and(|q| q.same_channel(probe)) {
-            self.flush();
-            self.probe = Some(probe.clone());
-            self.last_send_ns = end;
-        }
+        self.route(probe, end);
         rec.thread = self.thread_id(probe);
         if self.buf.capacity() == 0 {
             self.buf.reserve_exact(BATCH);
         }
         self.buf.push(rec);
-        if self.buf.len() >= BATCH || end.saturating_sub(self.last_send_ns) >= FLUSH_NS {
-            self.last_send_ns = end;
-            self.flush();
-        }
+        self.send_if_due(end);
     }
 
     fn thread_id(&mut self, probe: &Probe) -> u32 {
@@ -130,6 +148,7 @@ thread_local! {
             next_victim: 0,
             thread: 0,
             buf: Vec::new(),
+            steps: Vec::new(),
             probe: None,
             last_send_ns: 0,
             last_exit: (0, 0, 0),
@@ -177,6 +196,7 @@ pub fn name_thread(name: &str) {
 pub fn forget_inherited_after_fork() {
     with_local(|l| {
         l.buf.clear();
+        l.steps.clear();
         // The parent's channel: never sent to again, never dropped here either (dropping a
         // sender can wake a receiver through a lock another parent thread may have held).
         if let Some(p) = l.probe.take() {
@@ -208,6 +228,21 @@ pub fn flush_thread() {
 /// `rec.thread` is replaced by the calling thread's id.
 pub fn record(probe: &Probe, rec: SpanRecord) {
     with_local(|l| l.push(probe, rec));
+}
+
+/// Sends a step record with the calling thread's batch of spans (after the spans recorded
+/// before it), as [`record`] does a span: a training loop's step costs no call to the
+/// channel's reader of its own. Where the thread has no batch (its thread-local storage is
+/// gone), the step is sent at once.
+pub fn record_step(probe: &Probe, step: StepRecord) {
+    let held = with_local(|l| {
+        l.route(probe, step.end_ns);
+        l.steps.push(step);
+        l.send_if_due(step.end_ns);
+    });
+    if held.is_none() {
+        probe.send(Event::Step(step));
+    }
 }
 
 /// Times spans whose names are [`Stage`] names and sends them through a [`Probe`].

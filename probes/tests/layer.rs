@@ -103,3 +103,79 @@ fn re_entered_span_sends_one_record_per_entry() {
     assert_eq!(got.len(), 3);
     assert!(got.windows(2).all(|w| w[0].end_ns() <= w[1].start_ns));
 }
+
+/// A step record made by [`probes::layer::record_step`] at `end_ns`.
+fn step_at(step: u64, end_ns: u64) -> probes::StepRecord {
+    probes::StepRecord {
+        step,
+        epoch: 0,
+        images: 32,
+        loss: 0.5,
+        correct: 0,
+        end_ns,
+        queued: 0,
+        validation: false,
+        no_loss: false,
+    }
+}
+
+#[test]
+fn step_records_wait_in_the_threads_batch_after_its_spans() {
+    let (probe, rx) = Probe::new(1024);
+    let got = std::thread::spawn(move || {
+        // Steps 1 ms apart, each after its wait and compute spans: well within one batch's
+        // age and size, so nothing goes to the channel until the thread flushes.
+        for i in 0..3u64 {
+            let t = 1_000_000 * (i + 1);
+            let span = |stage, start| probes::SpanRecord {
+                stage,
+                thread: 0,
+                start_ns: start,
+                dur_ns: 400_000,
+                cpu_ns: NONE,
+                queue_ns: NONE,
+                step: i,
+                sample: NONE,
+                bytes: NONE,
+            };
+            probes::layer::record(&probe, span(Stage::Wait, t));
+            probes::layer::record(&probe, span(Stage::Compute, t + 400_000));
+            probes::layer::record_step(&probe, step_at(i, t + 800_000));
+        }
+        // (The thread's name is announced at its first span.)
+        let before_flush = rx.try_iter().filter(|e| matches!(e, Event::Spans(_) | Event::Step(_))).count();
+        probes::flush_thread();
+        (before_flush, rx.try_iter().collect::<Vec<_>>())
+    })
+    .join()
+    .unwrap();
+    let (before_flush, events) = got;
+    assert_eq!(before_flush, 0, "a step of its own would wake the reader every step");
+    // The spans first (one batch), then the steps in order: a reader sees each step's spans
+    // before its record.
+    let kinds: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Spans(v) => Some(format!("spans {}", v.len())),
+            Event::Step(s) => Some(format!("step {}", s.step)),
+            // The thread's name, announced with its first span.
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["spans 6", "step 0", "step 1", "step 2"], "{events:?}");
+}
+
+#[test]
+fn a_full_batch_of_steps_is_sent_without_a_flush() {
+    let (probe, rx) = Probe::new(1024);
+    let n = probes::layer::BATCH as u64;
+    let sent = std::thread::spawn(move || {
+        for i in 0..n {
+            probes::layer::record_step(&probe, step_at(i, 1_000 * (i + 1)));
+        }
+        rx.try_iter().filter(|e| matches!(e, Event::Step(_))).count()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(sent as u64, n);
+}

@@ -11,7 +11,8 @@ sample with the thread's CPU and run-queue time. A batch whose samples none of t
 (tensors already in memory, a format of its own) is one ``fetch`` span for the whole batch:
 indexing an in-memory tensor costs microseconds, and timing every sample would cost more than
 the sample. ``collate`` times ``collate_fn`` once per batch. A data set with ``__getitems__``
-(one call for the batch) is one ``fetch`` span, collate included.
+(one call for the batch) is one ``fetch`` span, collate included. On the training thread
+(``num_workers=0``) one batch in ``MAIN_TIMED_EVERY`` is timed: see there.
 """
 
 from __future__ import annotations
@@ -26,33 +27,32 @@ from pipeprof import _native
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
 _queue = _native.thread_queue_ns
+_fetched = _native.fetched
 
 
 class _Thread(threading.local):
-    """This thread's state (class attributes: each thread starts from these)."""
+    """This thread's state for the spans inside a sample (class attributes: each thread starts
+    from these)."""
 
     #: Nesting of loader-stage spans: only the outermost is timed.
     depth = 0
     #: Inside a fetcher's samples, and whether a PIL or torchvision span covered them.
     in_fetch = False
     covered = False
-    #: Whether this thread is a DataLoader worker (None: not asked yet).
-    worker = None
-    #: Batches made on this thread.
-    batches = 0
-    #: Set by the training loop's ``next()``: a batch made now is held in ``batch`` for the
-    #: loop's step record instead of sent: the loop sends it with its step, one call into the
-    #: extension per step (``flush_batch`` sends one no step took).
-    defer = False
-    batch = None
 
 
 _T = _Thread()
+
+#: Whether this process is a DataLoader worker (None: not asked yet; torch's worker info is
+#: the process's), and the batches made in it so far.
+_PROC = {"worker": None, "batches": 0}
 
 
 def _forget_in_child():
     # A forked worker starts from the forking thread's state: it is not that thread.
     _T.__dict__.clear()
+    _PROC["worker"], _PROC["batches"] = None, 0
+    _native.forget_thread_state()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -109,32 +109,34 @@ def _timed(stage, func):
 
 
 def _name_worker():
-    """Whether this thread is a DataLoader worker; a worker process is named once."""
+    """Whether this process is a DataLoader worker; a worker process is named once."""
     try:
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
     except Exception:
         info = None
-    _T.worker = info is not None
+    _PROC["worker"] = info is not None
     if info is not None:
         pipeprof.name_process(f"loader-{info.id}")
-    return _T.worker
+    return _PROC["worker"]
 
 
-#: On the training thread (``num_workers=0``) one batch in this many reads the thread's CPU
-#: and run-queue clocks around fetch and collate (system calls, ≈ 1 µs each): the stages'
-#: on-CPU and core-wait shares are ratios, which a sample of batches gives; their wall time is
-#: every batch's. A worker reads them on every batch.
+#: On the training thread (``num_workers=0``) one batch in this many is timed (``fetch`` and
+#: ``collate``), and one in ``MAIN_CLOCKS_EVERY`` (a multiple) also reads the thread's CPU and
+#: run-queue clocks (system calls, ≈ 1 µs each). What the diagnosis reads of them is per batch
+#: (their means, their on-CPU and core-wait shares), which a sample of batches gives; the wait
+#: they are part of is every step's. Timing every batch would cost the training thread more
+#: than the samples of an in-memory data set cost (``python/benches/hook_cost.py``). A worker
+#: times, and reads the clocks of, every batch; a batch whose samples are timed inside (PIL,
+#: torchvision) is always timed.
+MAIN_TIMED_EVERY = 4
 MAIN_CLOCKS_EVERY = 32
 
 
-def flush_batch():
-    """Sends the timings of a batch held for a step that did not take it (see ``defer``)."""
-    batch = _T.batch
-    if batch is not None:
-        _T.batch = None
-        _native.batch_spans(batch)
+#: Sends the timings of a batch the training thread made and held for a step that did not
+#: take it (see ``_native.fetched``).
+flush_batch = _native.flush_fetched
 
 
 #: Whether a hook that times inside a sample (PIL, torchvision) is installed: until one is,
@@ -144,9 +146,6 @@ _INNER = [False]
 
 def _samples(self, index):
     """The fetcher's samples, and whether a PIL or torchvision span inside timed them."""
-    if not _INNER[0]:
-        ds = self.dataset
-        return [ds[idx] for idx in index], False
     _T.in_fetch, _T.covered = True, False
     try:
         ds = self.dataset
@@ -155,52 +154,66 @@ def _samples(self, index):
         _T.in_fetch = False
 
 
+def _fetch_clocked(orig, self, index, worker, clocks):
+    """A batch with the bookkeeping the short path of ``fetch`` leaves out: the thread's
+    clocks (``clocks``), and the spans inside its samples (once a PIL or torchvision hook
+    is installed). Sent now by a worker, held for the step on the training thread."""
+    c0, q0 = (_thread_time(), _queue()) if clocks else (None, None)
+    t0 = _now()
+    if getattr(self.dataset, "__getitems__", None):
+        out = orig(self, index)
+        t2 = _now()
+        c2, q2 = (_thread_time(), _queue()) if clocks else (None, None)
+        batch = (t0, None, t2, (c0, None, c2, q0, None, q2) if clocks else None)
+    else:
+        data, covered = _samples(self, index) if _INNER[0] else ([self.dataset[i] for i in index], False)
+        t1 = _now()
+        c1, q1 = (_thread_time(), _queue()) if clocks else (None, None)
+        out = self.collate_fn(data)
+        t2 = _now()
+        c2, q2 = (_thread_time(), _queue()) if clocks else (None, None)
+        batch = (None if covered else t0, t1, t2, (c0, c1, c2, q0, q1, q2) if clocks else None)
+    if worker:
+        _native.batch_spans(batch)
+        pipeprof.flush()
+    else:
+        # Inside the training loop's next(): held for its step, sent with it.
+        _fetched(batch)
+    return out
+
+
 def install_fetch(fetch_mod):
     Map = fetch_mod._MapDatasetFetcher
     orig = Map.fetch
+    proc = _PROC
 
     def fetch(self, possibly_batched_index):
         if not self.auto_collation:
             return orig(self, possibly_batched_index)
-        T = _T
-        worker = T.worker
+        worker = proc["worker"]
         if worker is None:
             worker = _name_worker()
-        n = T.batches
-        T.batches = n + 1
-        if worker or n % MAIN_CLOCKS_EVERY == 0:
-            c0, q0 = _thread_time(), _queue()
-            t0 = _now()
-            if getattr(self.dataset, "__getitems__", None):
-                out = orig(self, possibly_batched_index)
-                t2, c2, q2 = _now(), _thread_time(), _queue()
-                batch = (t0, None, t2, (c0, None, c2, q0, None, q2))
-            else:
-                data, covered = _samples(self, possibly_batched_index)
-                t1, c1, q1 = _now(), _thread_time(), _queue()
-                out = self.collate_fn(data)
-                t2, c2, q2 = _now(), _thread_time(), _queue()
-                batch = (None if covered else t0, t1, t2, (c0, c1, c2, q0, q1, q2))
-        else:
-            # The training thread's other batches: the wall clock only.
-            t0 = _now()
-            if getattr(self.dataset, "__getitems__", None):
-                out = orig(self, possibly_batched_index)
-                batch = (t0, None, _now(), None)
-            else:
-                data, covered = _samples(self, possibly_batched_index)
-                t1 = _now()
-                out = self.collate_fn(data)
-                batch = (None if covered else t0, t1, _now(), None)
         if worker:
-            _native.batch_spans(batch)
-            pipeprof.flush()
-        elif T.defer:
-            if T.batch is not None:
-                flush_batch()
-            T.batch = batch
-        else:
-            _native.batch_spans(batch)
+            return _fetch_clocked(orig, self, possibly_batched_index, True, True)
+        n = proc["batches"]
+        proc["batches"] = n + 1
+        inner = _INNER[0]
+        if n % MAIN_TIMED_EVERY and not inner:
+            return orig(self, possibly_batched_index)
+        if inner or n % MAIN_CLOCKS_EVERY == 0:
+            return _fetch_clocked(orig, self, possibly_batched_index, False, n % MAIN_CLOCKS_EVERY == 0)
+        # The training thread's other batches: the wall clock only, torch's own steps inline
+        # (a call from here into Python code costs more than the samples' loop).
+        ds = self.dataset
+        t0 = _now()
+        if getattr(ds, "__getitems__", None):
+            out = orig(self, possibly_batched_index)
+            _fetched((t0, None, _now(), None))
+            return out
+        data = [ds[idx] for idx in possibly_batched_index]
+        t1 = _now()
+        out = self.collate_fn(data)
+        _fetched((t0, t1, _now(), None))
         return out
 
     fetch.__wrapped__ = orig

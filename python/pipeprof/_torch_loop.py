@@ -14,7 +14,7 @@ A step is the time between two batches handed to the training thread: ``wait`` (
 ``next()`` call), then ``compute`` (the loop body, until the next ``next()``), then a step
 record with the batch's images and, where it was seen, the loss. The loss is the tensor
 ``backward()`` ran on, read at the step's end when it is a plain tensor: on the CPU every 8th
-step and each epoch's first, on a GPU at most once a second (the read waits for the device);
+step and each pass's first and last, on a GPU at most once a second (the read waits for the device);
 other steps say "not measured" (``-``), never 0, and an epoch's loss is the mean of those
 read. Host→device copies are not timed apart (that would need ``Tensor.to`` replaced): they
 are part of ``compute``, and the run's settings say so (``transfer_unmeasured``).
@@ -26,82 +26,43 @@ pass over the first DataLoader iterated with autograd on; a new iterator of it s
 epoch only when the last one ran out or gave more than one batch (``next(iter(loader))`` every
 step is one epoch, not one per step). A batch taken with autograd off is a validation step.
 
-Cost per step on the training thread: a few clock reads and one call into the extension with
-the whole step (its spans, the batch's fetch and collate made on this thread, the step record):
+Cost per step on the training thread: one Python frame per hook, each calling into the
+extension, where the step's bookkeeping lives (``python/src/torch_loop.rs``: on a 1 ms step
+every Python frame and attribute costs microseconds with caches torch's kernels left cold);
 ``python/benches/hook_cost.py`` measures each hook's cost in µs.
 """
 
 from __future__ import annotations
 
-import threading
+import sys
 import weakref
 
 import pipeprof
 from pipeprof import _native, _torch_fetch
-from pipeprof.torch import _batch_size, _first_leaf
+from pipeprof.torch import _first_leaf
 
 _now = _native.now_ns
 
-
-class _Thread(threading.local):
-    #: The step whose batch this thread holds now (an ``_Open``), or None.
-    open = None
-
-
-_T = _Thread()
-#: The fetch hook's thread state: the loop holds a batch made inside its ``next()`` there.
-_F = _torch_fetch._T
-
-#: Seconds between two reads of a loss that lives on a GPU (each read waits for the device).
-GPU_LOSS_EVERY_NS = 1_000_000_000
-#: Steps between two reads of a loss on the CPU (a read is a call through torch's dispatcher:
-#: microseconds on a 1 ms step), and the first step of each epoch: the epoch's loss is the mean
-#: of the steps read, the others say "not measured".
-LOSS_EVERY = 8
+#: Steps between two reads of a loss on the CPU, and each pass's first and last step: an
+#: epoch's loss is the mean of the steps read, the others say "not measured". On a GPU it is
+#: read at most once a second (each read waits for the device).
+LOSS_EVERY = _native.LOSS_EVERY
 
 _STATE = {
-    "step": 0,
-    "epoch": -1,
     "settings_sent": False,
-    "input_sent": False,
     "device": None,
-    # The training loader (a weak reference) and its current iterator's bookkeeping.
+    # The training loader (a weak reference).
     "train_loader": None,
-    "train_iter": None,
-    "last_gpu_loss_ns": 0,
-    # The next step whose loss is read, and the epoch of the last one read.
-    "loss_step": 0,
-    "loss_epoch": None,
 }
+
+#: The steps' state and hot path (a ``_native.Loop``), once ``install`` made it.
+_LOOP = [None]
 
 
 def _warn(what, e):
     from pipeprof._auto import _warn as warn
 
     warn(what, e)
-
-
-class _Open:
-    """The step whose batch the training thread holds now."""
-
-    __slots__ = (
-        "step", "epoch", "t_call", "t_body", "images", "validation", "leader", "backward", "loss_t", "opt_t0", "opt",
-        "batch",
-    )
-
-    def __init__(self, step, epoch, t_call, t_body, images, validation, leader):
-        self.step, self.epoch = step, epoch
-        self.t_call, self.t_body = t_call, t_body
-        self.images, self.validation = images, validation
-        # The iterator that opened the step, by id: holding it would delay its workers' end.
-        self.leader = leader
-        self.backward = False
-        self.loss_t = None
-        self.opt_t0 = None
-        # The optimizer step (start, duration), and the batch's timings when this thread made
-        # it (see _native.batch_spans): sent with the step, in one call.
-        self.opt = None
-        self.batch = None
 
 
 def _input_of(batch):
@@ -112,42 +73,22 @@ def _input_of(batch):
     return [int(shape[1]), int(shape[2]), int(shape[3])]
 
 
-def _loss_of(st, end, last):
-    """The step's loss as a float, or None when it was not seen, is not read this step (an
-    epoch's last step always is), or is not cheap to read."""
-    t = st.loss_t
-    if t is None or (not last and st.step < _STATE["loss_step"] and st.epoch == _STATE["loss_epoch"]):
-        return None
-    # Only a plain tensor: reading a subclass would run its __torch_function__, which the
-    # program never asked for.
-    if type(t) is not _TENSOR[0] or t.numel() != 1:
-        return None
-    if not t.is_cpu:
-        if end - _STATE["last_gpu_loss_ns"] < GPU_LOSS_EVERY_NS:
-            return None
-        _STATE["last_gpu_loss_ns"] = end
-    _STATE["loss_step"], _STATE["loss_epoch"] = st.step + LOSS_EVERY, st.epoch
-    try:
-        return t.item()
-    except Exception:
-        return None
+def _first_batch(batch):
+    shape = _input_of(batch)
+    if shape is not None:
+        pipeprof.settings(input=shape)
 
 
-def close(end_ns=None, last=True):
-    """Ends the training thread's open step: its compute span and step record. ``last``: no
-    step of the same pass follows (its loss is read whatever the sampling)."""
-    st = _T.open
-    if st is None:
-        return
-    _T.open = None
-    end = _now() if end_ns is None else end_ns
-    try:
-        loss = _loss_of(st, end, last)
-        _native.loop_step(
-            st.step, max(st.epoch, 0), st.images, loss, st.validation, st.t_call, st.t_body, end, st.opt, st.batch
-        )
-    except Exception as e:
-        _warn("a step", e)
+def _device(device):
+    _STATE["device"] = device
+    pipeprof.settings(device=device)
+
+
+def close():
+    """Ends the training thread's open step: its compute span and step record."""
+    loop = _LOOP[0]
+    if loop is not None:
+        loop.close()
 
 
 def finish():
@@ -174,19 +115,16 @@ def _is_train_loader(loader):
     return ref is not None and ref() is loader
 
 
-#: ``torch.Tensor``, once torch is imported (the loss is read only from a plain tensor).
-_TENSOR = [None]
-
-
 def install(dataloader_mod):
     import torch
 
-    _TENSOR[0] = torch.Tensor
     DataLoader = dataloader_mod.DataLoader
     Base = dataloader_mod._BaseDataLoaderIter
     orig_iter = DataLoader.__iter__
     orig_next = Base.__next__
     is_grad_enabled = torch.is_grad_enabled
+    loop = _LOOP[0] = _native.Loop(is_grad_enabled, torch.Tensor, _first_batch, _device, _distributed)
+    begin, took, failed = loop.begin, loop.took, loop.failed
 
     def __iter__(self):
         it = orig_iter(self)
@@ -206,78 +144,23 @@ def install(dataloader_mod):
         if _STATE["train_loader"] is None:
             _STATE["train_loader"] = weakref.ref(self)
         if _is_train_loader(self):
-            prev = _STATE["train_iter"]
-            # A new pass: the last iterator ran out, or was left after several batches (a
-            # `break`). One batch taken from a fresh iterator every step is not an epoch.
-            if prev is None or prev[1] or prev[2] > 1:
-                close()
-                _STATE["epoch"] += 1
-            _STATE["train_iter"] = [weakref.ref(it), False, 0]
+            try:
+                loop.train_pass(it)
+            except TypeError:
+                # An iterator that takes no weak reference: its passes are not told apart.
+                pass
             _send_settings(self)
         return it
 
     def __next__(self):
-        if self._pipeprof_manual:
+        if not begin(self):
             return orig_next(self)
-        t_call = _now()
-        st = _T.open
-        validation = not is_grad_enabled()
-        # Another loader's batch in the same loop iteration (zip): part of the open step. Its
-        # iterator was made before the step began (a fresh `iter(loader)` each step is not).
-        joins = (
-            st is not None
-            and st.leader != id(self)
-            and not st.backward
-            and st.validation == validation
-            and getattr(self, "_pipeprof_t", t_call) < st.t_call
-        )
-        # The open step ends at this call, but is sent once the call is over: a loader that ran
-        # out makes it the pass's last step.
-        # A batch made on this thread (num_workers=0) is timed for this step, not sent apart.
-        _F.defer = True
         try:
             batch = orig_next(self)
-        except StopIteration:
-            if not joins:
-                close(t_call)
-            ti = _STATE["train_iter"]
-            if ti is not None and ti[0]() is self:
-                ti[1] = True
+        except BaseException as e:
+            failed(self, e)
             raise
-        except BaseException:
-            if not joins:
-                close(t_call)
-            # The batch made before the failure is sent, not lost.
-            _torch_fetch.flush_batch()
-            raise
-        finally:
-            _F.defer = False
-        if not joins:
-            close(t_call, last=False)
-        t_body = _now()
-        made = _F.batch
-        _F.batch = None
-        if joins:
-            st.t_body = t_body
-            if not validation:
-                _native.record("wait", t_call, t_body - t_call, st.step)
-            if made is not None:
-                _native.batch_spans(made)
-            return batch
-        step = _STATE["step"]
-        _STATE["step"] = step + 1
-        if not validation:
-            ti = _STATE["train_iter"]
-            if ti is not None and ti[0]() is self:
-                ti[2] += 1
-            if not _STATE["input_sent"]:
-                _STATE["input_sent"] = True
-                shape = _input_of(batch)
-                if shape is not None:
-                    pipeprof.settings(input=shape)
-        st = _T.open = _Open(step, _STATE["epoch"], t_call, t_body, _batch_size(batch), validation, id(self))
-        st.batch = made
-        return batch
+        return took(self, batch)
 
     __iter__.__wrapped__ = orig_iter
     __next__.__wrapped__ = orig_next
@@ -291,9 +174,7 @@ def install(dataloader_mod):
 
         def __del__(self):
             # A `break` out of the loop drops the iterator: its last step ends here.
-            st = _T.open
-            if st is not None and st.leader == id(self):
-                close()
+            loop.close_if_leader(self)
             orig_del(self)
 
         dataloader_mod._MultiProcessingDataLoaderIter.__del__ = __del__
@@ -305,19 +186,10 @@ def install_backward(autograd_mod):
     orig = autograd_mod.backward
 
     def backward(tensors, *args, **kwargs):
-        st = _T.open
-        if st is None or st.validation:
-            return orig(tensors, *args, **kwargs)
-        first = not st.backward
-        st.backward = True
-        if first and st.loss_t is None:
-            t = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
-            st.loss_t = t
-            dev = getattr(t, "device", None)
-            if dev is not None and _STATE["device"] is None:
-                _STATE["device"] = str(dev)
-                pipeprof.settings(device=_STATE["device"])
-        if not _distributed():
+        loop = _LOOP[0]
+        # The loss and its device; a step number when the program is one rank of several.
+        step = None if loop is None else loop.backward(tensors)
+        if step is None:
             return orig(tensors, *args, **kwargs)
         # Under DDP the gradients' all-reduce runs inside backward(), which returns once the
         # last bucket is reduced: a rank that waits for a slower one waits here.
@@ -326,7 +198,7 @@ def install_backward(autograd_mod):
             return orig(tensors, *args, **kwargs)
         finally:
             try:
-                _native.record("backward", t0, _now() - t0, st.step)
+                _native.record("backward", t0, _now() - t0, step)
             except Exception as e:
                 _warn("backward", e)
 
@@ -335,57 +207,69 @@ def install_backward(autograd_mod):
     autograd_mod.backward = backward
 
 
-_DIST = {"mod": None, "ranks": None}
+_DIST = {"mod": None}
 
 
 def _distributed():
-    """Whether this process is one rank of several in an initialised process group (its size
-    is read once the group exists: one cheap check per step before that)."""
-    if _DIST["ranks"] is not None:
-        return _DIST["ranks"] > 1
+    """Whether this process is one rank of several in an initialised process group: None while
+    there is none yet (asked again later), else its answer for good."""
     try:
         dist = _DIST["mod"]
         if dist is None:
             import torch.distributed as dist
 
             _DIST["mod"] = dist
-            if not dist.is_available():
-                _DIST["ranks"] = 1
-                return False
-        if not dist.is_initialized():
+        if not dist.is_available():
             return False
-        _DIST["ranks"] = dist.get_world_size()
-        return _DIST["ranks"] > 1
+        if not dist.is_initialized():
+            return None
+        return dist.get_world_size() > 1
     except Exception:
         return False
+
+
+def _compiling_first():
+    """``torch.compiler.is_compiling()``, found at its first use: the optimizer module is
+    imported inside ``import torch``, before ``torch.compiler`` exists."""
+    global _compiling
+    f = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", None)
+    if f is None:
+        # torch is still importing: nothing is being compiled yet.
+        return False
+    _compiling = f
+    return f()
+
+
+_compiling = _compiling_first
 
 
 def install_optim(optimizer_mod):
     """The optimizer step, through torch's global step hooks (no method replaced); skipped
     while ``torch.compile`` traces, so a compiled step sees no call of ours."""
-    import torch
 
-    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-    sent = {"params": False}
+    # Whether a pre-hook timed a step that no post-hook ended yet: the post-hook then costs
+    # no call into torch to ask whether it is being compiled (a traced post-hook finds it
+    # False: the pre-hook skipped). A hint only: the step's clock is the thread's own.
+    pending = [False]
 
     def pre(opt, args, kwargs):
-        st = _T.open
-        if st is not None and not st.validation and not compiling():
-            st.opt_t0 = _now()
+        loop = _LOOP[0]
+        if loop is not None and not _compiling():
+            pending[0] = True
+            loop.optimizer_pre()
 
     def post(opt, args, kwargs):
-        st = _T.open
-        if st is None or st.opt_t0 is None:
+        if not pending[0]:
             return
-        t0, st.opt_t0 = st.opt_t0, None
-        st.opt = (t0, _now() - t0)
-        if not sent["params"]:
-            sent["params"] = True
-            try:
-                n = sum(p.numel() for g in opt.param_groups for p in g["params"])
-                pipeprof.settings(params=int(n))
-            except Exception as e:
-                _warn("the parameter count", e)
+        pending[0] = False
+        if not _LOOP[0].optimizer_post():
+            return
+        # The first step timed: the model's size, once.
+        try:
+            n = sum(p.numel() for g in opt.param_groups for p in g["params"])
+            pipeprof.settings(params=int(n))
+        except Exception as e:
+            _warn("the parameter count", e)
 
     # Their handles: python/benches/hook_cost.py removes and adds them back.
     _OPT_HOOKS[:] = [

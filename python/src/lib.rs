@@ -25,6 +25,8 @@ use std::sync::Mutex;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{reload, Registry};
 
+mod torch_loop;
+
 type LayerHandle = reload::Handle<ProbeLayer, Registry>;
 
 /// What this process is to pipeprof.
@@ -311,8 +313,9 @@ fn step(
         queued,
         validation,
     };
-    if let Some(p) = &state()?.probe {
-        p.send(Event::Step(rec));
+    // Sent with the thread's batch of spans: a step of its own would wake the reader.
+    if let Some(p) = state()?.probe.clone() {
+        probes::layer::record_step(&p, rec);
     }
     Ok(())
 }
@@ -411,66 +414,13 @@ fn record_batch(p: &Probe, (fetch, collate, end, clocks): Batch) {
 }
 
 /// Sends the `fetch` and `collate` spans of a batch made by a DataLoader's fetcher (see
-/// [`loop_step`] for the training thread's batches): one call for both.
+/// [`torch_loop::fetched`] for the training thread's batches): one call for both.
 #[pyfunction]
 fn batch_spans(py: Python<'_>, batch: Batch) -> PyResult<()> {
     name_this_thread(py);
     if let Some(p) = state()?.probe.clone() {
         record_batch(&p, batch);
     }
-    Ok(())
-}
-
-/// One step of a training thread, sent in one call when it ends (what `pipeprof run`'s
-/// PyTorch hooks send instead of a call per span: on a 1 ms step every call and attribute
-/// counts). Spans: `wait` from `call_ns` to `body_ns` and `compute` from there to `end_ns` (a
-/// validation step: one `validate` span from `call_ns`), the `optimizer` step (start,
-/// duration) when it was timed, and the `fetch` and `collate` of the batch when this thread
-/// made it (see [`batch_spans`]); then the step record.
-#[pyfunction]
-#[pyo3(signature = (step, epoch, images, loss, validation, call_ns, body_ns, end_ns, optimizer=None, batch=None))]
-#[allow(clippy::too_many_arguments)]
-fn loop_step(
-    py: Python<'_>,
-    step: u64,
-    epoch: u32,
-    images: u32,
-    loss: Option<f64>,
-    validation: bool,
-    call_ns: u64,
-    body_ns: u64,
-    end_ns: u64,
-    optimizer: Option<(u64, u64)>,
-    batch: Option<Batch>,
-) -> PyResult<()> {
-    name_this_thread(py);
-    let probe = state()?.probe.clone();
-    let Some(p) = probe else { return Ok(()) };
-    let body_ns = body_ns.clamp(call_ns, end_ns.max(call_ns));
-    let at = Some(step);
-    if validation {
-        probes::layer::record(&p, span(Stage::Validate, call_ns, end_ns.saturating_sub(call_ns), at, None, None));
-    } else {
-        probes::layer::record(&p, span(Stage::Wait, call_ns, body_ns - call_ns, at, None, None));
-        probes::layer::record(&p, span(Stage::Compute, body_ns, end_ns.saturating_sub(body_ns), at, None, None));
-        if let Some((start, dur)) = optimizer {
-            probes::layer::record(&p, span(Stage::Optimizer, start, dur, at, None, None));
-        }
-    }
-    if let Some(b) = batch {
-        record_batch(&p, b);
-    }
-    p.send(Event::Step(StepRecord {
-        no_loss: loss.is_none(),
-        step,
-        epoch,
-        images,
-        loss: loss.unwrap_or(0.0) as f32,
-        correct: 0,
-        end_ns,
-        queued: 0,
-        validation,
-    }));
     Ok(())
 }
 
@@ -656,6 +606,7 @@ impl Drop for ThreadFlusher {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Span>()?;
     m.add_class::<ThreadFlusher>()?;
+    m.add_class::<torch_loop::Loop>()?;
     for f in [
         wrap_pyfunction!(init, m)?,
         wrap_pyfunction!(connect_worker, m)?,
@@ -672,8 +623,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(step, m)?,
         wrap_pyfunction!(stages, m)?,
         wrap_pyfunction!(record, m)?,
-        wrap_pyfunction!(loop_step, m)?,
         wrap_pyfunction!(batch_spans, m)?,
+        wrap_pyfunction!(torch_loop::fetched, m)?,
+        wrap_pyfunction!(torch_loop::flush_fetched, m)?,
+        wrap_pyfunction!(torch_loop::forget_thread_state, m)?,
         wrap_pyfunction!(thread_queue_ns, m)?,
         wrap_pyfunction!(settings, m)?,
         wrap_pyfunction!(failed, m)?,
@@ -681,5 +634,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(f)?;
     }
     m.add("PROTOCOL_VERSION", wire::VERSION)?;
+    m.add("LOSS_EVERY", torch_loop::LOSS_EVERY)?;
     Ok(())
 }

@@ -163,8 +163,10 @@ IN_THREAD = """
 
 
 def test_batches_made_on_the_training_thread_are_timed_with_their_step(tmp_path):
-    # num_workers=0: each batch's fetch and collate are sent with the step that took it, in
-    # one call; every batch counts, the clocks are read on a sample of them.
+    # num_workers=0: a batch's fetch and collate are sent with the step that took it, in one
+    # call; one batch in MAIN_TIMED_EVERY is timed, the clocks are read on a sample of those.
+    from pipeprof._torch_fetch import MAIN_CLOCKS_EVERY, MAIN_TIMED_EVERY
+
     script = tmp_path / "in_thread.py"
     script.write_text(textwrap.dedent(IN_THREAD))
     _, s, _, _ = run(tmp_path, sys.executable, script)
@@ -173,13 +175,46 @@ def test_batches_made_on_the_training_thread_are_timed_with_their_step(tmp_path)
     steps = 2 * 7
     assert s["steps"] == steps, s["steps"]
     # Each loader's `next()` is a wait of the step (the zipped one's 6 too).
-    for name, n in [("wait", 2 * (7 + 6)), ("compute", steps), ("optimizer", 2 * 6), ("collate", 2 * 7)]:
+    for name, n in [("wait", 2 * (7 + 6)), ("compute", steps), ("optimizer", 2 * 6)]:
         assert count(s, name) == n, (name, s["stages"])
-    # 7 + 6 plain batches timed as fetches an epoch, 6 `__getitems__` batches: their collate
-    # is inside the fetch.
-    assert count(s, "fetch") == 2 * (7 + 6), s["stages"]
+    # The batches in the order they are made: each epoch a plain one, then a `__getitems__`
+    # one (its collate inside its fetch), ..., the plain loader's 7th. The n-th batch made in
+    # the process is timed when n is a multiple of MAIN_TIMED_EVERY.
+    made = (["plain", "getitems"] * 6 + ["plain"]) * 2
+    timed = made[::MAIN_TIMED_EVERY]
+    assert MAIN_CLOCKS_EVERY % MAIN_TIMED_EVERY == 0
+    assert 0 < len(timed) < len(made)
+    assert count(s, "fetch") == len(timed), s["stages"]
+    assert count(s, "collate") == timed.count("plain"), s["stages"]
     f = stage(s, "fetch")
+    # The first batch reads the clocks.
     assert f["on_cpu"] is not None, f
+
+
+COMPILE_CHECK = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from pipeprof import _torch_loop
+
+    net = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.rand(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    print("asks torch.compiler:", _torch_loop._compiling is torch.compiler.is_compiling)
+"""
+
+
+def test_the_optimizer_hooks_ask_torch_whether_it_compiles(tmp_path):
+    # The optimizer module is imported inside `import torch`, before torch.compiler exists:
+    # the hooks find torch's question at their first step (a stand-in answering "no" would
+    # let torch.compile trace into them).
+    script = tmp_path / "compile_check.py"
+    script.write_text(textwrap.dedent(COMPILE_CHECK))
+    _, s, out, _ = run(tmp_path, sys.executable, script)
+    assert "asks torch.compiler: True" in out, out
+    assert count(s, "optimizer") == 2, s["stages"]
 
 
 FAILING = """

@@ -1,0 +1,636 @@
+//! The steps of a PyTorch training thread under `pipeprof run`, kept here rather than in
+//! Python: on a 1 ms step every Python frame, attribute and call the hooks add is paid with
+//! caches that torch's kernels left cold (`python/benches/hook_cost.py` measures it). What the
+//! hooks mean is written in `pipeprof/_torch_loop.py`; this file holds its state and its hot
+//! path: `DataLoader` iterators' `next()` ([`Loop::begin`], [`Loop::took`]), the loss seen by
+//! `torch.autograd.backward` ([`Loop::backward`]), the optimizer step's clocks and the batches
+//! made on the training thread ([`fetched`]).
+//!
+//! State: the step open on each thread (the batch it holds now) is thread-local, as the
+//! Python thread state was; the run's counters (step, epoch, the training iterator, the loss
+//! sampling) are one [`Loop`] behind a mutex taken only with the GIL held and never across a
+//! call into Python, so a hook that runs Python code re-entering another hook finds it free.
+
+use crate::{name_this_thread, record_batch, span, state, Batch};
+use probes::{clock, Probe, Stage, StepRecord};
+use pyo3::exceptions::PyStopIteration;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefReference};
+use std::cell::RefCell;
+use std::sync::Mutex;
+
+/// Nanoseconds between two reads of a loss that lives on a GPU (each read waits for it).
+const GPU_LOSS_EVERY_NS: u64 = 1_000_000_000;
+/// Steps between two reads of a loss on the CPU (a read goes through torch's dispatcher:
+/// microseconds on a 1 ms step); a pass's first and last steps are always read.
+pub const LOSS_EVERY: u64 = 8;
+/// `backward()` calls between two checks that the program started a process group (DDP):
+/// a check is a Python call; the group is made before the loop (and each training pass
+/// checks too), so at most a few steps miss it.
+const DIST_CHECK_EVERY: u64 = 64;
+
+/// The step whose batch a thread holds now.
+struct Open {
+    step: u64,
+    epoch: i64,
+    t_call: u64,
+    t_body: u64,
+    images: u32,
+    validation: bool,
+    /// The iterator that opened the step, by address: holding it would delay its workers' end.
+    leader: usize,
+    backward: bool,
+    loss: Option<Py<PyAny>>,
+    opt_t0: Option<u64>,
+    opt: Option<(u64, u64)>,
+    /// The batch's fetch and collate when this thread made it: sent with the step.
+    batch: Option<Batch>,
+}
+
+/// A thread's fetcher state: inside the loop's `next()` a batch made is held for the step.
+#[derive(Default)]
+struct Fetch {
+    defer: bool,
+    held: Option<Batch>,
+}
+
+/// A `next()` in progress on a thread: torch's own is running (nested ones, when a data set
+/// iterates a DataLoader of its own, stack).
+struct Call {
+    t_call: u64,
+    validation: bool,
+    joins: bool,
+}
+
+thread_local! {
+    static OPEN: RefCell<Option<Open>> = const { RefCell::new(None) };
+    static CALLS: RefCell<Vec<Call>> = const { RefCell::new(Vec::new()) };
+    static FETCH: RefCell<Fetch> = RefCell::new(Fetch::default());
+}
+
+/// The run's counters, shared by its threads.
+struct Counters {
+    step: u64,
+    epoch: i64,
+    /// The training loader's current iterator: (weak reference, ran out, batches taken).
+    train_iter: Option<(Py<PyWeakrefReference>, bool, u64)>,
+    input_sent: bool,
+    device_seen: bool,
+    params_sent: bool,
+    /// The next step whose loss is read on the CPU, and the epoch of the last one read.
+    loss_step: u64,
+    loss_epoch: Option<i64>,
+    last_gpu_loss_ns: u64,
+    /// Whether the program trains as one rank of several (None: not known yet), and the
+    /// backward calls left before it is asked again.
+    distributed: Option<bool>,
+    dist_countdown: u64,
+}
+
+/// The training loop's hooks, made once by `_torch_loop.install` with what they call.
+#[pyclass(module = "pipeprof._native", frozen)]
+pub struct Loop {
+    is_grad_enabled: Py<PyAny>,
+    /// `torch.Tensor`: the loss is read only from a plain tensor (a subclass would run its
+    /// `__torch_function__`, which the program never asked for).
+    tensor: Py<PyAny>,
+    /// Python callbacks: the first training batch (its input shape), the loss's device, and
+    /// whether the program is one rank of several (`None` until a process group exists).
+    on_first_batch: Py<PyAny>,
+    on_device: Py<PyAny>,
+    distributed: Py<PyAny>,
+    counters: Mutex<Counters>,
+}
+
+fn now() -> u64 {
+    clock::now_ns()
+}
+
+fn probe() -> Option<Probe> {
+    state().ok().and_then(|s| s.probe.clone())
+}
+
+/// Says once per process that a part of the bookkeeping failed (never raised into the program).
+fn warn(py: Python<'_>, what: &str, e: &PyErr) {
+    let warned =
+        py.import("pipeprof._auto").and_then(|m| m.getattr("_warn")).and_then(|f| f.call1((what, e.value(py))));
+    if warned.is_err() {
+        eprintln!("pipeprof: {what} is not profiled ({e}); the program goes on");
+    }
+}
+
+/// The first tensor (or value) of a batch: through tuples, lists and dicts.
+fn first_leaf<'py>(batch: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+    let mut first = batch.clone();
+    loop {
+        let next = if let Ok(t) = first.cast::<PyTuple>() {
+            t.get_item(0).ok()
+        } else if let Ok(l) = first.cast::<PyList>() {
+            l.get_item(0).ok()
+        } else {
+            None
+        };
+        match next {
+            Some(n) => first = n,
+            None => break,
+        }
+    }
+    if let Ok(d) = first.cast::<PyDict>() {
+        if let Some(v) = d.values().iter().next() {
+            first = v;
+        }
+    }
+    first
+}
+
+/// The batch's size: its first tensor's first dimension, else its first value's length.
+fn batch_size(batch: &Bound<'_, PyAny>) -> u32 {
+    let first = first_leaf(batch);
+    // A tensor's length is its first dimension, read without making its shape (a 0-d tensor
+    // has none: its length raises).
+    if let Ok(n) = first.len() {
+        return n as u32;
+    }
+    let py = batch.py();
+    if let Ok(shape) = first.getattr(intern!(py, "shape")) {
+        if !shape.is_none() && shape.len().is_ok_and(|n| n > 0) {
+            return shape.get_item(0).and_then(|n| n.extract::<u32>()).unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// Sends a step: its spans (`wait` and `compute`, or one `validate`), the optimizer step,
+/// the batch made on this thread, then its record.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn send_step(
+    p: &Probe,
+    step: u64,
+    epoch: u32,
+    images: u32,
+    loss: Option<f64>,
+    validation: bool,
+    call_ns: u64,
+    body_ns: u64,
+    end_ns: u64,
+    optimizer: Option<(u64, u64)>,
+    batch: Option<Batch>,
+) {
+    let body_ns = body_ns.clamp(call_ns, end_ns.max(call_ns));
+    let at = Some(step);
+    if validation {
+        probes::layer::record(p, span(Stage::Validate, call_ns, end_ns.saturating_sub(call_ns), at, None, None));
+    } else {
+        probes::layer::record(p, span(Stage::Wait, call_ns, body_ns - call_ns, at, None, None));
+        probes::layer::record(p, span(Stage::Compute, body_ns, end_ns.saturating_sub(body_ns), at, None, None));
+        if let Some((start, dur)) = optimizer {
+            probes::layer::record(p, span(Stage::Optimizer, start, dur, at, None, None));
+        }
+    }
+    if let Some(b) = batch {
+        record_batch(p, b);
+    }
+    probes::layer::record_step(
+        p,
+        StepRecord {
+            no_loss: loss.is_none(),
+            step,
+            epoch,
+            images,
+            loss: loss.unwrap_or(0.0) as f32,
+            correct: 0,
+            end_ns,
+            queued: 0,
+            validation,
+        },
+    );
+}
+
+/// Sends the batch a thread holds for a step that did not take it.
+fn flush_held(py: Python<'_>) {
+    if let Some(b) = FETCH.with(|f| f.borrow_mut().held.take()) {
+        name_this_thread(py);
+        if let Some(p) = probe() {
+            record_batch(&p, b);
+        }
+    }
+}
+
+fn set_defer(on: bool) {
+    FETCH.with(|f| f.borrow_mut().defer = on);
+}
+
+impl Loop {
+    fn counters(&self) -> std::sync::MutexGuard<'_, Counters> {
+        // Only ever held without a call into Python in between: a panic cannot poison it
+        // half-way through a Python callback.
+        self.counters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `it` is the training loader's current iterator.
+    fn is_train_iter(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> bool {
+        let c = self.counters();
+        match &c.train_iter {
+            Some((w, _, _)) => w.bind(py).upgrade().is_some_and(|o| o.is(it)),
+            None => false,
+        }
+    }
+
+    /// The step's loss, when it was seen, is read this step (a pass's last step always is)
+    /// and is cheap to read.
+    fn loss_of(&self, py: Python<'_>, st: &Open, end: u64, last: bool) -> Option<f64> {
+        let t = st.loss.as_ref()?.bind(py);
+        {
+            let c = self.counters();
+            if !last && st.step < c.loss_step && c.loss_epoch == Some(st.epoch) {
+                return None;
+            }
+        }
+        if !t.get_type().is(self.tensor.bind(py)) {
+            return None;
+        }
+        if t.call_method0(intern!(py, "numel")).and_then(|n| n.extract::<u64>()).ok()? != 1 {
+            return None;
+        }
+        let cpu = t.getattr(intern!(py, "is_cpu")).and_then(|b| b.is_truthy()).ok()?;
+        let mut c = self.counters();
+        if !cpu {
+            if end.saturating_sub(c.last_gpu_loss_ns) < GPU_LOSS_EVERY_NS {
+                return None;
+            }
+            c.last_gpu_loss_ns = end;
+        }
+        c.loss_step = st.step + LOSS_EVERY;
+        c.loss_epoch = Some(st.epoch);
+        drop(c);
+        t.call_method0(intern!(py, "item")).and_then(|v| v.extract::<f64>()).ok()
+    }
+
+    /// Ends this thread's open step at `end` (now when None). `last`: no step of the same pass
+    /// follows.
+    fn end_step(&self, py: Python<'_>, end: Option<u64>, last: bool) {
+        let Some(st) = OPEN.with(|o| o.borrow_mut().take()) else { return };
+        let end = end.unwrap_or_else(now);
+        let loss = self.loss_of(py, &st, end, last);
+        name_this_thread(py);
+        if let Some(p) = probe() {
+            let epoch = st.epoch.max(0) as u32;
+            send_step(&p, st.step, epoch, st.images, loss, st.validation, st.t_call, st.t_body, end, st.opt, st.batch);
+        }
+    }
+
+    /// Whether this `next()` on `it` draws another loader's batch for the open step (as in
+    /// `zip(a, b)`): the step has no backward yet, and `it` was made before it began.
+    fn joins(&self, py: Python<'_>, it: &Bound<'_, PyAny>, t_call: u64, validation: bool) -> bool {
+        let open = OPEN.with(|o| {
+            o.borrow().as_ref().and_then(|st| {
+                let other = st.leader != it.as_ptr() as usize && !st.backward && st.validation == validation;
+                other.then_some(st.t_call)
+            })
+        });
+        let Some(step_call) = open else { return false };
+        let made = it.getattr(intern!(py, "_pipeprof_t")).and_then(|t| t.extract::<u64>()).unwrap_or(t_call);
+        made < step_call
+    }
+
+    /// A batch taken for a new step: the step's counters, and the step opened.
+    fn opened(&self, py: Python<'_>, it: &Bound<'_, PyAny>, batch: &Bound<'_, PyAny>, t_call: u64, validation: bool) {
+        let t_body = now();
+        let made = FETCH.with(|f| f.borrow_mut().held.take());
+        let (step, epoch, first, count) = {
+            let mut c = self.counters();
+            let step = c.step;
+            c.step += 1;
+            let first = !validation && !c.input_sent;
+            c.input_sent |= first;
+            // Only whether the training iterator gave more than one batch matters (see
+            // `train_pass`): counted up to 2.
+            let count = !validation && c.train_iter.as_ref().is_some_and(|ti| ti.2 < 2);
+            (step, c.epoch, first, count)
+        };
+        if count && self.is_train_iter(py, it) {
+            if let Some(ti) = self.counters().train_iter.as_mut() {
+                ti.2 += 1;
+            }
+        }
+        if first {
+            if let Err(e) = self.on_first_batch.bind(py).call1((batch,)) {
+                warn(py, "the input shape", &e);
+            }
+        }
+        let images = batch_size(batch);
+        let st = Open {
+            step,
+            epoch,
+            t_call,
+            t_body,
+            images,
+            validation,
+            leader: it.as_ptr() as usize,
+            backward: false,
+            loss: None,
+            opt_t0: None,
+            opt: None,
+            batch: made,
+        };
+        OPEN.with(|o| *o.borrow_mut() = Some(st));
+    }
+
+    /// Another loader's batch for the open step: its wait is the step's.
+    fn joined(&self, py: Python<'_>, t_call: u64, validation: bool) {
+        let t_body = now();
+        let made = FETCH.with(|f| f.borrow_mut().held.take());
+        let step = OPEN.with(|o| {
+            o.borrow_mut().as_mut().map(|st| {
+                st.t_body = t_body;
+                st.step
+            })
+        });
+        name_this_thread(py);
+        if let Some(p) = probe() {
+            if !validation {
+                probes::layer::record(&p, span(Stage::Wait, t_call, t_body - t_call, step, None, None));
+            }
+            if let Some(b) = made {
+                record_batch(&p, b);
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Loop {
+    #[new]
+    fn new(
+        is_grad_enabled: Py<PyAny>,
+        tensor: Py<PyAny>,
+        on_first_batch: Py<PyAny>,
+        on_device: Py<PyAny>,
+        distributed: Py<PyAny>,
+    ) -> Self {
+        Loop {
+            is_grad_enabled,
+            tensor,
+            on_first_batch,
+            on_device,
+            distributed,
+            counters: Mutex::new(Counters {
+                step: 0,
+                epoch: -1,
+                train_iter: None,
+                input_sent: false,
+                device_seen: false,
+                params_sent: false,
+                loss_step: 0,
+                loss_epoch: None,
+                last_gpu_loss_ns: 0,
+                distributed: None,
+                dist_countdown: 0,
+            }),
+        }
+    }
+
+    /// `_BaseDataLoaderIter.__next__` is about to call torch's own on `it` (the Python hook
+    /// calls it itself: a call from here into Python would enter the interpreter anew, dearer
+    /// than the whole bookkeeping). False when `it` is timed elsewhere (wrapped with
+    /// `pipeprof.torch.profile`); else [`Loop::took`] or [`Loop::failed`] follows.
+    fn begin(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> bool {
+        if it.getattr(intern!(py, "_pipeprof_manual")).and_then(|m| m.is_truthy()).unwrap_or(false) {
+            return false;
+        }
+        let t_call = now();
+        let validation = !self.is_grad_enabled.bind(py).call0().and_then(|g| g.is_truthy()).unwrap_or(true);
+        let joins = self.joins(py, it, t_call, validation);
+        CALLS.with(|c| c.borrow_mut().push(Call { t_call, validation, joins }));
+        set_defer(true);
+        true
+    }
+
+    /// torch's `__next__` on `it` returned `batch`: the open step ends at the call (sent now,
+    /// so that a loader that runs out makes its step the pass's last) and `batch` opens the
+    /// next one. Returns `batch`.
+    fn took<'py>(&self, py: Python<'py>, it: &Bound<'py, PyAny>, batch: Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+        set_defer(false);
+        let Some(call) = CALLS.with(|c| c.borrow_mut().pop()) else { return batch };
+        if call.joins {
+            self.joined(py, call.t_call, call.validation);
+        } else {
+            self.end_step(py, Some(call.t_call), false);
+            self.opened(py, it, &batch, call.t_call, call.validation);
+        }
+        batch
+    }
+
+    /// torch's `__next__` on `it` raised `error` (which the hook raises on, unchanged): a
+    /// `StopIteration` ends the pass's last step; any other error sends the batch made
+    /// before it.
+    fn failed(&self, py: Python<'_>, it: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+        set_defer(false);
+        let Some(call) = CALLS.with(|c| c.borrow_mut().pop()) else { return };
+        if !call.joins {
+            self.end_step(py, Some(call.t_call), true);
+        }
+        if error.is_instance_of::<PyStopIteration>() {
+            if self.is_train_iter(py, it) {
+                if let Some(ti) = self.counters().train_iter.as_mut() {
+                    ti.1 = true;
+                }
+            }
+        } else {
+            // The batch made before the failure is sent, not lost.
+            flush_held(py);
+        }
+    }
+
+    /// `DataLoader.__iter__` made `it` for the training loader: a new pass when the last
+    /// iterator ran out or was left after several batches (a `break`); one batch taken from a
+    /// fresh iterator every step is not an epoch.
+    fn train_pass(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> PyResult<()> {
+        let new_pass = match &self.counters().train_iter {
+            None => true,
+            Some((_, ran_out, batches)) => *ran_out || *batches > 1,
+        };
+        if new_pass {
+            self.end_step(py, None, true);
+            self.counters().epoch += 1;
+        }
+        let weak = PyWeakrefReference::new(it)?.unbind();
+        self.counters().train_iter = Some((weak, false, 0));
+        // A process group is made before the loop: a pass is a good time to look again.
+        if self.counters().distributed.is_none() {
+            self.check_distributed(py);
+        }
+        Ok(())
+    }
+
+    /// Ends this thread's open step (the program's exit, or a new pass).
+    #[pyo3(signature = (last=true))]
+    fn close(&self, py: Python<'_>, last: bool) {
+        self.end_step(py, None, last);
+    }
+
+    /// Ends this thread's open step if iterator `it` opened it (its `__del__`: a `break`).
+    fn close_if_leader(&self, py: Python<'_>, it: &Bound<'_, PyAny>) {
+        let leads = OPEN.with(|o| o.borrow().as_ref().is_some_and(|st| st.leader == it.as_ptr() as usize));
+        if leads {
+            self.end_step(py, None, true);
+        }
+    }
+
+    /// `torch.autograd.backward(tensors, ...)`: the step's loss (the first tensor its first
+    /// backward ran on) and its device. Returns the open step's number when the program is
+    /// one rank of several (the caller times backward: the gradients' all-reduce), else None.
+    fn backward(&self, py: Python<'_>, tensors: &Bound<'_, PyAny>) -> Option<u64> {
+        let seen = OPEN.with(|o| {
+            let mut o = o.borrow_mut();
+            let st = o.as_mut().filter(|st| !st.validation)?;
+            let first = !st.backward && st.loss.is_none();
+            st.backward = true;
+            Some((st.step, first))
+        });
+        let (step, first) = seen?;
+        if first {
+            let t = match tensors.cast::<PyTuple>() {
+                Ok(t) if !t.is_empty() => t.get_item(0).ok(),
+                _ => match tensors.cast::<PyList>() {
+                    Ok(l) if !l.is_empty() => l.get_item(0).ok(),
+                    _ => Some(tensors.clone()),
+                },
+            };
+            if let Some(t) = t {
+                let device_seen = self.counters().device_seen;
+                if !device_seen {
+                    if let Ok(dev) = t.getattr(intern!(py, "device")) {
+                        if !dev.is_none() {
+                            self.counters().device_seen = true;
+                            if let Err(e) = dev.str().and_then(|s| self.on_device.bind(py).call1((s,))) {
+                                warn(py, "the device", &e);
+                            }
+                        }
+                    }
+                }
+                let t = t.unbind();
+                OPEN.with(|o| {
+                    if let Some(st) = o.borrow_mut().as_mut() {
+                        st.loss = Some(t);
+                    }
+                });
+            }
+        }
+        let ask = {
+            let mut c = self.counters();
+            match c.distributed {
+                Some(d) => Err(d),
+                None if c.dist_countdown == 0 => {
+                    c.dist_countdown = DIST_CHECK_EVERY;
+                    Ok(())
+                }
+                None => {
+                    c.dist_countdown -= 1;
+                    Err(false)
+                }
+            }
+        };
+        let distributed = match ask {
+            Ok(()) => self.check_distributed(py),
+            Err(d) => d,
+        };
+        distributed.then_some(step)
+    }
+
+    /// The optimizer step begins (torch's global pre-hook).
+    fn optimizer_pre(&self) {
+        OPEN.with(|o| {
+            if let Some(st) = o.borrow_mut().as_mut().filter(|st| !st.validation) {
+                st.opt_t0 = Some(now());
+            }
+        });
+    }
+
+    /// The optimizer step ends (torch's global post-hook). True the first time a step was
+    /// timed: the caller counts the model's parameters then.
+    fn optimizer_post(&self) -> bool {
+        let timed = OPEN.with(|o| {
+            let mut o = o.borrow_mut();
+            let st = o.as_mut()?;
+            let t0 = st.opt_t0.take()?;
+            st.opt = Some((t0, now().saturating_sub(t0)));
+            Some(())
+        });
+        if timed.is_none() {
+            return false;
+        }
+        let mut c = self.counters();
+        !std::mem::replace(&mut c.params_sent, true)
+    }
+
+    /// The number of steps opened so far (what the tests and the overhead bench read).
+    #[getter]
+    fn steps(&self) -> u64 {
+        self.counters().step
+    }
+}
+
+impl Loop {
+    /// Asks the program (a Python callback) whether it is one rank of several; remembered
+    /// once it says (`None`: no process group yet).
+    fn check_distributed(&self, py: Python<'_>) -> bool {
+        match self.distributed.bind(py).call0() {
+            Ok(d) if d.is_none() => false,
+            Ok(d) => {
+                let d = d.is_truthy().unwrap_or(false);
+                self.counters().distributed = Some(d);
+                d
+            }
+            Err(_) => {
+                self.counters().distributed = Some(false);
+                false
+            }
+        }
+    }
+}
+
+/// A batch made by a DataLoader's fetcher on a thread that is no worker process: inside the
+/// loop's `next()` it is held for the step (one call into the extension per step, see
+/// [`Loop::next`]), else sent now; a batch held before and never taken is sent first.
+#[pyfunction]
+pub fn fetched(py: Python<'_>, batch: Batch) {
+    hold_or_send(py, batch);
+}
+
+/// See [`fetched`].
+fn hold_or_send(py: Python<'_>, batch: Batch) {
+    let send = FETCH.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.defer {
+            f.held.replace(batch)
+        } else {
+            Some(batch)
+        }
+    });
+    if let Some(b) = send {
+        name_this_thread(py);
+        if let Some(p) = probe() {
+            record_batch(&p, b);
+        }
+    }
+}
+
+/// Sends the batch this thread holds for a step that did not take it (the program's exit).
+#[pyfunction]
+pub fn flush_fetched(py: Python<'_>) {
+    flush_held(py);
+}
+
+/// Forgets this thread's step and batch: a forked DataLoader worker starts from the forking
+/// thread's state, and it is not that thread.
+#[pyfunction]
+pub fn forget_thread_state() {
+    OPEN.with(|o| {
+        // The loss tensor is the parent's object: dropped with the GIL this call holds.
+        o.borrow_mut().take();
+    });
+    FETCH.with(|f| *f.borrow_mut() = Fetch::default());
+    CALLS.with(|c| c.borrow_mut().clear());
+}
