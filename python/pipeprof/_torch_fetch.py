@@ -155,9 +155,9 @@ def _samples(self, index):
 
 
 def _fetch_clocked(orig, self, index, worker, clocks):
-    """A batch with the bookkeeping the short path of ``fetch`` leaves out: the thread's
-    clocks (``clocks``), and the spans inside its samples (once a PIL or torchvision hook
-    is installed). Sent now by a worker, held for the step on the training thread."""
+    """A timed batch: its fetch and collate, the thread's clocks around them when ``clocks``,
+    and the spans inside its samples once a PIL or torchvision hook is installed. Sent now by
+    a worker, held for the step on the training thread."""
     c0, q0 = (_thread_time(), _queue()) if clocks else (None, None)
     t0 = _now()
     if getattr(self.dataset, "__getitems__", None):
@@ -197,24 +197,9 @@ def install_fetch(fetch_mod):
             return _fetch_clocked(orig, self, possibly_batched_index, True, True)
         n = proc["batches"]
         proc["batches"] = n + 1
-        inner = _INNER[0]
-        if n % MAIN_TIMED_EVERY and not inner:
+        if n % MAIN_TIMED_EVERY and not _INNER[0]:
             return orig(self, possibly_batched_index)
-        if inner or n % MAIN_CLOCKS_EVERY == 0:
-            return _fetch_clocked(orig, self, possibly_batched_index, False, n % MAIN_CLOCKS_EVERY == 0)
-        # The training thread's other batches: the wall clock only, torch's own steps inline
-        # (a call from here into Python code costs more than the samples' loop).
-        ds = self.dataset
-        t0 = _now()
-        if getattr(ds, "__getitems__", None):
-            out = orig(self, possibly_batched_index)
-            _fetched((t0, None, _now(), None))
-            return out
-        data = [ds[idx] for idx in possibly_batched_index]
-        t1 = _now()
-        out = self.collate_fn(data)
-        _fetched((t0, t1, _now(), None))
-        return out
+        return _fetch_clocked(orig, self, possibly_batched_index, False, n % MAIN_CLOCKS_EVERY == 0)
 
     fetch.__wrapped__ = orig
     Map.fetch = fetch

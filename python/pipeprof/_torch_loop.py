@@ -207,18 +207,12 @@ def install_backward(autograd_mod):
     autograd_mod.backward = backward
 
 
-_DIST = {"mod": None}
-
-
 def _distributed():
     """Whether this process is one rank of several in an initialised process group: None while
     there is none yet (asked again later), else its answer for good."""
     try:
-        dist = _DIST["mod"]
-        if dist is None:
-            import torch.distributed as dist
+        import torch.distributed as dist
 
-            _DIST["mod"] = dist
         if not dist.is_available():
             return False
         if not dist.is_initialized():

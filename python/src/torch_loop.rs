@@ -164,7 +164,7 @@ fn batch_size(batch: &Bound<'_, PyAny>) -> u32 {
 /// Sends a step: its spans (`wait` and `compute`, or one `validate`), the optimizer step,
 /// the batch made on this thread, then its record.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn send_step(
+fn send_step(
     p: &Probe,
     step: u64,
     epoch: u32,
@@ -447,6 +447,8 @@ impl Loop {
     /// iterator ran out or was left after several batches (a `break`); one batch taken from a
     /// fresh iterator every step is not an epoch.
     fn train_pass(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> PyResult<()> {
+        // First, so that an iterator without weak references changes nothing.
+        let weak = PyWeakrefReference::new(it)?.unbind();
         let new_pass = match &self.counters().train_iter {
             None => true,
             Some((_, ran_out, batches)) => *ran_out || *batches > 1,
@@ -455,7 +457,6 @@ impl Loop {
             self.end_step(py, None, true);
             self.counters().epoch += 1;
         }
-        let weak = PyWeakrefReference::new(it)?.unbind();
         self.counters().train_iter = Some((weak, false, 0));
         // A process group is made before the loop: a pass is a good time to look again.
         if self.counters().distributed.is_none() {
@@ -464,10 +465,9 @@ impl Loop {
         Ok(())
     }
 
-    /// Ends this thread's open step (the program's exit, or a new pass).
-    #[pyo3(signature = (last=true))]
-    fn close(&self, py: Python<'_>, last: bool) {
-        self.end_step(py, None, last);
+    /// Ends this thread's open step (the program's exit).
+    fn close(&self, py: Python<'_>) {
+        self.end_step(py, None, true);
     }
 
     /// Ends this thread's open step if iterator `it` opened it (its `__del__`: a `break`).
@@ -564,12 +564,6 @@ impl Loop {
         let mut c = self.counters();
         !std::mem::replace(&mut c.params_sent, true)
     }
-
-    /// The number of steps opened so far (what the tests and the overhead bench read).
-    #[getter]
-    fn steps(&self) -> u64 {
-        self.counters().step
-    }
 }
 
 impl Loop {
@@ -592,15 +586,10 @@ impl Loop {
 }
 
 /// A batch made by a DataLoader's fetcher on a thread that is no worker process: inside the
-/// loop's `next()` it is held for the step (one call into the extension per step, see
-/// [`Loop::next`]), else sent now; a batch held before and never taken is sent first.
+/// loop's `next()` it is held for the step (sent with it, see [`Loop::took`]), else sent now;
+/// a batch held before and never taken is sent first.
 #[pyfunction]
 pub fn fetched(py: Python<'_>, batch: Batch) {
-    hold_or_send(py, batch);
-}
-
-/// See [`fetched`].
-fn hold_or_send(py: Python<'_>, batch: Batch) {
     let send = FETCH.with(|f| {
         let mut f = f.borrow_mut();
         if f.defer {
