@@ -78,7 +78,7 @@ impl Local {
     fn flush(&mut self) {
         if let Some(p) = &self.probe {
             if !self.buf.is_empty() {
-                p.send_spans(std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH)));
+                p.send_spans(std::mem::replace(&mut self.buf, p.spare_batch()));
             }
             for step in self.steps.drain(..) {
                 p.send(Event::Step(step));

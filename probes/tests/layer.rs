@@ -179,3 +179,66 @@ fn a_full_batch_of_steps_is_sent_without_a_flush() {
     .unwrap();
     assert_eq!(sent as u64, n);
 }
+
+#[test]
+fn a_batch_the_reader_hands_back_carries_a_later_batch_of_the_thread() {
+    let (probe, rx) = Probe::new(1024);
+    let spares = probe.spares();
+    let span = |step| probes::SpanRecord {
+        stage: Stage::Compute,
+        thread: 0,
+        start_ns: 1_000 * step,
+        dur_ns: 500,
+        cpu_ns: NONE,
+        queue_ns: NONE,
+        step,
+        sample: NONE,
+        bytes: NONE,
+    };
+    let batches = std::thread::spawn(move || {
+        let mut sent = Vec::new();
+        for step in 0..3 {
+            probes::layer::record(&probe, span(step));
+            probes::flush_thread();
+            let batch = rx.try_iter().find_map(|e| match e {
+                Event::Spans(v) => Some(v),
+                _ => None,
+            });
+            let batch = batch.expect("a flush sends the batch");
+            sent.push((batch.as_ptr() as usize, batch.iter().map(|r| r.step).collect::<Vec<_>>()));
+            // The reader is done with it.
+            spares.put(batch);
+        }
+        sent
+    })
+    .join()
+    .unwrap();
+    // Each batch holds its own record only (a batch handed back is emptied).
+    let steps: Vec<_> = batches.iter().map(|(_, s)| s.clone()).collect();
+    assert_eq!(steps, [vec![0], vec![1], vec![2]]);
+    // The first batch's memory came back and carried the third (the second was allocated
+    // before the first was handed back): a thread's steady state allocates nothing.
+    assert_eq!(batches[2].0, batches[0].0);
+}
+
+#[test]
+fn spares_give_back_empty_batches_and_a_new_one_when_none_is_kept() {
+    let (probe, _rx) = Probe::new(8);
+    let spares = probe.spares();
+    assert_eq!(probe.spare_batch().capacity(), 0, "nothing kept yet: no memory taken");
+    let mut v = Vec::with_capacity(64);
+    v.push(probes::SpanRecord {
+        stage: Stage::Wait,
+        thread: 1,
+        start_ns: 0,
+        dur_ns: 1,
+        cpu_ns: NONE,
+        queue_ns: NONE,
+        step: 0,
+        sample: NONE,
+        bytes: NONE,
+    });
+    spares.put(v);
+    let back = probe.spare_batch();
+    assert!(back.is_empty() && back.capacity() >= 64, "{}", back.capacity());
+}

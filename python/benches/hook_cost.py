@@ -8,12 +8,14 @@ the microsecond scale.
 
     python python/benches/hook_cost.py [--rounds 300] [--steps 32] [--pipeprof PATH]
 
-Arms: `none` (no hook: the baseline), `all` (every hook, as `pipeprof run` installs them), and
-each hook alone: `loop` (DataLoader `__iter__`/`__next__`: the steps), `fetch` (the batch's
-fetch and collate), `backward` (`torch.autograd.backward`: the loss), `optimizer` (torch's
-global optimizer step hooks); `none again`, a second baseline, shows the method's own error.
-A hook alone is not quite its share of `all` (without the loop no step is open: the others
-skip their bookkeeping, and a batch's spans go alone instead of with its step).
+Arms: `none` (no hook: the baseline), `all` (every hook, as `pipeprof run` installs them),
+`loop` (DataLoader `__iter__`/`__next__` alone: the steps), `fetch` (the batch's fetch and
+collate, alone), and `loop+backward` (`torch.autograd.backward`: the loss) and
+`loop+optimizer` (torch's global optimizer step hooks): those two are put in place by the
+loop on its sampled steps only (one in `LOSS_EVERY`), so they are measured with it; their own
+cost is their arm's less `loop`'s. `none again`, a second baseline, shows the method's own
+error. A hook alone is not quite its share of `all` (without the loop no step is open, and a
+batch's spans go alone instead of with its step).
 The arms run in a new random order each round. Prints per arm the median training-thread CPU
 time per step (`time.thread_time`: the thread's own cost, whatever the other processes do),
 the cost over `none` in µs (the median of each round's difference to that round's `none`),
@@ -37,41 +39,30 @@ ARMS = {
     "all": ("loop", "fetch", "backward", "optimizer"),
     "loop": ("loop",),
     "fetch": ("fetch",),
-    "backward": ("backward",),
-    "optimizer": ("optimizer",),
+    "loop+backward": ("loop", "backward"),
+    "loop+optimizer": ("loop", "optimizer"),
 }
 
 
 def hooks():
-    """Each hook's (installed, original) pair and a function that puts one or the other in."""
-    import torch.autograd as autograd
-    import torch.optim.optimizer as optimizer
+    """A function that puts the hooks named in place and takes the others out."""
     import torch.utils.data._utils.fetch as fetch
     import torch.utils.data.dataloader as dataloader
 
     from pipeprof import _torch_loop
 
     it, nx = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
-    fe, bw = fetch._MapDatasetFetcher.fetch, autograd.backward
-    for f in (it, nx, fe, bw):
-        if not hasattr(f, "__wrapped__"):
-            raise SystemExit("the PyTorch hooks are not installed: run this under `pipeprof run`")
-    if len(_torch_loop._OPT_HOOKS) != 4:
-        raise SystemExit("the optimizer hooks are not installed: run this under `pipeprof run`")
+    fe = fetch._MapDatasetFetcher.fetch
+    hooks, loop = _torch_loop._HOOKS, _torch_loop._LOOP[0]
+    if not all(hasattr(f, "__wrapped__") for f in (it, nx, fe)) or loop is None or None in hooks.values():
+        raise SystemExit("the PyTorch hooks are not installed: run this under `pipeprof run`")
 
     def put(on):
         dataloader.DataLoader.__iter__ = it if "loop" in on else it.__wrapped__
         dataloader._BaseDataLoaderIter.__next__ = nx if "loop" in on else nx.__wrapped__
         fetch._MapDatasetFetcher.fetch = fe if "fetch" in on else fe.__wrapped__
-        autograd.backward = bw if "backward" in on else bw.__wrapped__
-        pre_h, post_h, pre, post = _torch_loop._OPT_HOOKS
-        pre_h.remove()
-        post_h.remove()
-        if "optimizer" in on:
-            _torch_loop._OPT_HOOKS[:2] = [
-                optimizer.register_optimizer_step_pre_hook(pre),
-                optimizer.register_optimizer_step_post_hook(post),
-            ]
+        # The loop puts these two in place on its sampled steps, as far as they are enabled.
+        loop.enable_hooks("backward" in on, "optimizer" in on)
 
     return put
 

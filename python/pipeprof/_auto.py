@@ -6,7 +6,8 @@ Then, when (and only if) the script imports them, each framework module gets its
 one module of pipeprof per concern, each saying what it patches and what it never touches:
 
 * :mod:`pipeprof._torch_loop`: the training thread's steps (``DataLoader`` iteration and
-  ``torch.autograd.backward``; nothing of ``torch.Tensor``).
+  ``torch.autograd.backward``, optimizer step hooks, and ``torch.compile`` to know it is used;
+  nothing of ``torch.Tensor``).
 * :mod:`pipeprof._torch_fetch`: how a batch is made, in each DataLoader worker or on the
   training thread (``fetch``, ``collate``, PIL ``read``/``decode``, torchvision
   ``resize``/``augment``).
@@ -143,6 +144,7 @@ def start():
             "torch.utils.data.dataloader": _torch_loop.install,
             "torch.autograd": _torch_loop.install_backward,
             "torch.optim.optimizer": _torch_loop.install_optim,
+            "torch": _torch_loop.install_compile,
             "torch.utils.data._utils.fetch": _torch_fetch.install_fetch,
             "PIL.Image": _torch_fetch.install_pil,
             "PIL.ImageFile": _torch_fetch.install_pil_imagefile,

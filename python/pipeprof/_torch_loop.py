@@ -10,25 +10,34 @@ batch, and count the model's parameters. Nothing of
 of lazy modules among them) and ``torch.compile`` see the methods they would see without
 pipeprof.
 
+The ``backward()`` and optimizer hooks are in place only on sampled steps (each pass's first
+training step, every ``LOSS_EVERY``-th after it, and its last where the DataLoader's iterator
+says its length; every step under DDP): the ``next()`` that opens a sampled step puts them in
+(``_native.Loop``), the next one takes them out, and in between the program calls torch's own
+``torch.autograd.backward`` and ``Optimizer.step`` with no hook registered. Once the program
+calls ``torch.compile`` they stay in place (what it compiles is guarded on them).
+
 A step is the time between two batches handed to the training thread: ``wait`` (the
 ``next()`` call), then ``compute`` (the loop body, until the next ``next()``), then a step
 record with the batch's images and, where it was seen, the loss. The loss is the tensor
-``backward()`` ran on, read at the step's end when it is a plain tensor: on the CPU every 8th
-step and each pass's first and last, on a GPU at most once a second (the read waits for the device);
-other steps say "not measured" (``-``), never 0, and an epoch's loss is the mean of those
-read. Host→device copies are not timed apart (that would need ``Tensor.to`` replaced): they
+``backward()`` ran on, read at the step's end when it is a plain tensor: on the sampled steps
+on the CPU, at most once a second on a GPU (the read waits for the device); other steps say
+"not measured" (``-``), never 0, and an epoch's loss is the mean of those read. The
+``optimizer`` span is the sampled steps' (its mean is what the diagnosis reads). Host→device copies are not timed apart (that would need ``Tensor.to`` replaced): they
 are part of ``compute``, and the run's settings say so (``transfer_unmeasured``).
 
 Steps are counted once per loop iteration: in ``for a, b in zip(loader_a, loader_b)`` the
-iterator that opened the step leads, and another iterator's batch taken before the step did
-any ``backward`` is part of the same step (its wait is added to the step's). An epoch is one
+iterator that opened the step leads, and a batch of another iterator made before the step
+began is part of the same step (its wait is added to the step's), once: that iterator's second
+batch in the step is a loop of its own. An epoch is one
 pass over the first DataLoader iterated with autograd on; a new iterator of it starts a new
 epoch only when the last one ran out or gave more than one batch (``next(iter(loader))`` every
 step is one epoch, not one per step). A batch taken with autograd off is a validation step.
 
 Cost per step on the training thread: one Python frame per hook, each calling into the
 extension, where the step's bookkeeping lives (``python/src/torch_loop.rs``: on a 1 ms step
-every Python frame and attribute costs microseconds with caches torch's kernels left cold);
+every Python frame and attribute costs microseconds with caches torch's kernels left cold),
+and the ``backward()`` and optimizer hooks on one step in ``LOSS_EVERY``;
 ``python/benches/hook_cost.py`` measures each hook's cost in µs.
 """
 
@@ -43,9 +52,9 @@ from pipeprof.torch import _first_leaf
 
 _now = _native.now_ns
 
-#: Steps between two reads of a loss on the CPU, and each pass's first and last step: an
-#: epoch's loss is the mean of the steps read, the others say "not measured". On a GPU it is
-#: read at most once a second (each read waits for the device).
+#: Steps between two sampled steps (each pass's first and last are too): their loss is read (an
+#: epoch's loss is the mean of those read, the others say "not measured"; on a GPU at most once
+#: a second, each read waits for the device) and their optimizer step timed.
 LOSS_EVERY = _native.LOSS_EVERY
 
 _STATE = {
@@ -57,6 +66,18 @@ _STATE = {
 
 #: The steps' state and hot path (a ``_native.Loop``), once ``install`` made it.
 _LOOP = [None]
+
+#: What the loop puts in place on its sampled steps and takes out after them (see
+#: ``_native.Loop.set_hooks``): ``backward``, (``torch.autograd``, torch's ``backward``, the
+#: hook); ``optimizer``, (torch's hook dict, the hook's key in it, the hook) per hook, or None
+#: while their modules are not imported.
+_HOOKS = {"backward": None, "optimizer": None}
+
+
+def _give_hooks():
+    loop = _LOOP[0]
+    if loop is not None:
+        loop.set_hooks(_HOOKS["backward"], _HOOKS["optimizer"])
 
 
 def _warn(what, e):
@@ -123,7 +144,8 @@ def install(dataloader_mod):
     orig_iter = DataLoader.__iter__
     orig_next = Base.__next__
     is_grad_enabled = torch.is_grad_enabled
-    loop = _LOOP[0] = _native.Loop(is_grad_enabled, torch.Tensor, _first_batch, _device, _distributed)
+    loop = _LOOP[0] = _native.Loop(is_grad_enabled, torch.Tensor, _first_batch, _device, _distributed, sys.modules)
+    _give_hooks()
     begin, took, failed = loop.begin, loop.took, loop.failed
 
     def __iter__(self):
@@ -204,7 +226,31 @@ def install_backward(autograd_mod):
 
     backward.__wrapped__ = orig
     backward.__doc__ = orig.__doc__
+    # A program that imports the function by name holds the hook: off the sampled steps it
+    # does nothing but call torch's.
     autograd_mod.backward = backward
+    _HOOKS["backward"] = (autograd_mod, orig, backward)
+    _give_hooks()
+
+
+def install_compile(torch_mod):
+    """``torch.compile``: once the program calls it, the sampled steps' hooks stay in place
+    (see ``_native.Loop.keep_hooks``): what it compiles is guarded on them, and hooks that come
+    and go would compile the program's step again. It is torch's own, called as it was."""
+    import functools
+
+    orig = getattr(torch_mod, "compile", None)
+    if orig is None or hasattr(orig, "__wrapped__"):
+        return
+
+    @functools.wraps(orig)
+    def compile(*args, **kwargs):
+        loop = _LOOP[0]
+        if loop is not None:
+            loop.keep_hooks()
+        return orig(*args, **kwargs)
+
+    torch_mod.compile = compile
 
 
 def _distributed():
@@ -265,13 +311,15 @@ def install_optim(optimizer_mod):
         except Exception as e:
             _warn("the parameter count", e)
 
-    # Their handles: python/benches/hook_cost.py removes and adds them back.
-    _OPT_HOOKS[:] = [
-        optimizer_mod.register_optimizer_step_pre_hook(pre),
-        optimizer_mod.register_optimizer_step_post_hook(post),
-        pre,
-        post,
+    handles = [
+        (optimizer_mod.register_optimizer_step_pre_hook(pre), pre),
+        (optimizer_mod.register_optimizer_step_post_hook(post), post),
     ]
-
-
-_OPT_HOOKS = []
+    try:
+        # Torch's hook dict and key of each (a handle's own fields): the loop deletes the entry
+        # after a sampled step and puts it back before the next, with no handle made each time.
+        _HOOKS["optimizer"] = [(h.hooks_dict_ref(), h.id, f) for h, f in handles]
+    except AttributeError:
+        # A torch whose handles hold them otherwise: the hooks stay in place on every step.
+        _HOOKS["optimizer"] = []
+    _give_hooks()

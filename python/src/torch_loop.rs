@@ -22,13 +22,19 @@ use std::sync::Mutex;
 
 /// Nanoseconds between two reads of a loss that lives on a GPU (each read waits for it).
 const GPU_LOSS_EVERY_NS: u64 = 1_000_000_000;
-/// Steps between two reads of a loss on the CPU (a read goes through torch's dispatcher:
-/// microseconds on a 1 ms step); a pass's first and last steps are always read.
+/// The sampled steps: each pass's first training step, every `LOSS_EVERY`-th after it, and
+/// its last where the iterator says its length. Only on those are the `backward()` and optimizer hooks in place (armed, see
+/// [`Loop::opened`]): their loss is read (on the CPU; on a GPU at most once a second, each read
+/// waits for the device) and their optimizer step timed. On the others the program calls
+/// torch's own functions, and pays nothing: a hook costs microseconds on a 1 ms step.
 pub const LOSS_EVERY: u64 = 8;
-/// `backward()` calls between two checks that the program started a process group (DDP):
-/// a check is a Python call; the group is made before the loop (and each training pass
-/// checks too), so at most a few steps miss it.
+/// Training steps between two checks that the program started a process group (DDP): a
+/// check is a Python call; the group is made before the loop (and each training pass checks
+/// too), so at most a few steps miss it.
 const DIST_CHECK_EVERY: u64 = 64;
+/// Other loaders' iterators that can join one step (`zip(a, b, c, d)`): one more is a loop
+/// of its own.
+const JOINS: usize = 3;
 
 /// The step whose batch a thread holds now.
 struct Open {
@@ -38,9 +44,12 @@ struct Open {
     t_body: u64,
     images: u32,
     validation: bool,
+    /// A sampled step: its loss is read.
+    sampled: bool,
     /// The iterator that opened the step, by address: holding it would delay its workers' end.
     leader: usize,
-    backward: bool,
+    /// Other iterators that gave the step a batch (as in `zip(a, b)`), by address.
+    joined: [usize; JOINS],
     loss: Option<Py<PyAny>>,
     opt_t0: Option<u64>,
     opt: Option<(u64, u64)>,
@@ -69,21 +78,37 @@ thread_local! {
     static FETCH: RefCell<Fetch> = RefCell::new(Fetch::default());
 }
 
+/// The training loader's current iterator (one pass over it).
+struct TrainIter {
+    /// A weak reference (holding it would delay its workers' end), and its address.
+    weak: Py<PyWeakrefReference>,
+    addr: usize,
+    ran_out: bool,
+    /// Batches it gave, and its length where it says (`len()`): its last batch's step is
+    /// sampled.
+    batches: u64,
+    len: Option<u64>,
+}
+
 /// The run's counters, shared by its threads.
 struct Counters {
     step: u64,
     epoch: i64,
-    /// The training loader's current iterator: (weak reference, ran out, batches taken).
-    train_iter: Option<(Py<PyWeakrefReference>, bool, u64)>,
+    /// The training loader's current iterator.
+    train_iter: Option<TrainIter>,
     input_sent: bool,
     device_seen: bool,
     params_sent: bool,
-    /// The next step whose loss is read on the CPU, and the epoch of the last one read.
-    loss_step: u64,
-    loss_epoch: Option<i64>,
+    /// The next sampled step, and the epoch of the last one.
+    sample_step: u64,
+    sample_epoch: Option<i64>,
+    /// Whether the `backward()` and optimizer hooks are in place now, and whether they stay
+    /// (torch.compile is in use, see [`Loop::put_hooks`]).
+    armed: bool,
+    keep: bool,
     last_gpu_loss_ns: u64,
     /// Whether the program trains as one rank of several (None: not known yet), and the
-    /// backward calls left before it is asked again.
+    /// training steps left before it is asked again.
     distributed: Option<bool>,
     dist_countdown: u64,
 }
@@ -100,7 +125,27 @@ pub struct Loop {
     on_first_batch: Py<PyAny>,
     on_device: Py<PyAny>,
     distributed: Py<PyAny>,
+    /// `sys.modules`: whether torch.compile is loaded (see [`Loop::put_hooks`]).
+    modules: Py<PyDict>,
+    hooks: Mutex<Hooks>,
     counters: Mutex<Counters>,
+}
+
+/// `torch.autograd` (the module), torch's `backward` and the hook.
+type BackwardHook = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+/// One of the optimizer's global hooks: torch's hook dict, the hook's key in it, the hook. The
+/// dict is an `OrderedDict`: changed through its own methods (`PyDict_SetItem` would skip its
+/// order list, and its next iteration would fail).
+type OptimizerHook = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+
+/// What [`Loop::put_hooks`] puts in place on the sampled steps and takes out after them.
+#[derive(Default)]
+struct Hooks {
+    backward: Option<BackwardHook>,
+    optimizer: Vec<OptimizerHook>,
+    /// Which of the two may be put in (`python/benches/hook_cost.py` turns them off).
+    backward_off: bool,
+    optimizer_off: bool,
 }
 
 fn now() -> u64 {
@@ -145,14 +190,22 @@ fn first_leaf<'py>(batch: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
 }
 
 /// The batch's size: its first tensor's first dimension, else its first value's length.
-fn batch_size(batch: &Bound<'_, PyAny>) -> u32 {
+/// `tensor` is `torch.Tensor`.
+fn batch_size(batch: &Bound<'_, PyAny>, tensor: &Bound<'_, PyAny>) -> u32 {
     let first = first_leaf(batch);
-    // A tensor's length is its first dimension, read without making its shape (a 0-d tensor
-    // has none: its length raises).
+    let py = batch.py();
+    // A plain tensor's shape is a C getter (its `len()` is a Python method of torch's, dearer
+    // than the rest of the step's bookkeeping on a cold cache); a 0-d tensor's is empty.
+    if first.get_type().is(tensor) {
+        if let Ok(shape) = first.getattr(intern!(py, "shape")) {
+            if let Ok(dims) = shape.cast::<PyTuple>() {
+                return dims.get_item(0).and_then(|n| n.extract::<u32>()).unwrap_or(0);
+            }
+        }
+    }
     if let Ok(n) = first.len() {
         return n as u32;
     }
-    let py = batch.py();
     if let Ok(shape) = first.getattr(intern!(py, "shape")) {
         if !shape.is_none() && shape.len().is_ok_and(|n| n > 0) {
             return shape.get_item(0).and_then(|n| n.extract::<u32>()).unwrap_or(0);
@@ -231,22 +284,16 @@ impl Loop {
     /// Whether `it` is the training loader's current iterator.
     fn is_train_iter(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> bool {
         let c = self.counters();
-        match &c.train_iter {
-            Some((w, _, _)) => w.bind(py).upgrade().is_some_and(|o| o.is(it)),
-            None => false,
-        }
+        c.train_iter.as_ref().is_some_and(|ti| ti.weak.bind(py).upgrade().is_some_and(|o| o.is(it)))
     }
 
-    /// The step's loss, when it was seen, is read this step (a pass's last step always is)
-    /// and is cheap to read.
-    fn loss_of(&self, py: Python<'_>, st: &Open, end: u64, last: bool) -> Option<f64> {
-        let t = st.loss.as_ref()?.bind(py);
-        {
-            let c = self.counters();
-            if !last && st.step < c.loss_step && c.loss_epoch == Some(st.epoch) {
-                return None;
-            }
+    /// The step's loss, when the `backward()` hook saw it (a sampled step) and it is cheap to
+    /// read.
+    fn loss_of(&self, py: Python<'_>, st: &Open, end: u64) -> Option<f64> {
+        if !st.sampled {
+            return None;
         }
+        let t = st.loss.as_ref()?.bind(py);
         if !t.get_type().is(self.tensor.bind(py)) {
             return None;
         }
@@ -254,25 +301,21 @@ impl Loop {
             return None;
         }
         let cpu = t.getattr(intern!(py, "is_cpu")).and_then(|b| b.is_truthy()).ok()?;
-        let mut c = self.counters();
         if !cpu {
+            let mut c = self.counters();
             if end.saturating_sub(c.last_gpu_loss_ns) < GPU_LOSS_EVERY_NS {
                 return None;
             }
             c.last_gpu_loss_ns = end;
         }
-        c.loss_step = st.step + LOSS_EVERY;
-        c.loss_epoch = Some(st.epoch);
-        drop(c);
         t.call_method0(intern!(py, "item")).and_then(|v| v.extract::<f64>()).ok()
     }
 
-    /// Ends this thread's open step at `end` (now when None). `last`: no step of the same pass
-    /// follows.
-    fn end_step(&self, py: Python<'_>, end: Option<u64>, last: bool) {
+    /// Ends this thread's open step at `end` (now when None).
+    fn end_step(&self, py: Python<'_>, end: Option<u64>) {
         let Some(st) = OPEN.with(|o| o.borrow_mut().take()) else { return };
         let end = end.unwrap_or_else(now);
-        let loss = self.loss_of(py, &st, end, last);
+        let loss = self.loss_of(py, &st, end);
         name_this_thread(py);
         if let Some(p) = probe() {
             let epoch = st.epoch.max(0) as u32;
@@ -281,11 +324,14 @@ impl Loop {
     }
 
     /// Whether this `next()` on `it` draws another loader's batch for the open step (as in
-    /// `zip(a, b)`): the step has no backward yet, and `it` was made before it began.
+    /// `zip(a, b)`): `it` was made before the step began and gave it no batch yet (a second
+    /// one is a loop of its own).
     fn joins(&self, py: Python<'_>, it: &Bound<'_, PyAny>, t_call: u64, validation: bool) -> bool {
+        let at = it.as_ptr() as usize;
         let open = OPEN.with(|o| {
             o.borrow().as_ref().and_then(|st| {
-                let other = st.leader != it.as_ptr() as usize && !st.backward && st.validation == validation;
+                let room = st.joined.contains(&0);
+                let other = st.leader != at && room && !st.joined.contains(&at) && st.validation == validation;
                 other.then_some(st.t_call)
             })
         });
@@ -294,32 +340,61 @@ impl Loop {
         made < step_call
     }
 
-    /// A batch taken for a new step: the step's counters, and the step opened.
+    /// A batch taken for a new step: the step's counters, the hooks armed for a sampled
+    /// training step (and disarmed after one), and the step opened.
     fn opened(&self, py: Python<'_>, it: &Bound<'_, PyAny>, batch: &Bound<'_, PyAny>, t_call: u64, validation: bool) {
         let t_body = now();
         let made = FETCH.with(|f| f.borrow_mut().held.take());
-        let (step, epoch, first, count) = {
+        let (step, epoch, first, last, ask) = {
             let mut c = self.counters();
             let step = c.step;
             c.step += 1;
             let first = !validation && !c.input_sent;
             c.input_sent |= first;
-            // Only whether the training iterator gave more than one batch matters (see
-            // `train_pass`): counted up to 2.
-            let count = !validation && c.train_iter.as_ref().is_some_and(|ti| ti.2 < 2);
-            (step, c.epoch, first, count)
-        };
-        if count && self.is_train_iter(py, it) {
-            if let Some(ti) = self.counters().train_iter.as_mut() {
-                ti.2 += 1;
+            // The training iterator's batches (by address: it is alive, it gave this batch).
+            let at = it.as_ptr() as usize;
+            let mut last = false;
+            if let Some(ti) = c.train_iter.as_mut().filter(|ti| !validation && ti.addr == at) {
+                ti.batches += 1;
+                last = ti.len == Some(ti.batches);
             }
+            let ask = !validation && c.distributed.is_none() && c.dist_countdown == 0;
+            if !validation && c.distributed.is_none() {
+                c.dist_countdown = if ask { DIST_CHECK_EVERY } else { c.dist_countdown - 1 };
+            }
+            (step, c.epoch, first, last, ask)
+        };
+        if ask {
+            self.check_distributed(py);
+        }
+        let (sampled, flip) = if validation {
+            (false, None)
+        } else {
+            let mut c = self.counters();
+            let due = c.sample_epoch != Some(epoch) || step >= c.sample_step;
+            if due {
+                c.sample_step = step + LOSS_EVERY;
+                c.sample_epoch = Some(epoch);
+            }
+            // A pass's last step too: the loss the program ends its pass with.
+            let sample = due || last;
+            // Under DDP every step's backward is timed: its all-reduce is where a rank waits.
+            let want = sample || c.distributed == Some(true) || c.keep;
+            let flip = (want != c.armed).then(|| {
+                c.armed = want;
+                want
+            });
+            (sample, flip)
+        };
+        if let Some(on) = flip {
+            self.put_hooks(py, on);
         }
         if first {
             if let Err(e) = self.on_first_batch.bind(py).call1((batch,)) {
                 warn(py, "the input shape", &e);
             }
         }
-        let images = batch_size(batch);
+        let images = batch_size(batch, self.tensor.bind(py));
         let st = Open {
             step,
             epoch,
@@ -327,8 +402,9 @@ impl Loop {
             t_body,
             images,
             validation,
+            sampled,
             leader: it.as_ptr() as usize,
-            backward: false,
+            joined: [0; JOINS],
             loss: None,
             opt_t0: None,
             opt: None,
@@ -337,13 +413,16 @@ impl Loop {
         OPEN.with(|o| *o.borrow_mut() = Some(st));
     }
 
-    /// Another loader's batch for the open step: its wait is the step's.
-    fn joined(&self, py: Python<'_>, t_call: u64, validation: bool) {
+    /// Another loader's batch for the open step (`it`'s): its wait is the step's.
+    fn joined(&self, py: Python<'_>, it: &Bound<'_, PyAny>, t_call: u64, validation: bool) {
         let t_body = now();
         let made = FETCH.with(|f| f.borrow_mut().held.take());
         let step = OPEN.with(|o| {
             o.borrow_mut().as_mut().map(|st| {
                 st.t_body = t_body;
+                if let Some(slot) = st.joined.iter_mut().find(|a| **a == 0) {
+                    *slot = it.as_ptr() as usize;
+                }
                 st.step
             })
         });
@@ -368,6 +447,7 @@ impl Loop {
         on_first_batch: Py<PyAny>,
         on_device: Py<PyAny>,
         distributed: Py<PyAny>,
+        modules: Py<PyDict>,
     ) -> Self {
         Loop {
             is_grad_enabled,
@@ -375,6 +455,8 @@ impl Loop {
             on_first_batch,
             on_device,
             distributed,
+            modules,
+            hooks: Mutex::new(Hooks::default()),
             counters: Mutex::new(Counters {
                 step: 0,
                 epoch: -1,
@@ -382,8 +464,11 @@ impl Loop {
                 input_sent: false,
                 device_seen: false,
                 params_sent: false,
-                loss_step: 0,
-                loss_epoch: None,
+                sample_step: 0,
+                sample_epoch: None,
+                // `_torch_loop` installs the hooks in place: the first step keeps them.
+                armed: true,
+                keep: false,
                 last_gpu_loss_ns: 0,
                 distributed: None,
                 dist_countdown: 0,
@@ -414,9 +499,9 @@ impl Loop {
         set_defer(false);
         let Some(call) = CALLS.with(|c| c.borrow_mut().pop()) else { return batch };
         if call.joins {
-            self.joined(py, call.t_call, call.validation);
+            self.joined(py, it, call.t_call, call.validation);
         } else {
-            self.end_step(py, Some(call.t_call), false);
+            self.end_step(py, Some(call.t_call));
             self.opened(py, it, &batch, call.t_call, call.validation);
         }
         batch
@@ -429,12 +514,12 @@ impl Loop {
         set_defer(false);
         let Some(call) = CALLS.with(|c| c.borrow_mut().pop()) else { return };
         if !call.joins {
-            self.end_step(py, Some(call.t_call), true);
+            self.end_step(py, Some(call.t_call));
         }
         if error.is_instance_of::<PyStopIteration>() {
             if self.is_train_iter(py, it) {
                 if let Some(ti) = self.counters().train_iter.as_mut() {
-                    ti.1 = true;
+                    ti.ran_out = true;
                 }
             }
         } else {
@@ -449,15 +534,18 @@ impl Loop {
     fn train_pass(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> PyResult<()> {
         // First, so that an iterator without weak references changes nothing.
         let weak = PyWeakrefReference::new(it)?.unbind();
+        // Its length, once a pass (an iterator without one, an IterableDataset's, says none).
+        let len = it.len().ok().map(|n| n as u64);
         let new_pass = match &self.counters().train_iter {
             None => true,
-            Some((_, ran_out, batches)) => *ran_out || *batches > 1,
+            Some(ti) => ti.ran_out || ti.batches > 1,
         };
         if new_pass {
-            self.end_step(py, None, true);
+            self.end_step(py, None);
             self.counters().epoch += 1;
         }
-        self.counters().train_iter = Some((weak, false, 0));
+        let addr = it.as_ptr() as usize;
+        self.counters().train_iter = Some(TrainIter { weak, addr, ran_out: false, batches: 0, len });
         // A process group is made before the loop: a pass is a good time to look again.
         if self.counters().distributed.is_none() {
             self.check_distributed(py);
@@ -465,29 +553,68 @@ impl Loop {
         Ok(())
     }
 
+    /// What the sampled steps put in place (`_torch_loop` gives each as its module is
+    /// imported): `backward`, (`torch.autograd`, torch's `backward`, the hook); `optimizer`,
+    /// (torch's hook dict, the hook's key, the hook) for each optimizer hook. Both are in place
+    /// now, as the first step wants them.
+    #[pyo3(signature = (backward=None, optimizer=None))]
+    fn set_hooks(&self, backward: Option<BackwardHook>, optimizer: Option<Vec<OptimizerHook>>) {
+        let mut h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+        if backward.is_some() {
+            h.backward = backward;
+        }
+        if let Some(o) = optimizer {
+            h.optimizer = o;
+        }
+    }
+
+    /// The program called `torch.compile`: the `backward()` and optimizer hooks go in place now
+    /// and stay there (see [`Loop::put_hooks`]), before anything is compiled.
+    fn keep_hooks(&self, py: Python<'_>) {
+        let put = {
+            let mut c = self.counters();
+            c.keep = true;
+            !std::mem::replace(&mut c.armed, true)
+        };
+        if put {
+            self.put_hooks(py, true);
+        }
+    }
+
+    /// Which of the `backward()` and optimizer hooks the sampled steps may put in place
+    /// (`python/benches/hook_cost.py` measures the loop without them), applied now.
+    fn enable_hooks(&self, py: Python<'_>, backward: bool, optimizer: bool) {
+        {
+            let mut h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+            h.backward_off = !backward;
+            h.optimizer_off = !optimizer;
+        }
+        let armed = self.counters().armed;
+        self.put_hooks(py, armed);
+    }
+
     /// Ends this thread's open step (the program's exit).
     fn close(&self, py: Python<'_>) {
-        self.end_step(py, None, true);
+        self.end_step(py, None);
     }
 
     /// Ends this thread's open step if iterator `it` opened it (its `__del__`: a `break`).
     fn close_if_leader(&self, py: Python<'_>, it: &Bound<'_, PyAny>) {
         let leads = OPEN.with(|o| o.borrow().as_ref().is_some_and(|st| st.leader == it.as_ptr() as usize));
         if leads {
-            self.end_step(py, None, true);
+            self.end_step(py, None);
         }
     }
 
-    /// `torch.autograd.backward(tensors, ...)`: the step's loss (the first tensor its first
-    /// backward ran on) and its device. Returns the open step's number when the program is
-    /// one rank of several (the caller times backward: the gradients' all-reduce), else None.
+    /// `torch.autograd.backward(tensors, ...)` on a sampled step: the step's loss (the first
+    /// tensor its first backward ran on) and its device. Returns the open step's number when
+    /// the program is one rank of several (the caller times backward: the gradients'
+    /// all-reduce), else None.
     fn backward(&self, py: Python<'_>, tensors: &Bound<'_, PyAny>) -> Option<u64> {
         let seen = OPEN.with(|o| {
-            let mut o = o.borrow_mut();
-            let st = o.as_mut().filter(|st| !st.validation)?;
-            let first = !st.backward && st.loss.is_none();
-            st.backward = true;
-            Some((st.step, first))
+            let o = o.borrow();
+            let st = o.as_ref().filter(|st| !st.validation)?;
+            Some((st.step, st.loss.is_none()))
         });
         let (step, first) = seen?;
         if first {
@@ -518,25 +645,7 @@ impl Loop {
                 });
             }
         }
-        let ask = {
-            let mut c = self.counters();
-            match c.distributed {
-                Some(d) => Err(d),
-                None if c.dist_countdown == 0 => {
-                    c.dist_countdown = DIST_CHECK_EVERY;
-                    Ok(())
-                }
-                None => {
-                    c.dist_countdown -= 1;
-                    Err(false)
-                }
-            }
-        };
-        let distributed = match ask {
-            Ok(()) => self.check_distributed(py),
-            Err(d) => d,
-        };
-        distributed.then_some(step)
+        (self.counters().distributed == Some(true)).then_some(step)
     }
 
     /// The optimizer step begins (torch's global pre-hook).
@@ -555,7 +664,9 @@ impl Loop {
             let mut o = o.borrow_mut();
             let st = o.as_mut()?;
             let t0 = st.opt_t0.take()?;
-            st.opt = Some((t0, now().saturating_sub(t0)));
+            let dur = now().saturating_sub(t0);
+            // Two optimizers in one step (a GAN's): one span from the first's start, their sum.
+            st.opt = Some(st.opt.map_or((t0, dur), |(start, sum)| (start, sum + dur)));
             Some(())
         });
         if timed.is_none() {
@@ -567,21 +678,82 @@ impl Loop {
 }
 
 impl Loop {
-    /// Asks the program (a Python callback) whether it is one rank of several; remembered
-    /// once it says (`None`: no process group yet).
-    fn check_distributed(&self, py: Python<'_>) -> bool {
-        match self.distributed.bind(py).call0() {
-            Ok(d) if d.is_none() => false,
-            Ok(d) => {
-                let d = d.is_truthy().unwrap_or(false);
-                self.counters().distributed = Some(d);
-                d
+    /// Puts the `backward()` and optimizer hooks in place (`on`: a sampled step begins) or
+    /// takes them out: `torch.autograd.backward` set to the hook or back to torch's, the
+    /// optimizer hooks' entries put in or deleted from torch's hook dicts (no handle made or
+    /// Python frame run: this is on the training thread every few steps). Once the program
+    /// uses torch.compile they stay in place: it guards what it traced (the optimizer's hook
+    /// dicts, the function `backward()` calls), and hooks that come and go would compile the
+    /// program's step again. `torch.compile` says so when called ([`Loop::keep_hooks`]);
+    /// dynamo's own frame count catches its other entry points, after their first compile.
+    fn put_hooks(&self, py: Python<'_>, on: bool) {
+        let on = on || {
+            let compiled = self.dynamo_compiled(py);
+            if compiled {
+                let mut c = self.counters();
+                c.keep = true;
+                c.armed = true;
             }
-            Err(_) => {
-                self.counters().distributed = Some(false);
-                false
+            compiled
+        };
+        // Taken out of the lock: setting them runs no code of ours, but nothing says so.
+        let (backward, optimizer) = {
+            let h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+            let backward = h.backward.as_ref().map(|(m, orig, hook)| {
+                let f = if on && !h.backward_off { hook } else { orig };
+                (m.clone_ref(py), f.clone_ref(py))
+            });
+            let optimizer: Vec<_> = h
+                .optimizer
+                .iter()
+                .map(|(d, k, f)| (d.clone_ref(py), k.clone_ref(py), (on && !h.optimizer_off).then(|| f.clone_ref(py))))
+                .collect();
+            (backward, optimizer)
+        };
+        if let Some((m, f)) = backward {
+            if let Err(e) = m.bind(py).setattr(intern!(py, "backward"), f) {
+                warn(py, "the loss hook", &e);
             }
         }
+        for (d, k, f) in optimizer {
+            let (d, k) = (d.bind(py), k.bind(py));
+            let done = match f {
+                Some(f) => d.set_item(k, f),
+                // Taken out already: nothing to do.
+                None if !d.contains(k).unwrap_or(false) => Ok(()),
+                None => d.del_item(k),
+            };
+            if let Err(e) = done {
+                warn(py, "the optimizer hooks", &e);
+            }
+        }
+    }
+
+    /// Whether dynamo (torch.compile's tracer) has compiled a frame in this process: its
+    /// `counters["frames"]["total"]`, read without running Python code (a `defaultdict`'s
+    /// missing key would). A torch that keeps no such count says yes once dynamo is loaded.
+    fn dynamo_compiled(&self, py: Python<'_>) -> bool {
+        let Ok(Some(utils)) = self.modules.bind(py).get_item(intern!(py, "torch._dynamo.utils")) else {
+            return false;
+        };
+        let Some(counters) = utils.getattr(intern!(py, "counters")).ok().and_then(|c| c.cast_into::<PyDict>().ok())
+        else {
+            return true;
+        };
+        let frames = counters.get_item(intern!(py, "frames")).ok().flatten();
+        let total = frames.and_then(|f| f.cast_into::<PyDict>().ok()?.get_item(intern!(py, "total")).ok().flatten());
+        total.and_then(|t| t.extract::<u64>().ok()).is_some_and(|t| t > 0)
+    }
+
+    /// Asks the program (a Python callback) whether it is one rank of several; remembered
+    /// once it says (`None`: no process group yet).
+    fn check_distributed(&self, py: Python<'_>) {
+        let d = match self.distributed.bind(py).call0() {
+            Ok(d) if d.is_none() => return,
+            Ok(d) => d.is_truthy().unwrap_or(false),
+            Err(_) => false,
+        };
+        self.counters().distributed = Some(d);
     }
 }
 

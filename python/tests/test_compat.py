@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import count
 from test_frameworks import env_for, run
 
 PATTERNS = Path(__file__).with_name("compat_patterns.py")
@@ -101,3 +102,84 @@ def test_losses_come_from_backward_not_from_item_and_unmeasured_ones_are_not_zer
     last = float(out.split("last ")[1].split()[0])
     assert abs(s["last_loss"] - last) < 1e-6, (s["last_loss"], last)
     assert s["settings"]["params"] == 10, s["settings"]
+
+
+SAMPLED = """
+    import torch, torch.optim.optimizer as O
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    net = nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    COMPILE = {compile}
+    if COMPILE:
+        step_fn = torch.compile(lambda x: net(x), backend="eager")
+    loader = DataLoader(TensorDataset(torch.rand(80, 4), torch.randint(0, 2, (80,))), batch_size=4)
+    hooked = []
+    for i, (x, y) in enumerate(loader):
+        # In the loop body, as the program sees them: torch's own functions, or the hooks.
+        hooked.append([hasattr(torch.autograd.backward, "__wrapped__"), len(O._global_optimizer_pre_hooks)])
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    print("HOOKED", [i for i, (b, o) in enumerate(hooked) if b and o])
+    print("PARTIAL", [i for i, (b, o) in enumerate(hooked) if b != bool(o)])
+"""
+
+
+def test_the_loss_and_optimizer_hooks_are_in_place_only_on_sampled_steps(tmp_path):
+    import textwrap
+
+    from pipeprof._torch_loop import LOSS_EVERY
+
+    script = tmp_path / "sampled.py"
+    script.write_text(textwrap.dedent(SAMPLED.format(compile=False)))
+    _, s, out, _ = run(tmp_path, sys.executable, script)
+    hooked = json.loads(out.split("HOOKED ")[1].splitlines()[0])
+    # 20 steps, one pass: its first, every LOSS_EVERY-th after it, and its last (the
+    # iterator's length says which); on the others the program calls torch's own functions.
+    want = sorted({i for i in range(20) if i % LOSS_EVERY == 0} | {19})
+    assert hooked == want, (hooked, want)
+    assert json.loads(out.split("PARTIAL ")[1].splitlines()[0]) == []
+    assert count(s, "optimizer") == len(want), s["stages"]
+    # The epoch's loss is the mean of the sampled steps', the last one the pass's last.
+    assert s["epochs"][0]["loss"] > 0 and s["last_loss"] > 0
+
+
+def test_after_torch_compile_the_hooks_stay_in_place(tmp_path):
+    # What torch.compile traces is guarded on the optimizer's hook dicts and on the function
+    # backward() calls: hooks that came and went would compile the program's step again.
+    import textwrap
+
+    script = tmp_path / "sampled.py"
+    script.write_text(textwrap.dedent(SAMPLED.format(compile=True)))
+    _, s, out, _ = run(tmp_path, sys.executable, script)
+    assert json.loads(out.split("HOOKED ")[1].splitlines()[0]) == list(range(20)), out
+    assert count(s, "optimizer") == 20, s["stages"]
+
+
+AUX_AFTER_BACKWARD = """
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    net = nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.rand(32, 4), torch.randint(0, 2, (32,))), batch_size=4)
+    aux = iter(DataLoader(TensorDataset(torch.rand(64, 4)), batch_size=4))
+    for x, y in train:
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        (noise,) = next(aux)   # another loader drawn after backward, once an iteration
+"""
+
+
+def test_another_loader_drawn_after_backward_is_part_of_the_same_step(tmp_path):
+    import textwrap
+
+    script = tmp_path / "aux.py"
+    script.write_text(textwrap.dedent(AUX_AFTER_BACKWARD))
+    _, s, _, _ = run(tmp_path, sys.executable, script)
+    # 8 iterations, 8 steps (not 16), one epoch; each step's two `next()` are its waits.
+    assert s["steps"] == 8 and len(s["epochs"]) == 1, (s["steps"], s["epochs"])
+    assert count(s, "wait") == 16, s["stages"]

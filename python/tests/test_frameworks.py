@@ -166,6 +166,7 @@ def test_batches_made_on_the_training_thread_are_timed_with_their_step(tmp_path)
     # num_workers=0: a batch's fetch and collate are sent with the step that took it, in one
     # call; one batch in MAIN_TIMED_EVERY is timed, the clocks are read on a sample of those.
     from pipeprof._torch_fetch import MAIN_CLOCKS_EVERY, MAIN_TIMED_EVERY
+    from pipeprof._torch_loop import LOSS_EVERY
 
     script = tmp_path / "in_thread.py"
     script.write_text(textwrap.dedent(IN_THREAD))
@@ -174,8 +175,11 @@ def test_batches_made_on_the_training_thread_are_timed_with_their_step(tmp_path)
     # taken is a step, 7 an epoch, 6 of them trained.
     steps = 2 * 7
     assert s["steps"] == steps, s["steps"]
-    # Each loader's `next()` is a wait of the step (the zipped one's 6 too).
-    for name, n in [("wait", 2 * (7 + 6)), ("compute", steps), ("optimizer", 2 * 6)]:
+    # Each loader's `next()` is a wait of the step (the zipped one's 6 too). The optimizer is
+    # timed on the sampled steps that train: each pass's first, every LOSS_EVERY-th, and its
+    # last (the 7th, which does not train).
+    sampled = [i for i in range(6) if i % LOSS_EVERY == 0]
+    for name, n in [("wait", 2 * (7 + 6)), ("compute", steps), ("optimizer", 2 * len(sampled))]:
         assert count(s, name) == n, (name, s["stages"])
     # The batches in the order they are made: each epoch a plain one, then a `__getitems__`
     # one (its collate inside its fetch), ..., the plain loader's 7th. The n-th batch made in
@@ -214,6 +218,7 @@ def test_the_optimizer_hooks_ask_torch_whether_it_compiles(tmp_path):
     script.write_text(textwrap.dedent(COMPILE_CHECK))
     _, s, out, _ = run(tmp_path, sys.executable, script)
     assert "asks torch.compiler: True" in out, out
+    # Two steps, one pass: both sampled (its first and its last), both timed.
     assert count(s, "optimizer") == 2, s["stages"]
 
 

@@ -13,7 +13,7 @@
 use super::wire::{self, Frame, Hello, WireError, WireEvent};
 use super::{io, AttachError};
 use crate::event::Event;
-use crate::probe::Probe;
+use crate::probe::{Probe, Spares};
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::collections::HashMap;
 use std::io::{BufWriter, Read, Write};
@@ -64,14 +64,18 @@ pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Produc
     let (probe, rx) = Probe::new(capacity.max(1));
     let writer = std::thread::Builder::new()
         .name("pp-producer".into())
-        .spawn(move || write_frames(rx, BufWriter::with_capacity(1 << 16, out)))
+        .spawn({
+            let spares = probe.spares();
+            move || write_frames(rx, BufWriter::with_capacity(1 << 16, out), spares)
+        })
         .map_err(io("start the producer thread"))?;
     Ok(Producer { probe, writer: Some(writer) })
 }
 
 /// Encodes events until [`Event::Finish`] or a write fails (the parent is gone: the channel
-/// is dropped, and further sends count as dropped events).
-fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
+/// is dropped, and further sends count as dropped events). Span batches, once encoded, go
+/// back to `spares` for the senders.
+fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>, spares: Spares) {
     let mut flushed = std::time::Instant::now();
     loop {
         let ev = match rx.try_recv() {
@@ -98,7 +102,18 @@ fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>) {
             return;
         }
         // A frame that cannot be encoded (over the size cap) is left out; the rest go on.
-        if let Some(Ok(bytes)) = Frame::from_event(&ev).map(|f| wire::encode(&f)) {
+        let encoded = match ev {
+            Event::Spans(v) => {
+                let frame = Frame::Spans(v);
+                let bytes = wire::encode(&frame);
+                if let Frame::Spans(v) = frame {
+                    spares.put(v);
+                }
+                Some(bytes)
+            }
+            ev => Frame::from_event(&ev).map(|f| wire::encode(&f)),
+        };
+        if let Some(Ok(bytes)) = encoded {
             if out.write_all(&bytes).is_err() {
                 return;
             }
