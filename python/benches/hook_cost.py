@@ -49,18 +49,17 @@ def hooks():
     import torch.utils.data._utils.fetch as fetch
     import torch.utils.data.dataloader as dataloader
 
-    from pipeprof import _torch_loop
+    from pipeprof import _torch_fetch, _torch_loop
 
-    it, nx = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
-    fe = fetch._MapDatasetFetcher.fetch
+    it = dataloader.DataLoader.__iter__
     hooks, loop = _torch_loop._HOOKS, _torch_loop._LOOP[0]
-    if not all(hasattr(f, "__wrapped__") for f in (it, nx, fe)) or loop is None or None in hooks.values():
+    if not hasattr(it, "__wrapped__") or loop is None or None in hooks.values() or not _torch_fetch._FETCH:
         raise SystemExit("the PyTorch hooks are not installed: run this under `pipeprof run`")
 
     def put(on):
         dataloader.DataLoader.__iter__ = it if "loop" in on else it.__wrapped__
-        dataloader._BaseDataLoaderIter.__next__ = nx if "loop" in on else nx.__wrapped__
-        fetch._MapDatasetFetcher.fetch = fe if "fetch" in on else fe.__wrapped__
+        dataloader._BaseDataLoaderIter.__next__ = _torch_loop._NEXT[0 if "loop" in on else 1]
+        fetch._MapDatasetFetcher.fetch = _torch_fetch._FETCH[0 if "fetch" in on else 1]
         # The loop puts these two in place on its sampled steps, as far as they are enabled.
         loop.enable_hooks("backward" in on, "optimizer" in on)
 

@@ -43,15 +43,10 @@ class _Thread(threading.local):
 
 _T = _Thread()
 
-#: Whether this process is a DataLoader worker (None: not asked yet; torch's worker info is
-#: the process's), and the batches made in it so far.
-_PROC = {"worker": None, "batches": 0}
-
-
 def _forget_in_child():
-    # A forked worker starts from the forking thread's state: it is not that thread.
+    # A forked worker starts from the forking thread's state: it is not that thread (and the
+    # extension asks anew whether the process is a worker, and counts its batches anew).
     _T.__dict__.clear()
-    _PROC["worker"], _PROC["batches"] = None, 0
     _native.forget_thread_state()
 
 
@@ -109,17 +104,17 @@ def _timed(stage, func):
 
 
 def _name_worker():
-    """Whether this process is a DataLoader worker; a worker process is named once."""
+    """Whether this process is a DataLoader worker (torch's worker info is the process's), and
+    names a worker process; asked once a process, by the extension."""
     try:
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
     except Exception:
         info = None
-    _PROC["worker"] = info is not None
     if info is not None:
         pipeprof.name_process(f"loader-{info.id}")
-    return _PROC["worker"]
+    return info is not None
 
 
 #: On the training thread (``num_workers=0``) one batch in this many is timed (``fetch`` and
@@ -142,6 +137,15 @@ flush_batch = _native.flush_fetched
 #: Whether a hook that times inside a sample (PIL, torchvision) is installed: until one is,
 #: nothing inside a sample can time it, and the training thread's batches skip the bookkeeping.
 _INNER = [False]
+
+
+def _inner():
+    _INNER[0] = True
+    _native.fetch_inner()
+
+
+#: ``_MapDatasetFetcher.fetch``: the hook and torch's own (the hook-cost bench swaps them).
+_FETCH = []
 
 
 def _samples(self, index):
@@ -183,36 +187,25 @@ def _fetch_clocked(orig, self, index, worker, clocks):
 
 
 def install_fetch(fetch_mod):
+    """``_MapDatasetFetcher.fetch``: the extension's own method (``_native.fetch_method``, no
+    frame of ours under torch's, see ``_torch_loop``): with automatic batching, a worker times
+    every batch (``_fetch_clocked``), the training thread 1 in ``MAIN_TIMED_EVERY`` (every one
+    once a PIL or torchvision hook is installed), the others are torch's own ``fetch``."""
     Map = fetch_mod._MapDatasetFetcher
     orig = Map.fetch
-    proc = _PROC
-
-    def fetch(self, possibly_batched_index):
-        if not self.auto_collation:
-            return orig(self, possibly_batched_index)
-        worker = proc["worker"]
-        if worker is None:
-            worker = _name_worker()
-        if worker:
-            return _fetch_clocked(orig, self, possibly_batched_index, True, True)
-        n = proc["batches"]
-        proc["batches"] = n + 1
-        if n % MAIN_TIMED_EVERY and not _INNER[0]:
-            return orig(self, possibly_batched_index)
-        return _fetch_clocked(orig, self, possibly_batched_index, False, n % MAIN_CLOCKS_EVERY == 0)
-
-    fetch.__wrapped__ = orig
+    fetch = _native.fetch_method(Map, orig, _fetch_clocked, _name_worker, MAIN_TIMED_EVERY, MAIN_CLOCKS_EVERY)
+    _FETCH[:] = [fetch, orig]
     Map.fetch = fetch
 
 
 def install_pil(image_mod):
-    _INNER[0] = True
+    _inner()
     image_mod.open = _timed("read", image_mod.open)
     image_mod.Image.convert = _timed("decode", image_mod.Image.convert)
 
 
 def install_pil_imagefile(imagefile_mod):
-    _INNER[0] = True
+    _inner()
     imagefile_mod.ImageFile.load = _timed("decode", imagefile_mod.ImageFile.load)
 
 
@@ -263,7 +256,7 @@ class _Transforms:
 
 
 def install_transforms(mod):
-    _INNER[0] = True
+    _inner()
     Compose = mod.Compose
 
     def __call__(self, img):
@@ -279,7 +272,7 @@ def install_transforms(mod):
 
 
 def install_transforms_v2(mod):
-    _INNER[0] = True
+    _inner()
     Compose = mod.Compose
 
     def forward(self, *inputs):

@@ -17,6 +17,12 @@ says its length; every step under DDP): the ``next()`` that opens a sampled step
 ``torch.autograd.backward`` and ``Optimizer.step`` with no hook registered. Once the program
 calls ``torch.compile`` they stay in place (what it compiles is guarded on them).
 
+``__next__`` is the extension's own method (``_native.next_method``), not a Python function:
+one call, no Python frame, and none of pipeprof's under torch's ``__next__`` (CPython 3.11
+and 3.12 allocate a thread's frames in 16 KB chunks and free one as soon as its first frame
+returns: a call that crosses a chunk's end costs a ``mmap`` and ``munmap`` each time, and one
+frame more could move a program's calls across one).
+
 A step is the time between two batches handed to the training thread: ``wait`` (the
 ``next()`` call), then ``compute`` (the loop body, until the next ``next()``), then a step
 record with the batch's images and, where it was seen, the loss. The loss is the tensor
@@ -66,6 +72,9 @@ _STATE = {
 
 #: The steps' state and hot path (a ``_native.Loop``), once ``install`` made it.
 _LOOP = [None]
+
+#: ``_BaseDataLoaderIter.__next__``: the hook and torch's own (the hook-cost bench swaps them).
+_NEXT = []
 
 #: What the loop puts in place on its sampled steps and takes out after them (see
 #: ``_native.Loop.set_hooks``): ``backward``, (``torch.autograd``, torch's ``backward``, the
@@ -146,7 +155,6 @@ def install(dataloader_mod):
     is_grad_enabled = torch.is_grad_enabled
     loop = _LOOP[0] = _native.Loop(is_grad_enabled, torch.Tensor, _first_batch, _device, _distributed, sys.modules)
     _give_hooks()
-    begin, took, failed = loop.begin, loop.took, loop.failed
 
     def __iter__(self):
         it = orig_iter(self)
@@ -174,18 +182,13 @@ def install(dataloader_mod):
             _send_settings(self)
         return it
 
-    def __next__(self):
-        if not begin(self):
-            return orig_next(self)
-        try:
-            batch = orig_next(self)
-        except BaseException as e:
-            failed(self, e)
-            raise
-        return took(self, batch)
+    # `loop.begin`, torch's `__next__`, then `loop.took` or `loop.failed`: a method of the
+    # extension, so that no frame of ours sits under torch's (see `hooked_next` in
+    # python/src/torch_loop.rs: where the frames fall decides what CPython allocates).
+    __next__ = _native.next_method(Base, orig_next, loop)
+    _NEXT[:] = [__next__, orig_next]
 
     __iter__.__wrapped__ = orig_iter
-    __next__.__wrapped__ = orig_next
     # Set on an iterator of a loader wrapped with pipeprof.torch.profile; read every batch.
     Base._pipeprof_manual = False
     DataLoader.__iter__ = __iter__

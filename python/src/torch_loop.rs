@@ -13,12 +13,14 @@
 
 use crate::{name_this_thread, record_batch, span, state, Batch};
 use probes::{clock, Probe, Stage, StepRecord};
-use pyo3::exceptions::PyStopIteration;
-use pyo3::intern;
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefReference};
+use pyo3::types::{PyDict, PyList, PyTuple, PyType, PyWeakrefReference};
+use pyo3::{ffi, intern};
 use std::cell::RefCell;
-use std::sync::Mutex;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// Nanoseconds between two reads of a loss that lives on a GPU (each read waits for it).
 const GPU_LOSS_EVERY_NS: u64 = 1_000_000_000;
@@ -794,4 +796,184 @@ pub fn forget_thread_state() {
     });
     FETCH.with(|f| *f.borrow_mut() = Fetch::default());
     CALLS.with(|c| c.borrow_mut().clear());
+    // The process is a new one: whether it is a worker is asked again, its batches counted anew.
+    WORKER.store(0, Ordering::Relaxed);
+    BATCHES.store(0, Ordering::Relaxed);
+}
+
+/// torch's own `_BaseDataLoaderIter.__next__` and the loop, for [`hooked_next`].
+static NEXT: OnceLock<(Py<PyAny>, Py<Loop>)> = OnceLock::new();
+
+/// `_BaseDataLoaderIter.__next__` under `pipeprof run`: [`Loop::begin`], torch's own
+/// `__next__`, then [`Loop::took`] or [`Loop::failed`], in one C function: no Python frame and
+/// one call into the extension instead of two (`python/benches/hook_cost.py`). Nor does a
+/// frame of ours sit under torch's: CPython 3.11 and 3.12 give a thread's frames 16 KB chunks
+/// and free a chunk as soon as its first frame returns, so a program whose calls cross a
+/// chunk's end pays a `mmap` and `munmap` each time (≈ 23 µs on the 2-core machine), and one
+/// frame more could move a program's calls across one. The bookkeeping never raises into the
+/// program: a panic in it leaves the batch or the error as torch gave them.
+unsafe extern "C" fn hooked_next(slf: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    Python::attach(|py| {
+        let Some((orig, lp)) = NEXT.get() else {
+            PyRuntimeError::new_err("pipeprof: the DataLoader hook was called before it was made").restore(py);
+            return std::ptr::null_mut();
+        };
+        // SAFETY: CPython calls a method with a live `self`.
+        let it = unsafe { Bound::from_borrowed_ptr(py, slf) };
+        let lp = lp.get();
+        let timed = catch_unwind(AssertUnwindSafe(|| lp.begin(py, &it))).unwrap_or(false);
+        let out = orig.bind(py).call1((&it,));
+        match out {
+            Ok(batch) if timed => {
+                catch_unwind(AssertUnwindSafe(|| lp.took(py, &it, batch.clone()))).unwrap_or(batch).into_ptr()
+            }
+            Ok(batch) => batch.into_ptr(),
+            Err(e) => {
+                if timed {
+                    let _ = catch_unwind(AssertUnwindSafe(|| lp.failed(py, &it, e.value(py))));
+                }
+                e.restore(py);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Makes `__next__` for `base` (`_BaseDataLoaderIter`, whose `__next__` is `orig`): a method
+/// of the extension ([`hooked_next`]), once a process.
+#[pyfunction]
+pub fn next_method<'py>(
+    py: Python<'py>,
+    base: &Bound<'py, PyType>,
+    orig: Py<PyAny>,
+    lp: Py<Loop>,
+) -> PyResult<Bound<'py, PyAny>> {
+    NEXT.set((orig, lp)).map_err(|_| PyRuntimeError::new_err("pipeprof: the DataLoader hook is made once"))?;
+    method(
+        py,
+        base,
+        c"__next__",
+        hooked_next,
+        ffi::METH_NOARGS,
+        c"torch's DataLoader iterator __next__, timed by pipeprof run",
+    )
+}
+
+/// torch's own `_MapDatasetFetcher.fetch`, the Python function that times a batch
+/// (`_torch_fetch._fetch_clocked`), the one that says whether this process is a DataLoader
+/// worker (and names it), and 1 batch in how many the training thread times (and reads the
+/// clocks of), for [`hooked_fetch`].
+struct FetchHook {
+    orig: Py<PyAny>,
+    clocked: Py<PyAny>,
+    is_worker: Py<PyAny>,
+    timed_every: u64,
+    clocks_every: u64,
+}
+
+static FETCH_HOOK: OnceLock<FetchHook> = OnceLock::new();
+/// Whether this process is a DataLoader worker: 0 not asked yet, 1 yes, 2 no; and the batches
+/// the process made on its training thread so far. A forked worker starts both anew
+/// ([`forget_thread_state`]).
+static WORKER: AtomicU8 = AtomicU8::new(0);
+static BATCHES: AtomicU64 = AtomicU64::new(0);
+/// Whether a hook that times inside a sample (PIL, torchvision) is installed: then every batch
+/// is timed, its samples' spans inside it.
+static INNER: AtomicBool = AtomicBool::new(false);
+
+/// `_MapDatasetFetcher.fetch(index)` under `pipeprof run`, as the extension's own method (as
+/// [`hooked_next`] is): torch's own `fetch` for a batch that is not timed (3 in 4 on the
+/// training thread), called with no frame of ours; else `_fetch_clocked`, in its place.
+unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    Python::attach(|py| {
+        let Some(h) = FETCH_HOOK.get() else {
+            PyRuntimeError::new_err("pipeprof: the fetch hook was called before it was made").restore(py);
+            return std::ptr::null_mut();
+        };
+        // SAFETY: CPython calls a method with a live `self` and argument.
+        let (fetcher, index) = unsafe { (Bound::from_borrowed_ptr(py, slf), Bound::from_borrowed_ptr(py, index)) };
+        let plan = catch_unwind(AssertUnwindSafe(|| fetch_plan(py, h, &fetcher))).unwrap_or(None);
+        let out = match plan {
+            None => h.orig.bind(py).call1((&fetcher, &index)),
+            Some((worker, clocks)) => h.clocked.bind(py).call1((&h.orig, &fetcher, &index, worker, clocks)),
+        };
+        match out {
+            Ok(batch) => batch.into_ptr(),
+            Err(e) => {
+                e.restore(py);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Whether the fetcher's next batch is timed: None for torch's own `fetch`, else (made in a
+/// worker, the thread's clocks read).
+fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Option<(bool, bool)> {
+    // A data set sampled one index at a time (no batch): torch's own path, untimed.
+    if !fetcher.getattr(intern!(py, "auto_collation")).and_then(|a| a.is_truthy()).unwrap_or(false) {
+        return None;
+    }
+    let worker = match WORKER.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let w = h.is_worker.bind(py).call0().and_then(|w| w.is_truthy()).unwrap_or(false);
+            WORKER.store(if w { 1 } else { 2 }, Ordering::Relaxed);
+            w
+        }
+    };
+    if worker {
+        return Some((true, true));
+    }
+    let n = BATCHES.fetch_add(1, Ordering::Relaxed);
+    if !n.is_multiple_of(h.timed_every) && !INNER.load(Ordering::Relaxed) {
+        return None;
+    }
+    Some((false, n.is_multiple_of(h.clocks_every)))
+}
+
+/// Makes `fetch` for `base` (`_MapDatasetFetcher`, whose `fetch` is `orig`): a method of the
+/// extension ([`hooked_fetch`]), once a process.
+#[pyfunction]
+pub fn fetch_method<'py>(
+    py: Python<'py>,
+    base: &Bound<'py, PyType>,
+    orig: Py<PyAny>,
+    clocked: Py<PyAny>,
+    is_worker: Py<PyAny>,
+    timed_every: u64,
+    clocks_every: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let hook =
+        FetchHook { orig, clocked, is_worker, timed_every: timed_every.max(1), clocks_every: clocks_every.max(1) };
+    FETCH_HOOK.set(hook).map_err(|_| PyRuntimeError::new_err("pipeprof: the fetch hook is made once"))?;
+    method(py, base, c"fetch", hooked_fetch, ffi::METH_O, c"torch's fetcher fetch, timed by pipeprof run")
+}
+
+/// A hook that times inside a sample (PIL, torchvision) is installed: every batch the training
+/// thread makes is timed from now on.
+#[pyfunction]
+pub fn fetch_inner() {
+    INNER.store(true, Ordering::Relaxed);
+}
+
+/// A method descriptor of `base` named `name` that runs `f` (`flags`: its calling convention).
+fn method<'py>(
+    py: Python<'py>,
+    base: &Bound<'py, PyType>,
+    name: &'static std::ffi::CStr,
+    f: ffi::PyCFunction,
+    flags: std::os::raw::c_int,
+    doc: &'static std::ffi::CStr,
+) -> PyResult<Bound<'py, PyAny>> {
+    // A method descriptor holds its definition for good: made once a process, never freed.
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: name.as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer { PyCFunction: f },
+        ml_flags: flags,
+        ml_doc: doc.as_ptr(),
+    }));
+    // SAFETY: `base` is a live type, `def` lives for the rest of the process.
+    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(base.as_type_ptr(), def)) }
 }
