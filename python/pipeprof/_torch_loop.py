@@ -29,22 +29,23 @@ record with the batch's images and, where it was seen, the loss. The loss is the
 ``backward()`` ran on, read at the step's end when it is a plain tensor: on the sampled steps
 on the CPU, at most once a second on a GPU (the read waits for the device); other steps say
 "not measured" (``-``), never 0, and an epoch's loss is the mean of those read. The
-``optimizer`` span is the sampled steps' (its mean is what the diagnosis reads). Host→device copies are not timed apart (that would need ``Tensor.to`` replaced): they
-are part of ``compute``, and the run's settings say so (``transfer_unmeasured``).
+``optimizer`` span is the sampled steps' (its mean is what the diagnosis reads). Host→device
+copies are not timed apart (that would need ``Tensor.to`` replaced): they are part of
+``compute``, and the run's settings say so (``transfer_unmeasured``).
 
 Steps are counted once per loop iteration: in ``for a, b in zip(loader_a, loader_b)`` the
 iterator that opened the step leads, and a batch of another iterator made before the step
 began is part of the same step (its wait is added to the step's), once: that iterator's second
-batch in the step is a loop of its own. An epoch is one
-pass over the first DataLoader iterated with autograd on; a new iterator of it starts a new
-epoch only when the last one ran out or gave more than one batch (``next(iter(loader))`` every
-step is one epoch, not one per step). A batch taken with autograd off is a validation step.
+batch in the step is a loop of its own. An epoch is one pass over the first DataLoader
+iterated with autograd on; a new iterator of it starts a new epoch only when the last one ran
+out or gave more than one batch (``next(iter(loader))`` every step is one epoch, not one per
+step). A batch taken with autograd off is a validation step.
 
-Cost per step on the training thread: one Python frame per hook, each calling into the
-extension, where the step's bookkeeping lives (``python/src/torch_loop.rs``: on a 1 ms step
-every Python frame and attribute costs microseconds with caches torch's kernels left cold),
-and the ``backward()`` and optimizer hooks on one step in ``LOSS_EVERY``;
-``python/benches/hook_cost.py`` measures each hook's cost in µs.
+Cost per step on the training thread: one call into the extension per ``next()`` (and per
+batch made, ``_torch_fetch``), where the step's bookkeeping lives (``python/src/torch_loop.rs``:
+on a 1 ms step every Python frame and attribute costs microseconds with caches torch's kernels
+left cold), and the ``backward()`` and optimizer hooks, one Python frame each, on one step in
+``LOSS_EVERY``; ``python/benches/hook_cost.py`` measures each hook's cost in µs.
 """
 
 from __future__ import annotations
