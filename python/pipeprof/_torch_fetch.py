@@ -134,14 +134,10 @@ MAIN_CLOCKS_EVERY = 32
 flush_batch = _native.flush_fetched
 
 
-#: Whether a hook that times inside a sample (PIL, torchvision) is installed: until one is,
-#: nothing inside a sample can time it, and the training thread's batches skip the bookkeeping.
-_INNER = [False]
-
-
-def _inner():
-    _INNER[0] = True
-    _native.fetch_inner()
+#: A hook that times inside a sample (PIL, torchvision) is installed: the extension times every
+#: batch from then on, and tells ``_fetch_clocked`` (``inner``). Until then nothing inside a
+#: sample can time it, and the training thread's batches skip the bookkeeping.
+_inner = _native.fetch_inner
 
 
 #: ``_MapDatasetFetcher.fetch``: the hook and torch's own (the hook-cost bench swaps them).
@@ -158,10 +154,10 @@ def _samples(self, index):
         _T.in_fetch = False
 
 
-def _fetch_clocked(orig, self, index, worker, clocks):
+def _fetch_clocked(orig, self, index, worker, clocks, inner):
     """A timed batch: its fetch and collate, the thread's clocks around them when ``clocks``,
-    and the spans inside its samples once a PIL or torchvision hook is installed. Sent now by
-    a worker, held for the step on the training thread."""
+    and the spans inside its samples when ``inner`` (a PIL or torchvision hook is installed).
+    Sent now by a worker, held for the step on the training thread."""
     c0, q0 = (_thread_time(), _queue()) if clocks else (None, None)
     t0 = _now()
     if getattr(self.dataset, "__getitems__", None):
@@ -170,7 +166,7 @@ def _fetch_clocked(orig, self, index, worker, clocks):
         c2, q2 = (_thread_time(), _queue()) if clocks else (None, None)
         batch = (t0, None, t2, (c0, None, c2, q0, None, q2) if clocks else None)
     else:
-        data, covered = _samples(self, index) if _INNER[0] else ([self.dataset[i] for i in index], False)
+        data, covered = _samples(self, index) if inner else ([self.dataset[i] for i in index], False)
         t1 = _now()
         c1, q1 = (_thread_time(), _queue()) if clocks else (None, None)
         out = self.collate_fn(data)

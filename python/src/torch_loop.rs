@@ -360,8 +360,9 @@ impl Loop {
                 ti.batches += 1;
                 last = ti.len == Some(ti.batches);
             }
-            let ask = !validation && c.distributed.is_none() && c.dist_countdown == 0;
+            let mut ask = false;
             if !validation && c.distributed.is_none() {
+                ask = c.dist_countdown == 0;
                 c.dist_countdown = if ask { DIST_CHECK_EVERY } else { c.dist_countdown - 1 };
             }
             (step, c.epoch, first, last, ask)
@@ -895,7 +896,10 @@ unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyOb
         let plan = catch_unwind(AssertUnwindSafe(|| fetch_plan(py, h, &fetcher))).unwrap_or(None);
         let out = match plan {
             None => h.orig.bind(py).call1((&fetcher, &index)),
-            Some((worker, clocks)) => h.clocked.bind(py).call1((&h.orig, &fetcher, &index, worker, clocks)),
+            Some((worker, clocks)) => {
+                let inner = INNER.load(Ordering::Relaxed);
+                h.clocked.bind(py).call1((&h.orig, &fetcher, &index, worker, clocks, inner))
+            }
         };
         match out {
             Ok(batch) => batch.into_ptr(),
