@@ -20,6 +20,14 @@ pub enum Stage {
     Resize,
     /// Random transforms applied by the loader.
     Augment,
+    /// Pixels to the tensor the model takes, at the same size: `ToTensor`, `PILToTensor`,
+    /// `ToImage`, `ToDtype`, `ConvertImageDtype`, `Normalize`, Keras' `Rescaling` and
+    /// `Normalization`. Never a resize: nothing changes size.
+    Convert,
+    /// A step of the loader's own code that pipeprof does not classify: a transform class of the
+    /// program's own (its class names are the run's `transforms` setting), a tf.data `map`
+    /// function's work beyond the ops pipeprof names.
+    Transform,
     /// Samples stacked into a batch (a DataLoader's `collate_fn`), once per batch.
     Collate,
     /// The training loop blocked on the next batch: the input-bound signal.
@@ -40,12 +48,14 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 13] = [
+    pub const ALL: [Stage; 15] = [
         Stage::Read,
         Stage::Fetch,
         Stage::Decode,
         Stage::Resize,
         Stage::Augment,
+        Stage::Convert,
+        Stage::Transform,
         Stage::Collate,
         Stage::Wait,
         Stage::Transfer,
@@ -64,6 +74,8 @@ impl Stage {
             Stage::Decode => "decode",
             Stage::Resize => "resize",
             Stage::Augment => "augment",
+            Stage::Convert => "convert",
+            Stage::Transform => "transform",
             Stage::Collate => "collate",
             Stage::Wait => "wait",
             Stage::Transfer => "transfer",
@@ -83,6 +95,8 @@ impl Stage {
             "decode" => Stage::Decode,
             "resize" => Stage::Resize,
             "augment" => Stage::Augment,
+            "convert" => Stage::Convert,
+            "transform" => Stage::Transform,
             "collate" => Stage::Collate,
             "wait" => Stage::Wait,
             "transfer" => Stage::Transfer,
@@ -103,7 +117,17 @@ impl Stage {
     /// Loader stages: the work of producing a batch, on a worker (or, with no workers, on
     /// the training thread inside its wait).
     pub const fn is_loader(self) -> bool {
-        matches!(self, Stage::Read | Stage::Fetch | Stage::Decode | Stage::Resize | Stage::Augment | Stage::Collate)
+        matches!(
+            self,
+            Stage::Read
+                | Stage::Fetch
+                | Stage::Decode
+                | Stage::Resize
+                | Stage::Augment
+                | Stage::Convert
+                | Stage::Transform
+                | Stage::Collate
+        )
     }
 
     /// Whether the Layer reads the thread CPU clock for this stage.

@@ -482,6 +482,8 @@ fn new_span(stage: Stage, f: Fields) -> tracing::Span {
         Stage::Decode => stage_span!("decode", f),
         Stage::Resize => stage_span!("resize", f),
         Stage::Augment => stage_span!("augment", f),
+        Stage::Convert => stage_span!("convert", f),
+        Stage::Transform => stage_span!("transform", f),
         Stage::Collate => stage_span!("collate", f),
         Stage::Wait => stage_span!("wait", f),
         Stage::Transfer => stage_span!("transfer", f),

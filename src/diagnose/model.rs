@@ -29,8 +29,16 @@ use probes::stage::Stage;
 
 /// Loader stages, in pipeline order. Each is costed per image; `fetch` and `collate` are timed
 /// once per batch, so their cost per image is a span over the batch.
-pub const LOADER_STAGES: [Stage; 6] =
-    [Stage::Read, Stage::Fetch, Stage::Decode, Stage::Resize, Stage::Augment, Stage::Collate];
+pub const LOADER_STAGES: [Stage; 8] = [
+    Stage::Read,
+    Stage::Fetch,
+    Stage::Decode,
+    Stage::Resize,
+    Stage::Augment,
+    Stage::Convert,
+    Stage::Transform,
+    Stage::Collate,
+];
 
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
 /// (a small file from a local SSD or the page cache).
