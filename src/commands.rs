@@ -49,7 +49,7 @@ check-advice: the program did not end well (exit code {code}): no re-runs"
     let text = read.map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
     let s: crate::aggregate::Summary = serde_json::from_slice(&text)
         .map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let verdict = crate::diagnose::diagnose(&s);
+    let verdict = crate::diagnose::diagnose_finished(&s);
     check_run::run(&check, &s, &verdict);
     Ok(code)
 }

@@ -314,11 +314,9 @@ fn render_epochs(o: &mut String, s: &Summary) {
             let _ = writeln!(o, "{cols}");
         }
         if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
-            let _ = writeln!(
-                o,
-                "validation passes took {} of the run's wall time (the GPU trains nothing meanwhile)",
-                pct(share)
-            );
+            // No GPU words in a run without one.
+            let idle = if crate::diagnose::model::trains_on_cpu(s) { "no training step" } else { "the GPU trains nothing" };
+            let _ = writeln!(o, "validation passes took {} of the run's wall time ({idle} meanwhile)", pct(share));
         }
     }
 }
@@ -403,12 +401,19 @@ fn render_loader_threads(o: &mut String, s: &Summary) {
     for t in s.loader_threads.iter().take(LOADER_THREADS_LISTED) {
         let _ = writeln!(
             o,
-            "  {:<width$}  {:>7} spans  busy {:>9}  on-CPU {:>4}",
+            "  {:<width$}  {:>7} spans  busy {:>9}  on-CPU {:>4}{}",
             t.name,
             t.spans,
             ms(t.busy_ms),
-            t.on_cpu.map(pct).unwrap_or_else(|| "-".into())
+            t.on_cpu.map(pct).unwrap_or_else(|| "-".into()),
+            if t.starts > 1 { format!("  started {}×", t.starts) } else { String::new() }
         );
+    }
+    // Workers started again and again: each start is a new process that imports, forks and
+    // fills its first batch before the loop gets one.
+    if let Some(most) = s.loader_threads.iter().map(|t| t.starts).max().filter(|n| *n > 1) {
+        let keep = if s.settings.framework == "pytorch" { " (DataLoader(persistent_workers=True) keeps them)" } else { "" };
+        let _ = writeln!(o, "  the workers were started up to {most} times: once per pass over a loader{keep}");
     }
     let rest = &s.loader_threads[s.loader_threads.len().min(LOADER_THREADS_LISTED)..];
     if !rest.is_empty() {
@@ -729,18 +734,29 @@ mod tests {
         assert!(lines[7].contains("5 more"), "{r}");
     }
 
+    fn line_of(r: &str, name: &str) -> String {
+        r.lines().find(|l| l.contains(name)).unwrap_or_default().to_string()
+    }
+
     #[test]
     fn report_lists_loader_threads_with_their_on_cpu_share() {
         use crate::aggregate::LoaderThread;
-        let t = |name: &str, busy_ms, on_cpu| LoaderThread { thread: 1, name: name.into(), spans: 40, busy_ms, on_cpu };
+        let t =
+            |name: &str, busy_ms, on_cpu| LoaderThread { thread: 1, name: name.into(), spans: 40, busy_ms, on_cpu, starts: 1 };
         let mut s = Summary {
-            loader_threads: vec![t("loader-1 (pid 42)", 300.0, Some(0.12)), t("loader-0 (pid 41)", 120.0, Some(0.95))],
+            loader_threads: vec![t("loader-1", 300.0, Some(0.12)), t("loader-0", 120.0, Some(0.95))],
             ..Default::default()
         };
         let r = render(&s, &crate::diagnose::diagnose(&s));
         let line = |name: &str| r.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
-        assert!(line("loader-1 (pid 42)").contains("12%"), "{r}");
-        assert!(line("loader-0 (pid 41)").contains("95%") && line("loader-0").contains("40 spans"), "{r}");
+        assert!(line("loader-1").contains("12%"), "{r}");
+        assert!(line("loader-0").contains("95%") && line("loader-0").contains("40 spans"), "{r}");
+        assert!(!r.contains("started"), "workers started once say nothing of starts: {r}");
+        s.loader_threads[0].starts = 6;
+        s.settings.framework = "pytorch".into();
+        let r = render(&s, &crate::diagnose::diagnose(&s));
+        assert!(line_of(&r, "loader-1").contains("started 6×"), "{r}");
+        assert!(r.contains("started up to 6 times: once per pass over a loader (DataLoader(persistent_workers=True)"), "{r}");
         for i in 0..20 {
             s.loader_threads.push(t(&format!("w{i}"), 1.0, None));
         }

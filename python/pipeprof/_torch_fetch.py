@@ -5,9 +5,11 @@ What it patches, once each: ``_MapDatasetFetcher.fetch`` (the samples of one bat
 ``collate_fn``), PIL's ``Image.open`` / ``Image.convert`` / ``ImageFile.load``, and the
 ``Compose`` of torchvision's transforms (v1 and v2).
 
-Spans: ``read`` (``Image.open``), ``decode`` (PIL's ``load``/``convert``), ``resize`` and
-``augment`` (each transform of a ``Compose``, the ``Random*`` ones as augment), each per
-sample with the thread's CPU and run-queue time. A batch whose samples none of those covered
+Spans: ``read`` (``Image.open``), ``decode`` (PIL's ``load``/``convert``), and each transform
+of a ``Compose`` by what its class does (:func:`stage_of_name`): ``resize`` (resizes and
+crops), ``augment`` (random transforms), ``convert`` (``ToTensor``, ``Normalize``: the same
+pixels as the tensor the model takes), ``transform`` (a class pipeprof does not know, named in
+the run's ``transforms`` setting), each per sample with the thread's CPU and run-queue time. A batch whose samples none of those covered
 (tensors already in memory, a format of its own) is one ``fetch`` span for the whole batch:
 indexing an in-memory tensor costs microseconds, and timing every sample would cost more than
 the sample. ``collate`` times ``collate_fn`` once per batch. A data set with ``__getitems__``
@@ -51,10 +53,6 @@ def _forget_in_child():
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
-
-#: Transforms that are random (augmentation) by name; the others reshape pixels (resize).
-_AUGMENT_WORDS = ("Random", "ColorJitter", "Augment", "AugMix", "GaussianBlur", "Elastic", "Jitter")
-
 
 def _since(a, b):
     """A clock's advance from reading ``a`` to ``b``; None where either was not read."""
@@ -194,10 +192,34 @@ def install_fetch(fetch_mod):
     Map.fetch = fetch
 
 
+def _unloaded(img):
+    """A lazily opened file not decoded yet: Pillow's ``tile`` lists what ``load`` will
+    decode, and is empty once it has (and on an image made in memory)."""
+    try:
+        return bool(img.tile)
+    except Exception:
+        return False
+
+
+def _convert_timed(func):
+    """``Image.convert``: ``decode`` where it decodes a file opened lazily (the pixels' first
+    use), ``convert`` on pixels already in memory (``Image.fromarray``: torchvision's MNIST
+    and CIFAR), never a decode there."""
+
+    def convert(self, *args, **kwargs):
+        with _Stage("decode" if _unloaded(self) else "convert"):
+            return func(self, *args, **kwargs)
+
+    convert.__wrapped__ = func
+    convert.__name__ = getattr(func, "__name__", "convert")
+    convert.__doc__ = getattr(func, "__doc__", None)
+    return convert
+
+
 def install_pil(image_mod):
     _inner()
     image_mod.open = _timed("read", image_mod.open)
-    image_mod.Image.convert = _timed("decode", image_mod.Image.convert)
+    image_mod.Image.convert = _convert_timed(image_mod.Image.convert)
 
 
 def install_pil_imagefile(imagefile_mod):
@@ -205,24 +227,78 @@ def install_pil_imagefile(imagefile_mod):
     imagefile_mod.ImageFile.load = _timed("decode", imagefile_mod.ImageFile.load)
 
 
+#: torchvision's transforms (v1 and v2) by class name: what each does to a sample, so a
+#: stage is named for the work and never guessed from its place in the ``Compose``.
+#: Crops and resizes are ``resize`` (a random crop's cost is its resize, not its dice);
+#: conversions to the tensor the model takes, at the same size, are ``convert``.
+_KNOWN_STAGES = {
+    "resize": (
+        "Resize", "CenterCrop", "FiveCrop", "TenCrop", "Pad", "RandomResizedCrop", "RandomCrop",
+        "RandomResize", "RandomShortestSize", "RandomIoUCrop", "ScaleJitter", "RandomZoomOut",
+        "CenterCropOrPad", "SanitizeBoundingBoxes",
+    ),
+    "convert": (
+        "ToTensor", "PILToTensor", "ToImage", "ToImageTensor", "ToImagePIL", "ToPILImage",
+        "ToPureTensor", "ToDtype", "ConvertImageDtype", "ConvertDtype", "Normalize", "Grayscale",
+        "ConvertBoundingBoxFormat", "ClampBoundingBoxes",
+    ),
+    "augment": (
+        "ColorJitter", "GaussianBlur", "GaussianNoise", "AutoAugment", "RandAugment",
+        "TrivialAugmentWide", "AugMix", "ElasticTransform", "RandomApply", "RandomChoice",
+        "RandomOrder", "LinearTransformation", "JPEG",
+    ),
+}
+_STAGE_OF_NAME = {name: stage for stage, names in _KNOWN_STAGES.items() for name in names}
+
+#: Stage of each transform class met so far (one lookup per transform call).
+_STAGE_OF_TYPE = {}
+#: Class names timed as ``transform`` in this process: the run's ``transforms`` setting.
+_UNKNOWN = set()
+
+
+def stage_of_name(name):
+    """The loader stage a transform class name stands for: a known torchvision class's,
+    else ``augment`` for a ``Random…`` one, else None (the program's own code)."""
+    stage = _STAGE_OF_NAME.get(name)
+    if stage is None and name.startswith("Random"):
+        stage = "augment"
+    return stage
+
+
 def _stage_of(transform):
-    name = type(transform).__name__
-    return "augment" if any(w in name for w in _AUGMENT_WORDS) else "resize"
+    t = type(transform)
+    stage = _STAGE_OF_TYPE.get(t)
+    if stage is None:
+        name = getattr(t, "__name__", "?")
+        stage = stage_of_name(name) or "transform"
+        _STAGE_OF_TYPE[t] = stage
+        if stage == "transform" and name not in _UNKNOWN and len(_UNKNOWN) < 64:
+            # Said once per new class: the report names what the ``transform`` stage ran.
+            _UNKNOWN.add(name)
+            try:
+                pipeprof.settings(transforms=sorted(_UNKNOWN))
+            except Exception:
+                pass  # a name unsent is a name unshown: never the program's error
+    return stage
+
+
+#: The stages a ``Compose`` sends, in the order their spans are laid out.
+_TRANSFORM_STAGES = ("resize", "augment", "convert", "transform")
 
 
 class _Transforms:
     """Times a Compose's transforms one by one and sends one span per stage for the sample
-    (``resize``: deterministic reshaping, ``augment``: random transforms), with the thread's
-    CPU time, instead of one span per transform."""
+    (``resize``, ``augment``, ``convert``, ``transform``: see :func:`stage_of_name`), with the
+    thread's CPU time, instead of one span per transform."""
 
     __slots__ = ("on", "t0", "wall", "cpu", "queue")
 
     def __init__(self):
         self.on = _T.depth == 0 and _T.in_fetch
         self.t0 = _now()
-        self.wall = {"resize": 0, "augment": 0}
-        self.cpu = {"resize": 0, "augment": 0}
-        self.queue = {"resize": 0, "augment": 0}
+        self.wall = dict.fromkeys(_TRANSFORM_STAGES, 0)
+        self.cpu = dict.fromkeys(_TRANSFORM_STAGES, 0)
+        self.queue = dict.fromkeys(_TRANSFORM_STAGES, 0)
 
     def run(self, t, *inputs):
         if not self.on:
@@ -245,7 +321,7 @@ class _Transforms:
             return
         _T.covered = True
         start = self.t0
-        for stage in ("resize", "augment"):
+        for stage in _TRANSFORM_STAGES:
             if self.wall[stage]:
                 _native.record(stage, start, self.wall[stage], None, self.cpu[stage], self.queue[stage])
                 start += self.wall[stage]

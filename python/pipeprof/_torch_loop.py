@@ -138,6 +138,13 @@ def _send_settings(loader):
     # The loop body's correct predictions are not seen without an edit: no accuracy column.
     settings["no_accuracy"] = True
     settings["transfer_unmeasured"] = True
+    try:
+        # On the CPU these threads hold the cores the loader's workers would use.
+        import torch
+
+        settings["compute_threads"] = int(torch.get_num_threads())
+    except Exception:
+        pass
     pipeprof.settings(**settings)
 
 

@@ -349,6 +349,52 @@ pub struct LoaderThread {
     pub busy_ms: f64,
     /// On-CPU share of that time where measured (0–1): low = waiting on I/O or the scheduler.
     pub on_cpu: Option<f64>,
+    /// Times this worker was started: a DataLoader without `persistent_workers` starts its
+    /// workers again each epoch (a new process, a new pid), pipeprof's `--workers auto` each
+    /// change. All of them are one row, named for the worker, not the process.
+    #[serde(default = "one")]
+    pub starts: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The worker a loader thread's name stands for: the name without the process id its label
+/// carries (`loader-1 (pid 42)` → `loader-1`, `loader-0 (rank 1, pid 7)` → `loader-0 (rank
+/// 1)`) and without a generation (`loader-0.2` → `loader-0`). Threads of one worker restarted
+/// share it.
+pub fn worker_role(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(open) = rest.find(" (") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let Some(close) = after.find(')') else {
+            out.push_str(&rest[open..]);
+            rest = "";
+            break;
+        };
+        let kept: Vec<&str> = after[..close]
+            .split(", ")
+            .filter(|part| !part.strip_prefix("pid ").is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit())))
+            .collect();
+        if !kept.is_empty() {
+            out.push_str(" (");
+            out.push_str(&kept.join(", "));
+            out.push(')');
+        }
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    // `loader-N.G`: pipeprof's own loader's generation G of worker N.
+    if let Some((base, generation)) = out.rsplit_once('.') {
+        let worker = base.strip_prefix("loader-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if worker && !generation.is_empty() && generation.bytes().all(|b| b.is_ascii_digit()) {
+            out.truncate(base.len());
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -868,20 +914,32 @@ impl Aggregator {
         }
     }
 
+    /// One row per worker ([`worker_role`]): a worker's restarts add to its row and its
+    /// `starts`.
     fn loader_threads(&self) -> Vec<LoaderThread> {
-        let mut v: Vec<LoaderThread> = self
-            .loader_threads
-            .iter()
-            .map(|(&id, t)| LoaderThread {
-                thread: id,
-                name: match self.threads.get(&id) {
-                    Some(n) => n.clone(),
-                    None if id == OTHER_THREADS => "other threads".to_string(),
-                    None => format!("thread-{id}"),
-                },
+        let mut rows: BTreeMap<String, (u32, u32, ThreadLoad)> = BTreeMap::new();
+        for (&id, t) in &self.loader_threads {
+            let name = match self.threads.get(&id) {
+                Some(n) => worker_role(n),
+                None if id == OTHER_THREADS => "other threads".to_string(),
+                None => format!("thread-{id}"),
+            };
+            let row = rows.entry(name).or_insert((id, 0, ThreadLoad::default()));
+            row.1 += 1;
+            row.2.spans += t.spans;
+            row.2.wall_ns += t.wall_ns;
+            row.2.cpu_ns += t.cpu_ns;
+            row.2.cpu_wall_ns += t.cpu_wall_ns;
+        }
+        let mut v: Vec<LoaderThread> = rows
+            .into_iter()
+            .map(|(name, (thread, starts, t))| LoaderThread {
+                thread,
+                name,
                 spans: t.spans,
                 busy_ms: t.wall_ns as f64 / 1e6,
                 on_cpu: (t.cpu_wall_ns > 0).then(|| (t.cpu_ns as f64 / t.cpu_wall_ns as f64).min(1.0)),
+                starts,
             })
             .collect();
         v.sort_by(|a, b| b.busy_ms.total_cmp(&a.busy_ms).then(a.name.cmp(&b.name)));
@@ -1317,9 +1375,44 @@ mod tests {
         a.push(&on_thread(1, Stage::Wait, 5_000_000, NONE));
         let t = a.summary().loader_threads;
         assert_eq!(t.len(), 2, "{t:?}");
-        assert_eq!((t[0].name.as_str(), t[0].spans, t[0].busy_ms), ("loader-1 (pid 42)", 4, 12.0));
+        assert_eq!((t[0].name.as_str(), t[0].spans, t[0].busy_ms), ("loader-1", 4, 12.0));
         assert_eq!(t[0].on_cpu, Some(0.1), "busiest first: the one waiting on reads");
-        assert_eq!((t[1].name.as_str(), t[1].on_cpu), ("loader-0 (pid 41)", Some(0.9)));
+        assert_eq!((t[1].name.as_str(), t[1].on_cpu, t[1].starts), ("loader-0", Some(0.9), 1));
+    }
+
+    #[test]
+    fn workers_restarted_each_epoch_are_one_row_each_with_their_starts() {
+        // 3 epochs, 2 workers each for a train and a validation loader, never persistent: 12
+        // processes, 2 workers.
+        let mut a = Aggregator::new(RunSettings { workers: 2, ..Default::default() });
+        for start in 0..6u32 {
+            for w in 0..2u32 {
+                let id = 10 + start * 2 + w;
+                a.push(&Event::Thread { id, name: format!("loader-{w} (pid {})", 100 + id) });
+                a.push(&on_thread(id, Stage::Decode, 1_000_000, 500_000));
+            }
+        }
+        let t = a.summary().loader_threads;
+        let rows: Vec<(&str, u32, u64)> = t.iter().map(|x| (x.name.as_str(), x.starts, x.spans)).collect();
+        assert_eq!(rows, [("loader-0", 6, 6), ("loader-1", 6, 6)]);
+    }
+
+    #[test]
+    fn a_workers_role_is_its_name_without_the_process_or_generation() {
+        let table = [
+            ("loader-1 (pid 42)", "loader-1"),
+            ("loader-0 (rank 1, pid 7)", "loader-0 (rank 1)"),
+            ("worker-0 (pid 77) thread-9", "worker-0 thread-9"),
+            ("loader-0.2", "loader-0"),
+            ("loader-3", "loader-3"),
+            ("loader-x.2", "loader-x.2"),
+            ("tf.data (trace)", "tf.data (trace)"),
+            ("train (pid 1a)", "train (pid 1a)"),
+            ("odd (pid 5", "odd (pid 5"),
+        ];
+        for (name, role) in table {
+            assert_eq!(worker_role(name), role, "{name}");
+        }
     }
 
     #[test]

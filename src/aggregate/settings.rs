@@ -83,6 +83,15 @@ pub struct RunSettings {
     /// PyTorch `DataLoader(prefetch_factor=…)`: batches queued per worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch_factor: Option<usize>,
+    /// Threads the program's compute runs on (`torch.get_num_threads()`, TensorFlow's or JAX's
+    /// pool, pipeprof's own rayon pool), when the run said: on the CPU they hold the cores
+    /// loader workers would use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_threads: Option<usize>,
+    /// Class names of the loader's transforms pipeprof does not classify, timed as the
+    /// `transform` stage (the program's own code).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub transforms: Vec<String>,
     /// Settings the run sent that did not read ("input = \"3x150x150\": …"): the others
     /// are kept.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -119,6 +128,8 @@ impl RunSettings {
             in_range("settings.batch_size", self.batch_size, 0, MAX_BATCH_SIZE),
             in_range("settings.prefetch", self.prefetch, 0, MAX_PREFETCH),
             in_range("settings.prefetch_factor", opt(self.prefetch_factor), 0, MAX_PREFETCH),
+            in_range("settings.compute_threads", opt(self.compute_threads), 0, MAX_CORES),
+            in_range("settings.transforms", self.transforms.len(), 0, MAX_LISTED),
             in_range("settings.epochs", self.epochs, 0, MAX_EPOCHS),
             in_range("settings.images", self.images, 0, MAX_IMAGES),
             in_range("settings.params", self.params, 0, MAX_PARAMS),
@@ -136,10 +147,12 @@ impl RunSettings {
             }
         }
         self.classes.truncate(MAX_CLASSES);
-        for list in [&mut self.simulated, &mut self.auto_workers, &mut self.unreadable] {
+        for list in [&mut self.simulated, &mut self.auto_workers, &mut self.unreadable, &mut self.transforms] {
             list.truncate(MAX_LISTED);
         }
-        for list in [&mut self.classes, &mut self.simulated, &mut self.auto_workers, &mut self.unreadable] {
+        for list in
+            [&mut self.classes, &mut self.simulated, &mut self.auto_workers, &mut self.unreadable, &mut self.transforms]
+        {
             for s in list.iter_mut() {
                 if s.len() > MAX_NAME || s.chars().any(char::is_control) {
                     *s = clean_name(s, MAX_NAME);

@@ -151,13 +151,16 @@ impl Facts<'_> {
         if self.p.loader.is_empty() {
             return None;
         }
-        let w = self.s.settings.workers.max(1);
+        let w = self.s.settings.workers;
         let cores = self.p.cores as usize;
         let max_n = if *limiter == Limiter::Io { cores * IO_WORKERS_PER_CORE } else { cores };
         let candidates: Vec<(usize, f64)> =
-            (w + 1..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
+            ((w + 1).max(2)..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
         let best = candidates.iter().map(|(_, x)| *x).fold(0.0, f64::max);
         let (n, x) = candidates.into_iter().find(|(_, x)| *x >= NEAR_BEST_SHARE * best)?;
+        if *limiter != Limiter::Io && self.oversubscribed(n) {
+            return self.oversubscribed_workers_advice(w, n);
+        }
         let (gain, basis) = self.gain(&self.p.with_workers(n))?;
         let now = self.now_words();
         let share = self.cores_shared_note();
@@ -187,6 +190,27 @@ impl Facts<'_> {
             predicted_speedup: Some(gain),
             basis: Some(basis),
             reason,
+        })
+    }
+
+    /// Workers on a CPU the compute's threads already hold ([`Facts::oversubscribed`]): the
+    /// model's gain is an upper bound there, so no number; and not even advice when that
+    /// bound is within the model's error ([`OVERSUBSCRIBED_TRY_GAIN`]).
+    fn oversubscribed_workers_advice(&self, w: usize, n: usize) -> Option<Advice> {
+        let best = self.p.speedup(&self.p.with_workers(n))?;
+        if best < OVERSUBSCRIBED_TRY_GAIN {
+            return None;
+        }
+        let (t, cores) = (self.compute_threads(), self.p.cores as usize);
+        Some(Advice {
+            action: format!("try loader workers {w} → {n}"),
+            change: Change::Workers(n),
+            predicted_speedup: None,
+            basis: None,
+            reason: format!(
+                "training on the CPU, the program's {t} compute threads already hold the {cores} cores: {n} workers take their CPU from compute ({} threads on {cores} cores). Shared perfectly that would give at most ×{best:.2}, but oversubscribed cores often lose more than they share (runs measured 0.24–0.86×): no prediction, `--check-advice` measures it; fewer compute threads (torch.set_num_threads) beside the workers may do better",
+                t + n
+            ),
         })
     }
 
@@ -255,6 +279,10 @@ impl Facts<'_> {
     }
 
     fn cache_advice(&self) -> Option<Advice> {
+        // Nothing to pack when the samples are already in memory.
+        if !self.from_files() {
+            return None;
+        }
         let after = self.p.cached();
         let (gain, basis) = self.gain(&after)?;
         let gone: f64 = self
@@ -295,6 +323,10 @@ impl Facts<'_> {
 
     fn pre_resize_advice(&self) -> Option<Advice> {
         let resize = self.p.stage(Stage::Resize)?;
+        // Images in memory are not resized offline: they are not stored as files.
+        if !self.from_files() {
+            return None;
+        }
         // A program that never said its input size: there is no size to advise.
         if self.s.settings.input[1] == 0 || self.s.settings.input[2] == 0 {
             return None;
@@ -412,11 +444,12 @@ impl Facts<'_> {
         }
         let reason = match (&after, self.p.fixed_step_ms()) {
             (Some(a), Some(fixed)) => format!(
-                "the optimizer step ({}) does not grow with the batch; forward+backward ({} per image) does: {} instead of {} (a lower bound on a GPU, where launch overhead does not grow either). Scale the learning rate with the batch",
+                "the optimizer step ({}) does not grow with the batch; forward+backward ({} per image) does: {} instead of {}{}. Scale the learning rate with the batch",
                 ms(fixed),
                 ms((self.p.compute_ms - fixed) / self.p.batch),
                 rate(a.capacity().throughput()),
-                rate(self.cap.throughput())
+                rate(self.cap.throughput()),
+                if self.cpu_device { "" } else { " (a lower bound on a GPU, where launch overhead does not grow either)" }
             ),
             _ => format!(
                 "{}: more images per step spread the fixed per-step cost (no prediction: the optimizer step, the batch-independent part, was not measured)",

@@ -107,9 +107,12 @@ impl<'a> Facts<'a> {
         let m = &s.machine;
         let cpu_device = trains_on_cpu(s);
         let gpu_present = !m.devices.is_empty();
-        // Unused only when NVML could see processes and none was the run's, and the run says
-        // it trains on the CPU. NVML unable to tell (a container hiding processes) is unknown.
-        let gpu_unused = gpu_present && cpu_device && m.this_process_on_gpu == Some(false);
+        // Unused when the run says it trains on the CPU and either NVML could see processes and
+        // none was the run's, or the run knows its own device (pipeprof's loop, a Rust program:
+        // `device` is what it trains on, not a guess from a batch). NVML unable to tell (a
+        // container hiding processes) about a framework's program is unknown.
+        let knows_device = s.settings.framework.is_empty() && !s.settings.device.trim().is_empty();
+        let gpu_unused = gpu_present && cpu_device && (knows_device || m.this_process_on_gpu == Some(false));
         let used: Vec<f64> = m
             .devices
             .iter()
@@ -171,9 +174,41 @@ impl<'a> Facts<'a> {
     /// [`IN_MEMORY_IMAGE_MS`] per image.
     pub fn in_memory_loader(&self) -> Option<f64> {
         let loader = &self.p.loader;
-        let only = !loader.is_empty() && loader.iter().all(|x| matches!(x.stage, Stage::Fetch | Stage::Collate));
+        let only =
+            !loader.is_empty() && loader.iter().all(|x| matches!(x.stage, Stage::Fetch | Stage::Convert | Stage::Collate));
         let per_image: f64 = loader.iter().map(|x| x.wall_ms).sum();
         (only && per_image < IN_MEMORY_IMAGE_MS).then_some(per_image)
+    }
+
+    /// The samples come from files or encoded bytes: a `read` or `decode` stage ran. A loader
+    /// that hands out arrays already in memory (torchvision's MNIST, a `TensorDataset`) has
+    /// neither, and nothing to pack, copy or pre-resize.
+    pub fn from_files(&self) -> bool {
+        self.p.loader.iter().any(|x| matches!(x.stage, Stage::Read | Stage::Decode) && x.wall_ms > 0.0)
+    }
+
+    /// The threads the run's compute holds the cores with: as the run said, else the compute
+    /// threads the sampler saw, else every core (PyTorch's, TensorFlow's and JAX's default).
+    pub fn compute_threads(&self) -> usize {
+        if let Some(t) = self.s.settings.compute_threads.filter(|t| *t > 0) {
+            return t;
+        }
+        let seen = self.s.machine.threads.iter().filter(|t| t.name.starts_with("compute")).count();
+        if seen > 0 {
+            seen
+        } else {
+            self.p.cores as usize
+        }
+    }
+
+    /// Training on the CPU in a framework's program, `n` loader worker processes beside its
+    /// compute threads would outnumber the cores (see [`OVERSUBSCRIBED_TRY_GAIN`]).
+    /// pipeprof's own loop is not: its workers are threads beside a rayon pool, and its
+    /// calibration holds there.
+    pub fn oversubscribed(&self, n: usize) -> bool {
+        self.cpu_device
+            && !self.s.settings.framework.is_empty()
+            && self.compute_threads() + n > self.p.cores as usize
     }
 
     /// The serial step of a loop that batches in-memory samples itself, when it does.
@@ -396,9 +431,10 @@ impl<'a> Facts<'a> {
             // and with contention measured the flag above says more.
             flags.push(Flag::CpuSaturated);
         }
-        let (workers, cores) = (self.s.settings.workers.max(1), self.p.cores as usize);
+        let (workers, cores) = (self.s.settings.workers, self.p.cores as usize);
         let idle = self.global_cpu.is_none_or(|g| g < CPU_IDLE_PCT);
-        if *limiter == Limiter::Preprocess && workers < cores && idle {
+        // Cores idle between compute's bursts are not free when compute's threads hold them all.
+        if *limiter == Limiter::Preprocess && workers.max(1) < cores && idle && !self.oversubscribed(workers + 1) {
             flags.push(Flag::TooFewWorkers { workers, cores });
         }
         if self.loader_competes() {

@@ -2,7 +2,7 @@
 //! and the report carry. `aggregate` knows nothing of verdicts; whoever finishes a run (the
 //! session, `pipeprof report`) pairs the two here.
 
-use super::{diagnose, Verdict};
+use super::{diagnose_finished, Verdict};
 use crate::aggregate::Summary;
 use serde::{Deserialize, Serialize};
 
@@ -20,9 +20,10 @@ pub struct Diagnosed {
 }
 
 impl Diagnosed {
-    /// Judges `summary` now.
+    /// Judges the summary of a finished run (or one read back from a file): see
+    /// [`diagnose_finished`].
     pub fn new(summary: Summary) -> Diagnosed {
-        let verdict = Some(diagnose(&summary));
+        let verdict = Some(diagnose_finished(&summary));
         let straggler = super::ranks::judge(&summary.ranks);
         Diagnosed { summary, verdict, straggler }
     }
@@ -34,6 +35,6 @@ impl Diagnosed {
 
     /// The verdict, computed if the pair was read without one.
     pub fn verdict(&self) -> Verdict {
-        self.verdict.clone().unwrap_or_else(|| diagnose(&self.summary))
+        self.verdict.clone().unwrap_or_else(|| diagnose_finished(&self.summary))
     }
 }

@@ -18,7 +18,8 @@ fn plural(n: usize, word: &str) -> String {
 /// A verdict given early on slow steps, marked as such.
 pub(super) fn provisional(headline: &str, steps: u64, mean_step_ms: f64) -> String {
     format!(
-        "Provisional after {steps} steps of {:.1} s ({:.1} s measured; firm from {MIN_STEPS} steps): {headline}",
+        "Provisional after {steps} step{} of {:.1} s ({:.1} s measured; firm from {MIN_STEPS} steps): {headline}",
+        if steps == 1 { "" } else { "s" },
         mean_step_ms / 1000.0,
         steps as f64 * mean_step_ms / 1000.0
     )

@@ -24,12 +24,14 @@ impl Framework {
 }
 
 /// The (action, code) a change stands for in `fw`, or None to keep the advice as it is.
-fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> {
+/// The action and the code for `change` in `fw`'s terms; `predicted`: the advice has a number
+/// (without one, more workers are something to try, not a promise).
+fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(String, String)> {
     let st = &s.settings;
     let w = st.workers;
     Some(match (fw, change) {
         (Framework::PyTorch, Change::Workers(n)) => (
-            format!("raise the DataLoader's workers {w} → {n}"),
+            format!("{} the DataLoader's workers {w} → {n}", if predicted { "raise" } else { "try" }),
             if w == 0 && st.persistent_workers != Some(true) {
                 format!("DataLoader(..., num_workers={n}, persistent_workers=True)")
             } else {
@@ -67,7 +69,7 @@ fn say(fw: Framework, change: &Change, s: &Summary) -> Option<(String, String)> 
         // Keras 3 puts the workers on the PyDataset; tf.keras 2 (tf_keras) on fit, for a
         // Sequence; tf.data has no workers but parallel calls.
         (Framework::Keras, Change::Workers(n)) => (
-            format!("load batches in {n} worker processes"),
+            format!("{} batches in {n} worker processes", if predicted { "load" } else { "try loading" }),
             format!(
                 "PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers={n}, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"
             ),
@@ -121,7 +123,7 @@ pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
     let mut out: Vec<Advice> = advice
         .into_iter()
         .map(|mut a| {
-            if let Some((action, code)) = say(fw, &a.change, s) {
+            if let Some((action, code)) = say(fw, &a.change, s, a.predicted_speedup.is_some()) {
                 a.action = action;
                 a.change = match knobs(fw, &a.change, s) {
                     Some(set) => Change::Loader { code, set },

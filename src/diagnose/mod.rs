@@ -388,15 +388,27 @@ pub struct Verdict {
     pub provisional: bool,
 }
 
-/// Diagnoses a summary (a window or the whole run).
+/// Diagnoses a summary of a run still going (a window, or the whole run so far): too few
+/// steps wait for more.
 pub fn diagnose(s: &Summary) -> Verdict {
+    judge(s, false)
+}
+
+/// Diagnoses a finished run: whatever steps it measured give a verdict (provisional when
+/// short), never "collecting…" — no more steps are coming.
+pub fn diagnose_finished(s: &Summary) -> Verdict {
+    judge(s, true)
+}
+
+fn judge(s: &Summary, finished: bool) -> Verdict {
     let f = classify::Facts::new(s);
     let sp = &s.split;
     let measured = sp.mean_step_ms.is_finite() && sp.mean_step_ms > 0.0;
     // Slow steps answer early: three 4-second steps say as much as five.
     let long_steps = sp.steps >= EARLY_STEPS && sp.mean_step_ms >= EARLY_STEP_MS;
     let long_run = sp.steps >= EARLY_MIN_STEPS && sp.steps as f64 * sp.mean_step_ms >= EARLY_TIME_MS;
-    let early = sp.steps < MIN_STEPS && (long_steps || long_run);
+    let over = finished && sp.steps >= 1;
+    let early = sp.steps < MIN_STEPS && (long_steps || long_run || over);
     // A change of workers too recent to judge the new pipeline alone: the whole run decides,
     // and says so.
     let provisional = early || sp.changed_at.is_some();
@@ -494,11 +506,14 @@ impl Flag {
     /// One line saying what the trap is and what it means.
     pub fn describe(&self) -> String {
         match self {
-            Flag::GpuUnused => "GPU present but unused: NVML lists none of this run's processes on it, and it trains on the CPU".into(),
+            Flag::GpuUnused => "GPU present but unused: this run trains on the CPU".into(),
             Flag::NetworkStorage { fs_type } => {
                 format!("data on a network/FUSE filesystem ({fs_type}): every image read may be a round trip")
             }
             Flag::CpuSaturated => "CPU saturated: more loader workers will not help".into(),
+            Flag::TooFewWorkers { workers: 0, cores } => {
+                format!("no loader workers: the training thread loads every batch while {cores} cores sit idle")
+            }
             Flag::TooFewWorkers { workers, cores } => {
                 format!("too few workers: {workers} on {cores} cores, cores idle while preprocessing limits")
             }

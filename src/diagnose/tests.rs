@@ -1417,3 +1417,169 @@ fn a_pytorch_run_without_workers_names_the_work_its_training_process_keeps_and_t
     let line = own.verdict().evidence.into_iter().find(|e| e.starts_with("model: ")).unwrap_or_default();
     assert!(!line.contains("the training process's own work"), "{line}");
 }
+
+// ---- premises: a rule gives its advice only where its premise holds ----
+
+/// The advice that changes the loader's workers, in pipeprof's or a framework's terms.
+fn workers_advice(v: &Verdict) -> Option<&Advice> {
+    v.advice.iter().find(|a| match &a.change {
+        Change::Workers(_) => true,
+        Change::Loader { set, .. } => set.num_workers.is_some(),
+        _ => false,
+    })
+}
+
+/// A PyTorch program training on the CPU of 2 cores with `num_workers=0`, torch's 2 compute
+/// threads on them, its loader's stages per image as given (wall ms, on-CPU share).
+fn torch_cpu(loader: &[(&str, f64, f64)], wait: f64, compute: f64) -> B {
+    let mut b = B::new().workers(0, 2).device("cpu").loader(loader).step(wait, 0.0, compute).cpu(60.0, 120.0);
+    b.0.settings.framework = "pytorch".into();
+    b.0.settings.model = "train.py".into();
+    b.0.settings.batch_size = 8;
+    b.0.settings.compute_threads = Some(2);
+    b.0.settings.input = [1, 28, 28];
+    b
+}
+
+/// Torchvision's MNIST: uint8 images in memory, ToTensor + Normalize (convert), collate.
+fn mnist_in_memory() -> B {
+    torch_cpu(&[("convert", 0.05, 1.0), ("collate", 0.01, 1.0)], 0.6, 6.0)
+}
+
+/// An ImageFolder of photos on the training thread: read, decode, resize, augment.
+fn folder_on_training_thread() -> B {
+    torch_cpu(&[("read", 0.2, 0.5), ("decode", 3.0, 1.0), ("resize", 1.0, 1.0), ("augment", 0.8, 1.0)], 40.0, 30.0)
+}
+
+#[test]
+fn samples_already_in_memory_get_no_pack_copy_or_pre_resize_advice() {
+    // Each case: a loader, and whether its samples come from files.
+    let cases: [(&str, B, bool); 4] = [
+        ("mnist in memory", mnist_in_memory(), false),
+        ("tensors resized in memory", torch_cpu(&[("resize", 2.0, 1.0), ("collate", 0.05, 1.0)], 30.0, 6.0), false),
+        ("a folder of photos", folder_on_training_thread(), true),
+        ("bytes decoded in memory", torch_cpu(&[("decode", 3.0, 1.0), ("resize", 1.0, 1.0)], 40.0, 30.0), true),
+    ];
+    for (what, b, from_files) in cases {
+        let v = b.verdict();
+        let packs = v.advice.iter().any(|a| {
+            matches!(a.change, Change::PackOwnLoader | Change::Cache { .. } | Change::PreResize { .. })
+                || a.action.contains("memory-mapped")
+                || a.action.contains("pre-resize")
+        });
+        if !from_files {
+            assert!(!packs, "{what}: nothing to pack or pre-resize in memory: {:#?}", v.advice);
+        }
+        assert_eq!(classify::Facts::new(&b.0).from_files(), from_files, "{what}");
+    }
+    // The premise holds on the folder: its cache advice stays.
+    let v = folder_on_training_thread().verdict();
+    assert!(v.advice.iter().any(|a| a.action.contains("memory-mapped")), "{:#?}", v.advice);
+}
+
+#[test]
+fn no_workers_are_called_no_workers_never_one() {
+    let v = preprocess_one_worker().workers(0, 2).verdict();
+    let f = v.flags.iter().find(|f| matches!(f, Flag::TooFewWorkers { .. })).expect("flagged");
+    assert_eq!(f, &Flag::TooFewWorkers { workers: 0, cores: 2 });
+    assert!(f.describe().starts_with("no loader workers: the training thread loads every batch"), "{}", f.describe());
+    let w = workers_advice(&v).expect("workers advised");
+    assert!(w.action.contains("0 → 2"), "{}", w.action);
+}
+
+#[test]
+fn workers_beside_compute_threads_on_every_core_get_no_prediction() {
+    // (case, the run, workers advised at all, with a number)
+    let light = mnist_in_memory();
+    let heavy = folder_on_training_thread();
+    let mut one_thread = folder_on_training_thread();
+    one_thread.0.settings.compute_threads = Some(1);
+    let gpu = {
+        let mut b = folder_on_training_thread().device("cuda:0").gpu(30.0, Some(true));
+        b.0.settings.compute_threads = Some(2);
+        b
+    };
+    let own_loop = {
+        let mut b = folder_on_training_thread();
+        b.0.settings.framework = String::new();
+        b
+    };
+    let cases: [(&str, B, bool, bool); 5] = [
+        ("light loader, cores held: the best case is within the error", light, false, false),
+        ("heavy loader, cores held: try it, unpredicted", heavy, true, false),
+        ("torch on 1 thread of 2 cores: 1 worker fits beside it", one_thread, true, true),
+        ("on a GPU workers do not compete with compute", gpu, true, true),
+        ("pipeprof's own loop: calibrated threads", own_loop, true, true),
+    ];
+    for (what, b, advised, predicted) in cases {
+        let v = b.verdict();
+        let w = workers_advice(&v);
+        assert_eq!(w.is_some(), advised, "{what}: {:#?}", v.advice);
+        if let Some(w) = w {
+            assert_eq!(w.predicted_speedup.is_some(), predicted, "{what}: {w:#?}");
+            if !predicted {
+                assert!(w.reason.contains("--check-advice") && w.reason.contains("2 compute threads"), "{what}: {}", w.reason);
+            }
+        }
+    }
+    // Nor are idle cores between compute's bursts "too few workers".
+    assert!(!mnist_in_memory().verdict().flags.iter().any(|f| matches!(f, Flag::TooFewWorkers { .. })));
+}
+
+#[test]
+fn the_compute_threads_are_the_runs_else_the_sampled_pool_else_every_core() {
+    let mut b = folder_on_training_thread();
+    assert_eq!(classify::Facts::new(&b.0).compute_threads(), 2);
+    b.0.settings.compute_threads = None;
+    b = b.threads(&[("compute-0", 50.0), ("compute-1", 50.0), ("compute-2", 50.0)]);
+    assert_eq!(classify::Facts::new(&b.0).compute_threads(), 3);
+    b.0.machine.threads.clear();
+    b.0.settings.cores = 16;
+    assert_eq!(classify::Facts::new(&b.0).compute_threads(), 16);
+}
+
+#[test]
+fn a_run_without_a_gpu_says_nothing_of_gpus() {
+    for (what, b) in [
+        ("mnist", mnist_in_memory()),
+        ("folder", folder_on_training_thread()),
+        ("tiny step", torch_cpu(&[("fetch", 0.001, 1.0)], 0.5, 1.0).optimizer(0.6)),
+    ] {
+        let v = b.verdict();
+        let mut words = vec![v.headline.clone()];
+        words.extend(v.evidence.iter().cloned());
+        words.extend(v.flags.iter().map(Flag::describe));
+        words.extend(v.advice.iter().flat_map(|a| [a.action.clone(), a.reason.clone()]));
+        for w in words {
+            assert!(!w.contains("GPU"), "{what}: {w}");
+        }
+    }
+}
+
+#[test]
+fn a_finished_run_gets_a_verdict_from_its_few_steps() {
+    // pipeprof's own loop: a 42.5 M-parameter CNN, 4 steps of 0.5 s, all compute.
+    let b = B::new().loader(&[("read", 0.1, 0.5), ("decode", 1.0, 1.0)]).step(1.0, 2.0, 500.0).params(42_500_000).steps(4);
+    let live = diagnose(&b.0);
+    assert!(matches!(live.limiter, Limiter::NotEnoughData { .. }), "while running, 4 short steps wait for more");
+    let done = diagnose_finished(&b.0);
+    assert_eq!(done.limiter, Limiter::Compute, "{done:#?}");
+    assert!(done.provisional);
+    assert!(done.headline.starts_with("Provisional after 4 steps of 0.5 s"), "{}", done.headline);
+    // A run with no step at all still has nothing to judge.
+    let none = diagnose_finished(&B::new().steps(0).0);
+    assert!(matches!(none.limiter, Limiter::NotEnoughData { .. }));
+}
+
+#[test]
+fn a_run_that_knows_it_trains_on_the_cpu_leaves_a_busy_gpu_unused() {
+    // NVML sees the GPU busy with another program's memory and lists no process: unknown for a
+    // framework's program, but pipeprof's own loop knows its device.
+    let own = io_bound().device("cpu").gpu(40.0, None);
+    assert!(own.verdict().flags.contains(&Flag::GpuUnused), "{:?}", own.verdict().flags);
+    let mut framework = io_bound().device("cpu").gpu(40.0, None);
+    framework.0.settings.framework = "pytorch".into();
+    assert!(!framework.verdict().flags.contains(&Flag::GpuUnused));
+    let on_gpu = io_bound();
+    assert!(!on_gpu.verdict().flags.contains(&Flag::GpuUnused));
+}

@@ -89,3 +89,9 @@ pub const BATCH_GROWTH: usize = 4;
 /// The model's estimate of today's rate may be off the measured rate by this share (either
 /// way) before the evidence says so and every predicted gain becomes a range.
 pub const MODEL_OFF_SHARE: f64 = 0.25;
+/// Training on the CPU with a framework's compute threads already on every core, more loader
+/// workers oversubscribe the cores: the capacity model's gain is an upper bound there (it
+/// shares the cores perfectly; OpenMP's spinning threads and the workers' hand-over do not),
+/// and runs measured 0.24–0.86× where it said 1.2–1.32×. Below this bound workers are not
+/// advised at all; above it they are advised with no number, for `--check-advice` to measure.
+pub const OVERSUBSCRIBED_TRY_GAIN: f64 = 1.25;

@@ -185,6 +185,8 @@ pub fn settings(
         },
         auto_workers: Vec::new(),
         ignored: data.ignored.clone().unwrap_or_default(),
+        // candle computes on the global rayon pool.
+        compute_threads: Some(rayon::current_num_threads()),
         ..RunSettings::default()
     }
 }
