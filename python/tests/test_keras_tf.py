@@ -263,6 +263,35 @@ def test_tf_data_wait_and_stages_come_from_tensorflows_trace_windows(tmp_path, f
     assert "tf.data (trace)" in loader_names_full(s), s["loader_threads"]
 
 
+LOADER = ("read", "fetch", "decode", "resize", "augment", "convert", "transform", "collate")
+
+
+def transform_share(s):
+    """The map functions' own work over the loader's, in the sampled windows."""
+    loader = sum(stage(s, n).get("total_ms", 0.0) for n in LOADER)
+    assert loader > 0, s["stages"]
+    return stage(s, "transform").get("total_ms", 0.0) / loader
+
+
+def test_a_heavy_map_is_the_loaders_transform_stage(tmp_path, folder):
+    # The same script, its map blurring each batch 16 times or not at all: the blurs are the
+    # map function's own work (no op named for a stage), so transform, a loader stage.
+    windows = {"PIPEPROF_TF_FIRST_STEP": "1", "PIPEPROF_TF_EVERY_STEPS": "3", "PIPEPROF_TF_WINDOW_STEPS": "2"}
+    args = [tf_python(), TFDATA, "--data", folder, "--epochs", "2", "--batch-size", "8", "--size", "96"]
+    heavy, _ = run(tmp_path, "tensorflow", *args, "--blur", "16", env=windows)
+    light, _ = run(tmp_path, "tensorflow", *args, "--blur", "0", env=windows)
+    assert heavy["steps"] == light["steps"] == 8, (heavy["epochs"], light["epochs"])
+    assert count(heavy, "wait") == count(light, "wait") > 0, "the same steps sampled"
+    # The blurs are most of what the loader does, and many times the map's own work without
+    # them (a division, the executor's running of the function); Keras's RandomFlip inside
+    # the map is augment either way.
+    assert transform_share(heavy) > 0.5, heavy["stages"]
+    assert transform_share(light) < transform_share(heavy) / 2, (heavy["stages"], light["stages"])
+    assert stage(heavy, "transform")["total_ms"] > 5 * stage(light, "transform")["total_ms"], (heavy["stages"], light["stages"])
+    for s in (heavy, light):
+        assert count(s, "augment") > 0 and count(s, "decode") > 0, s["stages"]
+
+
 def loader_names_full(s):
     return [t["name"] for t in s["loader_threads"]]
 
