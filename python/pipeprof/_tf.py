@@ -6,20 +6,37 @@ the graph (``IteratorGetNext``), so ``fit`` has no Python-side wait to time. Ten
 profiler (xprof's input-pipeline analyser) reads the same thing from its host trace: the
 training thread's ``IteratorGetNext`` is the wait, each ``Iterator::…`` event a tf.data
 stage. Here a profiler session (``_pywrap_profiler.ProfilerSession``, host tracer only: no
-Python tracer, no device tracer) runs for a few steps at a time, every so often, and what it
-returns (a ``tensorflow.profiler.Trace``: threads and their events, read by :func:`events`, a
-minimal protobuf reader) becomes spans:
+Python tracer, no device tracer) runs for a few steps at a time, every so often, and the
+``XSpace`` it writes (threads and their events, read by :func:`xspace_events`, a minimal
+protobuf reader; its op events are named ``scope/node:Type``) becomes spans:
 
 * ``wait``: each step's ``IteratorGetNext…`` op (its ``DoCompute``), in time order, one per
   step of the window; the step's ``compute`` span is its interval less that wait;
-* tf.data stages by the op or dataset name (:func:`stage_of`): ``read`` (``ReadFile``,
-  ``TFRecord``, ``FixedLengthRecord``, ``TextLine``), ``decode`` (``Decode…``), ``resize``
-  (``Resize…``, ``Crop…``), ``augment`` (``Random…``, ``Stateless…``), ``collate``
-  (``Batch``), ``fetch`` (``TensorSlice``: arrays already in memory; a ``Generator``'s batches are made in
-  Python and timed there), each from the outermost such event on a tf.data thread (a
-  ``DecodeImage`` around its ``DecodeImageV2Op::PNG`` is one decode). An op whose name says
-  none of these (a map function's arithmetic) is not counted as any stage. These spans are
-  recorded on a thread named ``tf.data (trace)``, not the training thread.
+* the loader's stages, from the events on tf.data's threads (and inside an ``Iterator::``
+  event on any other), each event's *self* time (its duration less the events inside it) to
+  the stage of its nearest named event, as xprof's input-pipeline analyser counts each
+  iterator's self time (:func:`split`). Named (:func:`stage_of`) are:
+
+  - a function's run (``ExecutorState::Process``: a ``map``'s function, the loader
+    ``image_dataset_from_directory`` maps over its files): ``transform``, its own work. A map's
+    iterator (``Iterator::…::ParallelMapV2``, ``…::Map``, ``…::MapAndBatch``) is not: on the
+    consumer's side it is the wait for those runs, which tf.data's threadpool does;
+  - ops inside it by their name or scope: ``read`` (``ReadFile``), ``decode`` (``Decode…``,
+    ``ParseExample``), ``augment`` (``random…``, ``Stateless…``, flips, Keras's random layers,
+    ``ImageProjectiveTransform``, ``adjust_…``), ``resize`` (``Resize…``, ``…crop``: Keras's
+    ``Resizing`` and ``CenterCrop``), ``convert`` (what is named a conversion: Keras's
+    ``Rescaling`` and ``Normalization`` layers, ``convert_image_dtype``,
+    ``per_image_standardization``). A bare ``Cast``, ``Mul`` or ``truediv`` says nothing of
+    what it is for: it is the function's own arithmetic, ``transform``, as is a blur;
+  - iterators by their own name: ``read`` (``TFRecord``, ``FixedLengthRecord``, ``TextLine``),
+    ``collate`` (``Batch…``), ``fetch`` (``TensorSlice``: arrays already in memory);
+  - ops that run Python (``PyFunc``, ``EagerPyFunc``: a ``Generator``'s or PyDataset's
+    batches, ``tf.py_function``) and all inside them are no stage: timed in Python where
+    pipeprof sees it.
+
+  An event inside one of its own stage adds to it (a ``DecodeImage`` around its
+  ``DecodeImageV2Op::PNG`` is one decode). These spans are recorded on a thread named
+  ``tf.data (trace)``, not the training thread.
 
 Each window's cost is measured (the session's start and stop, and the parse, on the training
 thread) and sent as the run's ``tf_trace`` settings: windows taken, steps covered, and the
@@ -33,7 +50,9 @@ import glob
 import json
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
 import time
 
@@ -49,22 +68,79 @@ WINDOW_STEPS = int(os.environ.get("PIPEPROF_TF_WINDOW_STEPS", "5"))
 EVERY_STEPS = int(os.environ.get("PIPEPROF_TF_EVERY_STEPS", "100"))
 FIRST_STEP = int(os.environ.get("PIPEPROF_TF_FIRST_STEP", "0"))
 
-_STAGE_WORDS = (
-    ("read", ("ReadFile", "TFRecord", "FixedLengthRecord", "TextLine", "FileIO")),
-    ("decode", ("Decode", "decode")),
-    # Before resize: a random crop or resized crop is augmentation.
-    ("augment", ("Random", "random", "Stateless", "Flip", "flip", "Rotat", "rotat")),
+#: Op and scope words, first match wins: matched against an op's full name in the XSpace
+#: (``scope/node:Type``, so a Keras layer's ops carry the layer's name: ``random_flip/SelectV2:
+#: SelectV2``, ``rescaling/mul:Mul``) or its type alone (the Trace proto's names).
+_OP_WORDS = (
+    ("read", ("ReadFile", "FileIO")),
+    ("decode", ("Decode", "decode", "ParseExample", "ParseSingleExample", "ParseSequenceExample")),
+    # Before resize: a random crop or resized crop is augmentation. The ops only image
+    # augmentation uses count whatever their scope (a flip is a ReverseV2, Keras's random
+    # rotation, zoom, translation and shear an ImageProjectiveTransform).
+    ("augment", ("Random", "random", "Stateless", "Flip", "flip", "Rotat", "rotat", "ReverseV2", "ImageProjectiveTransform", "Adjust", "adjust_")),
     ("resize", ("Resize", "resize", "Crop", "crop")),
-    ("collate", ("BatchV2", "::Batch", "PaddedBatch")),
+    # Only what is named a conversion (Keras's Rescaling and Normalization layers,
+    # tf.image.convert_image_dtype and per_image_standardization): a bare Cast, Mul or
+    # truediv is the map function's own arithmetic, ``transform``.
+    ("convert", ("rescaling", "normalization", "convert_image", "per_image_standardization")),
+)
+
+#: tf.data iterators by their own name (the last of ``Iterator::Root::…::BatchV2``). A map's
+#: iterator is none of these: on the consumer's side it is the wait for the function's results,
+#: which run elsewhere as ``ExecutorState::Process`` (see :func:`split`).
+_ITERATORS = {
+    "TFRecord": "read",
+    "FixedLengthRecord": "read",
+    "FixedLengthRecordV2": "read",
+    "TextLine": "read",
+    "Batch": "collate",
+    "BatchV2": "collate",
+    "PaddedBatch": "collate",
+    "PaddedBatchV2": "collate",
+    "ParallelBatch": "collate",
     # Not "Generator" nor "FromTensor" (from_generator is made of them): a PyDataset's
     # batches are made in Python, where they are timed.
-    ("fetch", ("TensorSlice",)),
-)
+    "TensorSlice": "fetch",
+}
+
+#: One run of a function by tf.data's executor (a map's function, the loader
+#: image_dataset_from_directory maps over the files): its work less the named ops inside.
+FUNCTION = "ExecutorState::Process"
+
+#: Ops that run Python (a PyDataset's or generator's batches, ``tf.py_function``): what they
+#: do is timed in Python where pipeprof sees it, so neither they nor anything inside them
+#: counts from the trace.
+_PYTHON_OPS = ("PyFunc", "EagerPyFunc", "NumpyFunction")
+_PYTHON = "python"
+
+
+def _iterator(name):
+    """``Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2`` → ``BatchV2``."""
+    last = name.rsplit("::", 1)[-1]
+    return last.split("[", 1)[0]
+
+
+def _is_op(name):
+    """An op's event in the XSpace (``node:Type``), not one of tf.data's or the executor's own
+    (``Iterator::…``, ``ExecutorState::Process``, ``PrefetchProduce``, ``MemoryAllocation``)."""
+    return ":" in name and "::" not in name
 
 
 def stage_of(name):
-    """The loader stage a tf.data or op event's name stands for, or None."""
-    for stage, words in _STAGE_WORDS:
+    """The loader stage a tf.data event's name stands for (an op, an iterator, a function's
+    run), or None: a map function's run is ``transform``, an op inside it keeps its own stage."""
+    label = _label(name)
+    return None if label == _PYTHON else label
+
+
+def _label(name):
+    if name == FUNCTION:
+        return "transform"
+    if name.startswith("Iterator::"):
+        return _ITERATORS.get(_iterator(name))
+    if name.rsplit(":", 1)[-1] in _PYTHON_OPS:
+        return _PYTHON
+    for stage, words in _OP_WORDS:
         if any(w in name for w in words):
             return stage
     return None
@@ -115,9 +191,10 @@ def _text(b):
 
 
 def xspace_events(space):
-    """(thread name, event name, start ns, duration ps) of each event on the host plane of a
+    """(thread, event name, start ns, duration ps) of each event on the host plane of a
     serialized ``XSpace`` (what ``export_to_tb`` writes: planes = 1; a plane's name = 2,
-    lines = 3, event_metadata = 4; a line's name = 2, timestamp_ns = 3, events = 4; an event's
+    lines = 3, event_metadata = 4; a line's id = 1, name = 2, timestamp_ns = 3, events = 4;
+    the thread is ``name/id``: tf.data's threads share a name; an event's
     metadata_id = 1, offset_ps = 2, duration_ps = 3), start as written (from the session's
     start, or on the realtime clock)."""
     for f, plane in _fields(memoryview(space)):
@@ -142,9 +219,11 @@ def xspace_events(space):
         if pname != "/host:CPU":
             continue
         for line in lines:
-            lname, ts_ns, evs = "", 0, []
+            lid, lname, ts_ns, evs = 0, "", 0, []
             for lf, v in _fields(line):
-                if lf == 2:
+                if lf == 1:
+                    lid = v
+                elif lf == 2:
                     lname = _text(v)
                 elif lf == 3:
                     ts_ns = v
@@ -159,71 +238,70 @@ def xspace_events(space):
                         off = v
                     elif xf == 3:
                         dur = v
-                yield lname, names.get(mid, ""), ts_ns + off // 1000, dur
-
-
-def events(trace):
-    """(thread name, event name, start ps, duration ps) of each event of a serialized
-    ``tensorflow.profiler.Trace`` (devices = 1, their resources = 3, trace_events = 4; an
-    event's resource_id = 2, name = 3, timestamp_ps = 9, duration_ps = 10), start from the
-    session's start."""
-    mv = memoryview(trace)
-    threads, raw = {}, []
-    for f, v in _fields(mv):
-        if f == 1:  # map<uint32, Device> entry
-            for kf, dev in _fields(v):
-                if kf != 2:
-                    continue
-                for df, res in _fields(dev):
-                    if df != 3:  # map<uint32, Resource> entry
-                        continue
-                    rid, name = 0, ""
-                    for ef, ev in _fields(res):
-                        if ef == 1:
-                            rid = ev
-                        elif ef == 2:
-                            for rf, rv in _fields(ev):
-                                if rf == 1:
-                                    name = _text(rv)
-                    threads[rid] = name
-        elif f == 4:
-            raw.append(v)
-    for v in raw:
-        rid, name, ts, dur = 0, "", 0, 0
-        for ef, ev in _fields(v):
-            if ef == 2:
-                rid = ev
-            elif ef == 3:
-                name = _text(ev)
-            elif ef == 9:
-                ts = ev
-            elif ef == 10:
-                dur = ev
-        yield threads.get(rid, ""), name, ts, dur
+                yield f"{lname}/{lid}", names.get(mid, ""), ts_ns + off // 1000, dur
 
 
 def split(evs):
     """From a window's events (thread, name, start ns, duration ps): the waits (start ns,
-    duration ps) in time order, and the tf.data stage events (stage, start ns, duration ps),
-    outermost per thread, not counting waits."""
-    waits, stages, by_thread = [], [], {}
+    duration ps) in time order, and the loader's stage spans (stage, start ns, duration ps)
+    in time order, by :func:`_thread_spans` on each thread."""
+    waits, by_thread = [], {}
     for thread, name, ts, dur in evs:
         if name.startswith("IteratorGetNext") and name.endswith("DoCompute"):
             waits.append((ts, dur))
-        elif thread.startswith("tf_data"):
-            stage = stage_of(name)
-            if stage is not None:
-                by_thread.setdefault(thread, []).append((ts, dur, stage))
-    for evs_t in by_thread.values():
+        by_thread.setdefault(thread, []).append((ts, -dur, name))
+    stages = []
+    for thread, evs_t in by_thread.items():
         evs_t.sort()
-        end = -1
-        for ts, dur, stage in evs_t:
-            if ts < end:
-                continue  # inside an event already counted
-            stages.append((stage, ts, dur))
-            end = ts + dur // 1000
+        stages.extend(_thread_spans(thread.startswith("tf_data"), evs_t))
     waits.sort()
+    stages.sort(key=lambda s: s[1])
     return waits, stages
+
+
+def _thread_spans(loader, evs):
+    """One thread's events (start ns, -duration ps, name), in that order, nest (a thread's
+    trace events do): each event's self time (its duration less its children's) goes to its
+    nearest labelled ancestor-or-self, its *owner*, and each owner is one span of its stage,
+    as xprof's input-pipeline analyser counts each iterator's self time. An event is labelled
+    only on the loader's side (a tf.data thread, or inside an ``Iterator::`` event: not the
+    training step's own functions). One span per stage per outermost event (a function's run:
+    its ``random_flip`` ops are one augment span, a ``DecodeImage`` around its
+    ``DecodeImageV2Op::PNG`` one decode), so a span is one run's work: one element's for a map
+    before ``batch``, one batch's for a map after it. Python ops and all under them are no
+    span (timed in Python)."""
+    owners = []  # [stage, start ns, self ps]
+    stack = []  # (end ps, owner index or None, on the loader's side)
+    index, root = {}, 0  # (outermost event, stage) -> owner
+    for ts, neg, name in evs:
+        start, dur = ts * 1000, -neg
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if not stack:
+            root += 1
+        end = start + dur
+        parent_owner, inside = (stack[-1][1], stack[-1][2]) if stack else (None, False)
+        if stack:
+            end = min(end, stack[-1][0])  # clipped: a child ends with its parent
+        side = loader or inside or name.startswith("Iterator::")
+        owner = parent_owner
+        label = _label(name) if side else None
+        if label is None and parent_owner is None and loader and _is_op(name):
+            # An op whose function's run the window cut (it began before the window or ended
+            # after it): still that function's work.
+            label = "transform"
+        above = owners[parent_owner][0] if parent_owner is not None else None
+        if label is not None and above != _PYTHON and label != above:
+            owner = index.get((root, label))
+            if owner is None:
+                owners.append([label, ts, 0])
+                owner = index[(root, label)] = len(owners) - 1
+        if owner != parent_owner:
+            owners[owner][2] += end - start
+            if parent_owner is not None:
+                owners[parent_owner][2] -= end - start
+        stack.append((end, owner, side))
+    return [(stage, ts, ps) for stage, ts, ps in owners if stage != _PYTHON and ps > 0]
 
 
 # ---------------------------------------------------------------- the windows
@@ -249,6 +327,7 @@ class Sampler:
         # PIPEPROF_TF_XSPACE_DIR: each window also written where TensorBoard's profile plugin
         # (xprof) reads it, to compare its input analysis with pipeprof's on the same steps.
         self.dump = os.environ.get("PIPEPROF_TF_XSPACE_DIR", "")
+        self.logdir = self.dump
         self.t0_real = 0
         self._mark = None
         self.wait_ns = self.step_ns = 0  # over the sampled steps
@@ -263,8 +342,11 @@ class Sampler:
             from tensorflow.python.profiler.internal import _pywrap_profiler
 
             session = _pywrap_profiler.ProfilerSession()
+            # The window is read from the XSpace TensorFlow writes (its op events carry their
+            # scopes: a Keras layer's name); a folder of pipeprof's own unless kept for xprof.
+            self.logdir = self.dump or tempfile.mkdtemp(prefix="pipeprof-tf-")
             self.t0, self.t0_real = _now(), time.time_ns()
-            session.start(self.dump, {"host_tracer_level": 2, "python_tracer_level": 0, "device_tracer_level": 0})
+            session.start(self.logdir, {"host_tracer_level": 2, "python_tracer_level": 0, "device_tracer_level": 0})
         except Exception as e:  # another profiler running, a TensorFlow without it
             self.off = f"no TensorFlow trace window ({e!r}): the wait for tf.data is unknown"
             print(f"pipeprof: {self.off}", file=sys.stderr)
@@ -306,17 +388,7 @@ class Sampler:
         t0 = _now()
         pending, self.pending = self.pending, []
         try:
-            if self.dump:
-                # The window kept as TensorFlow's profiler writes it (xprof reads the same).
-                session.export_to_tb()
-                newest = max(glob.glob(os.path.join(self.dump, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
-                with open(newest, "rb") as f:
-                    evs = list(xspace_events(f.read()))
-                # Written relative to the session's start (TensorFlow 2.21), or on the realtime clock.
-                shift = self.t0 - self.t0_real if evs and min(e[2] for e in evs) > 10**17 else self.t0
-                evs = [(th, n, ts + shift, d) for th, n, ts, d in evs]
-            else:
-                evs = [(th, n, self.t0 + ts // 1000, d) for th, n, ts, d in events(session.stop())]
+            newest, evs = self._window_events(session)
             waits, stages = split(evs)
         except Exception as e:
             self.off = f"TensorFlow's trace could not be read ({e!r}): the wait for tf.data is unknown"
@@ -347,7 +419,7 @@ class Sampler:
             window_steps += dur
         self.wait_ns += window_wait
         self.step_ns += window_steps
-        if self.dump and pending:
+        if self.dump and pending and newest is not None:
             # Beside the window's XSpace: pipeprof's own figures for the same steps.
             with open(os.path.join(os.path.dirname(newest), "pipeprof.json"), "w") as f:
                 json.dump({"steps": len(pending), "wait_ms": window_wait / 1e6, "step_ms": window_steps / 1e6}, f)
@@ -357,6 +429,24 @@ class Sampler:
             self._send(stages)
         self.cost_ns += _now() - t0
         self.report()
+
+    def _window_events(self, session):
+        """Stops the window: the XSpace file TensorFlow wrote (None when it wrote none) and its
+        host events, on pipeprof's clock. pipeprof's own folder goes once read."""
+        try:
+            session.export_to_tb()
+            found = glob.glob(os.path.join(self.logdir, "plugins", "profile", "*", "*.xplane.pb"))
+            newest = max(found, key=os.path.getmtime) if found else None
+            evs = []
+            if newest is not None:
+                with open(newest, "rb") as f:
+                    evs = list(xspace_events(f.read()))
+        finally:
+            if not self.dump:
+                shutil.rmtree(self.logdir, ignore_errors=True)
+        # Written relative to the session's start (TensorFlow 2.21), or on the realtime clock.
+        shift = self.t0 - self.t0_real if evs and min(e[2] for e in evs) > 10**17 else self.t0
+        return newest, [(th, n, ts + shift, d) for th, n, ts, d in evs]
 
     def _send(self, stages):
         """Records the window's tf.data spans on one thread of their own (not the training

@@ -263,6 +263,35 @@ def test_tf_data_wait_and_stages_come_from_tensorflows_trace_windows(tmp_path, f
     assert "tf.data (trace)" in loader_names_full(s), s["loader_threads"]
 
 
+LOADER = ("read", "fetch", "decode", "resize", "augment", "convert", "transform", "collate")
+
+
+def transform_share(s):
+    """The map functions' own work over the loader's, in the sampled windows."""
+    loader = sum(stage(s, n).get("total_ms", 0.0) for n in LOADER)
+    assert loader > 0, s["stages"]
+    return stage(s, "transform").get("total_ms", 0.0) / loader
+
+
+def test_a_heavy_map_is_the_loaders_transform_stage(tmp_path, folder):
+    # The same script, its map blurring each batch 16 times or not at all: the blurs are the
+    # map function's own work (no op named for a stage), so transform, a loader stage.
+    windows = {"PIPEPROF_TF_FIRST_STEP": "1", "PIPEPROF_TF_EVERY_STEPS": "3", "PIPEPROF_TF_WINDOW_STEPS": "2"}
+    args = [tf_python(), TFDATA, "--data", folder, "--epochs", "2", "--batch-size", "8", "--size", "96"]
+    heavy, _ = run(tmp_path, "tensorflow", *args, "--blur", "16", env=windows)
+    light, _ = run(tmp_path, "tensorflow", *args, "--blur", "0", env=windows)
+    assert heavy["steps"] == light["steps"] == 8, (heavy["epochs"], light["epochs"])
+    assert count(heavy, "wait") == count(light, "wait") > 0, "the same steps sampled"
+    # The blurs are most of what the loader does, and many times the map's own work without
+    # them (a division, the executor's running of the function); Keras's RandomFlip inside
+    # the map is augment either way.
+    assert transform_share(heavy) > 0.5, heavy["stages"]
+    assert transform_share(light) < transform_share(heavy) / 2, (heavy["stages"], light["stages"])
+    assert stage(heavy, "transform")["total_ms"] > 5 * stage(light, "transform")["total_ms"], (heavy["stages"], light["stages"])
+    for s in (heavy, light):
+        assert count(s, "augment") > 0 and count(s, "decode") > 0, s["stages"]
+
+
 def loader_names_full(s):
     return [t["name"] for t in s["loader_threads"]]
 
@@ -295,35 +324,121 @@ def test_ctrl_c_stops_a_tensorflow_fit_and_the_report_is_written(tmp_path, which
     assert s["steps"] >= 40 and "failed" not in s, s.get("failed")
 
 
-def test_trace_events_become_stages_by_name_outermost_once():
+def test_trace_event_names_map_to_stages():
     from pipeprof import _tf
 
     names = {
         "ReadFile:ReadFile": "read",
         "DecodeImageV2Op::PNG": "decode",
+        "decode_image/DecodeImage:DecodeImage": "decode",
         "DecodeJpeg": "decode",
-        "ResizeBilinear": "resize",
+        "ParseExampleV2:ParseExampleV2": "decode",
+        "resize/ResizeBilinear:ResizeBilinear": "resize",
         "random_crop/Slice": "augment",
         "stateless_random_flip_left_right/ReverseV2": "augment",
+        # Keras 3's layers inside a map, by their scope: every op of a random layer is augment
+        # (the flip's select too), Rescaling and Normalization convert, CenterCrop resizes.
+        "random_flip_1/SelectV2:SelectV2": "augment",
+        "random_rotation/ImageProjectiveTransformV3:ImageProjectiveTransformV3": "augment",
+        "rescaling_1/mul:Mul": "convert",
+        "normalization_1/truediv:RealDiv": "convert",
+        "resizing_1/resize/ResizeBilinear:ResizeBilinear": "resize",
+        "center_crop_1/strided_slice_3:StridedSlice": "resize",
+        "convert_image/Cast:Cast": "convert",
+        # Bare arithmetic, a blur: the map function's own work, counted with its run.
+        "Cast:Cast": None,
+        "truediv:RealDiv": None,
+        "mul:Mul": None,
+        "depthwise:_MklNativeDepthwiseConv2dNative": None,
+        "ExecutorState::Process": "transform",
+        # Iterators by their own name, not their ancestors' (BatchV2's input is a fetch).
         "Iterator::Root::Prefetch::BatchV2": "collate",
+        "Iterator::Root::Prefetch::BatchV2::TensorSlice": "fetch",
         "Iterator::Root::TensorSlice": "fetch",
+        "Iterator::Prefetch::TFRecord[0]": "read",
+        # A map's iterator is the wait for its function's runs, not their work.
+        "Iterator::Root::Prefetch::ForeverRepeat[0]::Prefetch::ParallelMapV2": None,
+        "Iterator::Map": None,
+        "Iterator::Root::Prefetch::MapAndBatch": None,
         # from_generator is made of these: its batches are timed in Python.
         "Iterator::Root::FlatMap::Generator": None,
         "Iterator::Root::FromTensor": None,
+        "PyFunc:PyFunc": None,
+        "EagerPyFunc:EagerPyFunc": None,
         "ReadVariableOp": None,
         "_MklNativeFusedConv2D": None,
     }
     for name, stage in names.items():
         assert _tf.stage_of(name) == stage, name
-    ps = 1000  # picoseconds in a nanosecond
+
+
+PS = 1000  # picoseconds in a nanosecond
+POOL = "tf_data_private_threadpool/4"
+
+
+def test_trace_events_become_stages_by_name_outermost_once():
+    from pipeprof import _tf
+
     evs = [
-        ("tf_data_private_threadpool/4", "DecodeImage", 100, 50 * ps),
-        ("tf_data_private_threadpool/4", "DecodeImageV2Op::PNG", 110, 30 * ps),  # inside: once
-        ("tf_data_private_threadpool/4", "ResizeBilinear", 160, 5 * ps),
-        ("tf_Compute/1", "DecodeImage", 100, 50 * ps),  # not a tf.data thread
-        ("tf_data_iterator_get_next/3", "IteratorGetNextOp::DoCompute", 300, 7 * ps),
-        ("tf_data_iterator_get_next/3", "IteratorGetNextOp::DoCompute", 200, 9 * ps),
+        (POOL, "DecodeImage", 100, 50 * PS),
+        (POOL, "DecodeImageV2Op::PNG", 110, 30 * PS),  # inside: once
+        (POOL, "ResizeBilinear", 160, 5 * PS),
+        ("tf_Compute/1", "DecodeImage", 100, 50 * PS),  # not a tf.data thread
+        ("tf_data_iterator_get_next/3", "IteratorGetNextOp::DoCompute", 300, 7 * PS),
+        ("tf_data_iterator_get_next/3", "IteratorGetNextOp::DoCompute", 200, 9 * PS),
     ]
     waits, stages = _tf.split(evs)
-    assert waits == [(200, 9 * ps), (300, 7 * ps)]
-    assert stages == [("decode", 100, 50 * ps), ("resize", 160, 5 * ps)]
+    assert waits == [(200, 9 * PS), (300, 7 * PS)]
+    assert stages == [("decode", 100, 50 * PS), ("resize", 160, 5 * PS)]
+
+
+def test_a_map_functions_own_work_is_transform_and_its_named_ops_keep_their_stage():
+    from pipeprof import _tf
+
+    evs = [
+        # The consumer's side of a parallel map: waiting for the runs below, no stage.
+        ("tf_data_iterator_resource/2", "Iterator::Root::Prefetch::ParallelMapV2", 990, 300 * PS),
+        # One run of the map's function on tf.data's threadpool: a flip (augment) inside it,
+        # the rest (a division, a blur) its own work.
+        (POOL, "ExecutorState::Process", 1000, 100 * PS),
+        (POOL, "truediv:RealDiv", 1010, 10 * PS),
+        (POOL, "random_flip/ReverseV2:ReverseV2", 1020, 20 * PS),
+        (POOL, "depthwise:DepthwiseConv2dNative", 1050, 40 * PS),
+        (POOL, "random_flip/SelectV2:SelectV2", 1090, 5 * PS),  # the same run's flip: one span
+        # A run on another thread of the pool at the same time: its own span.
+        ("tf_data_private_threadpool/5", "ExecutorState::Process", 1000, 60 * PS),
+        # A blur whose run the window cut (the run began before it): still the map's work.
+        ("tf_data_private_threadpool/5", "depthwise_1:DepthwiseConv2dNative", 1100, 30 * PS),
+        # A batch iterator's own work: less its input's (a fetch from memory).
+        ("tf_data_iterator_resource/6", "Iterator::Root::BatchV2", 2000, 50 * PS),
+        ("tf_data_iterator_resource/6", "Iterator::Root::BatchV2::TensorSlice", 2010, 20 * PS),
+    ]
+    _, stages = _tf.split(evs)
+    assert stages == [
+        ("transform", 1000, 75 * PS),
+        ("transform", 1000, 60 * PS),
+        ("augment", 1020, 25 * PS),
+        ("transform", 1100, 30 * PS),
+        ("collate", 2000, 30 * PS),
+        ("fetch", 2010, 20 * PS),
+    ], stages
+
+
+def test_only_the_loaders_functions_count_and_python_inside_tf_data_never():
+    from pipeprof import _tf
+
+    evs = [
+        # The training step's own function on the training thread: compute, not the loader's.
+        ("python/1", "ExecutorState::Process", 100, 500 * PS),
+        ("python/1", "conv2d/Conv2D:Conv2D", 110, 100 * PS),
+        # Inside it, the iterator (a map run inline under it is the loader's).
+        ("python/1", "Iterator::Root::Map", 300, 200 * PS),
+        ("python/1", "ExecutorState::Process", 310, 100 * PS),
+        # A generator's batches: Python, timed there; nothing under it counts.
+        (POOL, "ExecutorState::Process", 1000, 100 * PS),
+        (POOL, "PyFunc:PyFunc", 1010, 80 * PS),
+        (POOL, "ExecutorState::Process", 1020, 30 * PS),
+        (POOL, "DecodeJpeg:DecodeJpeg", 1060, 10 * PS),
+    ]
+    _, stages = _tf.split(evs)
+    assert stages == [("transform", 310, 100 * PS), ("transform", 1000, 20 * PS)], stages
