@@ -315,7 +315,8 @@ fn render_epochs(o: &mut String, s: &Summary) {
         }
         if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
             // No GPU words in a run without one.
-            let idle = if crate::diagnose::model::trains_on_cpu(s) { "no training step" } else { "the GPU trains nothing" };
+            let idle =
+                if crate::diagnose::model::trains_on_cpu(s) { "no training step" } else { "the GPU trains nothing" };
             let _ = writeln!(o, "validation passes took {} of the run's wall time ({idle} meanwhile)", pct(share));
         }
     }
@@ -412,7 +413,8 @@ fn render_loader_threads(o: &mut String, s: &Summary) {
     // Workers started again and again: each start is a new process that imports, forks and
     // fills its first batch before the loop gets one.
     if let Some(most) = s.loader_threads.iter().map(|t| t.starts).max().filter(|n| *n > 1) {
-        let keep = if s.settings.framework == "pytorch" { " (DataLoader(persistent_workers=True) keeps them)" } else { "" };
+        let keep =
+            if s.settings.framework == "pytorch" { " (DataLoader(persistent_workers=True) keeps them)" } else { "" };
         let _ = writeln!(o, "  the workers were started up to {most} times: once per pass over a loader{keep}");
     }
     let rest = &s.loader_threads[s.loader_threads.len().min(LOADER_THREADS_LISTED)..];
@@ -741,8 +743,14 @@ mod tests {
     #[test]
     fn report_lists_loader_threads_with_their_on_cpu_share() {
         use crate::aggregate::LoaderThread;
-        let t =
-            |name: &str, busy_ms, on_cpu| LoaderThread { thread: 1, name: name.into(), spans: 40, busy_ms, on_cpu, starts: 1 };
+        let t = |name: &str, busy_ms, on_cpu| LoaderThread {
+            thread: 1,
+            name: name.into(),
+            spans: 40,
+            busy_ms,
+            on_cpu,
+            starts: 1,
+        };
         let mut s = Summary {
             loader_threads: vec![t("loader-1", 300.0, Some(0.12)), t("loader-0", 120.0, Some(0.95))],
             ..Default::default()
@@ -756,7 +764,10 @@ mod tests {
         s.settings.framework = "pytorch".into();
         let r = render(&s, &crate::diagnose::diagnose(&s));
         assert!(line_of(&r, "loader-1").contains("started 6×"), "{r}");
-        assert!(r.contains("started up to 6 times: once per pass over a loader (DataLoader(persistent_workers=True)"), "{r}");
+        assert!(
+            r.contains("started up to 6 times: once per pass over a loader (DataLoader(persistent_workers=True)"),
+            "{r}"
+        );
         for i in 0..20 {
             s.loader_threads.push(t(&format!("w{i}"), 1.0, None));
         }

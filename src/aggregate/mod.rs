@@ -389,7 +389,8 @@ pub fn worker_role(name: &str) -> String {
     out.push_str(rest);
     // `loader-N.G`: pipeprof's own loader's generation G of worker N.
     if let Some((base, generation)) = out.rsplit_once('.') {
-        let worker = base.strip_prefix("loader-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let worker =
+            base.strip_prefix("loader-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
         if worker && !generation.is_empty() && generation.bytes().all(|b| b.is_ascii_digit()) {
             out.truncate(base.len());
         }
@@ -1388,7 +1389,7 @@ mod tests {
         for start in 0..6u32 {
             for w in 0..2u32 {
                 let id = 10 + start * 2 + w;
-                a.push(&Event::Thread { id, name: format!("loader-{w} (pid {})", 100 + id) });
+                a.push(&Event::Thread { id, name: format!("loader-{w} (pid {})", 100 + id).into() });
                 a.push(&on_thread(id, Stage::Decode, 1_000_000, 500_000));
             }
         }

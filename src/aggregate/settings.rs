@@ -88,6 +88,11 @@ pub struct RunSettings {
     /// loader workers would use.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_threads: Option<usize>,
+    /// TensorFlow's sampled host-trace windows (`python/pipeprof/_tf.py`): tf.data's stages
+    /// are measured inside them only, a span per function run (an element's, or a batch's), so
+    /// their cost per image is their total over the images of the sampled steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tf_trace: Option<TfTrace>,
     /// Class names of the loader's transforms pipeprof does not classify, timed as the
     /// `transform` stage (the program's own code).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -96,6 +101,18 @@ pub struct RunSettings {
     /// are kept.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
+}
+
+/// What TensorFlow's sampled host trace covered.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TfTrace {
+    /// Windows taken.
+    pub windows: u64,
+    /// Training steps inside them.
+    pub sampled_steps: u64,
+    /// What taking them cost the training thread, ms.
+    pub cost_ms: f64,
 }
 
 /// `name` with control characters (escape codes, carriage returns, line breaks) replaced by

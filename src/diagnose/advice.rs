@@ -155,7 +155,7 @@ impl Facts<'_> {
         let cores = self.p.cores as usize;
         let max_n = if *limiter == Limiter::Io { cores * IO_WORKERS_PER_CORE } else { cores };
         let candidates: Vec<(usize, f64)> =
-            ((w + 1).max(2)..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
+            (w + 1..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
         let best = candidates.iter().map(|(_, x)| *x).fold(0.0, f64::max);
         let (n, x) = candidates.into_iter().find(|(_, x)| *x >= NEAR_BEST_SHARE * best)?;
         if *limiter != Limiter::Io && self.oversubscribed(n) {
@@ -208,7 +208,9 @@ impl Facts<'_> {
             predicted_speedup: None,
             basis: None,
             reason: format!(
-                "training on the CPU, the program's {t} compute threads already hold the {cores} cores: {n} workers take their CPU from compute ({} threads on {cores} cores). Shared perfectly that would give at most ×{best:.2}, but oversubscribed cores often lose more than they share (runs measured 0.24–0.86×): no prediction, `--check-advice` measures it; fewer compute threads (torch.set_num_threads) beside the workers may do better",
+                "training on the CPU, the program's {t} compute threads already hold the {cores} cores: {n} worker{} take{} their CPU from compute ({} threads on {cores} cores). Shared perfectly that would give at most ×{best:.2}, but oversubscribed cores often lose more than they share (runs measured 0.24–0.86×): no prediction, `--check-advice` measures it; fewer compute threads (torch.set_num_threads) beside the workers may do better",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "s" } else { "" },
                 t + n
             ),
         })

@@ -174,8 +174,8 @@ impl<'a> Facts<'a> {
     /// [`IN_MEMORY_IMAGE_MS`] per image.
     pub fn in_memory_loader(&self) -> Option<f64> {
         let loader = &self.p.loader;
-        let only =
-            !loader.is_empty() && loader.iter().all(|x| matches!(x.stage, Stage::Fetch | Stage::Convert | Stage::Collate));
+        let only = !loader.is_empty()
+            && loader.iter().all(|x| matches!(x.stage, Stage::Fetch | Stage::Convert | Stage::Collate));
         let per_image: f64 = loader.iter().map(|x| x.wall_ms).sum();
         (only && per_image < IN_MEMORY_IMAGE_MS).then_some(per_image)
     }
@@ -206,9 +206,7 @@ impl<'a> Facts<'a> {
     /// pipeprof's own loop is not: its workers are threads beside a rayon pool, and its
     /// calibration holds there.
     pub fn oversubscribed(&self, n: usize) -> bool {
-        self.cpu_device
-            && !self.s.settings.framework.is_empty()
-            && self.compute_threads() + n > self.p.cores as usize
+        self.cpu_device && !self.s.settings.framework.is_empty() && self.compute_threads() + n > self.p.cores as usize
     }
 
     /// The serial step of a loop that batches in-memory samples itself, when it does.

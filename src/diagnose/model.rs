@@ -512,6 +512,12 @@ pub fn trains_on_cpu(s: &Summary) -> bool {
     (d.is_empty() || is_cpu_device(d)) && s.machine.this_process_on_gpu != Some(true)
 }
 
+/// Images of the training steps TensorFlow's host-trace windows covered, when it sampled any.
+fn traced_images(s: &Summary) -> Option<f64> {
+    let t = s.settings.tf_trace?;
+    (t.sampled_steps > 0).then(|| t.sampled_steps as f64 * s.settings.batch_size.max(1) as f64)
+}
+
 fn finite_pos(v: f64) -> Option<f64> {
     (v.is_finite() && v > 0.0).then_some(v)
 }
@@ -542,7 +548,12 @@ impl Pipeline {
                 // The typical image's cost: one slow file does not move it.
                 let per_span =
                     if matches!(stage, Stage::Fetch | Stage::Collate) { st.batch_size.max(1) as f64 } else { 1.0 };
-                let wall = robust_ms(x) / per_span;
+                let wall = match traced_images(s) {
+                    // A tf.data function's runs are an element's or a whole batch's: what they
+                    // cost an image is their total over the images of the sampled steps.
+                    Some(images) if stage == Stage::Transform => x.total_ms / images,
+                    _ => robust_ms(x) / per_span,
+                };
                 Some(StageCost {
                     stage,
                     wall_ms: wall,

@@ -1432,13 +1432,13 @@ fn workers_advice(v: &Verdict) -> Option<&Advice> {
 /// A PyTorch program training on the CPU of 2 cores with `num_workers=0`, torch's 2 compute
 /// threads on them, its loader's stages per image as given (wall ms, on-CPU share).
 fn torch_cpu(loader: &[(&str, f64, f64)], wait: f64, compute: f64) -> B {
-    let mut b = B::new().workers(0, 2).device("cpu").loader(loader).step(wait, 0.0, compute).cpu(60.0, 120.0);
+    let mut b = B::new().workers(0, 2).device("cpu");
     b.0.settings.framework = "pytorch".into();
     b.0.settings.model = "train.py".into();
     b.0.settings.batch_size = 8;
     b.0.settings.compute_threads = Some(2);
     b.0.settings.input = [1, 28, 28];
-    b
+    b.loader(loader).step(wait, 0.0, compute).cpu(60.0, 120.0)
 }
 
 /// Torchvision's MNIST: uint8 images in memory, ToTensor + Normalize (convert), collate.
@@ -1518,7 +1518,11 @@ fn workers_beside_compute_threads_on_every_core_get_no_prediction() {
         if let Some(w) = w {
             assert_eq!(w.predicted_speedup.is_some(), predicted, "{what}: {w:#?}");
             if !predicted {
-                assert!(w.reason.contains("--check-advice") && w.reason.contains("2 compute threads"), "{what}: {}", w.reason);
+                assert!(
+                    w.reason.contains("--check-advice") && w.reason.contains("2 compute threads"),
+                    "{what}: {}",
+                    w.reason
+                );
             }
         }
     }
@@ -1559,7 +1563,8 @@ fn a_run_without_a_gpu_says_nothing_of_gpus() {
 #[test]
 fn a_finished_run_gets_a_verdict_from_its_few_steps() {
     // pipeprof's own loop: a 42.5 M-parameter CNN, 4 steps of 0.5 s, all compute.
-    let b = B::new().loader(&[("read", 0.1, 0.5), ("decode", 1.0, 1.0)]).step(1.0, 2.0, 500.0).params(42_500_000).steps(4);
+    let b =
+        B::new().loader(&[("read", 0.1, 0.5), ("decode", 1.0, 1.0)]).step(1.0, 2.0, 500.0).params(42_500_000).steps(4);
     let live = diagnose(&b.0);
     assert!(matches!(live.limiter, Limiter::NotEnoughData { .. }), "while running, 4 short steps wait for more");
     let done = diagnose_finished(&b.0);
@@ -1582,4 +1587,20 @@ fn a_run_that_knows_it_trains_on_the_cpu_leaves_a_busy_gpu_unused() {
     assert!(!framework.verdict().flags.contains(&Flag::GpuUnused));
     let on_gpu = io_bound();
     assert!(!on_gpu.verdict().flags.contains(&Flag::GpuUnused));
+}
+
+#[test]
+fn a_tf_data_functions_cost_per_image_is_its_total_over_the_traced_images() {
+    // 352 function runs in the trace windows: tiny per-element glue and whole-batch blurs; a
+    // trimmed mean of the runs says nothing per image, the total over the images does.
+    let mut b = B::new().step(30.0, 0.0, 15.0);
+    b.0.settings.framework = "keras".into();
+    let mut t = stage("transform", 468.6 / 352.0, Some(1.0), 352);
+    t.trimmed_mean_ms = Some(0.008);
+    b.set_stage(t);
+    let untraced = Pipeline::from_summary(&b.0).stage(probes::stage::Stage::Transform).unwrap().wall_ms;
+    assert!((untraced - 0.008).abs() < 1e-9, "without the windows: per span, {untraced}");
+    b.0.settings.tf_trace = Some(crate::aggregate::settings::TfTrace { windows: 2, sampled_steps: 10, cost_ms: 200.0 });
+    let per_image = Pipeline::from_summary(&b.0).stage(probes::stage::Stage::Transform).unwrap().wall_ms;
+    assert!((per_image - 468.6 / 320.0).abs() < 1e-9, "{per_image}");
 }

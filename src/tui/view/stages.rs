@@ -173,7 +173,11 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         cells.push(Cell::from(Line::styled(fmt_share(sh.min(1.0)), dim()).right_aligned()));
         cells.push(Cell::from(split_bar(t.on_cpu, None, bar_w as usize)));
         // A worker started again each epoch is one row: how often it started.
-        cells.push(if t.starts > 1 { Cell::from(Line::styled(format!("{}× start", t.starts), dim()).right_aligned()) } else { Cell::from("") });
+        cells.push(if t.starts > 1 {
+            Cell::from(Line::styled(format!("{}× start", t.starts), dim()).right_aligned())
+        } else {
+            Cell::from("")
+        });
         Row::new(cells)
     });
     // Each rank of a distributed run: its steps, mean step, share waiting for data, its
