@@ -451,12 +451,21 @@ fn screen_states_paused_stopping_help_focus() {
 fn stage_table_lists_worker_threads_with_their_on_cpu_split() {
     use pipeprof::aggregate::LoaderThread;
     let mut st = io_bound();
-    let t = |thread, name: &str, on_cpu| LoaderThread { thread, name: name.into(), spans: 40, busy_ms: 9000.0, on_cpu };
-    st.snap.summary.loader_threads = vec![t(7, "loader-0 (pid 41)", Some(0.04)), t(9, "loader-1 (pid 42)", Some(0.9))];
+    let t = |thread, name: &str, on_cpu, starts| LoaderThread {
+        thread,
+        name: name.into(),
+        spans: 40,
+        busy_ms: 9000.0,
+        on_cpu,
+        starts,
+    };
+    st.snap.summary.loader_threads = vec![t(7, "loader-0", Some(0.04), 1), t(9, "loader-1", Some(0.9), 6)];
     let out = panel(120, 16, &st, view::render_stages);
     let line = |k: &str| out.lines().find(|l| l.contains(k)).unwrap_or_default().to_string();
     assert!(line("↳ loader-0").contains("4%") && line("↳ loader-0").contains("40"), "{out}");
-    assert!(line("↳ loader-1").contains("90%"), "{out}");
+    assert!(!line("↳ loader-0").contains("start"), "{out}");
+    // A worker restarted each epoch is one row, its starts counted.
+    assert!(line("↳ loader-1").contains("90%") && line("↳ loader-1").contains("6× start"), "{out}");
     // A single loader thread is the whole loader: no extra rows.
     st.snap.summary.loader_threads.truncate(1);
     assert!(!panel(120, 16, &st, view::render_stages).contains('↳'));

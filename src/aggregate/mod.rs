@@ -28,6 +28,8 @@ pub const MAX_LOADER_THREADS: usize = 256;
 pub const MAX_STALLS: usize = 32;
 /// The id under which threads past [`MAX_LOADER_THREADS`] are counted.
 pub const OTHER_THREADS: u32 = u32::MAX;
+/// Threads whose rank is kept, at most.
+pub const MAX_RANKED_THREADS: usize = 1 << 16;
 
 /// Layers with their own timings (a model's layers; more are left out).
 pub const MAX_LAYERS: usize = 256;
@@ -631,6 +633,9 @@ pub struct Aggregator {
     layer_computes: u64,
     /// Each rank's own aggregate, once a ranked event came.
     ranks: Option<Box<ranks::Ranks>>,
+    /// The rank of each thread a distributed run's rank announced (bounded): its loader
+    /// workers are that rank's, however they are named.
+    thread_ranks: BTreeMap<u32, u32>,
 }
 
 impl Aggregator {
@@ -669,6 +674,7 @@ impl Aggregator {
             layer_compute_ns: 0,
             layer_computes: 0,
             ranks: None,
+            thread_ranks: BTreeMap::new(),
         }
     }
 
@@ -756,6 +762,11 @@ impl Aggregator {
             // For the run as a whole, and for its rank.
             if matches!(**inner, Event::Ranked(..)) {
                 return;
+            }
+            if let Event::Thread { id, .. } = &**inner {
+                if self.thread_ranks.len() < MAX_RANKED_THREADS || self.thread_ranks.contains_key(id) {
+                    self.thread_ranks.insert(*id, rank.rank);
+                }
             }
             self.push(inner);
             let settings = &self.settings;
@@ -918,14 +929,19 @@ impl Aggregator {
     /// One row per worker ([`worker_role`]): a worker's restarts add to its row and its
     /// `starts`.
     fn loader_threads(&self) -> Vec<LoaderThread> {
-        let mut rows: BTreeMap<String, (u32, u32, ThreadLoad)> = BTreeMap::new();
+        let mut rows: BTreeMap<(Option<u32>, String), (u32, u32, ThreadLoad)> = BTreeMap::new();
         for (&id, t) in &self.loader_threads {
-            let name = match self.threads.get(&id) {
+            let rank = self.thread_ranks.get(&id).copied();
+            let mut name = match self.threads.get(&id) {
                 Some(n) => worker_role(n),
                 None if id == OTHER_THREADS => "other threads".to_string(),
                 None => format!("thread-{id}"),
             };
-            let row = rows.entry(name).or_insert((id, 0, ThreadLoad::default()));
+            // Workers of different ranks are different workers, whatever their names.
+            if let Some(r) = rank.filter(|r| !name.contains(&format!("rank {r}"))) {
+                name = format!("{name} (rank {r})");
+            }
+            let row = rows.entry((rank, name)).or_insert((id, 0, ThreadLoad::default()));
             row.1 += 1;
             row.2.spans += t.spans;
             row.2.wall_ns += t.wall_ns;
@@ -934,7 +950,7 @@ impl Aggregator {
         }
         let mut v: Vec<LoaderThread> = rows
             .into_iter()
-            .map(|(name, (thread, starts, t))| LoaderThread {
+            .map(|((_, name), (thread, starts, t))| LoaderThread {
                 thread,
                 name,
                 spans: t.spans,
