@@ -1,10 +1,10 @@
-# corpus: python=torch steps=20
+# corpus: python=torch steps=24
 """A DCGAN, as the PyTorch DCGAN example trains one: an ImageFolder resized and center-cropped,
 `--workers` DataLoader workers, a generator and a discriminator with an Adam optimizer each;
 every batch updates D (on real, then on fake images) and then G. Sized for a CPU (32×32, narrow
 nets). The folder is generated (corpus/_data.py) unless --dataroot names one.
 
-    python dcgan.py --workers 2 --niter 2
+    python dcgan.py --workers 2 --niter 8
 """
 
 import argparse
@@ -75,7 +75,7 @@ def main():
     p.add_argument("--nz", type=int, default=64)
     p.add_argument("--ngf", type=int, default=16)
     p.add_argument("--ndf", type=int, default=16)
-    p.add_argument("--niter", "--epochs", dest="niter", type=int, default=4)
+    p.add_argument("--niter", "--epochs", dest="niter", type=int, default=8)
     p.add_argument("--lr", type=float, default=0.0002)
     p.add_argument("--beta1", type=float, default=0.5)
     p.add_argument("--limit-batches", type=int, default=0, help="stop each epoch after N batches (0: all)")

@@ -1,10 +1,10 @@
-# corpus: python=torch steps=12
+# corpus: python=torch steps=24
 """An ImageNet-style training script, as the PyTorch ImageNet example writes it: an ImageFolder,
 RandomResizedCrop + RandomHorizontalFlip + ToTensor + Normalize, `-j` workers, pin_memory, a
 ResNet-shaped model (small here, so that it runs on a CPU), SGD with momentum. The folder is
 generated (corpus/_data.py) unless --data names one.
 
-    python imagenet_folder.py -j 4 --epochs 2
+    python imagenet_folder.py -j 4 --epochs 6
 """
 
 import argparse
@@ -51,7 +51,7 @@ def main():
     p = argparse.ArgumentParser(description="ImageNet-style training")
     p.add_argument("--data", default=None, help="an ImageFolder (default: generated)")
     p.add_argument("-j", "--workers", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=6)
     p.add_argument("-b", "--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--crop", type=int, default=64)

@@ -1,10 +1,10 @@
-# corpus: python=tf steps=40
+# corpus: python=tf steps=60
 """Keras 3 on TensorFlow fitting NumPy arrays in memory, as Keras's "Simple MNIST convnet"
 example does: scale to [0, 1], one-hot labels, a small convnet, `model.fit(x, y, batch_size,
 epochs, validation_split)`, then `evaluate`. The digits are generated (corpus/_data.py), not
 downloaded.
 
-    python keras_numpy_fit.py --epochs 2
+    python keras_numpy_fit.py --epochs 4
 """
 
 import argparse
@@ -20,7 +20,7 @@ from keras import layers  # noqa: E402
 
 def main():
     p = argparse.ArgumentParser(description="Simple MNIST-like convnet")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--steps-per-epoch", type=int, default=None, help="fit(steps_per_epoch=N) (default: all)")
     args = p.parse_args()

@@ -1,11 +1,11 @@
-# corpus: python=jax steps=16
+# corpus: python=jax steps=14
 """Image + mask pairs in a `keras.utils.PyDataset`, as Keras's U-Net segmentation example reads
 the Oxford pets: sorted image and mask paths, `load_img(..., target_size)` per file in
 `__getitem__`, a small U-Net-like model, sparse categorical cross-entropy per pixel. Keras 3 on
 JAX here (KERAS_BACKEND, if set, wins). The pairs are generated (corpus/_data.py) unless --data
 names a folder with images/ and masks/.
 
-    python keras_pydataset_masks.py --epochs 3
+    python keras_pydataset_masks.py --epochs 5
 """
 
 import argparse
@@ -71,7 +71,7 @@ def get_model(img_size, num_classes):
 def main():
     p = argparse.ArgumentParser(description="U-Net-like segmentation on a PyDataset")
     p.add_argument("--data", default=None, help="a folder with images/ and masks/ (default: generated)")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--workers", type=int, default=1)

@@ -1,11 +1,11 @@
-# corpus: python=tf steps=12
+# corpus: python=tf steps=20
 """Keras 3 on TensorFlow reading an image folder with tf.data, as Keras's image classification
 example does (`image_dataset_from_directory`, `.map(..., num_parallel_calls=AUTOTUNE)`,
 `.prefetch(AUTOTUNE)`), with a heavy augmentation in the map: a random flip, brightness, and
 repeated Gaussian blurs, as a denoising or blur-robustness script adds. The map is the work.
 The folder is generated (corpus/_data.py) unless --data names one.
 
-    python keras_tfdata_map.py --epochs 3
+    python keras_tfdata_map.py --epochs 8
 """
 
 import argparse
@@ -29,10 +29,10 @@ def gaussian_kernel(size, sigma):
 def main():
     p = argparse.ArgumentParser(description="image_dataset_from_directory + a heavy map")
     p.add_argument("--data", default=None, help="a folder with one sub-folder per class (default: generated)")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--size", type=int, default=96)
-    p.add_argument("--blurs", type=int, default=6, help="Gaussian blurs per image in the map")
+    p.add_argument("--blurs", type=int, default=24, help="Gaussian blurs per batch in the map")
     p.add_argument("--steps-per-epoch", type=int, default=None, help="fit(steps_per_epoch=N) (default: all)")
     args = p.parse_args()
     import keras

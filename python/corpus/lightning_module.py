@@ -1,10 +1,10 @@
-# corpus: python=torch steps=20
+# corpus: python=torch steps=24
 """A Lightning training script as Lightning's docs write one: a LightningDataModule whose
 train_dataloader is an ImageFolder DataLoader with workers, a LightningModule with
 training_step / configure_optimizers, and `Trainer.fit` on the CPU. The folder is generated
 (corpus/_data.py) unless --data names one.
 
-    python lightning_module.py --num-workers 2 --epochs 3
+    python lightning_module.py --num-workers 2 --epochs 8
 """
 
 import argparse
@@ -73,7 +73,7 @@ class LitClassifier(L.LightningModule):
 def main():
     p = argparse.ArgumentParser(description="Lightning image classifier")
     p.add_argument("--data", default=None, help="an ImageFolder (default: generated)")
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--limit-batches", type=int, default=0, help="Trainer(limit_train_batches=N) (0: all)")

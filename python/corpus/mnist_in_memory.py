@@ -1,4 +1,4 @@
-# corpus: python=torch steps=150
+# corpus: python=torch steps=300
 """MNIST in memory, as the PyTorch MNIST example trains it: a torchvision-style Dataset that holds
 uint8 28×28 images and, per item, makes a PIL image and runs ToTensor + Normalize; no workers,
 a small batch, the CPU. The images are generated (corpus/_data.py), not downloaded.

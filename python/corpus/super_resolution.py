@@ -1,11 +1,11 @@
-# corpus: python=torch steps=20
+# corpus: python=torch steps=36
 """Super-resolution, as the PyTorch super_resolution example trains it: a Dataset over a folder
 that opens each image with PIL, converts it to YCbCr and keeps Y, then center-crops it for the
 target and crops + resizes it down for the input (torchvision transforms on PIL images);
 `--threads` DataLoader workers; an ESPCN-style net with PixelShuffle; a PSNR check per epoch.
 The folder is generated (corpus/_data.py) unless --data names one.
 
-    python super_resolution.py --upscale_factor 3 --threads 4 --nEpochs 3
+    python super_resolution.py --upscale_factor 3 --threads 4 --nEpochs 6
 """
 
 import argparse
@@ -79,7 +79,7 @@ def main():
     p.add_argument("--crop_size", type=int, default=48)
     p.add_argument("--batchSize", "--batch-size", dest="batchSize", type=int, default=16)
     p.add_argument("--testBatchSize", type=int, default=32)
-    p.add_argument("--nEpochs", "--epochs", dest="nEpochs", type=int, default=3)
+    p.add_argument("--nEpochs", "--epochs", dest="nEpochs", type=int, default=6)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--threads", "--num-workers", dest="threads", type=int, default=4)
     p.add_argument("--limit-batches", type=int, default=0, help="stop each epoch after N batches (0: all)")

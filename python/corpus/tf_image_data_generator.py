@@ -1,11 +1,11 @@
-# corpus: python=tf steps=20
+# corpus: python=tf steps=18
 """A tf.keras ImageDataGenerator, as TensorFlow's classic image classification tutorial trains
 with it: `ImageDataGenerator(rescale, rotation, shifts, flip, zoom)`, `flow_from_directory` for
 training and validation, a three-block convnet, `model.fit(generator, steps_per_epoch, epochs,
 validation_data, validation_steps)`. `tf.keras` is whatever TensorFlow gives (Keras 3 on
 TensorFlow 2.16 and later). The folder is generated (corpus/_data.py) unless --data names one.
 
-    python tf_image_data_generator.py --epochs 2
+    python tf_image_data_generator.py --epochs 6
 """
 
 import argparse
@@ -17,7 +17,7 @@ import tensorflow as tf
 def main():
     p = argparse.ArgumentParser(description="ImageDataGenerator.flow_from_directory")
     p.add_argument("--data", default=None, help="a folder with one sub-folder per class (default: generated)")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: the whole training set per epoch")

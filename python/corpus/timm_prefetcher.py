@@ -1,11 +1,11 @@
-# corpus: python=torch steps=20
+# corpus: python=torch steps=24
 """A timm-style training loader: PIL transforms that end in a uint8 array (no ToTensor), a
 `fast_collate` into one uint8 batch, a DataLoader with persistent workers, pin_memory and
 drop_last, wrapped in a prefetcher that moves each batch to the device one ahead and normalizes
 it there (on a CUDA side stream where there is one), as timm's create_loader(use_prefetcher=True)
 builds it. The folder is generated (corpus/_data.py) unless --data names one.
 
-    python timm_prefetcher.py -j 4 --epochs 3
+    python timm_prefetcher.py -j 4 --epochs 8
 """
 
 import argparse
@@ -109,7 +109,7 @@ def main():
     p.add_argument("--data", default=None, help="an ImageFolder (default: generated)")
     p.add_argument("-j", "--workers", type=int, default=4)
     p.add_argument("-b", "--batch-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--img-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--log-interval", type=int, default=5)
