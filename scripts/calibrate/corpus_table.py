@@ -19,6 +19,13 @@ from table import GOAL, check_rows, kind, verdict  # noqa: E402
 
 LR_NOTE = " (learning rate as it was)"
 TAIL = 6
+WIDE = 72
+
+
+def short(label):
+    """The advice as the table shows it: code without its trailing comment, words cut at WIDE."""
+    label = label.split("  # ")[0]
+    return label if len(label) <= WIDE else label[: WIDE - 1] + "…"
 
 
 def read_run(d):
@@ -98,9 +105,9 @@ def new_kind():
 
 def row_cells(v):
     """(advice, predicted ×, measured ×, error) of one advice kind over the runs."""
-    label = max(set(v["labels"]), key=v["labels"].count)
+    label = short(max(set(v["labels"]), key=v["labels"].count))
     if len(set(v["labels"])) > 1:
-        label += f" ({len(v['labels'])}×: " + ", ".join(sorted(set(v["labels"]))) + ")"
+        label += f" ({len(v['labels'])}×: " + ", ".join(sorted(set(map(short, v["labels"])))) + ")"
     pred = statistics.median(v["pred"]) if v["pred"] else None
     meas = statistics.median(v["meas"]) if v["meas"] else None
     p = f"{pred:.2f}×" if pred else "-"
