@@ -5,6 +5,11 @@ training and validation, a three-block convnet, `model.fit(generator, steps_per_
 validation_data, validation_steps)`. `tf.keras` is whatever TensorFlow gives (Keras 3 on
 TensorFlow 2.16 and later). The folder is generated (corpus/_data.py) unless --data names one.
 
+As in the tutorial, steps_per_epoch is samples // batch_size, one short of the generator's
+length (it keeps the last, partial batch): under Keras 3 the iterator then runs on across
+epochs, so every second epoch trains the one batch left (9, 1, 9, 1, … steps). Kept: it is
+what the copied script does.
+
     python tf_image_data_generator.py --epochs 6
 """
 

@@ -103,11 +103,13 @@ def new_kind():
     return {"labels": [], "pred": [], "meas": [], "fail": [], "ranges": [], "not_run": 0}
 
 
-def row_cells(v):
-    """(advice, predicted ×, measured ×, error) of one advice kind over the runs."""
+def row_cells(v, runs):
+    """(advice, predicted ×, measured ×, error, miss) of one advice kind over ``runs`` runs."""
     label = short(max(set(v["labels"]), key=v["labels"].count))
     if len(set(v["labels"])) > 1:
         label += f" ({len(v['labels'])}×: " + ", ".join(sorted(set(map(short, v["labels"])))) + ")"
+    if len(v["labels"]) < runs:
+        label += f" (given in {len(v['labels'])} of {runs} runs)"
     pred = statistics.median(v["pred"]) if v["pred"] else None
     meas = statistics.median(v["meas"]) if v["meas"] else None
     p = f"{pred:.2f}×" if pred else "-"
@@ -147,8 +149,9 @@ def script_rows(name, folder):
     rows, misses = [], []
     if not per_kind:
         rows.append((name, top, agree, "(no advice)" if top != "failed" else "(every run failed)", "-", "-", "-"))
+    ok = len(verdicts) - verdicts.count("failed")
     for v in per_kind.values():
-        label, p, m, err, miss = row_cells(v)
+        label, p, m, err, miss = row_cells(v, ok)
         rows.append((name, top, agree, label, p, m, err))
         if miss:
             misses.append(rows[-1])
