@@ -58,7 +58,9 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
-install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax
+# lightning: the corpus's Lightning script (python/corpus/) runs the real Trainer loop; it adds
+# ≈ 40 MB of pure-Python packages (torchmetrics, aiohttp for fsspec[http]) and no CUDA extras.
+install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

@@ -1,0 +1,103 @@
+"""The ground-truth corpus (python/corpus/): every script, written the way the common public
+training scripts are, runs under `pipeprof run --once` as it runs alone: it exits 0, its final
+metric line has the same metric names as without pipeprof, and the run's summary has a verdict.
+
+Each runs on a small budget of its own arguments (one epoch, a few batches), so that the
+program still reaches its final line. TensorFlow scripts run with the TensorFlow environment's
+python (PIPEPROF_TF_PYTHON); a missing framework fails, never skips."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import HANG_S, REPO, pipeprof_bin
+from test_keras_tf import tf_python
+
+CORPUS = REPO / "python" / "corpus"
+SCRIPTS = sorted(p.stem for p in CORPUS.glob("[!_]*.py"))
+
+# Each script's small budget, in its own arguments: one epoch, a few batches.
+QUICK = {
+    "mnist_in_memory": ["--epochs", "1", "--limit-batches", "20"],
+    "imagenet_folder": ["--epochs", "1", "--limit-batches", "3", "-j", "1"],
+    "dcgan": ["--niter", "1", "--limit-batches", "3", "--workers", "1"],
+    "super_resolution": ["--nEpochs", "1", "--limit-batches", "3", "--threads", "1"],
+    "timm_prefetcher": ["--epochs", "1", "--limit-batches", "3", "-j", "1"],
+    "lightning_module": ["--epochs", "1", "--limit-batches", "3", "--num-workers", "1"],
+    "keras_numpy_fit": ["--epochs", "1", "--steps-per-epoch", "3"],
+    "keras_tfdata_map": ["--epochs", "1", "--steps-per-epoch", "2", "--blurs", "1"],
+    "tf_image_data_generator": ["--epochs", "1", "--steps-per-epoch", "2"],
+    "keras_pydataset_masks": ["--epochs", "1", "--steps-per-epoch", "2"],
+}
+
+
+def header(name):
+    """The `# corpus: key=value ...` line of a script, as a dict."""
+    first = (CORPUS / f"{name}.py").read_text().splitlines()[0]
+    assert first.startswith("# corpus: "), f"{name}.py: the first line is not its corpus header: {first!r}"
+    return dict(kv.split("=", 1) for kv in first.removeprefix("# corpus: ").split())
+
+
+def interpreter(name):
+    kind = header(name).get("python")
+    assert kind in ("torch", "jax", "tf"), f"{name}.py: python={kind!r} is not torch, jax or tf"
+    return tf_python() if kind == "tf" else sys.executable
+
+
+def metric_names(line):
+    """The words of a metric line, numbers (timings, values) left out."""
+    return re.findall(r"[A-Za-z_][A-Za-z_@.]*", line)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """The environment of every run: the generated images, made once, in a folder of the test's."""
+    data = tmp_path_factory.mktemp("corpus-data")
+    runtime = tmp_path_factory.mktemp("run")
+    runtime.chmod(0o700)
+    e = dict(os.environ, CORPUS_DATA=str(data), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")
+    for k in ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_MAIN_PID", "PIPEPROF_LISTEN", "PIPEPROF_CHECK"):
+        e.pop(k, None)
+    # One thread for the frameworks' math: two cores, and the loader's workers beside it.
+    e.update(OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false", TF_CPP_MIN_LOG_LEVEL="2")
+    make = "import _data; _data.image_folder(); _data.segmentation_folder()"
+    subprocess.run([sys.executable, "-c", make], cwd=CORPUS, env=e, check=True, timeout=HANG_S)
+    return e
+
+
+def test_every_script_has_a_budget_and_a_header():
+    assert len(SCRIPTS) >= 10, SCRIPTS
+    assert sorted(QUICK) == SCRIPTS, "each corpus script needs its small budget in QUICK"
+    for name in SCRIPTS:
+        assert int(header(name).get("steps", "0")) > 0, f"{name}.py: no steps= in its header"
+        interpreter(name)
+
+
+def run(cmd, env, cwd):
+    try:
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=env, cwd=cwd, timeout=HANG_S)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"did not end in {HANG_S} s: {cmd}\n{e.stdout}\n{e.stderr}")
+    return p
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_corpus_script_runs_under_pipeprof_as_it_runs_alone(name, env, tmp_path):
+    cmd = [interpreter(name), CORPUS / f"{name}.py", *QUICK[name]]
+    plain = run(cmd, env, tmp_path)
+    assert plain.returncode == 0, f"{name} fails without pipeprof:\n{plain.stderr[-3000:]}"
+    lines = [x for x in plain.stdout.splitlines() if x.strip()]
+    assert lines and re.search(r"\d", lines[-1]), f"{name}: no final metric line:\n{plain.stdout}"
+    final = metric_names(lines[-1])
+
+    summary = tmp_path / "s.json"
+    under = run([pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", summary, "--", *cmd], env, tmp_path)
+    assert under.returncode == 0, f"{name} fails under pipeprof:\n{under.stderr[-3000:]}"
+    shapes = [metric_names(x) for x in under.stdout.splitlines()]
+    assert final in shapes, f"{name}: its final line {lines[-1]!r} is missing under pipeprof:\n{under.stdout}"
+    s = json.loads(summary.read_text())
+    assert s.get("verdict") and s["verdict"].get("limiter"), f"{name}: no verdict in the summary: {s.get('verdict')}"
+    assert s["steps"] > 0, f"{name}: pipeprof saw no training step"
