@@ -492,6 +492,9 @@ def _fit_settings(hooks, data, batch_size, fit_kwargs):
     workers = _workers(data, fit_kwargs)
     if workers is not None:
         settings["workers"] = workers
+    elif _is_tf_dataset(data):
+        # Its parallelism is num_parallel_calls, not workers: advice says so.
+        settings["tf_data"] = True
     n = _length(data) or _int(getattr(data, "samples", None)) or _int(getattr(data, "n", None))
     if n:
         settings["images"] = n
@@ -506,6 +509,14 @@ def _fit_settings(hooks, data, batch_size, fit_kwargs):
         # Keras images are (N, H, W, C).
         settings["input"] = [shape[3], shape[1], shape[2]]
     return settings
+
+
+def _is_tf_dataset(data):
+    """``data`` is a ``tf.data.Dataset`` (by its type's module: TensorFlow is never imported
+    here for a program that does not use it)."""
+    return any(
+        c.__module__.startswith("tensorflow") and "Dataset" in c.__name__ for c in type(data).__mro__
+    )
 
 
 def _workers(data, fit_kwargs):

@@ -93,6 +93,10 @@ pub struct RunSettings {
     /// their cost per image is their total over the images of the sampled steps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tf_trace: Option<TfTrace>,
+    /// A Keras program's data is a `tf.data.Dataset`: its parallelism is the pipeline's own
+    /// (`num_parallel_calls`), not loader workers.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tf_data: bool,
     /// Class names of the loader's transforms pipeprof does not classify, timed as the
     /// `transform` stage (the program's own code).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -68,6 +68,11 @@ fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(
         ),
         // Keras 3 puts the workers on the PyDataset; tf.keras 2 (tf_keras) on fit, for a
         // Sequence; tf.data has no workers but parallel calls.
+        // tf.data has no workers: its map runs on the pipeline's own threads.
+        (Framework::Keras, Change::Workers(_)) if st.tf_data => (
+            "let tf.data run the map in parallel and prefetch, if it does not already".into(),
+            "dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)".into(),
+        ),
         (Framework::Keras, Change::Workers(n)) => (
             format!("{} batches in {n} worker processes", if predicted { "load" } else { "try loading" }),
             format!(
@@ -113,7 +118,9 @@ fn knobs(fw: Framework, change: &Change, s: &Summary) -> Option<LoaderKnobs> {
         (Framework::PyTorch, Change::Prefetch(depth)) => {
             LoaderKnobs { prefetch_factor: Some(depth.div_ceil(w).max(2)), ..LoaderKnobs::default() }
         }
-        (Framework::Keras, Change::Workers(n)) => LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() },
+        (Framework::Keras, Change::Workers(n)) if !st.tf_data => {
+            LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() }
+        }
         _ => return None,
     })
 }
@@ -123,6 +130,10 @@ pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
     let mut out: Vec<Advice> = advice
         .into_iter()
         .map(|mut a| {
+            // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
+            if s.settings.tf_data && matches!(a.change, Change::Workers(_)) {
+                (a.predicted_speedup, a.basis) = (None, None);
+            }
             if let Some((action, code)) = say(fw, &a.change, s, a.predicted_speedup.is_some()) {
                 a.action = action;
                 a.change = match knobs(fw, &a.change, s) {
@@ -253,6 +264,14 @@ mod tests {
         let s = summary("pytorch", 2, Some(true));
         let out = in_user_terms(vec![advice(Change::PackOwnLoader)], &s);
         assert_eq!((out[0].change.clone(), out[0].action.as_str()), (Change::PackOwnLoader, "pipeprof's words"));
+        // A tf.data pipeline has no workers to set: its parallel map, no number, nothing re-run.
+        let mut tf = summary("keras", 0, None);
+        tf.settings.tf_data = true;
+        let out = in_user_terms(vec![advice(Change::Workers(2))], &tf);
+        assert_eq!(
+            (out[0].change.clone(), out[0].predicted_speedup),
+            (Change::Code("dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)".into()), None)
+        );
         // pipeprof's own runs are untouched.
         let own = summary("", 2, None);
         assert_eq!(in_user_terms(vec![advice(Change::Workers(6))], &own)[0].change, Change::Workers(6));
