@@ -288,6 +288,8 @@ def test_a_heavy_map_is_the_loaders_transform_stage(tmp_path, folder):
     assert transform_share(heavy) > 0.5, heavy["stages"]
     assert transform_share(light) < transform_share(heavy) / 2, (heavy["stages"], light["stages"])
     assert stage(heavy, "transform")["total_ms"] > 5 * stage(light, "transform")["total_ms"], (heavy["stages"], light["stages"])
+    # Its parallelism is tf.data's own: said, so no advice counts workers for it.
+    assert heavy["settings"].get("tf_data") is True, heavy["settings"]
     for s in (heavy, light):
         assert count(s, "augment") > 0 and count(s, "decode") > 0, s["stages"]
 
