@@ -335,7 +335,11 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
     for (k, f) in runs.iter().enumerate() {
         // Ctrl-C reached the child (same process group) and this process: no more runs.
         if crate::signal::stopping() {
-            crate::progress::say(&format!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len()));
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label));
@@ -372,7 +376,11 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         let measured = child_args(&parent, f.change.as_ref(), steps, &summary, cache.as_deref())
             .and_then(|child| run_child(&exe, &child, &[], &summary));
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
-            crate::progress::say(&format!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len()));
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
         results.push((measured, note));

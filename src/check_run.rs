@@ -121,7 +121,11 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
     for (k, r) in runs.iter().enumerate() {
         if crate::signal::stopping() {
-            crate::progress::say(&format!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len()));
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label));
@@ -129,7 +133,11 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
         let env = [(ENV, env_value(r.set.as_ref(), opts.steps))];
         let measured = check_advice::run_child(&exe, &child_args(opts, &summary), &env, &summary);
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
-            crate::progress::say(&format!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len()));
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
         results.push((measured, None));

@@ -95,13 +95,7 @@ fn profile_check_advice_works_in_a_private_folder_of_a_random_name() {
     let data = data.to_str().unwrap();
     let args = ["profile", "--model", &model, "--data", data, "--steps", "8", "--no-tui", "--no-gpu"];
     let args = [&args[..], &["--workers", "1", "--slow", "decode=+15ms", "--check-advice"]].concat();
-    let mut child = bin()
-        .env("TMPDIR", &tmp)
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = bin().env("TMPDIR", &tmp).args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     // A planted folder at the name pipeprof used before (`pipeprof-check-PID`), open to all.
     let planted = tmp.join(format!("pipeprof-check-{pid}"));
@@ -232,8 +226,14 @@ fn an_output_file_in_a_folder_that_does_not_exist_is_refused_before_anything_sta
     let cases: Vec<(&str, Vec<&str>)> = vec![
         ("--summary", vec!["run", "--once", "--no-gpu", "--summary", "/nonexistent/s.json", "--", "sh", "-c", &script]),
         ("--trace", vec!["run", "--once", "--no-gpu", "--trace", "/nonexistent/t.json", "--", "sh", "-c", &script]),
-        ("--summary", vec!["profile", "--model", &model, "--data", data, "--steps", "1", "--summary", "/nonexistent/s.json"]),
-        ("--trace", vec!["profile", "--model", &model, "--data", data, "--steps", "1", "--trace", "/nonexistent/t.json"]),
+        (
+            "--summary",
+            vec!["profile", "--model", &model, "--data", data, "--steps", "1", "--summary", "/nonexistent/s.json"],
+        ),
+        (
+            "--trace",
+            vec!["profile", "--model", &model, "--data", data, "--steps", "1", "--trace", "/nonexistent/t.json"],
+        ),
         ("--summary", vec!["attach", "--once", "--summary", "/nonexistent/s.json", "127.0.0.1:9"]),
         ("--summary", vec!["run", "--once", "--no-gpu", "--summary", "/", "--", "sh", "-c", &script]),
     ];

@@ -146,8 +146,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
     remove_stale_temps(&opts.out);
-    let (file, path) =
-        create_temp(&opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
+    let (file, path) = create_temp(&opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
     let tmp = Temp { path, keep: false };
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);

@@ -57,7 +57,10 @@ pub enum CacheError {
     Version { path: PathBuf, found: u32, rerun: String },
     #[error("{path} is damaged ({what}): it was not used; delete it and re-run `{rerun}`")]
     Damaged { path: PathBuf, what: String, rerun: String },
-    #[error("{path} is stale: {what} in {} since it was written; it was not used: re-run `{rerun}`", shown(source_dir))]
+    #[error(
+        "{path} is stale: {what} in {} since it was written; it was not used: re-run `{rerun}`",
+        shown(source_dir)
+    )]
     Stale { path: PathBuf, source_dir: PathBuf, what: String, rerun: String },
     #[error("{path} holds {cache} images but the model's [input] is {model} ({which} differ): re-run `{rerun}` with this model")]
     Shape { path: PathBuf, cache: String, model: String, which: String, rerun: String },
@@ -135,7 +138,11 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
             crate::progress::say(&format!("  {}: {}", clean_name(p, MAX_PATH_SHOWN), clean_name(why, MAX_PATH_SHOWN)));
         }
     }
-    crate::progress::out(&format!("train from it: pipeprof profile {}--data {}\n", model_flag(args), args.out.display()));
+    crate::progress::out(&format!(
+        "train from it: pipeprof profile {}--data {}\n",
+        model_flag(args),
+        args.out.display()
+    ));
     Ok(())
 }
 

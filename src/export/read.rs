@@ -483,9 +483,14 @@ mod tests {
     fn a_trace_with_an_overlong_line_or_300k_thread_names_reports_in_bounded_memory() {
         let n = crate::aggregate::MAX_THREAD_NAMES + 5000;
         let mut text = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-        text.push_str(&format!("{{\"ph\":\"i\",\"name\":\"skipped file\",\"ts\":1,\"args\":{{\"path\":\"{}\"}}}},\n", "p".repeat(MAX_LINE)));
+        text.push_str(&format!(
+            "{{\"ph\":\"i\",\"name\":\"skipped file\",\"ts\":1,\"args\":{{\"path\":\"{}\"}}}},\n",
+            "p".repeat(MAX_LINE)
+        ));
         for id in 1..=n {
-            text.push_str(&format!("{{\"ph\":\"M\",\"name\":\"thread_name\",\"tid\":{id},\"args\":{{\"name\":\"t{id}\"}}}},\n"));
+            text.push_str(&format!(
+                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"tid\":{id},\"args\":{{\"name\":\"t{id}\"}}}},\n"
+            ));
         }
         text.push_str("]}\n");
         let (s, events, complete, _) = stream_trace(text.as_bytes()).unwrap().unwrap();

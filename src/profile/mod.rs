@@ -72,13 +72,18 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     };
     // Class names are folder names (or a cache's copy of them): cleaned, one line.
     let classes: Vec<String> = samples.classes().iter().map(|c| clean_name(c, MAX_NAME)).collect();
-    let mut head = format!("Model: {}  ·  {} classes: {}\n", clean_name(&model_name, MAX_NAME), classes.len(), classes.join(", "));
+    let mut head =
+        format!("Model: {}  ·  {} classes: {}\n", clean_name(&model_name, MAX_NAME), classes.len(), classes.join(", "));
     head.push_str(&train::shapes::summary_table(&shapes, &cfg.input));
     if cfg.augment.is_on() {
         head.push_str(&format!("Augmentation (training only): {}\n", cfg.augment.describe()));
     }
     if let Some(v) = &data.val {
-        head.push_str(&format!("Validation: {} images after every epoch, {} for training\n", v.samples.len(), samples.len()));
+        head.push_str(&format!(
+            "Validation: {} images after every epoch, {} for training\n",
+            v.samples.len(),
+            samples.len()
+        ));
     }
     // A closed stdout (`| head -1`) costs nothing: the run, its summary and trace go on.
     progress::out(&format!("{head}\n"));
