@@ -319,26 +319,30 @@ fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Res
 /// `model` and `steps` are the main run's `--model` and `--steps`.
 pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary, verdict: &Verdict) {
     let runs = plan(verdict);
-    println!();
+    crate::progress::out("\n");
     if runs.len() == 1 {
-        println!("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check");
+        crate::progress::out("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check\n");
         return;
     }
     let Some((exe, tmp, _tmp_guard)) = rerun_setup("pipeprof-check") else { return };
     let steps = steps.unwrap_or(DEFAULT_STEPS);
     let parent: Vec<OsString> = std::env::args_os().skip(1).collect();
-    println!(
-        "check-advice: 1 baseline + {} follow-up runs of {steps} steps each (this run's settings, one change per run)",
+    crate::progress::out(&format!(
+        "check-advice: 1 baseline + {} follow-up runs of {steps} steps each (this run's settings, one change per run)\n",
         runs.len() - 1
-    );
+    ));
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
     for (k, f) in runs.iter().enumerate() {
         // Ctrl-C reached the child (same process group) and this process: no more runs.
         if crate::signal::stopping() {
-            eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
-        eprintln!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label);
+        crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label));
         let summary = tmp.join(format!("run-{k}.json"));
         let mut note = None;
         let cache: Option<PathBuf> = if matches!(f.change, Some(Change::CopyLocal)) {
@@ -372,47 +376,84 @@ pub fn run(model: Option<&Path>, steps: Option<u64>, data: &Path, main: &Summary
         let measured = child_args(&parent, f.change.as_ref(), steps, &summary, cache.as_deref())
             .and_then(|child| run_child(&exe, &child, &[], &summary));
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
-            eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
         results.push((measured, note));
     }
     drop(_tmp_guard);
-    print!("{}", render(&runs[..results.len()], &results, steady_rate(main).unwrap_or(main.images_per_s)));
+    crate::progress::out(&render(&runs[..results.len()], &results, steady_rate(main).unwrap_or(main.images_per_s)));
 }
 
-/// The follow-ups' temporary folder (summaries, a cache, a copy of the data set): removed
-/// when dropped, and by an immediate exit on a second interrupt, which drops nothing.
-/// What every re-run needs, or `None` with why printed: this program's path and a scratch
-/// folder (`$TMPDIR/PREFIX-PID`), removed on every way out: return, panic (drop), an
-/// immediate exit (abort hook).
+/// What every re-run needs, or `None` with why printed: this program's path and a private
+/// scratch folder ([`TempDir::private`]) for the runs' summaries, a cache, a copy of the data
+/// set; removed on every way out: return, panic (drop), an immediate exit (abort hook).
 pub fn rerun_setup(prefix: &str) -> Option<(PathBuf, PathBuf, TempDir)> {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            println!("check-advice: cannot find this program to re-run it ({e}): skipped");
+            crate::progress::out(&format!("check-advice: cannot find this program to re-run it ({e}): skipped\n"));
             return None;
         }
     };
-    let tmp = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&tmp) {
-        println!("check-advice: cannot create {} ({e}): skipped", tmp.display());
-        return None;
+    match TempDir::private(prefix) {
+        Ok(guard) => Some((exe, guard.path().to_path_buf(), guard)),
+        Err(e) => {
+            crate::progress::out(&format!("check-advice: {e}: skipped\n"));
+            None
+        }
     }
-    let guard = TempDir::new(&tmp);
-    Some((exe, tmp, guard))
 }
 
+/// A scratch folder pipeprof made: removed when dropped, and by an immediate exit on a second
+/// interrupt, which drops nothing.
 pub struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new(dir: &Path) -> TempDir {
+    /// A new folder `PREFIX-XXXXXX` in the temp folder: a random name, made exclusively
+    /// (mkdtemp: a name another user made first, or a link planted there, is never used),
+    /// mode 0700, and checked once made (a folder, not a link, ours, closed to others). So
+    /// nothing pipeprof writes in it can be redirected, read or swapped by another user.
+    pub fn private(prefix: &str) -> Result<TempDir, String> {
+        let within = std::env::temp_dir();
+        let made = tempfile::Builder::new()
+            .prefix(&format!("{prefix}-"))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir_in(&within)
+            .map_err(|e| format!("cannot create a private folder in {} ({e})", within.display()))?;
+        let guard = TempDir::new(&made.keep());
+        check_private(guard.path())?;
+        Ok(guard)
+    }
+
+    /// Removes `dir` (which the caller made) when dropped or on an immediate exit.
+    fn new(dir: &Path) -> TempDir {
         let d = dir.to_path_buf();
         crate::signal::on_abort(Box::new(move || {
             let _ = std::fs::remove_dir_all(&d);
         }));
         TempDir(dir.to_path_buf())
     }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// `dir` is a folder (not a link), owned by this user, closed to everyone else.
+fn check_private(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot check {} ({e})", dir.display()))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.file_type().is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+        return Err(format!("{} is not a private folder (a folder of ours, mode 0700)", dir.display()));
+    }
+    Ok(())
 }
 
 impl Drop for TempDir {
@@ -457,6 +498,8 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
                 let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {x:>17.1}  {:>9.2}×{note}", f.label, x / base);
             }
             Err(e) => {
+                // Why comes from a child's output: one line, cleaned.
+                let e = crate::aggregate::settings::clean_name(e, crate::aggregate::settings::MAX_PATH_SHOWN);
                 let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {:>17}  {:>10}  failed: {e}", f.label, "-", "-");
             }
         }

@@ -107,29 +107,37 @@ pub fn stdin_refusal() -> Option<String> {
 /// Runs the re-runs and prints the table. Never fails the run: problems are printed.
 pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
     let runs = plan(verdict);
-    println!();
+    crate::progress::out("\n");
     if runs.len() == 1 {
-        println!("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers): nothing to check");
+        crate::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers): nothing to check\n");
         return;
     }
     let Some((exe, tmp, _tmp_guard)) = check_advice::rerun_setup("pipeprof-check-run") else { return };
-    println!(
-        "check-advice: running the program again: 1 baseline + {} runs of {} steps each, one change per run (its output hidden; its side effects are its own)",
+    crate::progress::out(&format!(
+        "check-advice: running the program again: 1 baseline + {} runs of {} steps each, one change per run (its output hidden; its side effects are its own)\n",
         runs.len() - 1,
         opts.steps
-    );
+    ));
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
     for (k, r) in runs.iter().enumerate() {
         if crate::signal::stopping() {
-            eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
-        eprintln!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label);
+        crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label));
         let summary = tmp.join(format!("run-{k}.json"));
         let env = [(ENV, env_value(r.set.as_ref(), opts.steps))];
         let measured = check_advice::run_child(&exe, &child_args(opts, &summary), &env, &summary);
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
-            eprintln!("check-advice: interrupted: {} of {} runs done, the rest skipped", k, runs.len());
+            crate::progress::say(&format!(
+                "check-advice: interrupted: {} of {} runs done, the rest skipped",
+                k,
+                runs.len()
+            ));
             break;
         }
         results.push((measured, None));
@@ -137,7 +145,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
     drop(_tmp_guard);
     let rows: Vec<FollowUp> = runs.iter().map(|r| r.row.clone()).collect();
     let main_rate = check_advice::steady_rate(main).unwrap_or(main.images_per_s);
-    print!("{}", check_advice::render(&rows[..results.len()], &results, main_rate));
+    crate::progress::out(&check_advice::render(&rows[..results.len()], &results, main_rate));
 }
 
 #[cfg(test)]

@@ -3,11 +3,17 @@
 
 use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs, RunArgs};
 use crate::{attach, cache, check_advice, check_run, offline, profile, run as run_cmd};
+use std::path::Path;
 
 /// Runs the command the user asked for (`profile` on the built-in default when none); returns
 /// the exit code: `run`'s is its program's, the others' 0.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
+    if let Err(why) = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p)) {
+        // A usage error, as clap's are: nothing has started.
+        crate::progress::say(&format!("error: {why}"));
+        return Ok(2);
+    }
     if let Command::Run(a) = command {
         return run_and_check(a);
     }
@@ -30,20 +36,25 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         no_gpu: a.no_gpu,
     };
     let mut opts = run_options(a);
-    let own = std::env::temp_dir().join(format!("pipeprof-run-summary-{}.json", std::process::id()));
-    let given = opts.summary.is_some();
-    let summary = opts.summary.get_or_insert(own).clone();
+    // The summary the re-runs need, when not asked for: in a private folder of its own (a
+    // random name, 0700), never at a name in the shared temp folder another user could take.
+    let own = opts
+        .summary
+        .is_none()
+        .then(|| check_advice::TempDir::private("pipeprof-run"))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let summary = match &own {
+        Some(d) => d.path().join("summary.json"),
+        None => opts.summary.clone().unwrap_or_default(),
+    };
+    opts.summary = Some(summary.clone());
     let code = run_cmd::run(&opts);
     let read = std::fs::read(&summary);
-    if !given {
-        let _ = std::fs::remove_file(&summary);
-    }
+    drop(own);
     let code = code?;
     if code != 0 || crate::signal::stopping() {
-        println!(
-            "
-check-advice: the program did not end well (exit code {code}): no re-runs"
-        );
+        crate::progress::out(&format!("\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"));
         return Ok(code);
     }
     let text = read.map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
@@ -52,6 +63,41 @@ check-advice: the program did not end well (exit code {code}): no re-runs"
     let verdict = crate::diagnose::diagnose_finished(&s);
     check_run::run(&check, &s, &verdict);
     Ok(code)
+}
+
+/// The files a command will write, by flag.
+fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
+    let (summary, trace, out) = match command {
+        Command::Run(a) => (&a.summary, &a.trace, None),
+        Command::Profile(a) => (&a.summary, &a.trace, None),
+        Command::Attach(a) => (&a.summary, &a.trace, None),
+        Command::Report(a) => (&a.summary, &None, None),
+        Command::Cache(a) => (&None, &None, Some(a.out.as_path())),
+        Command::DemoData(_) => (&None, &None, None),
+    };
+    let named = [("--summary", summary.as_deref()), ("--trace", trace.as_deref()), ("--out", out)];
+    named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).collect()
+}
+
+/// Refuses an output file whose folder does not exist (or that names a folder) before anything
+/// starts: found at the end, it cost the run's summary, and `run` its program's exit code.
+pub fn check_output(flag: &str, path: &Path) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a folder; name a file in it", path.display()));
+    }
+    if !dir.is_dir() {
+        let why = if dir.exists() { "is not a folder" } else { "does not exist" };
+        return Err(format!(
+            "{flag} {}: the folder {} {why}: create it first, or name a file in a folder that exists",
+            path.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 fn run_options(a: RunArgs) -> run_cmd::Options {
@@ -154,6 +200,6 @@ fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
         seed: a.seed,
     };
     let n = spec.write(&a.dir).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.dir.display()))?;
-    println!("wrote {n} images in {} classes to {}", spec.classes, a.dir.display());
+    crate::progress::out(&format!("wrote {n} images in {} classes to {}\n", spec.classes, a.dir.display()));
     Ok(())
 }

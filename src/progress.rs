@@ -25,7 +25,8 @@ const PLAIN_EVERY: Duration = Duration::from_secs(10);
 /// prints carries names and paths from files and other processes, and none of them may move
 /// the cursor, retitle the terminal or hide a line, on a terminal or in a log.
 pub fn clean(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { '?' } else { c }).collect()
+    use crate::aggregate::settings::printable;
+    text.chars().map(|c| if printable(c) || c == '\n' || c == '\t' { c } else { '?' }).collect()
 }
 
 /// Writes `text` to stderr; a closed terminal or pipe is not worth a panic (the run's files

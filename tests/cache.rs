@@ -63,7 +63,7 @@ fn cached_pixels_and_labels_are_bitwise_those_of_the_decode_path() {
     let mut resizer = Resizer::new();
     for (i, s) in ds.samples.iter().enumerate() {
         let px = decode_for(&std::fs::read(&s.path).unwrap(), 3, 32, 32).unwrap();
-        assert_eq!(p.pixels(i), resizer.resize_u8(&px, 32, 32).unwrap(), "image {i}");
+        assert_eq!(p.pixels(i).unwrap(), resizer.resize_u8(&px, 32, 32).unwrap(), "image {i}");
         assert_eq!(p.label(i), s.label);
     }
     // The loader's f32 batches too: same order, same values, same labels.

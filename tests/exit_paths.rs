@@ -250,7 +250,10 @@ fn ctrl_c_during_check_advice_stops_the_follow_ups_and_removes_their_temporary_f
     let r = setup();
     // A preprocess-bound run, so there is advice to check; its own process group, as a
     // terminal's, so that Ctrl-C reaches the follow-up run too.
+    // A temp folder of the test's own: the follow-ups' folder has a random name in it.
+    let tmp_dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .env("TMPDIR", tmp_dir.path())
         .args(["profile", "--model", r.model.to_str().unwrap(), "--data", r.data.to_str().unwrap()])
         .args(["--steps", "8", "--workers", "1", "--slow", "decode=+15ms", "--no-tui", "--no-gpu", "--check-advice"])
         .stdout(Stdio::piped())
@@ -258,7 +261,6 @@ fn ctrl_c_during_check_advice_stops_the_follow_ups_and_removes_their_temporary_f
         .process_group(0)
         .spawn()
         .unwrap();
-    let tmp = std::env::temp_dir().join(format!("pipeprof-check-{}", child.id()));
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
     let (mut seen, mut line) = (String::new(), String::new());
     while !seen.contains("check-advice: run 1/") {
@@ -266,7 +268,10 @@ fn ctrl_c_during_check_advice_stops_the_follow_ups_and_removes_their_temporary_f
         assert!(err.read_line(&mut line).unwrap() > 0, "no follow-up run started:\n{seen}");
         seen.push_str(&line);
     }
-    assert!(tmp.is_dir(), "the follow-ups' folder exists while they run");
+    let folders: Vec<_> = std::fs::read_dir(tmp_dir.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(folders.len(), 1, "the follow-ups' folder exists while they run: {folders:?}");
+    let tmp = &folders[0];
+    assert!(tmp.is_dir() && tmp.file_name().unwrap().to_string_lossy().starts_with("pipeprof-check-"), "{folders:?}");
     // Ctrl-C: SIGINT to the whole foreground process group.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
     let mut rest = String::new();

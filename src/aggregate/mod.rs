@@ -43,6 +43,39 @@ pub const EPOCHS_KEPT: usize = 50;
 /// Longest thread name, skipped path or reason kept (characters).
 pub const MAX_TEXT: usize = 1024;
 
+/// Thread names kept (a run whose worker processes restart every epoch names new threads
+/// each time); later threads are shown by id.
+pub const MAX_THREAD_NAMES: usize = 4 * MAX_LOADER_THREADS;
+
+/// Keeps the first and last [`EPOCHS_KEPT`] rows of an epoch table apart and sums the ones
+/// between into one row (`through` its last epoch), as the aggregate does while it runs: loss
+/// and accuracy weighted by images, validation from the last folded epoch that had one. Pure.
+pub fn fold_epochs(epochs: &mut Vec<EpochSummary>) {
+    if epochs.len() <= 2 * EPOCHS_KEPT + 1 {
+        return;
+    }
+    let mid: Vec<EpochSummary> = epochs.drain(EPOCHS_KEPT..epochs.len() - EPOCHS_KEPT).collect();
+    let mut row = EpochSummary { epoch: mid[0].epoch, no_loss: true, ..Default::default() };
+    let (mut loss_images, mut loss_sum, mut acc_sum) = (0u64, 0.0, 0.0);
+    for e in &mid {
+        row.steps = row.steps.saturating_add(e.steps);
+        row.images = row.images.saturating_add(e.images);
+        row.seconds += e.seconds;
+        acc_sum += e.accuracy * e.images as f64;
+        if !e.no_loss {
+            (loss_images, loss_sum) = (loss_images.saturating_add(e.images), loss_sum + e.loss * e.images as f64);
+        }
+        if e.val_loss.is_some() {
+            (row.val_loss, row.val_accuracy) = (e.val_loss, e.val_accuracy);
+        }
+        row.through = Some(e.through.unwrap_or(e.epoch));
+    }
+    row.no_loss = loss_images == 0;
+    row.loss = if loss_images > 0 { loss_sum / loss_images as f64 } else { 0.0 };
+    row.accuracy = if row.images > 0 { acc_sum / row.images as f64 } else { 0.0 };
+    epochs.insert(EPOCHS_KEPT, row);
+}
+
 /// One training step's split, from its spans (for charts).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct StepPoint {
@@ -487,6 +520,20 @@ impl Summary {
         }
     }
 
+    /// Every list held to what pipeprof's own summaries hold at most, the epoch table folded
+    /// as the aggregate folds it: a crafted file with 200 000 epochs or thread names reports in
+    /// a page, not 200 000 lines.
+    pub fn bound_lists(&mut self) {
+        fold_epochs(&mut self.epochs);
+        while self.threads.len() > MAX_THREAD_NAMES {
+            self.threads.pop_last();
+        }
+        self.loader_threads.truncate(MAX_LOADER_THREADS + 1);
+        self.skipped.truncate(MAX_SKIPPED_LISTED);
+        self.stalls.truncate(MAX_STALLS);
+        self.layers.truncate(MAX_LAYERS);
+    }
+
     pub fn compute_parts(&self) -> Vec<ComputePart> {
         let mean = |st: Stage| self.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms);
         // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
@@ -806,7 +853,8 @@ impl Aggregator {
                     p.push(s);
                 }
             }
-            Event::Thread { id, name } => {
+            // Bounded: 300 000 distinct names (a crafted trace) were 650 MB.
+            Event::Thread { id, name } if self.threads.len() < MAX_THREAD_NAMES || self.threads.contains_key(id) => {
                 self.threads.insert(*id, settings::clean_name(name, MAX_TEXT));
             }
             Event::Step(st) if !st.validation => {
@@ -889,7 +937,8 @@ impl Aggregator {
                 self.failed.get_or_insert_with(|| clean_text(why));
             }
             Event::Layer(l) => self.push_layer(l),
-            Event::Finish | Event::Spans(_) | Event::Ranked(..) => {}
+            // A thread past the names kept: shown by id.
+            Event::Finish | Event::Spans(_) | Event::Ranked(..) | Event::Thread { .. } => {}
         }
     }
 

@@ -119,15 +119,32 @@ pub struct TfTrace {
     pub cost_ms: f64,
 }
 
-/// `name` with control characters (escape codes, carriage returns, line breaks) replaced by
-/// `?` and cut to `max` characters (an ellipsis marks the cut): safe to print anywhere.
+/// Whether `c` from outside (a file or folder name, a name another process sent) may be
+/// printed as it is: not a control character (escape codes, carriage returns, line breaks,
+/// bells) nor a bidirectional override that reorders what a terminal shows. The one rule
+/// every printer applies: [`clean_name`], [`shown`] and `progress::clean`.
+pub fn printable(c: char) -> bool {
+    !c.is_control() && !matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `name` with every character that is not [`printable`] replaced by `?` and cut to `max`
+/// characters (an ellipsis marks the cut): safe to print anywhere, on one line.
 pub fn clean_name(name: &str, max: usize) -> String {
-    let mut out: String = name.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect();
+    let mut out: String = name.chars().take(max).map(|c| if printable(c) { c } else { '?' }).collect();
     if name.chars().nth(max).is_some() {
         out.pop();
         out.push('…');
     }
     out
+}
+
+/// Longest path a message shows (a longer one is cut, with an ellipsis).
+pub const MAX_PATH_SHOWN: usize = 4096;
+
+/// A path for a message: [`clean_name`], so a file or folder named with escape codes or a line
+/// break shows as `?` on the one line it belongs to.
+pub fn shown(path: &std::path::Path) -> String {
+    clean_name(&path.to_string_lossy(), MAX_PATH_SHOWN)
 }
 
 /// `v` in `lo..=hi`, or a message naming `what` and the range.
@@ -163,7 +180,7 @@ impl RunSettings {
     /// Names capped at [`MAX_NAME`] and free of control characters, lists at [`MAX_LISTED`].
     pub fn clean_names(&mut self) {
         for s in [&mut self.model, &mut self.data, &mut self.device, &mut self.framework, &mut self.ignored] {
-            if s.len() > MAX_NAME || s.chars().any(char::is_control) {
+            if s.len() > MAX_NAME || !s.chars().all(printable) {
                 *s = clean_name(s, MAX_NAME);
             }
         }
@@ -175,7 +192,7 @@ impl RunSettings {
             [&mut self.classes, &mut self.simulated, &mut self.auto_workers, &mut self.unreadable, &mut self.transforms]
         {
             for s in list.iter_mut() {
-                if s.len() > MAX_NAME || s.chars().any(char::is_control) {
+                if s.len() > MAX_NAME || !s.chars().all(printable) {
                     *s = clean_name(s, MAX_NAME);
                 }
             }

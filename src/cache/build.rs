@@ -3,10 +3,11 @@
 
 use super::format::{fingerprint, relative, Header, Meta, HEADER_LEN, PIXELS_OFF, VERSION};
 use super::CacheError;
+use crate::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
 use crate::data::image::{decode_for, Resizer};
 use crate::data::{scan, Dataset};
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -66,10 +67,23 @@ impl Drop for Temp {
     }
 }
 
-/// `DIR/.NAME.tmp-PID`, next to `out` so the rename stays on one filesystem.
-pub fn temp_path(out: &Path) -> PathBuf {
+/// A new file `DIR/.NAME.tmp-PID-XXXXXX` next to `out` (so the rename stays on one
+/// filesystem): a random name created exclusively, so a file or link another user put there
+/// first is never opened (`--out /tmp/x.ppk` writes in a shared folder). The mode is what a
+/// plain create gives (0666 less the umask), as the cache had before.
+fn create_temp(out: &Path) -> std::io::Result<(File, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
     let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "cache.ppk".into());
-    out.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let made = tempfile::Builder::new()
+        .prefix(&format!(".{name}.tmp-{}-", std::process::id()))
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    let (file, path) = made.into_parts();
+    Ok((file, path.keep().map_err(|e| e.error)?))
 }
 
 /// Removes temporary files a killed `pipeprof cache` left next to `out` (their process is gone).
@@ -80,7 +94,8 @@ fn remove_stale_temps(out: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let f = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = f.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else { continue };
+        let pid = f.strip_prefix(&prefix).and_then(|p| p.split('-').next()).and_then(|p| p.parse::<i32>().ok());
+        let Some(pid) = pid else { continue };
         if !Path::new("/proc").join(pid.to_string()).exists() {
             let _ = std::fs::remove_file(e.path());
         }
@@ -122,7 +137,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let ds = scan(&opts.data)?;
     if opts.progress {
         for p in &ds.problems {
-            crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
+            crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
         }
         for c in &ds.empty_classes {
             crate::progress::warn(&crate::data::scan::empty_class_warning(&ds.root, c));
@@ -131,9 +146,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
     remove_stale_temps(&opts.out);
-    let tmp = Temp { path: temp_path(&opts.out), keep: false };
+    let (file, path) = create_temp(&opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
+    let tmp = Temp { path, keep: false };
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
-    let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp.path).map_err(werr)?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     w.write_all(&vec![0u8; PIXELS_OFF as usize]).map_err(werr)?;
     let meta = Meta { source, model: opts.model.clone(), classes: ds.classes.clone(), ..Meta::default() };
@@ -182,9 +197,10 @@ fn warn_classes_without_images(out: &Written, root: &Path) {
     }
     for (class, _) in out.meta.classes.iter().zip(&cached).filter(|(_, n)| **n == 0) {
         crate::progress::warn(&format!(
-            "class {class}: none of its images could be decoded (see the skipped files): a model trained \
+            "class {}: none of its images could be decoded (see the skipped files): a model trained \
              from this cache has an output it never sees; fix or remove {}",
-            root.join(class).display()
+            clean_name(class, MAX_NAME),
+            shown(&root.join(class))
         ));
     }
 }
@@ -354,7 +370,7 @@ impl Progress {
     /// The loader's warning format, one line per file.
     fn warn(&mut self, path: &Path, reason: &str) {
         if self.line.is_some() {
-            crate::progress::warn(&format!("skipped {}: {reason}", path.display()));
+            crate::progress::warn(&format!("skipped {}: {}", shown(path), clean_name(reason, MAX_PATH_SHOWN)));
         }
     }
 

@@ -1,5 +1,5 @@
 //! The packed cache (`pipeprof cache`): every usable image decoded and resized once, stored as
-//! u8 pixels at the model's input size in one file that training memory-maps.
+//! u8 pixels at the model's input size in one file that training reads image by image.
 //!
 //! # File format, version 1 (little-endian)
 //!
@@ -34,6 +34,7 @@ pub use format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, PIXELS_OFF, VERSI
 pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
+use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -56,7 +57,10 @@ pub enum CacheError {
     Version { path: PathBuf, found: u32, rerun: String },
     #[error("{path} is damaged ({what}): it was not used; delete it and re-run `{rerun}`")]
     Damaged { path: PathBuf, what: String, rerun: String },
-    #[error("{path} is stale: {what} in {} since it was written; it was not used: re-run `{rerun}`", source_dir.display())]
+    #[error(
+        "{path} is stale: {what} in {} since it was written; it was not used: re-run `{rerun}`",
+        shown(source_dir)
+    )]
     Stale { path: PathBuf, source_dir: PathBuf, what: String, rerun: String },
     #[error("{path} holds {cache} images but the model's [input] is {model} ({which} differ): re-run `{rerun}` with this model")]
     Shape { path: PathBuf, cache: String, model: String, which: String, rerun: String },
@@ -73,8 +77,9 @@ pub fn rerun_command(model: Option<&str>, source: Option<&std::path::Path>, out:
         Some(_) => String::new(),
         None => "--model cnn.toml ".into(),
     };
-    let data = source.map(|s| s.display().to_string()).unwrap_or_else(|| "DIR".into());
-    format!("pipeprof cache {model}--data {data} --out {}", out.display())
+    // The source folder comes from the cache file: shown cleaned, as every name.
+    let data = source.map(shown).unwrap_or_else(|| "DIR".into());
+    format!("pipeprof cache {model}--data {data} --out {}", shown(out))
 }
 
 /// What `pipeprof cache` was asked for.
@@ -112,7 +117,9 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
         panic_on: None,
     };
     let r = build(&opts).with_context(|| format!("pipeprof cache: {} was not written", args.out.display()))?;
-    eprintln!(
+    // The summary line and the command to train from it: stderr first, then stdout, each
+    // written so that a closed pipe (`| head -0`) costs nothing (the cache is written).
+    crate::progress::say(&format!(
         "pipeprof: cached {} images ({}×{}×{}, {:.1} MB) from {} in {:.1} s with {} threads → {}",
         r.images,
         opts.height,
@@ -123,15 +130,19 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
         r.secs,
         opts.workers,
         args.out.display()
-    );
+    ));
     if !r.skipped.is_empty() {
-        eprintln!("skipped files: {}", r.skipped.len());
+        crate::progress::say(&format!("skipped files: {}", r.skipped.len()));
         for (p, why) in &r.skipped {
-            // File names and reasons come from the data: no escape codes into a log.
-            crate::progress::say(&format!("  {p}: {why}"));
+            // File names and reasons come from the data: one line each, no escape codes.
+            crate::progress::say(&format!("  {}: {}", clean_name(p, MAX_PATH_SHOWN), clean_name(why, MAX_PATH_SHOWN)));
         }
     }
-    println!("train from it: pipeprof profile {}--data {}", model_flag(args), args.out.display());
+    crate::progress::out(&format!(
+        "train from it: pipeprof profile {}--data {}\n",
+        model_flag(args),
+        args.out.display()
+    ));
     Ok(())
 }
 

@@ -1,39 +1,32 @@
-//! Opening a cache: map it, check everything, then hand out per-image slices.
+//! Opening a cache: read and check everything, then read each image when the loader asks.
+//!
+//! Read with `pread`, never memory-mapped: a map faults (SIGBUS, pipeprof killed) when the
+//! file is truncated or rewritten in place under the run (`cp new.ppk X.ppk`, `truncate`).
+//! Read, such a change is an error, and each image is checked against the checksum verified at
+//! open, so an image rewritten in place is skipped with why, never trained on. Memory stays one
+//! image per loader thread whatever the cache's size.
 
 use super::format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, VERSION};
 use super::{rerun_command, CacheError};
+use crate::aggregate::settings::{clean_name, shown, MAX_NAME};
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// A read-only memory map of a whole file.
-///
-/// Invariant that makes the one `unsafe` sound: the mapped file is not truncated or written
-/// while it is mapped. pipeprof writes caches only through a temporary name and a rename,
-/// which gives the final name a new inode and leaves any mapping of the old file intact.
-/// Another program truncating the file in place would make reads fault (SIGBUS), the known
-/// limit of any file mapping; a cache is not something users edit.
-struct Mapped(memmap2::Mmap);
-
-impl Mapped {
-    fn new(file: &File) -> std::io::Result<Mapped> {
-        // SAFETY: see the type's invariant; the map is only ever read through `&[u8]`.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(file)? };
-        Ok(Mapped(map))
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
+/// Bytes each checking thread reads at a time while verifying at open.
+const VERIFY_CHUNK: u64 = 4 << 20;
 
 /// An opened, verified cache.
 pub struct Packed {
-    map: Mapped,
+    file: File,
     header: Header,
     meta: Meta,
     path: PathBuf,
     labels: Vec<u32>,
+    /// Each image's checksum, verified at open and again at every read.
+    crcs: Vec<u32>,
+    /// The command that rebuilds it, for messages.
+    rerun: String,
     /// Whether the source folder was there to be compared with (else staleness is unknown).
     source_checked: bool,
 }
@@ -46,6 +39,13 @@ impl std::fmt::Debug for Packed {
 
 fn u32s(b: &[u8]) -> Vec<u32> {
     b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// `size` bytes at `off` (inside the file: checked by the caller).
+fn read_at(file: &File, off: u64, size: u64) -> std::io::Result<Vec<u8>> {
+    let mut b = vec![0u8; size as usize];
+    file.read_exact_at(&mut b, off)?;
+    Ok(b)
 }
 
 impl Packed {
@@ -62,21 +62,19 @@ impl Packed {
             what,
             rerun: rerun.to_string(),
         };
-        if len < 8 {
+        let mut head = [0u8; HEADER_LEN];
+        let got = read_at(&file, 0, len.min(HEADER_LEN as u64)).map_err(read_err)?;
+        head[..got.len()].copy_from_slice(&got);
+        if got.len() < 8 || head[..8] != MAGIC {
             return Err(CacheError::NotACache { path: path.to_path_buf(), rerun: generic });
         }
-        let map = Mapped::new(&file).map_err(read_err)?;
-        let b = map.bytes();
-        if b[..8] != MAGIC {
-            return Err(CacheError::NotACache { path: path.to_path_buf(), rerun: generic });
-        }
-        let Some(head) = b.first_chunk::<HEADER_LEN>() else {
+        if got.len() < HEADER_LEN {
             return Err(damaged(
                 format!("truncated: {len} bytes, shorter than the {HEADER_LEN}-byte header"),
                 &generic,
             ));
-        };
-        let (h, stored_crc) = Header::decode(head);
+        }
+        let (h, stored_crc) = Header::decode(&head);
         if h.version != VERSION {
             return Err(CacheError::Version { path: path.to_path_buf(), found: h.version, rerun: generic });
         }
@@ -99,55 +97,61 @@ impl Packed {
         if h.image_len() == 0 || !matches!(h.channels, 1 | 3) {
             return Err(damaged(format!("impossible image shape {}×{}×{}", h.height, h.width, h.channels), &generic));
         }
-        let slice = |off: u64, size: u64| &b[off as usize..(off + size) as usize];
-        let labels_b = slice(h.labels_off, n * 4);
-        let crcs_b = slice(h.crcs_off, n * 4);
-        let meta_b = slice(h.meta_off, h.meta_len);
+        // A read that fails now (the file shrank since its length was taken) is a read error.
+        let labels_b = read_at(&file, h.labels_off, n * 4).map_err(read_err)?;
+        let crcs_b = read_at(&file, h.crcs_off, n * 4).map_err(read_err)?;
+        let meta_b = read_at(&file, h.meta_off, h.meta_len).map_err(read_err)?;
         let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&Header::crc_input(head));
-        hasher.update(labels_b);
-        hasher.update(crcs_b);
-        hasher.update(meta_b);
+        hasher.update(&Header::crc_input(&head));
+        hasher.update(&labels_b);
+        hasher.update(&crcs_b);
+        hasher.update(&meta_b);
         if hasher.finalize() != stored_crc {
             return Err(damaged("header checksum mismatch".into(), &generic));
         }
-        let Some(meta) = Meta::decode(meta_b) else {
+        let Some(meta) = Meta::decode(&meta_b) else {
             return Err(damaged("unreadable metadata".into(), &generic));
         };
         let rerun = rerun_command(Some(&meta.model), Some(&meta.source), path);
-        let labels = u32s(labels_b);
+        let labels = u32s(&labels_b);
         if meta.names.len() as u64 != n || labels.iter().any(|l| *l as usize >= meta.classes.len()) {
             return Err(damaged("index does not match the metadata".into(), &rerun));
         }
-        let crcs = u32s(crcs_b);
-        if let Some(bad) = first_bad_image(b, &h, &crcs) {
-            return Err(damaged(format!("checksum mismatch in image {bad} ({})", meta.names[bad]), &rerun));
+        let crcs = u32s(&crcs_b);
+        if let Some(bad) = first_bad_image(&file, &h, &crcs).map_err(read_err)? {
+            let name = clean_name(&meta.names[bad], MAX_NAME);
+            return Err(damaged(format!("checksum mismatch in image {bad} ({name})"), &rerun));
         }
         let source_checked = meta.source.is_dir();
         if source_checked {
-            let ds = crate::data::scan(&meta.source).map_err(|e| CacheError::Stale {
-                path: path.to_path_buf(),
-                source_dir: meta.source.clone(),
-                what: format!("the folder cannot be scanned any more ({e})"),
-                rerun: rerun.clone(),
-            })?;
-            if fingerprint(&ds) != h.fingerprint {
-                let then = meta.names.len() + meta.skipped.len();
-                let now = ds.samples.len();
-                let what = if then == now {
-                    format!("image files were modified, renamed or touched ({now} files, as before)")
-                } else {
-                    format!("image files were added or removed ({then} then, {now} now)")
-                };
-                return Err(CacheError::Stale {
-                    path: path.to_path_buf(),
-                    source_dir: meta.source.clone(),
-                    what,
-                    rerun,
-                });
-            }
+            check_fresh(path, &meta, &h, &rerun)?;
         }
-        Ok(Packed { map, header: h, meta, path: path.to_path_buf(), labels, source_checked })
+        Ok(Packed { file, header: h, meta, path: path.to_path_buf(), labels, crcs, rerun, source_checked })
+    }
+
+    /// Image `i`'s u8 HWC pixels, read into `buf` and checked against its checksum; why not
+    /// when the file changed since it was opened (truncated, or rewritten in place): that
+    /// image is skipped, never trained on. Panics if `i` ≥ [`Self::len`].
+    pub fn read_pixels(&self, i: usize, buf: &mut Vec<u8>) -> Result<(), String> {
+        let n = self.header.image_len();
+        buf.resize(n as usize, 0);
+        let what = match self.file.read_exact_at(buf, self.header.pixels_off + i as u64 * n) {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "it is shorter now".to_string(),
+            Err(e) => e.to_string(),
+            Ok(()) if crc32fast::hash(buf) != self.crcs[i] => "this image's bytes differ".to_string(),
+            Ok(()) => return Ok(()),
+        };
+        Err(format!(
+            "{} changed on disk while in use ({what}): skipped; rebuild it with `{}` (pipeprof cache replaces a file by renaming, so a run reading it is not disturbed)",
+            shown(&self.path),
+            self.rerun
+        ))
+    }
+
+    /// [`Self::read_pixels`] into a new buffer.
+    pub fn pixels(&self, i: usize) -> Result<Vec<u8>, String> {
+        let mut b = Vec::new();
+        self.read_pixels(i, &mut b).map(|()| b)
     }
 
     /// Refuses a cache whose images are not the model's input size.
@@ -188,13 +192,6 @@ impl Packed {
         (self.header.height, self.header.width, self.header.channels)
     }
 
-    /// Image `i`'s u8 HWC pixels, a slice of the mapped file. Panics if `i` ≥ [`Self::len`].
-    pub fn pixels(&self, i: usize) -> &[u8] {
-        let n = self.header.image_len() as usize;
-        let at = self.header.pixels_off as usize + i * n;
-        &self.map.bytes()[at..at + n]
-    }
-
     pub fn label(&self, i: usize) -> u32 {
         self.labels[i]
     }
@@ -231,30 +228,58 @@ impl Packed {
     }
 }
 
-/// The first image whose CRC does not match, checked on every core.
-fn first_bad_image(b: &[u8], h: &Header, crcs: &[u32]) -> Option<usize> {
-    let n = h.image_len() as usize;
-    let pixels = &b[h.pixels_off as usize..h.pixels_off as usize + crcs.len() * n];
+/// The first image whose CRC does not match, checked on every core, each thread reading its
+/// share a few MB at a time.
+fn first_bad_image(file: &File, h: &Header, crcs: &[u32]) -> std::io::Result<Option<usize>> {
+    let n = h.image_len();
+    let per_read = (VERIFY_CHUNK / n).max(1) as usize;
     let threads = std::thread::available_parallelism().map(|t| t.get()).unwrap_or(1).min(crcs.len().max(1));
     let per = crcs.len().div_ceil(threads).max(1);
+    let check = |start: usize, part: &[u32]| -> std::io::Result<Option<usize>> {
+        let mut buf = Vec::new();
+        for (c, group) in part.chunks(per_read).enumerate() {
+            let first = start + c * per_read;
+            buf.resize(group.len() * n as usize, 0);
+            file.read_exact_at(&mut buf, h.pixels_off + first as u64 * n)?;
+            let bad = buf.chunks_exact(n as usize).zip(group).position(|(px, crc)| crc32fast::hash(px) != *crc);
+            if let Some(k) = bad {
+                return Ok(Some(first + k));
+            }
+        }
+        Ok(None)
+    };
     std::thread::scope(|s| {
-        let handles: Vec<_> = crcs
-            .chunks(per)
-            .enumerate()
-            .map(|(t, part)| {
-                let start = t * per;
-                s.spawn(move || {
-                    part.iter()
-                        .enumerate()
-                        .find(|(k, crc)| {
-                            let i = start + k;
-                            crc32fast::hash(&pixels[i * n..(i + 1) * n]) != **crc
-                        })
-                        .map(|(k, _)| start + k)
-                })
-            })
-            .collect();
-        // A panicked checker counts as a mismatch at its first image: never use unchecked data.
-        handles.into_iter().enumerate().filter_map(|(t, h)| h.join().unwrap_or(Some(t * per))).min()
+        let handles: Vec<_> =
+            crcs.chunks(per).enumerate().map(|(t, part)| s.spawn(move || check(t * per, part))).collect();
+        let mut first_bad: Option<usize> = None;
+        for (t, h) in handles.into_iter().enumerate() {
+            // A panicked checker counts as a mismatch at its first image: never use unchecked data.
+            if let Some(bad) = h.join().unwrap_or(Ok(Some(t * per)))? {
+                first_bad = Some(first_bad.map_or(bad, |b| b.min(bad)));
+            }
+        }
+        Ok(first_bad)
     })
+}
+
+/// Refuses a cache whose source folder changed since it was written (stale).
+fn check_fresh(path: &Path, meta: &Meta, h: &Header, rerun: &str) -> Result<(), CacheError> {
+    let stale = |what: String| CacheError::Stale {
+        path: path.to_path_buf(),
+        source_dir: meta.source.clone(),
+        what,
+        rerun: rerun.to_string(),
+    };
+    let ds =
+        crate::data::scan(&meta.source).map_err(|e| stale(format!("the folder cannot be scanned any more ({e})")))?;
+    if fingerprint(&ds) != h.fingerprint {
+        let then = meta.names.len() + meta.skipped.len();
+        let now = ds.samples.len();
+        return Err(stale(if then == now {
+            format!("image files were modified, renamed or touched ({now} files, as before)")
+        } else {
+            format!("image files were added or removed ({then} then, {now} now)")
+        }));
+    }
+    Ok(())
 }

@@ -36,17 +36,19 @@ impl SampleSource for Packed {
         }
         Ok(())
     }
-    /// One cached image: a slice of the mapped file converted straight into the batch (the
-    /// `read` span covers the copy, which is also the u8 HWC → f32 CHW conversion; there is
-    /// nothing to decode or resize). Cannot fail: every checksum was verified at open.
+    /// One cached image: read from the file (into the worker's reused buffer) and converted
+    /// straight into the batch (the `read` span covers the read and the u8 HWC → f32 CHW
+    /// conversion; there is nothing to decode or resize). Fails only when the file changed on
+    /// disk since it was opened ([`Packed::read_pixels`]).
     ///
     /// `--throttle-read` and `--slow read=…` simulate the storage the image folder is on; the
     /// packed cache is one local file (that is the advice), so they do not slow it
     /// ([`read_simulation_ignored`]). `--slow decode/resize` have no stage here.
     fn load(&self, i: u32, ctx: &mut LoadCtx<'_>, out: &mut [f32]) -> Result<(), String> {
-        let px = self.pixels(i as usize);
         let span = info_span!("read", step = ctx.step, sample = i, bytes = tracing::field::Empty);
         let _g = span.enter();
+        let px = &mut ctx.scratch.file;
+        self.read_pixels(i as usize, px)?;
         span.record("bytes", px.len() as u64);
         let cfg = ctx.cfg;
         hwc_to_chw(px, cfg.channels, cfg.height as usize * cfg.width as usize, out);

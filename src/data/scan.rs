@@ -79,7 +79,7 @@ impl Dataset {
 pub fn empty_class_warning(root: &Path, class: &str) -> String {
     format!(
         "class folder {} has no .{} image: it is left out of the classes (add images to train it, or remove the folder)",
-        root.join(class).display(),
+        crate::aggregate::settings::shown(&root.join(class)),
         EXTENSIONS.join("/.")
     )
 }

@@ -1,6 +1,6 @@
 //! Where the loader's samples come from. The loader knows one trait, [`SampleSource`]: an
 //! ImageFolder ([`Dataset`](super::Dataset): read → decode → resize per image) and the packed
-//! cache (`cache::Packed`: one copy out of a memory map) both implement it, each emitting its
+//! cache (`cache::Packed`: one read per image) both implement it, each emitting its
 //! own stage spans.
 
 use super::image::Resizer;

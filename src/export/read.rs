@@ -207,10 +207,15 @@ impl TraceSummary {
 /// stream: memory stays flat in the trace's length. `None` when the text is not laid out
 /// that way (a trace from another tool, a summary JSON): read it whole instead.
 /// Returns the summary, the events read, whether the trace was closed, and whether capped.
-pub fn stream_trace(r: impl std::io::BufRead) -> std::io::Result<Option<(Summary, usize, bool, bool)>> {
+pub fn stream_trace(mut r: impl std::io::BufRead) -> std::io::Result<Option<(Summary, usize, bool, bool)>> {
     // Lines as bytes: a trace cut inside a multi-byte character is still read (the cut line
     // does not parse and is left out, like any cut line).
-    let mut lines = r.split(b'\n').map(|l| l.map(|b| String::from_utf8_lossy(&b).into_owned()));
+    let mut buf = Vec::new();
+    let mut lines = std::iter::from_fn(move || match next_line(&mut r, &mut buf, MAX_LINE) {
+        Ok(true) => Some(Ok(String::from_utf8_lossy(&buf).into_owned())),
+        Ok(false) => None,
+        Err(e) => Some(Err(e)),
+    });
     let Some(header) = lines.next().transpose()? else { return Ok(None) };
     let header = header.trim();
     if !(header.starts_with('{') && header.contains("\"traceEvents\"") && header.ends_with('[')) {
@@ -238,6 +243,45 @@ pub fn stream_trace(r: impl std::io::BufRead) -> std::io::Result<Option<(Summary
     let (mut s, capped) = t.finish();
     s.rank = s.rank.or(rank);
     Ok(Some((s, events, complete, capped)))
+}
+
+/// Longest trace line read: pipeprof writes one event a line, well under a kilobyte (its
+/// settings line kilobytes; the closing summary line, which the reader does not use, at most
+/// a few MB). A longer line (a crafted file) is read past, never held, and left out as a cut
+/// line is: one line of 300 MB took 885 MB to report.
+pub const MAX_LINE: usize = 16 << 20;
+/// Largest file read whole (a summary JSON, a trace of another layout): pipeprof's summaries
+/// are well under a megabyte.
+pub const MAX_WHOLE: u64 = 64 << 20;
+
+/// The next line of `r` (without its `\n`) into `buf`: false at the end. A line longer than
+/// `max` bytes comes back empty, its bytes consumed but never kept.
+fn next_line(r: &mut impl std::io::BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<bool> {
+    buf.clear();
+    let (mut any, mut over) = (false, false);
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(any);
+        }
+        any = true;
+        let end = memchr::memchr(b'\n', chunk);
+        let take = end.unwrap_or(chunk.len());
+        over |= buf.len() + take > max;
+        if over {
+            buf.clear();
+        } else {
+            buf.extend_from_slice(&chunk[..take]);
+        }
+        r.consume(take + usize::from(end.is_some()));
+        if end.is_some() {
+            return Ok(true);
+        }
+    }
 }
 
 /// Feeds one trace event to the aggregate (host counters are gathered in `host`, one sample
@@ -335,6 +379,11 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
         check_summary(&summary).map_err(|why| ReadError::OutOfRange { path: p.clone(), why })?;
         return Ok(Loaded { summary: cleaned(summary), events, complete, capped });
     }
+    let size = std::fs::metadata(path).map_err(io)?.len();
+    if size > MAX_WHOLE {
+        let why = format!("{} MB, larger than any summary pipeprof writes, and not one event a line", size >> 20);
+        return Err(ReadError::Format { path: p, why });
+    }
     let text = std::fs::read_to_string(path).map_err(io)?;
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
         if let (Some(version), Some(_)) = (v.get("schema_version"), v.get("stages")) {
@@ -359,9 +408,11 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
     Ok(Loaded { summary: cleaned(summary), events: events.len(), complete, capped })
 }
 
-/// A summary read from a file, its names capped and free of control characters.
+/// A summary read from a file, its names capped and free of control characters, its lists
+/// bounded.
 fn cleaned(mut s: Summary) -> Summary {
     s.clean_names();
+    s.bound_lists();
     s
 }
 
@@ -412,6 +463,62 @@ mod tests {
             (st.model.as_str(), st.cores, st.framework.as_str(), st.batch_size, st.workers),
             ("train.py", 16, "pytorch", 64, 4)
         );
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_read_past_never_held() {
+        let text = format!("short\n{}\nlast", "x".repeat(1000));
+        let mut r = std::io::BufReader::with_capacity(64, text.as_bytes());
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        while next_line(&mut r, &mut buf, 100).unwrap() {
+            got.push((String::from_utf8_lossy(&buf).into_owned(), buf.capacity()));
+        }
+        let lines: Vec<&str> = got.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(lines, ["short", "", "last"]);
+        assert!(got.iter().all(|(_, cap)| *cap <= 200), "the long line was held: {:?}", got[1].1);
+    }
+
+    #[test]
+    fn a_trace_with_an_overlong_line_or_300k_thread_names_reports_in_bounded_memory() {
+        let n = crate::aggregate::MAX_THREAD_NAMES + 5000;
+        let mut text = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        text.push_str(&format!(
+            "{{\"ph\":\"i\",\"name\":\"skipped file\",\"ts\":1,\"args\":{{\"path\":\"{}\"}}}},\n",
+            "p".repeat(MAX_LINE)
+        ));
+        for id in 1..=n {
+            text.push_str(&format!(
+                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"tid\":{id},\"args\":{{\"name\":\"t{id}\"}}}},\n"
+            ));
+        }
+        text.push_str("]}\n");
+        let (s, events, complete, _) = stream_trace(text.as_bytes()).unwrap().unwrap();
+        // The overlong line is left out as a cut line is; every thread event is read, and
+        // the names kept are bounded.
+        assert_eq!((events, complete), (n, true));
+        assert_eq!(s.skipped_count, 0);
+        assert_eq!(s.threads.len(), crate::aggregate::MAX_THREAD_NAMES);
+    }
+
+    #[test]
+    fn a_summary_of_200k_epochs_reports_the_first_and_last_50_and_sums_the_rest() {
+        use crate::aggregate::{EpochSummary, EPOCHS_KEPT};
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("s.json");
+        let mut v = serde_json::to_value(crate::diagnose::Diagnosed::default()).unwrap();
+        v["schema_version"] = crate::aggregate::SUMMARY_SCHEMA_VERSION.into();
+        let epochs: Vec<EpochSummary> = (1..=200_000)
+            .map(|e| EpochSummary { epoch: e, steps: 1, images: 2, loss: 1.0, accuracy: 0.5, ..Default::default() })
+            .collect();
+        v["epochs"] = serde_json::to_value(&epochs).unwrap();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let s = load(&path).unwrap().summary;
+        assert_eq!(s.epochs.len(), 2 * EPOCHS_KEPT + 1);
+        let mid = &s.epochs[EPOCHS_KEPT];
+        assert_eq!((mid.epoch, mid.through), (EPOCHS_KEPT as u32 + 1, Some(200_000 - EPOCHS_KEPT as u32)));
+        assert_eq!(s.epochs.iter().map(|e| e.steps).sum::<u64>(), 200_000);
+        assert!((mid.loss - 1.0).abs() < 1e-9 && (mid.accuracy - 0.5).abs() < 1e-9, "{mid:?}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod setup;
 
 pub use options::Options;
 
+use crate::aggregate::settings::{clean_name, MAX_NAME};
 use crate::aggregate::{Aggregator, RunSettings};
 use crate::diagnose::Diagnosed;
 use crate::export::{chrome::ChromeTrace, Exporter};
@@ -69,18 +70,26 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
         Some(a) => a.initial(),
         None => cfg.data.workers.resolve(cores),
     };
-    println!("Model: {model_name}  ·  {} classes: {}", samples.classes().len(), samples.classes().join(", "));
-    print!("{}", train::shapes::summary_table(&shapes, &cfg.input));
+    // Class names are folder names (or a cache's copy of them): cleaned, one line.
+    let classes: Vec<String> = samples.classes().iter().map(|c| clean_name(c, MAX_NAME)).collect();
+    let mut head =
+        format!("Model: {}  ·  {} classes: {}\n", clean_name(&model_name, MAX_NAME), classes.len(), classes.join(", "));
+    head.push_str(&train::shapes::summary_table(&shapes, &cfg.input));
     if cfg.augment.is_on() {
-        println!("Augmentation (training only): {}", cfg.augment.describe());
+        head.push_str(&format!("Augmentation (training only): {}\n", cfg.augment.describe()));
     }
     if let Some(v) = &data.val {
-        println!("Validation: {} images after every epoch, {} for training", v.samples.len(), samples.len());
+        head.push_str(&format!(
+            "Validation: {} images after every epoch, {} for training\n",
+            v.samples.len(),
+            samples.len()
+        ));
     }
-    println!();
+    // A closed stdout (`| head -1`) costs nothing: the run, its summary and trace go on.
+    progress::out(&format!("{head}\n"));
     let settings = setup::settings(opts, &cfg, model_name, &data, workers, cores, params);
     for s in &settings.simulated {
-        eprintln!("pipeprof: simulation on: {s}");
+        progress::say(&format!("pipeprof: simulation on: {s}"));
     }
 
     let (probe, rx) = Probe::new(opts.channel_capacity);
@@ -171,12 +180,12 @@ fn start_collector(
     }
     let data_fs = probes::fsinfo::detect(&data.dir);
     if data_fs.kind.is_remote_or_fuse() {
-        eprintln!(
+        progress::say(&format!(
             "note: {} is on a {} filesystem ({}): every image read may be a network round trip",
             data.dir.display(),
             data_fs.kind,
             data_fs.fs_type
-        );
+        ));
     }
     let mut agg = Aggregator::new(settings);
     agg.set_data_fs(data_fs);
@@ -344,7 +353,7 @@ fn write_summary(opts: &Options, done: &Diagnosed, failed: Option<&str>) -> anyh
     }
     let json = serde_json::to_string_pretty(&v)?;
     std::fs::write(path, json).with_context(|| format!("cannot write the summary to {}", path.display()))?;
-    eprintln!("pipeprof: summary written to {}", path.display());
+    progress::say(&format!("pipeprof: summary written to {}", path.display()));
     Ok(())
 }
 
@@ -356,15 +365,18 @@ fn finish(
     outcome: anyhow::Result<anyhow::Result<Trained>>,
 ) -> anyhow::Result<Finished> {
     let verdict = done.verdict();
-    print!("{}", report::render(&done.summary, &verdict));
     let failed = failure_text(&outcome);
+    // The summary file first, as `run` does: a closed stdout or terminal must not cost it, and
+    // nothing printed can panic (`progress::out`). The trace is closed (the collector ended);
+    // once the summary is written too, an immediate exit has nothing left to close: its hooks
+    // are disarmed.
+    let written = signal::disarm_after(|| write_summary(opts, &done, failed.as_deref()));
+    progress::out(&report::render(&done.summary, &verdict));
     if let Some(why) = &failed {
         progress::say(&format!("pipeprof: RUN FAILED: {why}"));
-        eprintln!("pipeprof: the report above covers the steps done before the failure");
+        progress::say("pipeprof: the report above covers the steps done before the failure");
     }
-    // The trace is closed (the collector ended); once the summary is written too, an
-    // immediate exit has nothing left to close: its hooks are disarmed.
-    signal::disarm_after(|| write_summary(opts, &done, failed.as_deref()))?;
+    written?;
     let Trained { outcome, never_loaded } = outcome??;
     for (class, failed) in &never_loaded {
         progress::warn(&format!(
@@ -374,7 +386,7 @@ fn finish(
         ));
     }
     if outcome.interrupted {
-        eprintln!("pipeprof: stopped early: the report covers the steps done so far");
+        progress::say("pipeprof: stopped early: the report covers the steps done so far");
     }
     // The loop's own count, not the events': those may have been dropped.
     if outcome.images == 0 && !outcome.interrupted {

@@ -1,6 +1,7 @@
 //! Before training: the data (folder or cache, the validation set) and the run's settings.
 
 use super::Options;
+use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
 use crate::aggregate::RunSettings;
 use crate::cache::DataSource;
 use crate::config::ModelConfig;
@@ -29,10 +30,13 @@ fn data_dir(opts: &Options) -> anyhow::Result<PathBuf> {
     let spec = DemoSpec::default();
     let dir = DemoSpec::default_dir();
     if !spec.is_present(&dir) {
-        eprintln!("pipeprof: no --data given: writing the demo data set to {} (first run only)…", dir.display());
+        crate::progress::say(&format!(
+            "pipeprof: no --data given: writing the demo data set to {} (first run only)…",
+            dir.display()
+        ));
         spec.write(&dir).with_context(|| format!("cannot write the demo data set to {}", dir.display()))?;
     } else {
-        eprintln!("pipeprof: no --data given: using the demo data set in {}", dir.display());
+        crate::progress::say(&format!("pipeprof: no --data given: using the demo data set in {}", dir.display()));
     }
     Ok(dir)
 }
@@ -49,7 +53,7 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
                 crate::progress::warn(&format!("ignored in class folders (not images pipeprof reads): {i}"));
             }
             for p in &f.problems {
-                crate::progress::warn(&format!("{}: {}", p.path.display(), p.reason));
+                crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
             }
             for c in &f.empty_classes {
                 crate::progress::warn(&data::scan::empty_class_warning(&f.root, c));
@@ -74,15 +78,15 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
             let checked = if p.source_checked() {
                 "matches its source".to_string()
             } else {
-                format!("source {} is gone: not checked for staleness", m.source.display())
+                format!("source {} is gone: not checked for staleness", shown(&m.source))
             };
-            eprintln!(
+            crate::progress::say(&format!(
                 "pipeprof: training from the packed cache {} ({} images, {}; {} files were skipped when it was built)",
                 dir.display(),
                 p.len(),
                 checked,
                 m.skipped.len()
-            );
+            ));
             (DataSource::Packed(p), None)
         }
     };

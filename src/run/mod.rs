@@ -283,8 +283,8 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     let shown = opts.command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>().join(" ");
     let live = !opts.once && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
 
-    // The socket and the hook's folder, private to this user.
-    let dir = probes::attach::runtime_dir()?;
+    // The socket and the hook's folder, private to this user (issue 41 A: a private fallback).
+    let dir = probes::attach::run_dir()?;
     let pid = std::process::id();
     let mut scratch = Scratch {
         socket: dir.join(format!("run-{pid}.sock")),

@@ -140,6 +140,55 @@ pub fn runtime_dir_in(xdg: Option<&Path>, tmp: &Path, uid: u32) -> Result<PathBu
     Ok(dir)
 }
 
+/// Longest path a Unix socket's address holds (`sun_path`, less its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+/// Longest name `pipeprof run` makes in its folder (`run-PID.sock`, `run-PID-boot`).
+const RUN_NAME: usize = "run-4294967295.sock".len();
+
+/// Where `pipeprof run` puts its socket and start-up hook: [`runtime_dir`] when it can be
+/// used and leaves room for a socket's name, else a private folder of a random name made in
+/// `/tmp` (mkdtemp: exclusive, 0700; removed when the value drops). So a neighbour who made
+/// `$TMPDIR/pipeprof-<uid>` first, or a TMPDIR too long for a socket's address, does not stop
+/// the run. Nothing has to find this folder by name: the run hands its address to its program.
+pub fn run_dir() -> Result<RunDir, AttachError> {
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    // SAFETY: getuid cannot fail.
+    run_dir_in(xdg.as_deref(), &std::env::temp_dir(), Path::new("/tmp"), unsafe { libc::getuid() })
+}
+
+/// [`run_dir`] with its inputs given; `fallback` is where the private folder is made.
+pub fn run_dir_in(xdg: Option<&Path>, tmp: &Path, fallback: &Path, uid: u32) -> Result<RunDir, AttachError> {
+    if let Ok(d) = runtime_dir_in(xdg, tmp, uid) {
+        if d.as_os_str().len() + 1 + RUN_NAME <= MAX_SOCKET_PATH {
+            return Ok(RunDir { path: d, _own: None });
+        }
+    }
+    let made = tempfile::Builder::new()
+        .prefix("pipeprof-run-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(fallback)
+        .map_err(io(format!("create a private folder in {}", fallback.display())))?;
+    let m = std::fs::symlink_metadata(made.path()).map_err(io(format!("stat {}", made.path().display())))?;
+    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(AttachError::UnsafeDir(made.path().to_path_buf()));
+    }
+    Ok(RunDir { path: made.path().to_path_buf(), _own: Some(made) })
+}
+
+/// A run's folder ([`run_dir`]): a path, and the private folder to remove, if one was made.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+    _own: Option<tempfile::TempDir>,
+}
+
+impl std::ops::Deref for RunDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// Parses a TCP listen address, refusing non-loopback ones unless `allow_remote`.
 pub fn check_listen(addr: &str, allow_remote: bool) -> Result<SocketAddr, AttachError> {
     let a = addr
@@ -432,6 +481,33 @@ mod tests {
         // XDG_RUNTIME_DIR, when it exists, comes first.
         let xdg = tempfile::tempdir().expect("temp dir");
         assert_eq!(runtime_dir_in(Some(xdg.path()), tmp.path(), uid).expect("xdg"), xdg.path().join("pipeprof"));
+    }
+
+    #[test]
+    fn a_run_folder_taken_by_a_neighbour_or_too_long_for_a_socket_falls_back_to_a_private_one() {
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let fallback = tempfile::tempdir().expect("temp dir");
+        // Usable and short: the runtime folder itself.
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let d = run_dir_in(None, tmp.path(), fallback.path(), uid).expect("run dir");
+        assert_eq!(&*d, tmp.path().join(format!("pipeprof-{uid}")));
+        // Taken first by someone else (here: open to all): a private folder of a random name.
+        let taken = tempfile::tempdir().expect("temp dir");
+        let theirs = taken.path().join(format!("pipeprof-{uid}"));
+        std::fs::DirBuilder::new().mode(0o777).create(&theirs).expect("planted");
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let d = run_dir_in(None, taken.path(), fallback.path(), uid).expect("fallback");
+        assert!(d.starts_with(fallback.path()), "{}", d.display());
+        assert_eq!(std::fs::symlink_metadata(&*d).expect("stat").mode() & 0o777, 0o700);
+        let made = d.to_path_buf();
+        drop(d);
+        assert!(!made.exists(), "the private folder is removed with the run");
+        // A TMPDIR so long that a socket's address would not hold the path.
+        let long = tmp.path().join("x".repeat(100));
+        std::fs::create_dir(&long).expect("long");
+        let d = run_dir_in(None, &long, fallback.path(), uid).expect("fallback");
+        assert!(d.as_os_str().len() + 1 + RUN_NAME <= MAX_SOCKET_PATH, "{}", d.display());
     }
 
     #[test]

@@ -289,18 +289,21 @@ fn read_proc_stat() -> Option<CpuTimes> {
 /// `dir` must be on a block-device filesystem: tmpfs, FUSE and network filesystems never
 /// reach a block device, so they would say "no" about a kernel that does count.
 pub fn probe_io_accounting(dir: &Path) -> std::io::Result<IoAccounting> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(format!(".pipeprof-io-probe-{}-{}", std::process::id(), clock::now_ns()));
-    let result = probe_with_file(&path);
+    // Created exclusive and private: a file or link someone else put at this name in a shared
+    // temp folder is never opened, written or removed.
+    let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+    let result = probe_with_file(f, &path);
     // Best effort: the file is ours and small; a failure to remove it changes no verdict.
     let _ = std::fs::remove_file(&path);
     result
 }
 
-fn probe_with_file(path: &Path) -> std::io::Result<IoAccounting> {
+fn probe_with_file(mut f: std::fs::File, path: &Path) -> std::io::Result<IoAccounting> {
     let unreadable = || std::io::Error::other("/proc/self/io is not readable");
     let data = vec![0x5Au8; 256 * 1024];
     let before_write = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
-    let mut f = std::fs::File::create(path)?;
     f.write_all(&data)?;
     f.sync_all()?;
     drop_from_page_cache(&f);
