@@ -60,6 +60,19 @@ impl Facts<'_> {
         )
     }
 
+    /// The loader's two costliest stages per image, as " (decode, resize)": named for what
+    /// was measured, never assumed; empty without loader spans.
+    fn costliest_stages(&self) -> String {
+        let mut v: Vec<_> = self.p.loader.iter().filter(|x| x.wall_ms > 0.0).collect();
+        v.sort_by(|a, b| b.wall_ms.total_cmp(&a.wall_ms));
+        let names: Vec<&str> = v.iter().take(2).map(|x| x.stage.name()).collect();
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", names.join(", "))
+        }
+    }
+
     fn capacity_line(&self) -> String {
         let w = self.s.settings.workers.max(1);
         let shared = if self.cpu_device {
@@ -81,11 +94,23 @@ impl Facts<'_> {
         } else {
             (self.cap.compute, String::new())
         };
+        // No workers: the training thread loads each batch, then trains on it; never "1 worker".
+        let loader = if self.p.in_process {
+            format!(
+                "the training thread loads {} when it loads (no workers: loading and training take turns, {} together); with workers",
+                rate(self.cap.loader()),
+                rate(self.cap.in_process)
+            )
+        } else {
+            format!(
+                "{} {} {},",
+                plural(w, "loader worker"),
+                if w == 1 { "supplies" } else { "supply" },
+                rate(self.cap.loader())
+            )
+        };
         format!(
-            "model: {} {} {}, the training loop could take {}{own}{shared}; measured {:.1} images/s{}",
-            plural(w, "loader worker"),
-            if w == 1 { "supplies" } else { "supply" },
-            rate(self.cap.loader()),
+            "model: {loader} the training loop could take {}{own}{shared}; measured {:.1} images/s{}",
             rate(loop_rate),
             self.now.map_or(self.s.images_per_s, |n| n.rate),
             self.now.map(|n| format!(" (steps {}–{})", n.from_step, n.to_step)).unwrap_or_default()
@@ -233,7 +258,8 @@ impl Facts<'_> {
                 "Input-bound ({sev}): the loader waits on storage reads; the training loop waited for data {waited} of each step"
             ),
             Limiter::Preprocess => format!(
-                "Input-bound ({sev}): CPU preprocessing in the loader (decode/resize) limits training; the loop waited for data {waited} of each step"
+                "Input-bound ({sev}): CPU preprocessing in the loader{} limits training; the loop waited for data {waited} of each step",
+                self.costliest_stages()
             ),
             Limiter::Transfer => format!(
                 "Transfer-bound: host→device copies take {} of each step",

@@ -270,7 +270,10 @@ mod tests {
         let out = in_user_terms(vec![advice(Change::Workers(2))], &tf);
         assert_eq!(
             (out[0].change.clone(), out[0].predicted_speedup),
-            (Change::Code("dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)".into()), None)
+            (
+                Change::Code("dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)".into()),
+                None
+            )
         );
         // pipeprof's own runs are untouched.
         let own = summary("", 2, None);

@@ -1604,3 +1604,20 @@ fn a_tf_data_functions_cost_per_image_is_its_total_over_the_traced_images() {
     let per_image = Pipeline::from_summary(&b.0).stage(probes::stage::Stage::Transform).unwrap().wall_ms;
     assert!((per_image - 468.6 / 320.0).abs() < 1e-9, "{per_image}");
 }
+
+#[test]
+fn the_words_name_the_stages_measured_and_the_workers_there_are() {
+    let mut b = mnist_in_memory();
+    b.0.split.wait_share = 0.3;
+    let v = b.verdict();
+    let all = format!("{} {}", v.headline, v.evidence.join(" "));
+    assert!(!all.contains("decode") && !all.contains("resize"), "{all}");
+    assert!(!all.contains("1 loader worker"), "there are none: {all}");
+    assert!(v.evidence.iter().any(|e| e.contains("the training thread loads")), "{:#?}", v.evidence);
+    if v.limiter == Limiter::Preprocess {
+        assert!(v.headline.contains("(convert, collate)"), "{}", v.headline);
+    }
+    let folder = folder_on_training_thread().verdict();
+    assert_eq!(folder.limiter, Limiter::Preprocess);
+    assert!(folder.headline.contains("(decode, resize)"), "{}", folder.headline);
+}
