@@ -191,9 +191,17 @@ fn relay_one(mut conn: UnixStream, probe: &Probe, relays: &Arc<Relays>) {
                 if let Ok(mut p) = mine.processes.lock() {
                     p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
                 }
+                if r.dropped > 0 {
+                    progress::warn(&format!(
+                        "{} (pid {}) lost {} events (its buffer was full while pipeprof was slow to read, or \
+                         its connection broke): counted in the report's dropped events",
+                        r.hello.program, r.hello.pid, r.dropped
+                    ));
+                }
                 if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
                     progress::warn(&format!(
-                        "{} (pid {}) stopped sending: {e}; its later spans are missing",
+                        "{} (pid {}) connection ended: {e}; what it sent until then is kept (a process still \
+                         running connects again and counts what it lost)",
                         r.hello.program, r.hello.pid
                     ));
                 }
@@ -263,6 +271,44 @@ fn give_terminal(pgid: libc::pid_t) {
         let target = if pgid == 0 { libc::getpgrp() } else { pgid };
         libc::tcsetpgrp(0, target);
         libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// Job control for a program that holds the terminal (`--once` on a terminal): Ctrl-Z stops
+/// its group, not pipeprof, whose shell would wait for it forever. So when the program was
+/// stopped from the terminal, pipeprof takes the terminal back and stops its own job
+/// (SIGTSTP's default action: the shell gets its prompt); once continued, it continues the
+/// program's group, with the terminal when `fg` gave it (after `bg`, without: a later `fg`
+/// gives it then, since pipeprof's group is found holding it).
+fn follow_job_control(child_pid: libc::pid_t) {
+    if stopped_from_terminal(child_pid) {
+        give_terminal(0);
+        // SAFETY: signals to our own process group (the shell's job), then the program's.
+        unsafe { libc::kill(0, libc::SIGTSTP) };
+        // Here once continued (or at once when our group is orphaned: then nobody could
+        // continue us, and the kernel drops the SIGTSTP).
+        if own_terminal() {
+            give_terminal(child_pid);
+        }
+        // SAFETY: the program's process group, which we started.
+        unsafe { libc::kill(-child_pid, libc::SIGCONT) };
+    } else if own_terminal() {
+        // `fg` after `bg`: the terminal is ours, its keys are the program's.
+        give_terminal(child_pid);
+    }
+}
+
+/// Whether the program was stopped by the terminal (Ctrl-Z's SIGTSTP, or a read or write of
+/// a background job: SIGTTIN, SIGTTOU) since the last look. Its exit is left for `try_wait`.
+fn stopped_from_terminal(pid: libc::pid_t) -> bool {
+    // SAFETY: waitid on our own child with a zeroed siginfo we own; WNOHANG never blocks and
+    // without WEXITED an exit is not reaped here.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WSTOPPED | libc::WNOHANG) != 0 {
+            return false;
+        }
+        info.si_pid() == pid && matches!(info.si_status(), libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
     }
 }
 
@@ -355,6 +401,13 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     unsafe {
         cmd.pre_exec(move || {
             libc::setpgid(0, 0);
+            // pipeprof killed outright (SIGKILL, the OOM killer) must not leave the program
+            // training unseen: it gets SIGTERM, its own shutdown (and handlers) end it. Spawned
+            // from the main thread, which lives as long as pipeprof does.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != pid as libc::pid_t {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             if take_terminal {
                 let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
                 libc::tcsetpgrp(0, libc::getpid());
@@ -471,6 +524,9 @@ impl Watch {
                     give_terminal(0);
                 }
             }
+            if status.is_none() && self.take_terminal {
+                follow_job_control(child_pid);
+            }
             if !socket_gone && std::fs::symlink_metadata(&self.socket).is_err() {
                 socket_gone = true;
                 say(format!(
@@ -484,7 +540,7 @@ impl Watch {
                 now: started.elapsed(),
                 // The live view's q stops the run like an interrupt.
                 interrupts: signal::interrupts().max(u32::from(signal::stopping())),
-                terminated: signal::received() == Some(libc::SIGTERM),
+                terminated: signal::terminating(),
                 hangup: signal::hung_up(),
                 exited: status.is_some(),
                 group_alive: group_alive(child_pid),
