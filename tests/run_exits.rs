@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 const BOUND: Duration = Duration::from_secs(60);
 
 /// An interactive bash on a pty of its own (its session's controlling terminal).
+/// Without line editing: readline flushes input typed before it set the terminal up.
 struct Shell {
     bash: std::process::Child,
     master: std::fs::File,
@@ -34,7 +35,7 @@ impl Shell {
         // SAFETY: fresh descriptors from openpty, owned here.
         let (master, slave) = unsafe { (std::fs::File::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
         let mut cmd = Command::new("bash");
-        cmd.args(["--norc", "--noprofile", "-i"])
+        cmd.args(["--norc", "--noprofile", "--noediting", "-i"])
             .env("PS1", "PROMPT> ")
             .env("TERM", "dumb")
             .stdin(Stdio::from(slave.try_clone().unwrap()))

@@ -23,6 +23,8 @@
 //! SIGKILL [`signal::KILL_AFTER`] later), processes of the group left running after the program
 //! ended (SIGTERM, then SIGKILL), a closed stdout: the trace is closed, the summary written, the
 //! socket and the start-up hook's folder removed, and the program's exit code is this command's.
+//! SIGQUIT/USR1/USR2/ALRM end it as SIGTERM does; Ctrl-Z under `--once` stops pipeprof's job
+//! with the program ([`follow_job_control`]); pipeprof killed outright, the program gets SIGTERM.
 
 use crate::aggregate::{Aggregator, RunSettings};
 use crate::diagnose::Diagnosed;
@@ -280,13 +282,19 @@ fn give_terminal(pgid: libc::pid_t) {
 /// (SIGTSTP's default action: the shell gets its prompt); once continued, it continues the
 /// program's group, with the terminal when `fg` gave it (after `bg`, without: a later `fg`
 /// gives it then, since pipeprof's group is found holding it).
-fn follow_job_control(child_pid: libc::pid_t) {
+fn follow_job_control(child_pid: libc::pid_t, continued: &AtomicBool) {
     if stopped_from_terminal(child_pid) {
         give_terminal(0);
-        // SAFETY: signals to our own process group (the shell's job), then the program's.
-        unsafe { libc::kill(0, libc::SIGTSTP) };
-        // Here once continued (or at once when our group is orphaned: then nobody could
-        // continue us, and the kernel drops the SIGTSTP).
+        if !orphaned() {
+            continued.store(false, Ordering::SeqCst);
+            // SAFETY: a signal to our own process group (the shell's job).
+            unsafe { libc::kill(0, libc::SIGTSTP) };
+            // The stop reaches this thread a moment after kill returns: wait for the SIGCONT
+            // that ends it (`fg` or `bg`), not for kill to return.
+            while !continued.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         if own_terminal() {
             give_terminal(child_pid);
         }
@@ -295,6 +303,16 @@ fn follow_job_control(child_pid: libc::pid_t) {
     } else if own_terminal() {
         // `fg` after `bg`: the terminal is ours, its keys are the program's.
         give_terminal(child_pid);
+    }
+}
+
+/// Whether our process group is orphaned (no parent outside it in our session: nobody could
+/// continue it, and the kernel drops a SIGTSTP sent to it).
+fn orphaned() -> bool {
+    // SAFETY: read-only process queries.
+    unsafe {
+        let parent = libc::getppid();
+        libc::getpgid(parent) == libc::getpgrp() || libc::getsid(parent) != libc::getsid(0)
     }
 }
 
@@ -517,6 +535,9 @@ impl Watch {
         let mut end = Ending::new(self.stop_timeout);
         let mut status: Option<std::io::Result<ExitStatus>> = None;
         let mut socket_gone = false;
+        // Set by SIGCONT: pipeprof stopped with its program (Ctrl-Z) was continued.
+        let continued = Arc::new(AtomicBool::new(false));
+        let job_control = self.take_terminal && signal_hook::flag::register(libc::SIGCONT, continued.clone()).is_ok();
         loop {
             if status.is_none() {
                 status = child.try_wait().transpose();
@@ -524,8 +545,8 @@ impl Watch {
                     give_terminal(0);
                 }
             }
-            if status.is_none() && self.take_terminal {
-                follow_job_control(child_pid);
+            if status.is_none() && job_control {
+                follow_job_control(child_pid, &continued);
             }
             if !socket_gone && std::fs::symlink_metadata(&self.socket).is_err() {
                 socket_gone = true;
