@@ -28,9 +28,8 @@ impl Shell {
     fn start() -> Shell {
         let (mut master, mut slave) = (0, 0);
         // SAFETY: openpty fills two descriptors we then own.
-        let r = unsafe {
-            libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null())
-        };
+        let r =
+            unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
         assert_eq!(r, 0, "openpty");
         // SAFETY: fresh descriptors from openpty, owned here.
         let (master, slave) = unsafe { (std::fs::File::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
@@ -203,7 +202,8 @@ fn quit_usr1_usr2_and_alrm_end_the_run_as_sigterm_does() {
         let s: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
         assert!(s.is_object());
-        let left: Vec<_> = std::fs::read_dir(dir.path().join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path().join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
         assert!(left.is_empty(), "signal {sig}: {left:?}");
         assert!(gone(sleeper), "signal {sig}: the program's group is still running");
     }

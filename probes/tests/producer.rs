@@ -188,7 +188,9 @@ fn a_producer_whose_connection_broke_connects_again_and_says_what_it_lost() {
     assert_eq!(r.hello.pid, 4242);
     assert!(r.spans > 0, "spans sent after the break arrived on the new connection");
     // Its thread's name came again with it, so its spans are not an unnamed thread.
-    let names: Vec<String> =
-        rx.try_iter().filter_map(|e| if let Event::Thread { name, .. } = e { Some(name.to_string()) } else { None }).collect();
+    let names: Vec<String> = rx
+        .try_iter()
+        .filter_map(|e| if let Event::Thread { name, .. } = e { Some(name.to_string()) } else { None })
+        .collect();
     assert!(names.iter().any(|n| n == "loader-0"), "{names:?}");
 }

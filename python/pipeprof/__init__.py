@@ -318,10 +318,32 @@ def _connect_worker(after_fork=False):
         # The parent may be gone: the worker's own work goes on, unprofiled.
         print(f"pipeprof: {e}; this worker's spans are not recorded", file=sys.stderr)
         return
-    # No SIGTERM handler: a worker keeps its own signal dispositions (a Python handler would
-    # make `terminate()` wait for a long C call to return). One ended by SIGTERM loses what its
-    # writer had not sent yet: at most its last ~0.1 s of spans (sent every 10-100 ms).
     _finish_at_exit()
+    if not is_main():
+        _flush_on_sigterm()
+
+
+def _flush_on_sigterm():
+    """A pool worker is ended with SIGTERM (``multiprocessing.Pool.terminate``, Keras's
+    multiprocessing ``PyDataset``): send what it buffered first, then die of it as before."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_term(signum, frame):
+            try:
+                finish()
+            finally:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):
+        pass
 
 
 class _ExitHookOwner:

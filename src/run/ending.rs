@@ -22,7 +22,7 @@ use std::time::Duration;
 
 /// How long, after the program exited, its processes' last frames may take to arrive: while
 /// a process of the run is still connected and sent something in the last [`QUIET`], up to
-/// [`DRAIN`] (a pool worker's finalizers send its last spans as it leaves).
+/// [`DRAIN`] (a pool worker ended by SIGTERM sends its last spans from its handler).
 pub const DRAIN: Duration = Duration::from_secs(10);
 pub const QUIET: Duration = Duration::from_secs(1);
 
