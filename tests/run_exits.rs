@@ -97,7 +97,7 @@ fn ctrl_z_under_once_stops_the_program_and_pipeprof_and_fg_continues_both() {
     sh.expect("PROMPT> ");
     // The typed line's echo shows ST""ARTED and GOT$x: only the program prints STARTED, GOThi.
     sh.type_in(&format!(
-        "XDG_RUNTIME_DIR={} {} run --once --no-gpu -- sh -c 'echo ST\"\"ARTED; read x; echo GOT$x; sleep 300'\n",
+        "XDG_RUNTIME_DIR={} {} run --once --no-gpu -- sh -c 'echo ST\"\"ARTED; read x; echo GOT$x; exec sleep 300'\n",
         runtime.path().display(),
         env!("CARGO_BIN_EXE_pipeprof"),
     ));
@@ -110,7 +110,8 @@ fn ctrl_z_under_once_stops_the_program_and_pipeprof_and_fg_continues_both() {
     sh.type_in("fg\n");
     sh.type_in("hi\n");
     sh.expect("GOThi");
-    // Ctrl-C reaches the program as before; pipeprof ends with its code and the shell is back.
+    // Ctrl-C reaches the program as before (the sleeper itself: a sh waiting for a foreground
+    // child defers its own SIGINT); pipeprof ends with its code and the shell is back.
     sh.type_in("\x03");
     sh.expect("── pipeprof report");
     sh.expect("PROMPT> ");
