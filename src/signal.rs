@@ -1,4 +1,6 @@
 //! Ctrl-C, SIGTERM and SIGHUP ask the run to stop cleanly; a second interrupt, later, hurries.
+//! SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM, whose default action would kill pipeprof with its
+//! trace open and the program's group left running, end the run as SIGTERM does.
 //!
 //! Signals are received on a thread of their own (signal-hook), not in a handler: the code
 //! that reacts may take its time and call anything. The live view's Ctrl-C key (raw mode
@@ -14,7 +16,7 @@
 //! close the trace and write the summary marked failed. The hooks are disarmed once the run
 //! has written its files ([`disarm_after`]): nothing is written twice.
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -71,10 +73,14 @@ pub fn respond(already_stopping: bool, since_first: Duration) -> Response {
     }
 }
 
-/// Starts the thread that receives SIGINT, SIGTERM and SIGHUP (once per process).
+/// Signals that end the run as SIGTERM does (their default action would kill pipeprof on the
+/// spot: trace open, no summary, the program's group left running).
+pub const ENDS_AS_TERM: [i32; 4] = [SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM];
+
+/// Starts the thread that receives SIGINT, SIGTERM, SIGHUP and [`ENDS_AS_TERM`] (once per process).
 pub fn install() {
     INSTALLED.get_or_init(|| {
-        let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        let mut signals = match Signals::new([&[SIGINT, SIGTERM, SIGHUP][..], &ENDS_AS_TERM].concat()) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("warning: cannot handle Ctrl-C ({e}): an interrupt will end the run without a report");
@@ -211,6 +217,12 @@ pub fn received() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
+}
+
+/// Whether the signal that stopped the run asks for a termination (SIGTERM or one of
+/// [`ENDS_AS_TERM`]): `run` passes SIGTERM on, not SIGINT.
+pub fn terminating() -> bool {
+    received().is_some_and(|s| s == SIGTERM || ENDS_AS_TERM.contains(&s))
 }
 
 /// Forgets a received signal (after a clean detach, which is not an interruption).

@@ -52,6 +52,12 @@ impl Probe {
         (Probe { tx, dropped: Arc::new(AtomicU64::new(0)), spares: Spares::default() }, rx)
     }
 
+    /// The counter of events this probe dropped, shared (a producer's writer reports it to
+    /// the run without holding a sender).
+    pub(crate) fn drop_counter(&self) -> Arc<AtomicU64> {
+        self.dropped.clone()
+    }
+
     /// Where the channel's reader hands emptied span batches back (see [`Spares`]): holding
     /// it keeps no sender alive.
     pub fn spares(&self) -> Spares {

@@ -22,6 +22,7 @@ fn hello() -> Hello {
         settings: serde_json::Value::Null,
         threads: vec![],
         rank: None,
+        dropped: 0,
     }
 }
 

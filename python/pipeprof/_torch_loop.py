@@ -105,7 +105,11 @@ def _input_of(batch):
 
 
 def _first_batch(batch):
-    shape = _input_of(batch)
+    try:
+        shape = _input_of(batch)
+    except Exception:
+        # A batch of the program's own objects whose shape cannot be read: input unknown.
+        return
     if shape is not None:
         pipeprof.settings(input=shape)
 
@@ -166,28 +170,42 @@ def install(dataloader_mod):
 
     def __iter__(self):
         it = orig_iter(self)
+        # What the program's own classes do when read or set (a property that raises, a
+        # __setattr__ that refuses) is theirs: whatever fails here leaves the value unknown.
         try:
             it._pipeprof_t = _now()
-        except AttributeError:
+        except Exception:
             pass
-        if getattr(self, "_pipeprof_manual", False):
+        try:
+            manual = bool(getattr(self, "_pipeprof_manual", False))
+        except Exception:
+            manual = False
+        if manual:
             # Wrapped with pipeprof.torch.profile: timed there, not twice.
             try:
                 it._pipeprof_manual = True
-            except AttributeError:
+            except Exception:
                 pass
             return it
         if not is_grad_enabled():
             return it
-        if _STATE["train_loader"] is None:
-            _STATE["train_loader"] = weakref.ref(self)
-        if _is_train_loader(self):
+        try:
+            if _STATE["train_loader"] is None:
+                _STATE["train_loader"] = weakref.ref(self)
+            train = _is_train_loader(self)
+        except TypeError:
+            # A loader that takes no weak reference: none is the training loader.
+            train = False
+        if train:
             try:
                 loop.train_pass(it)
-            except TypeError:
+            except Exception:
                 # An iterator that takes no weak reference: its passes are not told apart.
                 pass
-            _send_settings(self)
+            try:
+                _send_settings(self)
+            except Exception as e:
+                _warn("the DataLoader's settings", e)
         return it
 
     # `loop.begin`, torch's `__next__`, then `loop.took` or `loop.failed`: a method of the

@@ -62,37 +62,71 @@ def _batch_size(batch):
         return 0
 
 
+def _read(obj, name):
+    """``obj.name``, or None when reading it fails in any way: a loader's or data set's
+    attribute may be the program's property, and what raises there must not fail the run."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _length(obj):
+    """``len(obj)``, or None when it has none or it fails."""
+    try:
+        n = len(obj)
+    except Exception:
+        return None
+    return n if isinstance(n, int) else None
+
+
+def _texts(values, most):
+    """``[str(v) for v in values]`` for a list or tuple of at most ``most``, else None (also
+    when any ``str`` fails)."""
+    if not isinstance(values, (list, tuple)):
+        return None
+    try:
+        if len(values) > most:
+            return None
+        return [str(v) for v in values]
+    except Exception:
+        return None
+
+
 def loader_settings(loader, device=None):
     """A DataLoader's arguments as pipeprof run settings (the viewer names them in advice);
-    only what the loader has: a stand-in without ``batch_size`` says nothing of it."""
+    only what the loader has: a stand-in without ``batch_size`` says nothing of it. Each
+    attribute, ``len`` and ``str`` of the program's objects is read at most once, and one
+    that fails is left unknown."""
     settings = {"framework": "pytorch"}
-    workers = getattr(loader, "num_workers", None)
+    workers = _read(loader, "num_workers")
     if isinstance(workers, int):
         settings["workers"] = workers
-    batch = getattr(loader, "batch_size", None)
+    batch = _read(loader, "batch_size")
     if isinstance(batch, int) and batch > 0:
         settings["batch_size"] = batch
     for key in ("pin_memory", "persistent_workers"):
-        v = getattr(loader, key, None)
+        v = _read(loader, key)
         if isinstance(v, bool):
             settings[key] = v
-    factor = getattr(loader, "prefetch_factor", None)
+    factor = _read(loader, "prefetch_factor")
     if isinstance(workers, int) and workers > 0 and isinstance(factor, int):
         settings["prefetch_factor"] = factor
         settings["prefetch"] = factor * workers
     if device is not None:
         settings["device"] = str(device)
-    ds = getattr(loader, "dataset", None)
-    try:
-        settings["images"] = len(ds)
-    except Exception:
-        pass
-    root = getattr(ds, "root", None)
+    ds = _read(loader, "dataset")
+    images = _length(ds)
+    if images is not None:
+        settings["images"] = images
+    root = _read(ds, "root")
     if root is not None:
-        settings["data"] = str(root)
-    classes = getattr(ds, "classes", None)
-    if isinstance(classes, (list, tuple)) and len(classes) <= 10000:
-        settings["classes"] = [str(c) for c in classes]
+        root = _texts([root], 1)
+        if root is not None:
+            settings["data"] = root[0]
+    classes = _texts(_read(ds, "classes"), 10000)
+    if classes is not None:
+        settings["classes"] = classes
     return settings
 
 

@@ -23,6 +23,8 @@
 //! SIGKILL [`signal::KILL_AFTER`] later), processes of the group left running after the program
 //! ended (SIGTERM, then SIGKILL), a closed stdout: the trace is closed, the summary written, the
 //! socket and the start-up hook's folder removed, and the program's exit code is this command's.
+//! SIGQUIT/USR1/USR2/ALRM end it as SIGTERM does; Ctrl-Z under `--once` stops pipeprof's job
+//! with the program ([`follow_job_control`]); pipeprof killed outright, the program gets SIGTERM.
 
 use crate::aggregate::{Aggregator, RunSettings};
 use crate::diagnose::Diagnosed;
@@ -191,9 +193,17 @@ fn relay_one(mut conn: UnixStream, probe: &Probe, relays: &Arc<Relays>) {
                 if let Ok(mut p) = mine.processes.lock() {
                     p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
                 }
+                if r.dropped > 0 {
+                    progress::warn(&format!(
+                        "{} (pid {}) lost {} events (its buffer was full while pipeprof was slow to read, or \
+                         its connection broke): counted in the report's dropped events",
+                        r.hello.program, r.hello.pid, r.dropped
+                    ));
+                }
                 if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
                     progress::warn(&format!(
-                        "{} (pid {}) stopped sending: {e}; its later spans are missing",
+                        "{} (pid {}) connection ended: {e}; what it sent until then is kept (a process still \
+                         running connects again and counts what it lost)",
                         r.hello.program, r.hello.pid
                     ));
                 }
@@ -263,6 +273,60 @@ fn give_terminal(pgid: libc::pid_t) {
         let target = if pgid == 0 { libc::getpgrp() } else { pgid };
         libc::tcsetpgrp(0, target);
         libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// Job control for a program that holds the terminal (`--once` on a terminal): Ctrl-Z stops
+/// its group, not pipeprof, whose shell would wait for it forever. So when the program was
+/// stopped from the terminal, pipeprof takes the terminal back and stops its own job
+/// (SIGTSTP's default action: the shell gets its prompt); once continued, it continues the
+/// program's group, with the terminal when `fg` gave it (after `bg`, without: a later `fg`
+/// gives it then, since pipeprof's group is found holding it).
+fn follow_job_control(child_pid: libc::pid_t, continued: &AtomicBool) {
+    if stopped_from_terminal(child_pid) {
+        give_terminal(0);
+        if !orphaned() {
+            continued.store(false, Ordering::SeqCst);
+            // SAFETY: a signal to our own process group (the shell's job).
+            unsafe { libc::kill(0, libc::SIGTSTP) };
+            // The stop reaches this thread a moment after kill returns: wait for the SIGCONT
+            // that ends it (`fg` or `bg`), not for kill to return.
+            while !continued.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if own_terminal() {
+            give_terminal(child_pid);
+        }
+        // SAFETY: the program's process group, which we started.
+        unsafe { libc::kill(-child_pid, libc::SIGCONT) };
+    } else if own_terminal() {
+        // `fg` after `bg`: the terminal is ours, its keys are the program's.
+        give_terminal(child_pid);
+    }
+}
+
+/// Whether our process group is orphaned (no parent outside it in our session: nobody could
+/// continue it, and the kernel drops a SIGTSTP sent to it).
+fn orphaned() -> bool {
+    // SAFETY: read-only process queries.
+    unsafe {
+        let parent = libc::getppid();
+        libc::getpgid(parent) == libc::getpgrp() || libc::getsid(parent) != libc::getsid(0)
+    }
+}
+
+/// Whether the program was stopped by the terminal (Ctrl-Z's SIGTSTP, or a read or write of
+/// a background job: SIGTTIN, SIGTTOU) since the last look. Its exit is left for `try_wait`.
+fn stopped_from_terminal(pid: libc::pid_t) -> bool {
+    // SAFETY: waitid on our own child with a zeroed siginfo we own; WNOHANG never blocks and
+    // without WEXITED an exit is not reaped here.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WSTOPPED | libc::WNOHANG) != 0 {
+            return false;
+        }
+        info.si_pid() == pid && matches!(info.si_status(), libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
     }
 }
 
@@ -355,6 +419,13 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     unsafe {
         cmd.pre_exec(move || {
             libc::setpgid(0, 0);
+            // pipeprof killed outright (SIGKILL, the OOM killer) must not leave the program
+            // training unseen: it gets SIGTERM, its own shutdown (and handlers) end it. Spawned
+            // from the main thread, which lives as long as pipeprof does.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != pid as libc::pid_t {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             if take_terminal {
                 let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
                 libc::tcsetpgrp(0, libc::getpid());
@@ -464,12 +535,18 @@ impl Watch {
         let mut end = Ending::new(self.stop_timeout);
         let mut status: Option<std::io::Result<ExitStatus>> = None;
         let mut socket_gone = false;
+        // Set by SIGCONT: pipeprof stopped with its program (Ctrl-Z) was continued.
+        let continued = Arc::new(AtomicBool::new(false));
+        let job_control = self.take_terminal && signal_hook::flag::register(libc::SIGCONT, continued.clone()).is_ok();
         loop {
             if status.is_none() {
                 status = child.try_wait().transpose();
                 if status.is_some() && self.take_terminal {
                     give_terminal(0);
                 }
+            }
+            if status.is_none() && job_control {
+                follow_job_control(child_pid, &continued);
             }
             if !socket_gone && std::fs::symlink_metadata(&self.socket).is_err() {
                 socket_gone = true;
@@ -484,7 +561,7 @@ impl Watch {
                 now: started.elapsed(),
                 // The live view's q stops the run like an interrupt.
                 interrupts: signal::interrupts().max(u32::from(signal::stopping())),
-                terminated: signal::received() == Some(libc::SIGTERM),
+                terminated: signal::terminating(),
                 hangup: signal::hung_up(),
                 exited: status.is_some(),
                 group_alive: group_alive(child_pid),

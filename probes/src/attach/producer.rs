@@ -10,21 +10,40 @@
 //! channel to a writer thread, and the parent reads each producer on its own thread and
 //! forwards without blocking. A child that dies is a connection that closes.
 
+use super::conn::{Address, Conn, Stream};
 use super::wire::{self, Frame, Hello, WireError, WireEvent};
 use super::{io, AttachError};
 use crate::event::Event;
 use crate::probe::{Probe, Spares};
 use crossbeam_channel::{Receiver, TryRecvError};
-use std::collections::HashMap;
-use std::io::{BufWriter, Read, Write};
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Threads one producer may announce; later ones share one id (a bound on hostile input).
 pub const MAX_PRODUCER_THREADS: usize = 1024;
 
-/// How long a producer's writes may block before it gives up on the parent.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one write may block while the parent is slow to read: the writer then goes back
+/// to its channel. What it encoded stays queued, in order, never cut mid-frame: a stall
+/// (pipeprof stopped, a loaded machine) costs nothing but the events that did not fit.
+const WRITE_SLICE: Duration = Duration::from_millis(100);
+
+/// At the end, how long the writer keeps trying while the parent reads nothing (then what is
+/// left is given up: a finish never hangs the program's exit).
+const FINISH_WAIT: Duration = Duration::from_secs(2);
+
+/// Most bytes encoded and not yet written: past it the writer takes no more events, the
+/// channel fills, and the senders' drops are counted (and told to the run).
+const MAX_PENDING: usize = 4 << 20;
+
+/// Bytes that make the writer write at once (it writes at least every [`MAX_FLUSH_DELAY`]).
+const WRITE_AT: usize = 1 << 16;
+
+/// Between two tries to connect again after the connection broke.
+const RECONNECT_EVERY: Duration = Duration::from_millis(200);
 
 /// How often the writer looks for events when none are waiting (and writes out what it
 /// buffered). It polls instead of sleeping on the channel: a thread asleep on a channel is woken
@@ -44,85 +63,305 @@ pub struct Producer {
     writer: Option<JoinHandle<()>>,
 }
 
-/// What the writer thread writes to: a Unix or TCP stream.
-trait Stream: Write + Send + 'static {}
-impl<T: Write + Send + 'static> Stream for T {}
+/// Connects to `address`, sends the producer handshake and `hello`; writes then block at
+/// most [`WRITE_SLICE`].
+fn open(address: &str, hello: &Hello) -> std::io::Result<Stream> {
+    let mut s = Stream::connect(&Address::parse(address))?;
+    s.set_write_timeout(Some(FINISH_WAIT))?;
+    wire::producer_hello(&mut s)?;
+    let hello = wire::encode(&Frame::Hello(hello.clone())).map_err(std::io::Error::other)?;
+    s.write_all(&hello)?;
+    s.set_write_timeout(Some(WRITE_SLICE))?;
+    Ok(s)
+}
 
 /// Connects to the server at `address` (a socket path, or HOST:PORT) as a producer and
 /// starts the writer thread. `identity.pid` and `identity.program` name this process in the
 /// parent's views.
 pub fn connect(address: &str, identity: Hello, capacity: usize) -> Result<Producer, AttachError> {
-    let s = super::conn::Stream::connect(&super::conn::Address::parse(address))
-        .map_err(io(format!("connect to {address}")))?;
-    super::conn::Conn::set_write_timeout(&s, Some(WRITE_TIMEOUT)).map_err(io("set a write timeout"))?;
-    let mut out: Box<dyn Stream> = Box::new(s);
-    wire::producer_hello(&mut out).map_err(io("send the producer handshake"))?;
-    let hello = wire::encode(&Frame::Hello(identity))
-        .map_err(std::io::Error::other)
-        .map_err(io("encode the producer hello"))?;
-    out.write_all(&hello).map_err(io("send the producer hello"))?;
+    let out = open(address, &identity).map_err(io(format!("connect to {address}")))?;
     let (probe, rx) = Probe::new(capacity.max(1));
+    let writer = Writer {
+        address: address.to_string(),
+        identity,
+        out: Some(out),
+        queue: Queue::default(),
+        channel_dropped: probe.drop_counter(),
+        lost: 0,
+        told: 0,
+        names: HashMap::new(),
+        last_try: std::time::Instant::now(),
+    };
     let writer = std::thread::Builder::new()
         .name("pp-producer".into())
         .spawn({
             let spares = probe.spares();
-            move || write_frames(rx, BufWriter::with_capacity(1 << 16, out), spares)
+            move || writer.run(rx, spares)
         })
         .map_err(io("start the producer thread"))?;
     Ok(Producer { probe, writer: Some(writer) })
 }
 
-/// Encodes events until [`Event::Finish`] or a write fails (the parent is gone: the channel
-/// is dropped, and further sends count as dropped events). Span batches, once encoded, go
-/// back to `spares` for the senders.
-fn write_frames(rx: Receiver<Event>, mut out: BufWriter<Box<dyn Stream>>, spares: Spares) {
-    let mut flushed = std::time::Instant::now();
-    loop {
-        let ev = match rx.try_recv() {
-            Ok(ev) => ev,
-            Err(TryRecvError::Empty) => {
-                // Nothing waiting: send what is buffered, then look again after POLL. Never
-                // blocking on the channel means a sender never has to wake this thread.
-                if !out.buffer().is_empty() {
-                    if out.flush().is_err() {
-                        return;
-                    }
-                    flushed = std::time::Instant::now();
-                }
-                std::thread::sleep(POLL);
-                continue;
-            }
-            Err(TryRecvError::Disconnected) => Event::Finish,
-        };
-        if ev == Event::Finish {
-            if let Ok(end) = wire::encode(&Frame::End(Default::default())) {
-                let _ = out.write_all(&end);
-            }
-            let _ = out.flush();
-            return;
+/// Encoded frames not yet written, in order: their bytes, and where each starts and ends with
+/// how many events it carries (what a broken connection loses).
+#[derive(Default)]
+struct Queue {
+    bytes: Vec<u8>,
+    /// Written so far.
+    off: usize,
+    /// (start, end, events) of each frame not yet wholly written.
+    frames: VecDeque<(usize, usize, u64)>,
+}
+
+impl Queue {
+    fn push(&mut self, frame: &[u8], events: u64) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(frame);
+        self.frames.push_back((start, self.bytes.len(), events));
+    }
+
+    /// Puts `frame` before everything not yet written (a new connection's handshake).
+    fn push_front(&mut self, frame: &[u8], events: u64) {
+        self.drop_written();
+        let n = frame.len();
+        self.bytes.splice(0..0, frame.iter().copied());
+        self.frames.iter_mut().for_each(|f| (f.0, f.1) = (f.0 + n, f.1 + n));
+        self.frames.push_front((0, n, events));
+    }
+
+    fn pending(&self) -> usize {
+        self.bytes.len() - self.off
+    }
+
+    fn unwritten(&self) -> &[u8] {
+        &self.bytes[self.off..]
+    }
+
+    /// `n` more bytes written: frames wholly written are forgotten.
+    fn wrote(&mut self, n: usize) {
+        self.off += n;
+        while self.frames.front().is_some_and(|f| f.1 <= self.off) {
+            self.frames.pop_front();
         }
-        // A frame that cannot be encoded (over the size cap) is left out; the rest go on.
-        let encoded = match ev {
+        if self.off == self.bytes.len() || self.off >= WRITE_AT {
+            self.drop_written();
+        }
+    }
+
+    fn drop_written(&mut self) {
+        let off = std::mem::take(&mut self.off);
+        self.bytes.drain(..off);
+        self.frames.iter_mut().for_each(|f| (f.0, f.1) = (f.0 - off, f.1 - off));
+    }
+
+    /// The connection broke: a frame cut mid-way is lost, the rest waits for the next
+    /// connection. Returns the events of the cut frame.
+    fn cut(&mut self) -> u64 {
+        let mut lost = 0;
+        if let Some(&(start, end, events)) = self.frames.front() {
+            if start < self.off {
+                self.frames.pop_front();
+                self.off = end;
+                lost = events;
+            }
+        }
+        self.drop_written();
+        lost
+    }
+}
+
+/// The writer thread: encodes the channel's events, writes them without ever losing a frame
+/// to a slow parent, connects again when the connection breaks, and tells the run what was
+/// lost (in the next connection's hello, and in its last frame).
+struct Writer {
+    address: String,
+    identity: Hello,
+    /// None while the connection is broken.
+    out: Option<Stream>,
+    queue: Queue,
+    /// The senders' drops: the channel was full.
+    channel_dropped: Arc<AtomicU64>,
+    /// Events lost to broken connections.
+    lost: u64,
+    /// Drops and losses told to the run so far.
+    told: u64,
+    /// The threads' names sent so far (sent again on a new connection).
+    names: HashMap<u32, String>,
+    /// When the last connection was tried.
+    last_try: Instant,
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Event>, spares: Spares) {
+        let mut flushed = Instant::now();
+        loop {
+            let ev = if self.queue.pending() < MAX_PENDING {
+                match rx.try_recv() {
+                    Ok(ev) => Some(ev),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => Some(Event::Finish),
+                }
+            } else {
+                None
+            };
+            match ev {
+                Some(Event::Finish) => return self.finish(),
+                Some(ev) => {
+                    self.encode(ev, &spares);
+                    if self.queue.pending() >= WRITE_AT || flushed.elapsed() >= MAX_FLUSH_DELAY {
+                        self.write();
+                        flushed = Instant::now();
+                    }
+                }
+                None => {
+                    // Nothing waiting (or no room): write what is queued, then look again after
+                    // POLL. Never blocking on the channel means a sender never wakes this thread.
+                    if self.queue.pending() > 0 {
+                        self.write();
+                        flushed = Instant::now();
+                    }
+                    std::thread::sleep(POLL);
+                }
+            }
+        }
+    }
+
+    /// Queues `ev`'s frame (one that cannot be encoded, over the size cap, is left out).
+    fn encode(&mut self, ev: Event, spares: &Spares) {
+        let (bytes, events) = match ev {
             Event::Spans(v) => {
+                let n = v.len() as u64;
                 let frame = Frame::Spans(v);
                 let bytes = wire::encode(&frame);
                 if let Frame::Spans(v) = frame {
                     spares.put(v);
                 }
-                Some(bytes)
+                (bytes, n)
             }
-            ev => Frame::from_event(&ev).map(|f| wire::encode(&f)),
+            ev => {
+                if let Event::Thread { id, name } = &ev {
+                    self.names.insert(*id, name.to_string());
+                }
+                match Frame::from_event(&ev) {
+                    Some(f) => (wire::encode(&f), 1),
+                    None => return,
+                }
+            }
         };
-        if let Some(Ok(bytes)) = encoded {
-            if out.write_all(&bytes).is_err() {
-                return;
+        if let Ok(b) = bytes {
+            self.queue.push(&b, events);
+        }
+    }
+
+    /// Drops and losses not yet told, now told.
+    fn untold(&mut self) -> u64 {
+        let all = self.channel_dropped.load(Ordering::Relaxed) + self.lost;
+        let n = all.saturating_sub(self.told);
+        self.told = all;
+        n
+    }
+
+    /// Writes what is queued until done or the parent stops reading for [`WRITE_SLICE`];
+    /// connects again first when the connection broke. Returns whether bytes went out.
+    fn write(&mut self) -> bool {
+        if self.out.is_none() && !self.reconnect() {
+            return false;
+        }
+        let Some(out) = self.out.as_mut() else { return false };
+        let mut wrote = false;
+        while self.queue.pending() > 0 {
+            match out.write(self.queue.unwritten()) {
+                Ok(0) => return self.broke(),
+                Ok(n) => {
+                    self.queue.wrote(n);
+                    wrote = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // The parent is slow to read: the rest waits, whole.
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+                Err(_) => return self.broke() || wrote,
             }
         }
-        if !out.buffer().is_empty() && flushed.elapsed() >= MAX_FLUSH_DELAY {
-            if out.flush().is_err() {
-                return;
+        wrote
+    }
+
+    /// The connection broke (the parent closed it, or is gone): what was cut is lost, the
+    /// rest waits for the next connection.
+    fn broke(&mut self) -> bool {
+        if let Some(out) = self.out.take() {
+            out.shutdown();
+        }
+        self.lost += self.queue.cut();
+        false
+    }
+
+    /// Connects again (at most every [`RECONNECT_EVERY`]): a hello that tells what was lost,
+    /// then the threads' names, before what was queued.
+    fn reconnect(&mut self) -> bool {
+        if self.last_try.elapsed() < RECONNECT_EVERY {
+            return false;
+        }
+        self.last_try = Instant::now();
+        let mut hello = self.identity.clone();
+        let told = self.told;
+        hello.dropped = self.untold();
+        match open(&self.address, &hello) {
+            Ok(s) => {
+                let names: Vec<Vec<u8>> = self
+                    .names
+                    .iter()
+                    .filter_map(|(&id, name)| {
+                        wire::encode(&Frame::Event(WireEvent::Thread { id, name: name.clone() })).ok()
+                    })
+                    .collect();
+                for b in names.iter().rev() {
+                    self.queue.push_front(b, 0);
+                }
+                self.out = Some(s);
+                true
             }
-            flushed = std::time::Instant::now();
+            Err(_) => {
+                // Not told after all.
+                self.told = told;
+                false
+            }
+        }
+    }
+
+    /// The last frame (what is still untold), written for at most [`FINISH_WAIT`] without
+    /// progress; a broken connection is tried again once or twice, and nobody listening (the
+    /// run is over) ends it at once: a finish never holds up the program's exit.
+    fn finish(mut self) {
+        let mut last_progress = Instant::now();
+        let mut ended = false;
+        for _ in 0..3 {
+            if self.out.is_none() {
+                self.last_try = self.last_try.checked_sub(RECONNECT_EVERY).unwrap_or(self.last_try);
+                if !self.reconnect() {
+                    break;
+                }
+                // A new connection gets a last frame of its own.
+                ended = false;
+            }
+            if !ended {
+                // Counted at the last moment; written after what is queued.
+                let stats = wire::ServerStats { events_dropped: self.untold(), ..Default::default() };
+                if let Ok(b) = wire::encode(&Frame::End(stats)) {
+                    self.queue.push(&b, 0);
+                }
+                ended = true;
+            }
+            while self.out.is_some() && self.queue.pending() > 0 && last_progress.elapsed() < FINISH_WAIT {
+                if self.write() {
+                    last_progress = Instant::now();
+                }
+            }
+            if self.out.is_some() {
+                break;
+            }
+        }
+        if let Some(mut out) = self.out.take() {
+            let _ = out.flush();
         }
     }
 }
@@ -165,6 +404,9 @@ pub struct Relayed {
     pub spans: u64,
     /// How the connection ended: `None` = the producer said it was done.
     pub error: Option<WireError>,
+    /// Events the producer said it lost (its channel was full, a connection broke), counted
+    /// as dropped in the run's probe.
+    pub dropped: u64,
 }
 
 /// Longest thread name kept from a producer (characters); the rest is cut.
@@ -240,13 +482,16 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
         Ok(_) => {
             let why = "a producer must say hello first".to_string();
             let error = Some(WireError::Malformed { what: "hello", why });
-            return Relayed { hello: empty_hello(), spans: 0, error };
+            return Relayed { hello: empty_hello(), spans: 0, error, dropped: 0 };
         }
-        Err(e) => return Relayed { hello: empty_hello(), spans: 0, error: Some(e) },
+        Err(e) => return Relayed { hello: empty_hello(), spans: 0, error: Some(e), dropped: 0 },
     };
     // A producer that knows its run's settings says them in its hello (a Rust program under
     // `pipeprof run`): they are the run's.
     let rank = hello.rank;
+    // What it lost before this connection (it connected again after a broken one).
+    let mut dropped = hello.dropped;
+    probe.count_dropped(hello.dropped);
     if hello.settings.is_object() {
         send(probe, rank, Event::Settings(Box::new(hello.settings.clone())));
     }
@@ -276,7 +521,11 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
             Ok(Frame::Event(WireEvent::Failed(why))) => send(probe, rank, Event::Failed(why.into_boxed_str())),
             // The parent samples the machine itself; a worker's samples would be counted twice.
             Ok(Frame::Event(WireEvent::Host(_) | WireEvent::Gpu(_))) => {}
-            Ok(Frame::End(_)) => break None,
+            Ok(Frame::End(stats)) => {
+                dropped += stats.events_dropped;
+                probe.count_dropped(stats.events_dropped);
+                break None;
+            }
             Ok(Frame::Hello(_)) => {
                 let why = "a second hello".to_string();
                 break Some(WireError::Malformed { what: "hello", why });
@@ -284,7 +533,7 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
             Err(e) => break Some(e),
         }
     };
-    Relayed { hello, spans, error }
+    Relayed { hello, spans, error, dropped }
 }
 
 fn empty_hello() -> Hello {
@@ -295,6 +544,7 @@ fn empty_hello() -> Hello {
         settings: serde_json::Value::Null,
         threads: vec![],
         rank: None,
+        dropped: 0,
     }
 }
 
@@ -327,6 +577,7 @@ mod tests {
             settings: serde_json::Value::Null,
             threads: vec![],
             rank: None,
+            dropped: 0,
         })
     }
 

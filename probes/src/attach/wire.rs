@@ -97,6 +97,14 @@ pub struct Hello {
     /// a relay counts a ranked producer's events for its rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<crate::Rank>,
+    /// A producer connecting again: events it lost so far and has not told (its channel was
+    /// full, or a broken connection took them). The run counts them as dropped.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Hello {
@@ -110,6 +118,7 @@ impl Hello {
             settings,
             threads: Vec::new(),
             rank: crate::Rank::from_env(),
+            dropped: 0,
         }
     }
 }
@@ -430,6 +439,7 @@ mod tests {
                 settings: serde_json::json!({"workers": 2}),
                 threads: vec![(1, "loader-0".into())],
                 rank: Some(crate::Rank { rank: 1, local_rank: 1, world_size: 2 }),
+                dropped: 7,
             }),
             Frame::Spans((0..64).map(span).collect()),
             Frame::Event(WireEvent::Thread { id: 3, name: "train".into() }),
