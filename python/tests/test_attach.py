@@ -104,7 +104,7 @@ def test_bad_input_is_refused_with_a_reason():
     with pytest.raises(RuntimeError, match="call pipeprof.init"):
         pipeprof.wait_for_clients(1, timeout=0)
     assert pipeprof.role() == "off"
-    assert pipeprof.STAGES[:6] == ("read", "fetch", "decode", "resize", "augment", "collate")
+    assert pipeprof.STAGES[:8] == ("read", "fetch", "decode", "resize", "augment", "convert", "transform", "collate")
 
 
 def test_spans_before_init_cost_nothing_and_go_nowhere():

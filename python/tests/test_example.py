@@ -38,7 +38,8 @@ def test_example_trains_in_worker_processes_and_attach_gives_a_verdict(scenario,
     for st in ["wait", "transfer", "compute", "forward", "backward", "optimizer"]:
         assert count(s, st) == 10, (st, s["stages"])
     workers = sorted(w["name"] for w in s["loader_threads"])
-    assert len(workers) == 2 and all(w.startswith("loader-") and "(pid " in w for w in workers), workers
+    # One row per worker, named for the worker (its process id is the threads' business).
+    assert workers == ["loader-0", "loader-1"] and all(w["starts"] == 1 for w in s["loader_threads"]), workers
     assert s["settings"]["workers"] == 2 and s["settings"]["model"] == "python/examples/train_numpy.py"
     code, _, err = run.wait()
     assert code == 0, err

@@ -52,9 +52,10 @@ def test_worker_process_spans_arrive_per_worker(scenario, method):
     names = sorted(s["threads"].values())
     workers = [n for n in names if n.startswith("loader-")]
     assert len(workers) == 2 and all(" (pid " in n for n in workers), names
-    # Per worker, with its on/off-CPU split.
+    # Per worker (one row each, named for the worker), with its on/off-CPU split.
     per = {w["name"]: w for w in s["loader_threads"]}
-    for w in workers:
+    assert sorted(per) == ["loader-0", "loader-1"], per
+    for w in per:
         assert per[w]["spans"] == 50, per
         assert per[w]["on_cpu"] is not None and 0 < per[w]["on_cpu"] <= 1, per
     code, _, err = run.wait()

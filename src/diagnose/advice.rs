@@ -282,7 +282,7 @@ impl Facts<'_> {
 
     fn cache_advice(&self) -> Option<Advice> {
         // Nothing to pack when the samples are already in memory.
-        if !self.from_files() {
+        if !self.samples_from_files() {
             return None;
         }
         let after = self.p.cached();
@@ -326,7 +326,7 @@ impl Facts<'_> {
     fn pre_resize_advice(&self) -> Option<Advice> {
         let resize = self.p.stage(Stage::Resize)?;
         // Images in memory are not resized offline: they are not stored as files.
-        if !self.from_files() {
+        if !self.samples_from_files() {
             return None;
         }
         // A program that never said its input size: there is no size to advise.

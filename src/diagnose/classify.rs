@@ -183,7 +183,7 @@ impl<'a> Facts<'a> {
     /// The samples come from files or encoded bytes: a `read` or `decode` stage ran. A loader
     /// that hands out arrays already in memory (torchvision's MNIST, a `TensorDataset`) has
     /// neither, and nothing to pack, copy or pre-resize.
-    pub fn from_files(&self) -> bool {
+    pub fn samples_from_files(&self) -> bool {
         self.p.loader.iter().any(|x| matches!(x.stage, Stage::Read | Stage::Decode) && x.wall_ms > 0.0)
     }
 

@@ -1470,7 +1470,7 @@ fn samples_already_in_memory_get_no_pack_copy_or_pre_resize_advice() {
         if !from_files {
             assert!(!packs, "{what}: nothing to pack or pre-resize in memory: {:#?}", v.advice);
         }
-        assert_eq!(classify::Facts::new(&b.0).from_files(), from_files, "{what}");
+        assert_eq!(classify::Facts::new(&b.0).samples_from_files(), from_files, "{what}");
     }
     // The premise holds on the folder: its cache advice stays.
     let v = folder_on_training_thread().verdict();
