@@ -104,6 +104,7 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
     run_cmd::Options {
         command: a.command,
         once: a.once,
+        summary_asked: a.summary.is_some(),
         summary: a.summary,
         trace: a.trace,
         sample_hz: a.sample_hz,

@@ -127,6 +127,9 @@ def test_check_advice_re_runs_a_real_pytorch_script_with_each_loader_change(tmp_
     assert p.returncode == 0, p.stderr + p.stdout
     out = p.stdout
     assert "running the program again" in out, out
+    # No --summary: the run's own copy lives in a private folder removed after the re-runs,
+    # so no line points at it.
+    assert "summary written to" not in p.stderr + out, p.stderr
     table = out[out.index("advice  ") :].splitlines()
     assert "predicted ×" in table[0] and "measured images/s" in table[0], out
     rows = [line for line in table[1:] if line.strip() and not line.startswith("(")]

@@ -101,6 +101,8 @@ impl Facts<'_> {
                 rate(self.cap.loader()),
                 rate(self.cap.in_process)
             )
+        } else if self.s.settings.tf_data {
+            format!("tf.data's parallel calls ({:.0}, one a core) supply {},", self.p.workers, rate(self.cap.loader()))
         } else {
             format!(
                 "{} {} {},",

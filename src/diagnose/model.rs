@@ -622,7 +622,8 @@ impl Pipeline {
         let transfer_ms = step_part(Stage::Transfer, s.split.transfer_ms);
         // pipeprof's own loader hands its batches over an in-process channel, without a copy;
         // a framework's workers are processes whose batches the training process receives.
-        let receives = st.workers == 0 || !st.framework.is_empty();
+        // tf.data hands its batches over inside the step's own graph, from its own threads.
+        let receives = (st.workers == 0 || !st.framework.is_empty()) && !st.tf_data;
         let main_per_batch_ms = if !receives {
             0.0
         } else {
@@ -643,8 +644,10 @@ impl Pipeline {
         let worker_start_ms =
             worker_start_ms(st.workers, s.split.startup_wait_ms, loader_wall, batch, cpu_cores(cores, physical_cores));
         let mut p = Pipeline {
-            workers: st.workers.max(1) as f64,
-            in_process: st.workers == 0,
+            // tf.data's map runs beside the step on its own threads, as many as the cores
+            // (AUTOTUNE's parallelism): never loading in turn with the step.
+            workers: if st.tf_data { cores } else { st.workers.max(1) as f64 },
+            in_process: st.workers == 0 && !st.tf_data,
             cores,
             physical_cores,
             free_cores,

@@ -1621,3 +1621,22 @@ fn the_words_name_the_stages_measured_and_the_workers_there_are() {
     assert_eq!(folder.limiter, Limiter::Preprocess);
     assert!(folder.headline.contains("(decode, resize)"), "{}", folder.headline);
 }
+
+#[test]
+fn a_tf_data_pipeline_loads_beside_the_step_never_in_turn_with_it() {
+    let mut b = B::new()
+        .workers(0, 2)
+        .device("cpu")
+        .loader(&[("decode", 0.4, 1.0), ("transform", 6.8, 1.0)])
+        .step(72.0, 0.0, 50.0);
+    b.0.settings.framework = "keras".into();
+    let in_turn = Pipeline::from_summary(&b.0);
+    assert!(in_turn.in_process, "0 workers of a PyDataset read in the process");
+    b.0.settings.tf_data = true;
+    let p = Pipeline::from_summary(&b.0);
+    assert!(!p.in_process && p.workers == 2.0 && p.main_per_batch_ms == 0.0, "{p:?}");
+    let v = b.verdict();
+    let model = v.evidence.iter().find(|e| e.starts_with("model: ")).cloned().unwrap_or_default();
+    assert!(model.starts_with("model: tf.data's parallel calls (2, one a core) supply"), "{model}");
+    assert!(v.headline.contains("(transform, decode)"), "{}", v.headline);
+}

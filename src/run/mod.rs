@@ -65,6 +65,9 @@ pub struct Options {
     /// No live view: a progress line, then the report (also off a terminal).
     pub once: bool,
     pub summary: Option<PathBuf>,
+    /// The summary was asked for (`--summary`): its path is said at the end. `--check-advice`'s
+    /// own copy, in a private folder removed after the re-runs, is not.
+    pub summary_asked: bool,
     pub trace: Option<PathBuf>,
     pub sample_hz: f64,
     pub no_gpu: bool,
@@ -689,7 +692,7 @@ fn finish(
             .collect();
         progress::say(&format!("pipeprof: a trace per rank written to {}", files.join(", ")));
     }
-    if let Some(p) = written.transpose()? {
+    if let Some(p) = written.transpose()?.filter(|_| opts.summary_asked) {
         progress::say(&format!("pipeprof: summary written to {}", p.display()));
     }
     Ok(())
