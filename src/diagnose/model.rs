@@ -27,19 +27,6 @@ use super::thresholds::OTHER_CORES;
 use crate::aggregate::Summary;
 use probes::stage::Stage;
 
-/// Loader stages, in pipeline order. Each is costed per image; `fetch` and `collate` are timed
-/// once per batch, so their cost per image is a span over the batch.
-pub const LOADER_STAGES: [Stage; 8] = [
-    Stage::Read,
-    Stage::Fetch,
-    Stage::Decode,
-    Stage::Resize,
-    Stage::Augment,
-    Stage::Convert,
-    Stage::Transform,
-    Stage::Collate,
-];
-
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
 /// (a small file from a local SSD or the page cache).
 pub const LOCAL_READ_MS: f64 = 0.5;
@@ -538,8 +525,12 @@ impl Pipeline {
             }
             _ => cores,
         };
-        let loader: Vec<StageCost> = LOADER_STAGES
+        // The loader stages (`Stage::is_loader`), in pipeline order, each costed per image;
+        // `fetch` and `collate` are timed once per batch, so their cost per image is a span
+        // over the batch.
+        let loader: Vec<StageCost> = Stage::ALL
             .iter()
+            .filter(|x| x.is_loader())
             .filter_map(|&stage| {
                 let x = measured(s, stage)?;
                 let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
