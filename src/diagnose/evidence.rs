@@ -1,7 +1,8 @@
 //! The verdict's words: the headline and the 3–5 numbers that decided it. Every threshold named
 //! in a sentence is formatted from the constant the rule compares against.
 
-use super::classify::{measured, Facts, OverheadWhy};
+use super::classify::{Facts, OverheadWhy};
+use super::model::measured;
 use super::thresholds::*;
 use super::{Limiter, Severity};
 use crate::units::{ms_spaced as ms, pct, rate};

@@ -22,9 +22,8 @@
 //! workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
 //! throughputs, so the model's constant errors cancel.
 
-use super::classify::measured;
 use super::thresholds::OTHER_CORES;
-use crate::aggregate::Summary;
+use crate::aggregate::{StageSummary, Summary};
 use probes::stage::Stage;
 
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
@@ -138,6 +137,11 @@ pub struct Pipeline {
     /// the scheduler slows is its choice, so a change that leaves compute the limit is
     /// predicted as a range from the typical step to these ([`Pipeline::slow_compute`]).
     pub compute_slow_ms: Option<f64>,
+}
+
+/// A stage's statistics, when it has at least one span.
+pub fn measured(s: &Summary, stage: Stage) -> Option<&StageSummary> {
+    s.stages.iter().find(|x| x.is(stage) && x.count > 0)
 }
 
 /// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
