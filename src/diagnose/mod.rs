@@ -73,6 +73,7 @@ mod advice;
 mod classify;
 mod diagnosed;
 mod evidence;
+mod findings;
 pub mod frameworks;
 pub mod model;
 pub mod ranks;
