@@ -83,6 +83,7 @@ impl StageCost {
 /// The pipeline as the model sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
+    /// Loader workers (at least one); a tf.data pipeline's parallel calls, one a core.
     pub workers: f64,
     /// The loader runs in the training process itself (PyTorch `num_workers=0`): each batch is
     /// loaded, then trained on, one after the other, never side by side.
@@ -99,13 +100,15 @@ pub struct Pipeline {
     /// batch and the DataLoader's own iteration ([`main_per_batch_ms`]). More workers do not
     /// shorten it.
     pub main_per_batch_ms: f64,
-    /// The workers stay between epochs (PyTorch `persistent_workers=True`; pipeprof's own
-    /// loader's threads always do).
+    /// The workers stay between epochs (PyTorch `persistent_workers=True`, where a
+    /// `DataLoader` restarts them every epoch unless told; pipeprof's own loader's threads
+    /// always stay).
     pub persistent: bool,
     /// Batches per epoch (the data set over the batch), when the data set's size is known.
     pub epoch_batches: Option<f64>,
     /// Steps of the run the model describes: its workers start once in them (the measured
-    /// rate counts the first wait); `None` when not known.
+    /// rate counts the first wait); `None` when not known, or where the run's first wait was
+    /// not measured (it says nothing of what starting costs).
     pub run_batches: Option<f64>,
     /// Starting one worker process, ms: the run's first wait less its first batch's loading,
     /// per worker, measured where the run had workers; 0 where it had none (not measured).
@@ -584,6 +587,17 @@ pub fn fed_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, transfer
     (cpu_device && waits && others_cores < OTHER_CORES).then(|| hot_compute_ms(s, transfer_ms)).flatten()
 }
 
+/// The compute step a change would get, ms, and the share of the measured step it is (what
+/// the compute's CPU per image, measured cold too, shrinks by): the fed step
+/// ([`fed_compute_ms`]) where shorter than the step measured ([`step_part`]), else that and 1.
+pub fn compute_step(s: &Summary, cpu_device: bool, others_cores: f64, transfer_ms: f64) -> (f64, f64) {
+    let measured_ms = step_part(s, Stage::Compute, s.split.compute_ms);
+    match fed_compute_ms(s, cpu_device, others_cores, transfer_ms).filter(|&w| w < measured_ms) {
+        Some(fed) => (fed, fed / measured_ms),
+        None => (measured_ms, 1.0),
+    }
+}
+
 /// CPU device, other programs holding [`OTHER_CORES`]: the compute's slow steps (its p95), ms,
 /// when slower than `compute_ms` (see [`Pipeline::compute_slow_ms`]).
 pub fn slow_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, compute_ms: f64) -> Option<f64> {
@@ -611,7 +625,7 @@ impl Pipeline {
     /// The pipeline a run's summary describes, part by part: its cores ([`cores_of`]), its
     /// loader's stages per image ([`loader_costs`]), the images a step trains
     /// ([`trained_batch`]), the compute's CPU, the step's parts ([`step_part`], the fed step
-    /// [`fed_compute_ms`], the slow steps [`slow_compute_ms`]), the training process's serial
+    /// [`compute_step`], the slow steps [`slow_compute_ms`]), the training process's serial
     /// work ([`serial_main_ms`]) and how its workers start ([`worker_start_ms`]).
     pub fn from_summary(s: &Summary) -> Pipeline {
         let st = &s.settings;
@@ -640,37 +654,24 @@ impl Pipeline {
             0.0
         };
         let transfer_ms = step_part(s, Stage::Transfer, s.split.transfer_ms);
-        let measured_compute_ms = step_part(s, Stage::Compute, s.split.compute_ms);
         let others_cores = (cores - free_cores).max(0.0);
-        let fed = fed_compute_ms(s, cpu_device, others_cores, transfer_ms).filter(|&w| w < measured_compute_ms);
-        // The compute's CPU per image was measured cold too: it shrinks with the step.
-        compute_cpu_ms_per_image *= fed.map_or(1.0, |w| w / measured_compute_ms);
-        let compute_ms = fed.unwrap_or(measured_compute_ms);
+        let (compute_ms, cold) = compute_step(s, cpu_device, others_cores, transfer_ms);
+        compute_cpu_ms_per_image *= cold;
         let loader_wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
+        let k = cpu_cores(cores, physical_cores);
         let mut p = Pipeline {
-            // tf.data's map runs beside the step on its own threads, as many as the cores
-            // (AUTOTUNE's parallelism): never loading in turn with the step.
+            // tf.data's map runs beside the step on its own threads (AUTOTUNE's parallelism).
             workers: if st.tf_data { cores } else { st.workers.max(1) as f64 },
             in_process: st.workers == 0 && !st.tf_data,
             cores,
             physical_cores,
             free_cores,
             main_per_batch_ms: serial_main_ms(s, loader_wall, batch, transfer_ms + compute_ms),
-            // pipeprof's own loader keeps its threads; a PyTorch DataLoader restarts its
-            // workers every epoch unless told otherwise.
             persistent: st.persistent_workers.unwrap_or(true),
             epoch_batches: (st.images > 0 && s.split.startup_wait_ms > 0.0)
                 .then(|| (st.images as f64 / st.batch_size.max(1) as f64).ceil()),
-            // Only where the run's first wait was measured: a run without one says nothing
-            // of what starting costs.
             run_batches: (s.steps > 0 && s.split.startup_wait_ms > 0.0).then_some(s.steps as f64),
-            worker_start_ms: worker_start_ms(
-                st.workers,
-                s.split.startup_wait_ms,
-                loader_wall,
-                batch,
-                cpu_cores(cores, physical_cores),
-            ),
+            worker_start_ms: worker_start_ms(st.workers, s.split.startup_wait_ms, loader_wall, batch, k),
             cpu_device,
             batch,
             loader,
@@ -682,9 +683,7 @@ impl Pipeline {
             compute_wait_others_ms: 0.0,
             compute_slow_ms: slow_compute_ms(s, cpu_device, others_cores, compute_ms),
         };
-        if cpu_device {
-            p.compute_wait_others_ms = compute_core_wait(s, &p, compute_ms);
-        }
+        p.compute_wait_others_ms = if cpu_device { compute_core_wait(s, &p, compute_ms) } else { 0.0 };
         p
     }
 
