@@ -63,12 +63,6 @@ impl Change {
     }
 }
 
-/// The model file for `pipeprof cache`: settings carry a display name like
-/// `built-in examples/cnn.toml`; the last word is the path.
-fn model_path(model: &str) -> &str {
-    model.split_whitespace().last().unwrap_or("cnn.toml")
-}
-
 impl Facts<'_> {
     /// Every piece of advice for this limiter: predicted gains first, largest first.
     pub fn advice(&self, limiter: &Limiter, flags: &[Flag]) -> Vec<Advice> {
@@ -326,17 +320,15 @@ impl Facts<'_> {
         let st = &self.s.settings;
         // `pipeprof cache` packs for a cnn.toml run; an attached program (a Rust or Python loop
         // of its own) gets the same idea for its own loader, with no command to copy.
-        let own_model = model_path(&st.model).ends_with(".toml");
-        let (action, change) = if own_model {
-            (
+        let (action, change) = match st.model.cnn_toml() {
+            Some(model) => (
                 "pack the decoded, resized images into one local memory-mapped cache",
-                Change::Cache { model: model_path(&st.model).to_string(), data: st.data.clone() },
-            )
-        } else {
-            (
+                Change::Cache { model: model.display().to_string(), data: st.data.clone() },
+            ),
+            None => (
                 "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it",
                 Change::PackOwnLoader,
-            )
+            ),
         };
         Some(Advice {
             action: action.into(),

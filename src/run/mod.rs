@@ -368,7 +368,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot write the start-up hook in {}", scratch.boot.display()))?;
 
     let settings = RunSettings {
-        model: program.clone(),
+        model: crate::model_source::ModelSource::Program(program.clone()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..RunSettings::default()
     };

@@ -431,3 +431,16 @@ fn the_diagnosis_text_of_every_scenario_is_unchanged() {
     }
     insta::assert_snapshot!("diagnosis_text", o);
 }
+
+#[test]
+fn a_model_file_is_named_whole_in_the_cache_command() {
+    // The display name was split on spaces and its last word taken: `model.toml`.
+    let b =
+        with(io_bound(), |s| s.settings.model = crate::model_source::ModelSource::File("models/my model.toml".into()));
+    let v = b.verdict();
+    let cache = v.advice.iter().find(|a| matches!(a.change, Change::Cache { .. })).expect("cache advice");
+    assert_eq!(
+        cache.change.command().as_deref(),
+        Some("pipeprof cache --model models/my model.toml --data /data/imgs --out data.ppk")
+    );
+}
