@@ -160,7 +160,10 @@ fn look_on_disk(rel: &Path) -> Target {
 #[test]
 fn readme_is_a_five_minute_page() {
     let lines = read("README.md").lines().count();
-    assert!(lines <= README_MAX_LINES, "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail to docs/");
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail to docs/"
+    );
 }
 
 /// The README opens with the two commands for a fresh machine, and the second is the test
@@ -169,7 +172,8 @@ fn readme_is_a_five_minute_page() {
 fn readme_starts_with_the_setup_commands_ci_runs() {
     let ci = read(".ci/run");
     let mut after_comment = ci.lines().skip_while(|l| !l.starts_with("# README's test command")).skip(1);
-    let test_cmd = after_comment.find(|l| !l.trim().is_empty() && !l.starts_with('#')).expect("the test command in .ci/run");
+    let test_cmd =
+        after_comment.find(|l| !l.trim().is_empty() && !l.starts_with('#')).expect("the test command in .ci/run");
     let readme = read("README.md");
     let open = readme.lines().position(|l| l.starts_with("```")).expect("a code block in README.md");
     assert!(open < 10, "README.md's first code block starts at line {}: the set-up commands come first", open + 1);
