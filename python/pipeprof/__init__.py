@@ -49,17 +49,18 @@ __all__ = [
     "STAGES",
 ]
 
+# The environment names are the extension's (declared once, in the probes crate's `env`).
 #: The parent's attach address, inherited by worker processes.
-ADDRESS_ENV = "PIPEPROF_PARENT"
+ADDRESS_ENV = _native.PARENT_ENV
 # The token a TCP run's viewers and workers must send (set by the run itself).
-TOKEN_ENV = "PIPEPROF_TOKEN"
+TOKEN_ENV = _native.TOKEN_ENV
 #: The parent's pid: a process with the address but another pid is a worker.
-PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
+PARENT_PID_ENV = _native.PARENT_PID_ENV
 #: Under ``pipeprof run``: the pid of the run's first Python process (its main program).
-MAIN_PID_ENV = "PIPEPROF_MAIN_PID"
+MAIN_PID_ENV = _native.MAIN_PID_ENV
 #: In a distributed run (``torchrun``): ``RANK:pid`` of this rank's first Python process, the
 #: rank's program; its DataLoader workers inherit it and are its workers.
-RANK_MAIN_ENV = "PIPEPROF_RANK_MAIN"
+RANK_MAIN_ENV = _native.RANK_MAIN_ENV
 
 #: Stage names a span may have, in pipeline order.
 STAGES = tuple(stages())

@@ -11,7 +11,7 @@
 //! sampling) are one [`Loop`] behind a mutex taken only with the GIL held and never across a
 //! call into Python, so a hook that runs Python code re-entering another hook finds it free.
 
-use crate::{name_this_thread, record_batch, span, state, Batch};
+use crate::{name_this_thread, record_batch, span, state, Batch, BatchTimes};
 use probes::{clock, Probe, Stage, StepRecord};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
@@ -56,14 +56,14 @@ struct Open {
     opt_t0: Option<u64>,
     opt: Option<(u64, u64)>,
     /// The batch's fetch and collate when this thread made it: sent with the step.
-    batch: Option<Batch>,
+    batch: Option<BatchTimes>,
 }
 
 /// A thread's fetcher state: inside the loop's `next()` a batch made is held for the step.
 #[derive(Default)]
 struct Fetch {
     defer: bool,
-    held: Option<Batch>,
+    held: Option<BatchTimes>,
 }
 
 /// A `next()` in progress on a thread: torch's own is running (nested ones, when a data set
@@ -135,18 +135,48 @@ pub struct Loop {
     counters: Mutex<Counters>,
 }
 
-/// `torch.autograd` (the module), torch's `backward` and the hook.
-type BackwardHook = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
-/// One of the optimizer's global hooks: torch's hook dict, the hook's key in it, the hook. The
-/// dict is an `OrderedDict`: changed through its own methods (`PyDict_SetItem` would skip its
-/// order list, and its next iteration would fail).
-type OptimizerHook = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+/// The `backward()` hook the sampled steps put in place: `module.backward` (`torch.autograd`'s)
+/// is set to `hook`, and back to `orig`, torch's own.
+#[pyclass(module = "pipeprof._native", frozen)]
+pub struct BackwardHook {
+    module: Py<PyAny>,
+    orig: Py<PyAny>,
+    hook: Py<PyAny>,
+}
+
+#[pymethods]
+impl BackwardHook {
+    #[new]
+    #[pyo3(signature = (*, module, orig, hook))]
+    fn new(module: Py<PyAny>, orig: Py<PyAny>, hook: Py<PyAny>) -> Self {
+        BackwardHook { module, orig, hook }
+    }
+}
+
+/// One of the optimizer's global step hooks the sampled steps put in place: `hooks[key] =
+/// hook`, deleted after. `hooks` is torch's hook dict, an `OrderedDict`: changed through its
+/// own methods (`PyDict_SetItem` would skip its order list, and its next iteration would fail).
+#[pyclass(module = "pipeprof._native", frozen)]
+pub struct OptimizerHook {
+    hooks: Py<PyAny>,
+    key: Py<PyAny>,
+    hook: Py<PyAny>,
+}
+
+#[pymethods]
+impl OptimizerHook {
+    #[new]
+    #[pyo3(signature = (*, hooks, key, hook))]
+    fn new(hooks: Py<PyAny>, key: Py<PyAny>, hook: Py<PyAny>) -> Self {
+        OptimizerHook { hooks, key, hook }
+    }
+}
 
 /// What [`Loop::put_hooks`] puts in place on the sampled steps and takes out after them.
 #[derive(Default)]
 struct Hooks {
-    backward: Option<BackwardHook>,
-    optimizer: Vec<OptimizerHook>,
+    backward: Option<Py<BackwardHook>>,
+    optimizer: Vec<Py<OptimizerHook>>,
     /// Which of the two may be put in (`python/benches/hook_cost.py` turns them off).
     backward_off: bool,
     optimizer_off: bool,
@@ -163,7 +193,7 @@ fn probe() -> Option<Probe> {
 /// Says once per process that a part of the bookkeeping failed (never raised into the program).
 fn warn(py: Python<'_>, what: &str, e: &PyErr) {
     let warned =
-        py.import("pipeprof._auto").and_then(|m| m.getattr("_warn")).and_then(|f| f.call1((what, e.value(py))));
+        py.import("pipeprof._hooks").and_then(|m| m.getattr("warn")).and_then(|f| f.call1((what, e.value(py))));
     if warned.is_err() {
         eprintln!("pipeprof: {what} is not profiled ({e}); the program goes on");
     }
@@ -232,7 +262,7 @@ fn send_step(
     body_ns: u64,
     end_ns: u64,
     optimizer: Option<(u64, u64)>,
-    batch: Option<Batch>,
+    batch: Option<BatchTimes>,
 ) {
     let body_ns = body_ns.clamp(call_ns, end_ns.max(call_ns));
     let at = Some(step);
@@ -446,6 +476,7 @@ impl Loop {
 #[pymethods]
 impl Loop {
     #[new]
+    #[pyo3(signature = (*, is_grad_enabled, tensor, on_first_batch, on_device, distributed, modules))]
     fn new(
         is_grad_enabled: Py<PyAny>,
         tensor: Py<PyAny>,
@@ -578,11 +609,10 @@ impl Loop {
     }
 
     /// What the sampled steps put in place (`_torch_loop` gives each as its module is
-    /// imported): `backward`, (`torch.autograd`, torch's `backward`, the hook); `optimizer`,
-    /// (torch's hook dict, the hook's key, the hook) for each optimizer hook. Both are in place
-    /// now, as the first step wants them.
+    /// imported): the `backward()` hook, and the optimizer's step hooks. Both are in place now,
+    /// as the first step wants them.
     #[pyo3(signature = (backward=None, optimizer=None))]
-    fn set_hooks(&self, backward: Option<BackwardHook>, optimizer: Option<Vec<OptimizerHook>>) {
+    fn set_hooks(&self, backward: Option<Py<BackwardHook>>, optimizer: Option<Vec<Py<OptimizerHook>>>) {
         let mut h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
         if backward.is_some() {
             h.backward = backward;
@@ -723,14 +753,18 @@ impl Loop {
         // Taken out of the lock: setting them runs no code of ours, but nothing says so.
         let (backward, optimizer) = {
             let h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
-            let backward = h.backward.as_ref().map(|(m, orig, hook)| {
-                let f = if on && !h.backward_off { hook } else { orig };
-                (m.clone_ref(py), f.clone_ref(py))
+            let backward = h.backward.as_ref().map(|b| {
+                let b = b.get();
+                let f = if on && !h.backward_off { &b.hook } else { &b.orig };
+                (b.module.clone_ref(py), f.clone_ref(py))
             });
             let optimizer: Vec<_> = h
                 .optimizer
                 .iter()
-                .map(|(d, k, f)| (d.clone_ref(py), k.clone_ref(py), (on && !h.optimizer_off).then(|| f.clone_ref(py))))
+                .map(|o| {
+                    let o = o.get();
+                    (o.hooks.clone_ref(py), o.key.clone_ref(py), (on && !h.optimizer_off).then(|| o.hook.clone_ref(py)))
+                })
                 .collect();
             (backward, optimizer)
         };
@@ -785,7 +819,8 @@ impl Loop {
 /// loop's `next()` it is held for the step (sent with it, see [`Loop::took`]), else sent now;
 /// a batch held before and never taken is sent first.
 #[pyfunction]
-pub fn fetched(py: Python<'_>, batch: Batch) {
+pub fn fetched(py: Python<'_>, mut batch: PyRefMut<'_, Batch>) {
+    let batch = batch.times();
     let send = FETCH.with(|f| {
         let mut f = f.borrow_mut();
         if f.defer {
@@ -917,7 +952,7 @@ unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyOb
         let plan = catch_unwind(AssertUnwindSafe(|| fetch_plan(py, h, &fetcher))).unwrap_or(None);
         let out = match plan {
             None => h.orig.bind(py).call1((&fetcher, &index)),
-            Some((worker, clocks)) => {
+            Some(Timed { worker, clocks }) => {
                 let inner = INNER.load(Ordering::Relaxed);
                 h.clocked.bind(py).call1((&h.orig, &fetcher, &index, worker, clocks, inner))
             }
@@ -932,9 +967,16 @@ unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyOb
     })
 }
 
-/// Whether the fetcher's next batch is timed: None for torch's own `fetch`, else (made in a
-/// worker, the thread's clocks read).
-fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Option<(bool, bool)> {
+/// How a timed batch is timed.
+struct Timed {
+    /// Made in a DataLoader worker process (sent at once), not on the training thread.
+    worker: bool,
+    /// The thread's CPU and run-queue clocks are read around it.
+    clocks: bool,
+}
+
+/// Whether the fetcher's next batch is timed: None for torch's own `fetch`.
+fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Option<Timed> {
     // A data set sampled one index at a time (no batch): torch's own path, untimed.
     if !fetcher.getattr(intern!(py, "auto_collation")).and_then(|a| a.is_truthy()).unwrap_or(false) {
         return None;
@@ -949,18 +991,19 @@ fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Opti
         }
     };
     if worker {
-        return Some((true, true));
+        return Some(Timed { worker: true, clocks: true });
     }
     let n = BATCHES.fetch_add(1, Ordering::Relaxed);
     if !n.is_multiple_of(h.timed_every) && !INNER.load(Ordering::Relaxed) {
         return None;
     }
-    Some((false, n.is_multiple_of(h.clocks_every)))
+    Some(Timed { worker: false, clocks: n.is_multiple_of(h.clocks_every) })
 }
 
 /// Makes `fetch` for `base` (`_MapDatasetFetcher`, whose `fetch` is `orig`): a method of the
 /// extension ([`hooked_fetch`]), once a process.
 #[pyfunction]
+#[pyo3(signature = (*, base, orig, clocked, is_worker, timed_every, clocks_every))]
 pub fn fetch_method<'py>(
     py: Python<'py>,
     base: &Bound<'py, PyType>,
