@@ -135,10 +135,11 @@ def _put_back(owner, before):
 
 
 def _drop_owned_entries(namespace):
-    """pipeprof's entries in a module's dicts (torch's global optimizer step hooks)."""
+    """pipeprof's functions in a module's dicts (torch's global optimizer step hooks)."""
+    function = types.FunctionType
     for value in list(namespace.values()):
         if issubclass(type(value), dict):
-            for key in [k for k, v in list(value.items()) if owned(v)]:
+            for key in [k for k, v in list(value.items()) if type(v) is function and owned(v)]:
                 value.pop(key, None)
 
 

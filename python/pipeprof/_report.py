@@ -22,6 +22,10 @@ def command():
     return _command()
 
 
+#: Said above the report of a run an interrupt stopped.
+INTERRUPTED = "pipeprof: interrupted: the report covers what ran"
+
+
 def limiter_name(verdict):
     """The limiter's name in a summary's verdict (a variant with data, ``{"NotEnoughData":
     {...}}``, is its name), or None."""
@@ -64,11 +68,12 @@ class Report:
         return limiter_name(self.verdict)
 
     def __repr__(self):
-        return self.text
+        return (INTERRUPTED + "\n" if self.interrupted else "") + self.text
 
     def _repr_html_(self):
         if self._html is None:
-            self._html = _inline(self.summary, self.text)
+            said = f"<p><b>{html.escape(INTERRUPTED)}</b></p>" if self.interrupted else ""
+            self._html = said + _inline(self.summary, self.text)
         return self._html
 
     def save_html(self, path):
@@ -77,24 +82,33 @@ class Report:
         return _write_html(self.summary, path) is None
 
 
-def _write_html(summary, path):
-    """``pipeprof report SUMMARY --html PATH``: None when written, else why not."""
+def _report(summary, *options):
+    """``pipeprof report SUMMARY OPTIONS``: (its stdout, None), or (None, why not)."""
     cmd = command()
     if cmd is None:
-        return "the pipeprof command is not installed with this package"
+        return None, "the pipeprof command is not installed with this package"
     with tempfile.TemporaryDirectory(prefix="pipeprof-report-") as tmp:
         src = os.path.join(tmp, "summary.json")
         with open(src, "w") as f:
             json.dump(summary, f)
-        p = subprocess.run([cmd, "report", src, "--html", str(path)], capture_output=True, text=True)
+        p = subprocess.run([cmd, "report", src, *map(str, options)], capture_output=True, text=True)
     if p.returncode != 0:
-        return p.stderr.strip() or f"pipeprof report exited with {p.returncode}"
-    return None
+        return None, p.stderr.strip() or f"pipeprof report exited with {p.returncode}"
+    return p.stdout, None
+
+
+def _write_html(summary, path):
+    """``pipeprof report SUMMARY --html PATH``: None when written, else why not."""
+    return _report(summary, "--html", path)[1]
 
 
 def _inline(summary, text):
-    """The report for a notebook's output: the command's HTML page in a frame of its own (its
-    styles stay inside), or the text report in a ``<pre>`` where the command writes no HTML."""
+    """The report for a notebook's output: the command's HTML fragment (one element carrying
+    its own style); from a command without one, its HTML page in a frame of its own (the page's
+    styles stay inside), or the text report in a ``<pre>`` where it writes no HTML at all."""
+    fragment, _ = _report(summary, "--html-fragment", "-")
+    if fragment is not None:
+        return fragment
     with tempfile.TemporaryDirectory(prefix="pipeprof-report-") as tmp:
         out = os.path.join(tmp, "report.html")
         if _write_html(summary, out) is None:
