@@ -19,7 +19,8 @@ from pipeprof._report import limiter_name
 #: Seconds between two updates of the line (and two reads of the helper's metrics).
 EVERY_S = 1.0
 
-_SERIES = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)")
+#: A series: its name, its labels (a quoted value may hold a brace), its value.
+_SERIES = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 #: The rank label of the whole run's series: a run of one process, or all ranks of several.

@@ -338,3 +338,37 @@ def test_import_pipeprof_imports_no_ipython():
     code = "import sys, pipeprof; print('IPython' in sys.modules, 'pipeprof.notebook' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize(
+    "text, numbers",
+    [
+        (
+            '# TYPE pipeprof_steps counter\npipeprof_steps_total{program="notebook",rank="0"} 12\n'
+            'pipeprof_images_per_second{program="notebook",rank="0"} 345.5\n'
+            'pipeprof_limiter{program="notebook",rank="0",limiter="io"} 0\n'
+            'pipeprof_limiter{program="notebook",rank="0",limiter="preprocess"} 1\n# EOF\n',
+            {"steps": 12, "images_per_second": 345.5, "limiter": "preprocess"},
+        ),
+        # A distributed run: the whole run's series ("all"), not a rank's.
+        (
+            'pipeprof_steps_total{program="p",rank="1"} 5\npipeprof_steps_total{program="p",rank="all"} 9\n'
+            'pipeprof_limiter{program="p",rank="1",limiter="io"} 1\npipeprof_limiter{program="p",rank="all",limiter="overhead"} 1\n',
+            {"steps": 9, "limiter": "overhead"},
+        ),
+        # A program name with a brace or quote in it, a value that does not read: left out.
+        ('pipeprof_steps_total{program="a}\\"b",rank="0"} 3\npipeprof_images_per_second{rank="0"} NaNx\n', {"steps": 3}),
+        ("", {}),
+    ],
+)
+def test_the_live_line_reads_the_whole_runs_numbers(text, numbers):
+    from pipeprof import _live
+
+    assert _live.parse_metrics(text) == numbers
+
+
+def test_the_live_line_says_step_rate_and_limiter():
+    from pipeprof import _live
+
+    got = _live.line({"steps": 12, "images_per_second": 345.54, "limiter": "not_enough_data"})
+    assert got == "pipeprof: step 12 · 345.5 images/s · limited by: not enough data"
