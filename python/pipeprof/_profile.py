@@ -182,10 +182,10 @@ class Profile:
             )
         self._tmp = tempfile.mkdtemp(prefix="pipeprof-profile-")
         self._summary = str(self.summary_path or os.path.join(self._tmp, "summary.json"))
-        settings = json.dumps({"cores": _cores()})
-        address = _native.init(self.program, settings, None, True, self.hz, gpu=not self.no_gpu, gpu_tree=True)
         self._helper = self._env = self._armed = self._line = None
         try:
+            settings = json.dumps({"cores": _cores()})
+            address = _native.init(self.program, settings, None, True, self.hz, gpu=not self.no_gpu, gpu_tree=True)
             self._helper = _Helper(address, self._summary, self.trace)
             self._helper.attached()
             self._env = _Environment(address)
