@@ -86,8 +86,12 @@ fn route_to(st: &mut State, probe: Probe) -> PyResult<()> {
 }
 
 /// Starts the attach server in this process; returns the address `pipeprof attach` uses.
+/// `gpu=False` leaves the GPU unsampled (`--no-gpu`); `gpu_tree=True` counts the GPU use of
+/// the processes started below this one as the run's, as `pipeprof run` does (a notebook
+/// kernel's DataLoader workers). After [`finish`] it may be called again: a new run.
 #[pyfunction]
-#[pyo3(signature = (program, settings_json, listen=None, sample=true, hz=5.0, capacity=probes::DEFAULT_CAPACITY))]
+#[pyo3(signature = (program, settings_json, listen=None, sample=true, hz=5.0, capacity=probes::DEFAULT_CAPACITY, gpu=true, gpu_tree=false))]
+#[allow(clippy::too_many_arguments)]
 fn init(
     py: Python<'_>,
     program: &str,
@@ -96,6 +100,8 @@ fn init(
     sample: bool,
     hz: f64,
     capacity: usize,
+    gpu: bool,
+    gpu_tree: bool,
 ) -> PyResult<String> {
     let settings: serde_json::Value = serde_json::from_str(settings_json)
         .map_err(|e| PyValueError::new_err(format!("pipeprof.init: settings are not JSON: {e}")))?;
@@ -116,7 +122,7 @@ fn init(
     if listen.is_some() {
         opts.listen = listen;
     }
-    opts.sampler = sample.then(|| SamplerConfig { hz, ..SamplerConfig::default() });
+    opts.sampler = sample.then(|| SamplerConfig { hz, gpu, gpu_tree, ..SamplerConfig::default() });
     // Started with the GIL held: releasing it while holding the state lock would deadlock
     // against a thread that holds the GIL and calls `step` or opens its first span. Binding
     // a socket and starting threads is quick.

@@ -20,7 +20,7 @@ use pyo3::{ffi, intern};
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Nanoseconds between two reads of a loss that lives on a GPU (each read waits for it).
 const GPU_LOSS_EVERY_NS: u64 = 1_000_000_000;
@@ -858,8 +858,16 @@ pub fn forget_thread_state() {
     BATCHES.store(0, Ordering::Relaxed);
 }
 
-/// torch's own `_BaseDataLoaderIter.__next__` and the loop, for [`hooked_next`].
-static NEXT: OnceLock<(Py<PyAny>, Py<Loop>)> = OnceLock::new();
+/// torch's own `_BaseDataLoaderIter.__next__` and the loop, for [`hooked_next`]: replaced by
+/// each [`next_method`] (a notebook cell under `%%pipeprof` hooks a run of its own, with a
+/// new loop, and puts torch's `__next__` back after).
+static NEXT: RwLock<Option<(Py<PyAny>, Py<Loop>)>> = RwLock::new(None);
+
+/// The hook's current `(torch's __next__, loop)`, taken out of the lock.
+fn next_hook(py: Python<'_>) -> Option<(Py<PyAny>, Py<Loop>)> {
+    let n = NEXT.read().unwrap_or_else(|e| e.into_inner());
+    n.as_ref().map(|(orig, lp)| (orig.clone_ref(py), lp.clone_ref(py)))
+}
 
 /// `_BaseDataLoaderIter.__next__` under `pipeprof run`: [`Loop::begin`], torch's own
 /// `__next__`, then [`Loop::took`] or [`Loop::failed`], in one C function: no Python frame and
@@ -871,7 +879,7 @@ static NEXT: OnceLock<(Py<PyAny>, Py<Loop>)> = OnceLock::new();
 /// program: a panic in it leaves the batch or the error as torch gave them.
 unsafe extern "C" fn hooked_next(slf: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
     Python::attach(|py| {
-        let Some((orig, lp)) = NEXT.get() else {
+        let Some((orig, lp)) = next_hook(py) else {
             PyRuntimeError::new_err("pipeprof: the DataLoader hook was called before it was made").restore(py);
             return std::ptr::null_mut();
         };
@@ -897,7 +905,7 @@ unsafe extern "C" fn hooked_next(slf: *mut ffi::PyObject, _args: *mut ffi::PyObj
 }
 
 /// Makes `__next__` for `base` (`_BaseDataLoaderIter`, whose `__next__` is `orig`): a method
-/// of the extension ([`hooked_next`]), once a process.
+/// of the extension ([`hooked_next`]) timing into `lp`; made again, it times into the new loop.
 #[pyfunction]
 pub fn next_method<'py>(
     py: Python<'py>,
@@ -905,7 +913,7 @@ pub fn next_method<'py>(
     orig: Py<PyAny>,
     lp: Py<Loop>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    NEXT.set((orig, lp)).map_err(|_| PyRuntimeError::new_err("pipeprof: the DataLoader hook is made once"))?;
+    *NEXT.write().unwrap_or_else(|e| e.into_inner()) = Some((orig, lp));
     method(
         py,
         base,
@@ -928,7 +936,8 @@ struct FetchHook {
     clocks_every: u64,
 }
 
-static FETCH_HOOK: OnceLock<FetchHook> = OnceLock::new();
+/// Replaced by each [`fetch_method`], as [`NEXT`] is.
+static FETCH_HOOK: RwLock<Option<Arc<FetchHook>>> = RwLock::new(None);
 /// Whether this process is a DataLoader worker: 0 not asked yet, 1 yes, 2 no; and the batches
 /// the process made on its training thread so far. A forked worker starts both anew
 /// ([`forget_thread_state`]).
@@ -943,7 +952,8 @@ static INNER: AtomicBool = AtomicBool::new(false);
 /// training thread), called with no frame of ours; else `_fetch_clocked`, in its place.
 unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyObject) -> *mut ffi::PyObject {
     Python::attach(|py| {
-        let Some(h) = FETCH_HOOK.get() else {
+        let hook = FETCH_HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(h) = hook.as_deref() else {
             PyRuntimeError::new_err("pipeprof: the fetch hook was called before it was made").restore(py);
             return std::ptr::null_mut();
         };
@@ -1001,7 +1011,7 @@ fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Opti
 }
 
 /// Makes `fetch` for `base` (`_MapDatasetFetcher`, whose `fetch` is `orig`): a method of the
-/// extension ([`hooked_fetch`]), once a process.
+/// extension ([`hooked_fetch`]); made again, the new one's hook replaces the old one's.
 #[pyfunction]
 #[pyo3(signature = (*, base, orig, clocked, is_worker, timed_every, clocks_every))]
 pub fn fetch_method<'py>(
@@ -1015,7 +1025,7 @@ pub fn fetch_method<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let hook =
         FetchHook { orig, clocked, is_worker, timed_every: timed_every.max(1), clocks_every: clocks_every.max(1) };
-    FETCH_HOOK.set(hook).map_err(|_| PyRuntimeError::new_err("pipeprof: the fetch hook is made once"))?;
+    *FETCH_HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(hook));
     method(py, base, c"fetch", hooked_fetch, ffi::METH_O, c"torch's fetcher fetch, timed by pipeprof run")
 }
 
