@@ -20,11 +20,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     run_other(command).map(|()| 0)
 }
 
-/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well. The
-/// re-runs need the run's summary: written to a temporary file when `--summary` was not given.
+/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well, judged
+/// on the run's own summary and verdict.
 fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
     if !a.check_advice {
-        return run_cmd::run(&run_options(a));
+        return run_cmd::run(&run_options(a)).map(|ran| ran.code);
     }
     if let Some(why) = check_run::stdin_refusal() {
         anyhow::bail!(why);
@@ -35,34 +35,14 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
     };
-    let mut opts = run_options(a);
-    // The summary the re-runs need, when not asked for: in a private folder of its own (a
-    // random name, 0700), never at a name in the shared temp folder another user could take.
-    let own = opts
-        .summary
-        .is_none()
-        .then(|| check_advice::TempDir::private("pipeprof-run"))
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
-    let summary = match &own {
-        Some(d) => d.path().join("summary.json"),
-        None => opts.summary.clone().unwrap_or_default(),
-    };
-    opts.summary = Some(summary.clone());
-    let code = run_cmd::run(&opts);
-    let read = std::fs::read(&summary);
-    drop(own);
-    let code = code?;
-    if code != 0 || crate::signal::stopping() {
+    let ran = run_cmd::run(&run_options(a))?;
+    if ran.code != 0 || crate::signal::stopping() {
+        let code = ran.code;
         crate::progress::out(&format!("\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"));
         return Ok(code);
     }
-    let text = read.map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let s: crate::aggregate::Summary = serde_json::from_slice(&text)
-        .map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let verdict = crate::diagnose::diagnose_finished(&s);
-    check_run::run(&check, &s, &verdict);
-    Ok(code)
+    check_run::run(&check, &ran.done.summary, &ran.done.verdict());
+    Ok(ran.code)
 }
 
 /// The files a command will write, by flag.
@@ -104,7 +84,6 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
     run_cmd::Options {
         command: a.command,
         once: a.once,
-        summary_asked: a.summary.is_some(),
         summary: a.summary,
         trace: a.trace,
         sample_hz: a.sample_hz,
