@@ -302,34 +302,12 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label));
         let summary = tmp.join(format!("run-{k}.json"));
-        let mut note = None;
-        let cache: Option<PathBuf> = if matches!(f.change, Some(Change::CopyLocal)) {
-            match copy_local(data, &tmp) {
-                Ok((copy, n)) => {
-                    note = Some(n);
-                    Some(copy)
-                }
-                Err(e) => {
-                    results.push((Err(e), None));
-                    continue;
-                }
-            }
-        } else if matches!(f.change, Some(Change::Cache { .. })) {
-            let out = tmp.join("data.ppk");
-            if data.is_file() {
-                results.push((Err("the data is already a packed cache".into()), None));
+        let (cache, note) = match local_data(f.change.as_ref(), &exe, parent, data, &tmp) {
+            Ok(made) => made,
+            Err(e) => {
+                results.push((Err(e), None));
                 continue;
             }
-            match build_cache(&exe, parent.model.as_deref(), data, &out) {
-                Ok(secs) => note = Some(format!("cache built once in {secs:.1} s")),
-                Err(e) => {
-                    results.push((Err(e), None));
-                    continue;
-                }
-            }
-            Some(out)
-        } else {
-            None
         };
         let child = child_args(parent, f.change.as_ref(), steps, &summary, cache.as_deref());
         let measured = run_child(&exe, &child, &[], &summary);
@@ -345,6 +323,27 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
     }
     drop(_tmp_guard);
     crate::progress::out(&render(&runs[..results.len()], &results, steady_rate(main).unwrap_or(main.images_per_s)));
+}
+
+/// The data a follow-up reads instead of the main run's, made in `tmp` (the packed cache, a
+/// copy on local disk), with a note of what making it took; none for the other changes.
+fn local_data(
+    change: Option<&Change>,
+    exe: &Path,
+    parent: &ProfileOptions,
+    data: &Path,
+    tmp: &Path,
+) -> Result<(Option<PathBuf>, Option<String>), String> {
+    match change {
+        Some(Change::CopyLocal) => copy_local(data, tmp).map(|(copy, note)| (Some(copy), Some(note))),
+        Some(Change::Cache { .. }) if data.is_file() => Err("the data is already a packed cache".into()),
+        Some(Change::Cache { .. }) => {
+            let out = tmp.join("data.ppk");
+            let secs = build_cache(exe, parent.model.as_deref(), data, &out)?;
+            Ok((Some(out), Some(format!("cache built once in {secs:.1} s"))))
+        }
+        _ => Ok((None, None)),
+    }
 }
 
 /// What every re-run needs, or `None` with why printed: this program's path and a private

@@ -378,44 +378,25 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     let shown = opts.command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>().join(" ");
     let live = session::live_view(opts.once);
     let (mut scratch, listener) = Scratch::create()?;
-    let settings = RunSettings {
-        model: program.clone(),
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        ..RunSettings::default()
-    };
-    let title = format!("pipeprof run: {shown}");
-    let trace = opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: Default::default(), per_rank: true });
-    // A second interrupt, a hang-up: the run still ends here, through the one way out below.
-    let mut running = Session::new(settings, SecondInterrupt::EndsTheRun)
-        .trace(trace)?
-        .summary(opts.summary.clone())
-        .metrics(metrics)
-        .no_tui(!live)
-        .start()?;
-    let relays = Arc::new(Relays { cap: connection_cap(raise_open_files()), ..Relays::default() });
-    let acceptor = serve(listener, running.probe().clone(), relays.clone())
-        .context("cannot start accepting the run's processes")?;
-    let samplers = start_samplers(opts, running.probe());
+    let mut running = start_session(opts, &program, &shown, live, metrics)?;
+    let feeds = Feeds::start(opts, listener, running.probe())?;
     let take_terminal = !live && own_terminal();
     let mut cmd = command(opts, &mut scratch, live, take_terminal)?;
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            acceptor.stop();
-            if let Some(s) = samplers {
-                s.stop();
-            }
+            feeds.stop();
             let hint = if e.kind() == std::io::ErrorKind::NotFound { ": not found (is it on PATH?)" } else { "" };
             bail!("cannot start `{}`{hint}: {e}", first.to_string_lossy());
         }
     };
-    let child_pid = child.id() as libc::pid_t;
     progress::say(&format!(
-        "pipeprof: running `{shown}` (pid {child_pid}){}",
+        "pipeprof: running `{shown}` (pid {}){}",
+        child.id(),
         scratch.log.as_ref().map(|l| format!("; its output goes to {}", l.display())).unwrap_or_default()
     ));
     let watch = Watch {
-        relays: relays.clone(),
+        relays: feeds.relays.clone(),
         out: running.out(),
         stop: running.stop(),
         stop_timeout: opts.stop_timeout,
@@ -426,10 +407,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     let waiter = spawn_waiter(watch, child, &running)?;
     running.show();
     let (status, end) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
-    acceptor.stop();
-    if let Some(s) = samplers {
-        s.stop();
-    }
+    let relays = feeds.stop();
     let status = status.context("the program's end was not seen")?.context("cannot wait for the program")?;
     let end = outcome(status, &program, end.interrupted(), end.killed());
     // A failed run's log stays for the user to read; the others go with the run.
@@ -438,10 +416,61 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
         Outcome::Failed { why, .. } => Some(why.clone()),
         _ => None,
     };
-    let log = scratch.log.clone().map(|l| (l, scratch.keep_log));
-    let ran = finish(opts, running.finish(why), &end, &shown, log.as_ref().map(|(l, k)| (l.as_path(), *k)), &relays);
+    let log = scratch.log.as_deref().map(|l| (l, scratch.keep_log));
+    let ran = finish(opts, running.finish(why), &end, &shown, log, &relays);
     drop(scratch);
     ran
+}
+
+/// The run's session, named for the program: a trace (and one per rank) if asked for, the
+/// summary file, `/metrics`, the live view when `live`. A second interrupt or a hang-up still
+/// ends the run here, through its one way out.
+fn start_session(
+    opts: &Options,
+    program: &str,
+    shown: &str,
+    live: bool,
+    metrics: Option<crate::metrics::Listener>,
+) -> anyhow::Result<Running> {
+    let settings = RunSettings {
+        model: program.to_string(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ..RunSettings::default()
+    };
+    let title = format!("pipeprof run: {shown}");
+    let trace = opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: Default::default(), per_rank: true });
+    Session::new(settings, SecondInterrupt::EndsTheRun)
+        .trace(trace)?
+        .summary(opts.summary.clone())
+        .metrics(metrics)
+        .no_tui(!live)
+        .start()
+}
+
+/// What feeds the run's channel besides its end: every process of the run, relayed through
+/// the accept thread, and the machine's samples.
+struct Feeds {
+    acceptor: Acceptor,
+    samplers: Option<probes::sampler::SamplerHandle>,
+    relays: Arc<Relays>,
+}
+
+impl Feeds {
+    fn start(opts: &Options, listener: UnixListener, probe: &Probe) -> anyhow::Result<Feeds> {
+        let relays = Arc::new(Relays { cap: connection_cap(raise_open_files()), ..Relays::default() });
+        let acceptor =
+            serve(listener, probe.clone(), relays.clone()).context("cannot start accepting the run's processes")?;
+        Ok(Feeds { acceptor, samplers: start_samplers(opts, probe), relays })
+    }
+
+    /// Stops accepting and sampling; the relays say who connected.
+    fn stop(self) -> Arc<Relays> {
+        self.acceptor.stop();
+        if let Some(s) = self.samplers {
+            s.stop();
+        }
+        self.relays
+    }
 }
 
 /// Host and GPU sampling (the GPU is the program's, its workers' and its ranks': every process
