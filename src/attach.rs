@@ -380,7 +380,8 @@ fn spawn_pumps(
     let (mut pumps, mut closers) = (Vec::new(), Vec::new());
     for (i, c) in conns.into_iter().enumerate() {
         closers.push(c.opened.closer);
-        let (probe, done, stop, src, reader) = (running.probe().clone(), running.done(), running.stop(), c.src, c.opened.reader);
+        let (probe, done, stop, src, reader) =
+            (running.probe().clone(), running.done(), running.stop(), c.src, c.opened.reader);
         let name = if several { format!("pp-attach-{i}") } else { "pp-attach".into() };
         let pump = std::thread::Builder::new().name(name).spawn(move || {
             let ended = pump(reader, &probe, &src, stop);
@@ -401,7 +402,8 @@ fn spawn_detacher(
 ) -> std::io::Result<JoinHandle<()>> {
     // The flag's parser keeps it in range; an out-of-range value from another caller means
     // no deadline rather than a panic.
-    let deadline = duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
+    let deadline =
+        duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
     let (ended, stop) = (running.ended(), running.stop());
     std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
         if stop.requested() || deadline.is_some_and(|d| Instant::now() >= d) {

@@ -111,7 +111,9 @@ pub fn child_options(
         Some(Change::Workers(w)) => o.workers = Some(crate::config::Workers::Fixed(*w)),
         Some(Change::BatchSize(b)) => o.batch_size = Some(*b),
         Some(Change::Prefetch(p)) => o.prefetch = Some(*p),
-        Some(Change::Cache { .. } | Change::CopyLocal) => o.data = Some(cache.map(Path::to_path_buf).unwrap_or_default()),
+        Some(Change::Cache { .. } | Change::CopyLocal) => {
+            o.data = Some(cache.map(Path::to_path_buf).unwrap_or_default())
+        }
         Some(Change::UseDevice(d)) => o.device = d.clone(),
         // The baseline, or not applicable (see `applicable`): the child runs unchanged.
         _ => {}
@@ -568,12 +570,7 @@ mod tests {
             (Change::UseDevice("cpu".into()), vec!["--device", "cpu"]),
             (Change::CopyLocal, vec!["--data", "x.ppk"]),
         ];
-        let base = ProfileOptions {
-            steps: Some(40),
-            no_tui: true,
-            summary: Some("r.json".into()),
-            ..parent.clone()
-        };
+        let base = ProfileOptions { steps: Some(40), no_tui: true, summary: Some("r.json".into()), ..parent.clone() };
         for (change, pair) in table {
             let got = child_options(&parent, Some(&change), 40, Path::new("r.json"), Some(Path::new("x.ppk")));
             let a = strings(&got.to_args());

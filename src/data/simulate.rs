@@ -248,7 +248,9 @@ mod tests {
 
     #[test]
     fn specs_parse_back_to_what_they_spell() {
-        for spec in ["2MB/s", "500KB/s", "+20ms", "1.5GB/s+3ms", "100B/s+1s", "7B/s+250us", "+0.5us", "1234.5B/s+2.25ms"] {
+        for spec in
+            ["2MB/s", "500KB/s", "+20ms", "1.5GB/s+3ms", "100B/s+1s", "7B/s+250us", "+0.5us", "1234.5B/s+2.25ms"]
+        {
             let t = parse_throttle(spec).unwrap();
             assert_eq!(parse_throttle(&t.spec()), Ok(t), "{spec} → {}", t.spec());
         }

@@ -158,7 +158,8 @@ fn start_session(
     metrics: Option<crate::metrics::Listener>,
 ) -> anyhow::Result<Running> {
     let title = format!("pipeprof: {}", settings.model);
-    let trace = opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: opts.trace_level, per_rank: false });
+    let trace =
+        opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: opts.trace_level, per_rank: false });
     let mut session = Session::new(settings, SecondInterrupt::ExitsAtOnce)
         .capacity(opts.channel_capacity)
         .trace(trace)?

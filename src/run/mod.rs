@@ -438,7 +438,8 @@ fn start_session(
         ..RunSettings::default()
     };
     let title = format!("pipeprof run: {shown}");
-    let trace = opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: Default::default(), per_rank: true });
+    let trace =
+        opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: Default::default(), per_rank: true });
     Session::new(settings, SecondInterrupt::EndsTheRun)
         .trace(trace)?
         .summary(opts.summary.clone())
@@ -482,7 +483,9 @@ fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::Samp
         gpu_tree: true,
         ..probes::sampler::SamplerConfig::default()
     };
-    probes::sampler::start(probe.clone(), cfg).map_err(|e| progress::warn(&format!("machine sampling is off: {e}"))).ok()
+    probes::sampler::start(probe.clone(), cfg)
+        .map_err(|e| progress::warn(&format!("machine sampling is off: {e}")))
+        .ok()
 }
 
 /// The program, in a process group of its own, with the run's address and the start-up hook

@@ -288,7 +288,10 @@ impl Running {
             Some(Ok(done)) => (done, None),
             Some(Err(p)) => {
                 let last = self.latest.lock().unwrap_or_else(|e| e.into_inner()).snap.summary.clone();
-                let why = format!("the collector thread (pp-collector) panicked: {}", crate::data::loader::panic_message(&*p));
+                let why = format!(
+                    "the collector thread (pp-collector) panicked: {}",
+                    crate::data::loader::panic_message(&*p)
+                );
                 (Diagnosed::new(last), Some(why))
             }
             None => (Diagnosed::default(), None),

@@ -78,7 +78,10 @@ mod tests {
         assert_eq!(failed_field(None, None), None);
         assert_eq!(failed_field(Some("ValueError: x"), None).as_deref(), Some("ValueError: x"));
         assert_eq!(failed_field(None, Some("exit code 1")).as_deref(), Some("exit code 1"));
-        assert_eq!(failed_field(Some("ValueError: x"), Some("exit code 1")).as_deref(), Some("ValueError: x (exit code 1)"));
+        assert_eq!(
+            failed_field(Some("ValueError: x"), Some("exit code 1")).as_deref(),
+            Some("ValueError: x (exit code 1)")
+        );
     }
 
     #[test]

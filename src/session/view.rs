@@ -19,9 +19,7 @@ pub fn show(no_tui: bool, latest: &Latest, done: &Receiver<()>, stop: Stop) {
     let summary = || Some(latest.lock().unwrap_or_else(|e| e.into_inner()).snap.summary.clone());
     if live_view(no_tui) {
         if let Err(e) = crate::tui::run(latest.clone(), done.clone(), stop.flag()) {
-            progress::warn(&format!(
-                "the live view failed ({e}); showing progress instead (--no-tui skips the view)"
-            ));
+            progress::warn(&format!("the live view failed ({e}); showing progress instead (--no-tui skips the view)"));
             progress::watch(done, &summary);
         }
     } else {
