@@ -325,25 +325,10 @@ def _connect_worker(after_fork=False):
 
 def _flush_on_sigterm():
     """A pool worker is ended with SIGTERM (``multiprocessing.Pool.terminate``, Keras's
-    multiprocessing ``PyDataset``): send what it buffered first, then die of it as before."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def on_term(signum, frame):
-            try:
-                finish()
-            finally:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_term)
-    except (ValueError, OSError):
-        pass
+    multiprocessing ``PyDataset``): what it sent reaches the run first, then it dies of the
+    signal as before. The handler is native (the extension's ``flush_on_term``): it acts even
+    while the worker is inside one long C call, and ``signal.getsignal`` is unchanged."""
+    _native.flush_on_term()
 
 
 class _ExitHookOwner:

@@ -25,6 +25,7 @@ use std::sync::Mutex;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{reload, Registry};
 
+mod term;
 mod torch_loop;
 
 type LayerHandle = reload::Handle<ProbeLayer, Registry>;
@@ -189,6 +190,39 @@ fn finish(py: Python<'_>, workers_timeout: f64) -> PyResult<()> {
         Role::Off => {}
     });
     Ok(())
+}
+
+/// In a worker process: SIGTERM sends what this process buffered before it ends the
+/// process as `SIG_DFL` would (see `term`). False where the program handles SIGTERM itself.
+#[pyfunction]
+fn flush_on_term() -> bool {
+    term::flush_on_term(finish_worker_now)
+}
+
+/// A worker's producer finished from any thread, without the GIL: the state lock is only
+/// tried (a thread of the program may hold it at the signal), for at most a second.
+fn finish_worker_now() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let role = loop {
+        if let Ok(mut st) = STATE.try_lock() {
+            break std::mem::replace(&mut st.role, Role::Off);
+        }
+        if std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    match role {
+        Role::Worker(p) => p.finish(),
+        // Not a worker's to end: put back as it was.
+        other => {
+            if let Ok(mut st) = STATE.try_lock() {
+                st.role = other;
+            } else {
+                std::mem::forget(other);
+            }
+        }
+    }
 }
 
 /// "parent", "worker" or "off".
@@ -613,6 +647,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(init, m)?,
         wrap_pyfunction!(connect_worker, m)?,
         wrap_pyfunction!(finish, m)?,
+        wrap_pyfunction!(flush_on_term, m)?,
         wrap_pyfunction!(role, m)?,
         wrap_pyfunction!(address, m)?,
         wrap_pyfunction!(clients, m)?,

@@ -98,6 +98,8 @@ struct Counters {
     epoch: i64,
     /// The training loader's current iterator.
     train_iter: Option<TrainIter>,
+    /// The training loader's length, and the index sampler it was read from.
+    len_read: Option<(Py<PyWeakrefReference>, Option<u64>)>,
     input_sent: bool,
     device_seen: bool,
     params_sent: bool,
@@ -464,6 +466,7 @@ impl Loop {
                 step: 0,
                 epoch: -1,
                 train_iter: None,
+                len_read: None,
                 input_sent: false,
                 device_seen: false,
                 params_sent: false,
@@ -537,8 +540,7 @@ impl Loop {
     fn train_pass(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> PyResult<()> {
         // First, so that an iterator without weak references changes nothing.
         let weak = PyWeakrefReference::new(it)?.unbind();
-        // Its length, once a pass (an iterator without one, an IterableDataset's, says none).
-        let len = it.len().ok().map(|n| n as u64);
+        let len = self.pass_len(py, it);
         let new_pass = match &self.counters().train_iter {
             None => true,
             Some(ti) => ti.ran_out || ti.batches > 1,
@@ -554,6 +556,25 @@ impl Loop {
             self.check_distributed(py);
         }
         Ok(())
+    }
+
+    /// `len(it)`: torch's iterator asks its index sampler, which asks the program's Dataset
+    /// (`__len__`, the program's code). Read once per loader: a later pass over the same
+    /// loader (the same index sampler object) reuses it, so the Dataset is asked no more
+    /// often than torch itself asks it. An iterator without a length (an IterableDataset's)
+    /// or one whose `__len__` raises says none.
+    fn pass_len(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> Option<u64> {
+        let sampler = it.getattr(intern!(py, "_index_sampler")).ok();
+        if let (Some(s), Some((read_from, n))) = (&sampler, &self.counters().len_read) {
+            if read_from.bind(py).upgrade().is_some_and(|o| o.is(s)) {
+                return *n;
+            }
+        }
+        let n = it.len().ok().map(|n| n as u64);
+        if let Some(weak) = sampler.and_then(|s| PyWeakrefReference::new(&s).ok()) {
+            self.counters().len_read = Some((weak.unbind(), n));
+        }
+        n
     }
 
     /// What the sampled steps put in place (`_torch_loop` gives each as its module is

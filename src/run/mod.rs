@@ -375,7 +375,16 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     // Bound before anything starts: a taken port fails here, not mid-run.
     let metrics =
         opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
-    let shown = opts.command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>().join(" ");
+    // Every message and the trace's title show it: a newline or escape code in an argument
+    // is shown as `?`, never written to the terminal.
+    let shown = opts
+        .command
+        .iter()
+        .map(|w| {
+            crate::aggregate::settings::clean_name(&w.to_string_lossy(), crate::aggregate::settings::MAX_PATH_SHOWN)
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     let live = session::live_view(opts.once);
     let (mut scratch, listener) = Scratch::create()?;
     let mut running = start_session(opts, &program, &shown, live, metrics)?;
