@@ -51,6 +51,9 @@ struct Shared {
     last_gpu: Mutex<Option<Arc<Vec<u8>>>>,
 }
 
+/// An encoded frame, shared by every client's queue.
+type Encoded = Arc<Vec<u8>>;
+
 /// A connection thread, counted out however it ends.
 struct Active(Arc<Shared>);
 
@@ -67,7 +70,7 @@ fn client(
     shared: &Arc<Shared>,
     hello: Option<Hello>,
     probe: &Probe,
-    queue: (Sender<Arc<Vec<u8>>>, Receiver<Arc<Vec<u8>>>),
+    queue: (Sender<Encoded>, Receiver<Encoded>),
 ) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
@@ -117,7 +120,7 @@ fn view(
     mut conn: impl Conn,
     shared: &Arc<Shared>,
     hello: Option<Hello>,
-    (tx, rx): (Sender<Arc<Vec<u8>>>, Receiver<Arc<Vec<u8>>>),
+    (tx, rx): (Sender<Encoded>, Receiver<Encoded>),
 ) {
     let Some(mut hello) = hello else { return };
     hello.threads = crate::layer::thread_names();
