@@ -1,10 +1,10 @@
 //! Command-line interface: every clap type lives here. Commands take plain option structs;
 //! `main` converts. This module looks down only (config, data, export value types).
 
-use crate::config::validate::{MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH, MAX_WORKERS};
 use crate::data::demo::DemoFormat;
 use crate::export::chrome::TraceLevel;
 use crate::flags;
+use crate::limits::{MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PER_CLASS, MAX_PREFETCH, MAX_WORKERS};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -320,9 +320,6 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
         _ => Err(format!("size must be WxH with 1–16384 pixels each, got {s:?}")),
     }
 }
-
-/// Most images per class `demo-data` writes.
-pub const MAX_PER_CLASS: usize = 1_000_000;
 
 /// `--workers`: "auto" or a number of workers in range.
 pub fn parse_workers(s: &str) -> Result<crate::config::Workers, String> {

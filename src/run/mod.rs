@@ -442,7 +442,7 @@ fn start_session(
     metrics: Option<crate::metrics::Listener>,
 ) -> anyhow::Result<Running> {
     let settings = RunSettings {
-        model: program.to_string(),
+        model: crate::model_source::ModelSource::Program(program.to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..RunSettings::default()
     };
