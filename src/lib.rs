@@ -2,7 +2,7 @@
 //!
 //! Data flows one way, and modules only look down (ARCHITECTURE.md):
 //! probes (its own crate) → [`aggregate`] → [`diagnose`] → views ([`report`], [`tui`],
-//! [`export`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
+//! [`export`], then [`html`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
 //! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
 //! [`session`] (the collector), [`progress`], [`signal`] and [`units`].
 
@@ -17,6 +17,7 @@ pub mod config;
 pub mod data;
 pub mod diagnose;
 pub mod export;
+pub mod html;
 pub mod metrics;
 pub mod offline;
 pub mod profile;

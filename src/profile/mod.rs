@@ -370,7 +370,13 @@ fn finish(
     // nothing printed can panic (`progress::out`). The trace is closed (the collector ended);
     // once the summary is written too, an immediate exit has nothing left to close: its hooks
     // are disarmed.
-    let written = signal::disarm_after(|| write_summary(opts, &done, failed.as_deref()));
+    let written = signal::disarm_after(|| {
+        write_summary(opts, &done, failed.as_deref())?;
+        let Some(html) = &opts.html else { return Ok(()) };
+        let mut d = done.clone();
+        d.summary.failed = d.summary.failed.take().or_else(|| failed.clone());
+        crate::html::save(html, &d, crate::html::Form::Page)
+    });
     progress::out(&report::render(&done.summary, &verdict));
     if let Some(why) = &failed {
         progress::say(&format!("pipeprof: RUN FAILED: {why}"));

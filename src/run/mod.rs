@@ -69,6 +69,8 @@ pub struct Options {
     /// own copy, in a private folder removed after the re-runs, is not.
     pub summary_asked: bool,
     pub trace: Option<PathBuf>,
+    /// `--html`: the report as an HTML page, written when the program ends.
+    pub html: Option<PathBuf>,
     pub sample_hz: f64,
     pub no_gpu: bool,
     /// After an interrupt was passed on: how long before the group gets SIGTERM.
@@ -671,6 +673,7 @@ fn finish(
             .with_context(|| format!("cannot write the summary to {}", p.display()))
             .map(|()| p)
     });
+    let html = opts.html.as_ref().map(|p| crate::html::write(p, done, crate::html::Form::Page).map(|()| p));
     if let Some((log, kept)) = log {
         print_log_tail(log, kept);
     }
@@ -703,6 +706,9 @@ fn finish(
     }
     if let Some(p) = written.transpose()?.filter(|_| opts.summary_asked) {
         progress::say(&format!("pipeprof: summary written to {}", p.display()));
+    }
+    if let Some(p) = html.transpose()? {
+        crate::html::say_written(p);
     }
     Ok(())
 }
