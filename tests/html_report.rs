@@ -207,3 +207,39 @@ fn the_page_renders_in_a_real_browser() {
     assert_eq!((w, h), (1200, 2000));
     assert!(wait > 1000 && compute > 1000, "wait {wait} px, compute {compute} px");
 }
+
+#[test]
+fn run_and_profile_write_the_page_when_they_end() {
+    let dir = tempfile::tempdir().unwrap();
+    // `run` of a program that sends nothing: the page of an empty run, said at the end.
+    let html = dir.path().join("run.html");
+    let out = pipeprof(&["run", "--once", "--no-gpu", "--html", html.to_str().unwrap(), "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = format!("pipeprof: HTML report written to {}", html.display());
+    assert!(text(&out.stderr).trim_end().ends_with(&said), "{}", text(&out.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("not enough data") && page.contains("model true · data -"), "{page}");
+    // `profile` of a few steps: its stages, its timeline's charts.
+    let data = dir.path().join("data");
+    common::demo(&data, 2, 8, 3);
+    let model = common::write_tiny_model(dir.path());
+    let html = dir.path().join("profile.html");
+    let out = pipeprof(&[
+        "profile",
+        "--no-tui",
+        "--no-gpu",
+        "--model",
+        &model,
+        "--data",
+        data.to_str().unwrap(),
+        "--steps",
+        "6",
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("pipeprof: HTML report written to {}", html.display())));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<th scope=\"row\">decode</th>") && page.contains("<dd>6</dd><dt>steps</dt>"), "{page}");
+    assert!(!page.contains("no timeline in this summary"), "a new run has its timeline");
+}
