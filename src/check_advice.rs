@@ -109,9 +109,9 @@ fn child_settings(
 const NOT_INHERITED: [&str; 4] = ["check_advice", "trace", "metrics_listen", "metrics_allow_remote"];
 
 /// Whether a change takes the data off the storage `--throttle-read` and `--slow read=…`
-/// simulate: the packed cache and the local copy are local files (see the README, "Simulated
-/// slow storage and the cache"), so their follow-up runs read without the simulated delay, as
-/// the prediction assumes.
+/// simulate: the packed cache and the local copy are local files (see docs/data-and-cache.md,
+/// "Simulated slow storage and the cache"), so their follow-up runs read without the simulated
+/// delay, as the prediction assumes.
 pub fn moves_off_slow_storage(change: Option<&Change>) -> bool {
     matches!(change, Some(Change::Cache { .. } | Change::CopyLocal))
 }

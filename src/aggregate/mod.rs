@@ -446,7 +446,7 @@ struct ThreadLoad {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Summary {
-    /// Version of this JSON schema (see README, "Summary JSON").
+    /// Version of this JSON schema (see docs/traces-and-reports.md, "Traces, summaries and comparisons").
     pub schema_version: u32,
     pub settings: RunSettings,
     pub steps: u64,
