@@ -221,7 +221,10 @@ fn settings_of(hello: &wire::Hello, addr: &str) -> anyhow::Result<RunSettings> {
         bail!("{addr}: the run sent settings out of range ({why}): not attaching");
     }
     if settings.model.is_empty() {
-        settings.model = crate::aggregate::settings::clean_name(&hello.program, crate::aggregate::settings::MAX_NAME);
+        settings.model = crate::model_source::ModelSource::Program(crate::aggregate::settings::clean_name(
+            &hello.program,
+            crate::aggregate::settings::MAX_NAME,
+        ));
     }
     Ok(settings)
 }

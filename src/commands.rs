@@ -223,7 +223,7 @@ fn cache_options(a: CacheArgs) -> cache::CacheOptions {
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
     // Past a million images per class the demo writes for hours: refuse before writing.
-    crate::config::validate::in_range("--per-class", a.per_class, 1, 1_000_000).map_err(anyhow::Error::msg)?;
+    crate::limits::in_range("--per-class", a.per_class, 1, 1_000_000).map_err(anyhow::Error::msg)?;
     let spec = crate::data::demo::DemoSpec {
         classes: a.classes,
         per_class: a.per_class,

@@ -125,7 +125,7 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
     if args.files.len() > MAX_RANK_FILES {
         anyhow::bail!("{} files: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", args.files.len());
     }
-    let mut lines: Vec<(RankLine, &PathBuf, String)> = Vec::new();
+    let mut lines: Vec<(RankLine, &PathBuf, crate::model_source::ModelSource)> = Vec::new();
     for p in &args.files {
         let l = load(p, args.repair)?;
         let Some(rank) = l.summary.rank else {

@@ -2,13 +2,9 @@
 
 use crate::aggregate::Summary;
 use crate::diagnose::{Limiter, Verdict};
-use crate::units::ms;
+use crate::units::{ms, pct};
 use probes::Stage;
 use std::fmt::Write;
-
-fn pct(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
-}
 
 /// The report as text, ending with the verdict it is handed.
 pub fn render(s: &Summary, verdict: &Verdict) -> String {
@@ -49,7 +45,7 @@ fn render_header(o: &mut String, s: &Summary) {
 /// pipeprof's own training: the model and the loader's settings.
 fn render_own_header(o: &mut String, s: &Summary) {
     let st = &s.settings;
-    let _ = writeln!(o, "model {} ({}) · data {}", or_dash(&st.model), model_facts(st), data_facts(st));
+    let _ = writeln!(o, "model {} ({}) · data {}", or_dash(&st.model.name()), model_facts(st), data_facts(st));
     let _ = writeln!(
         o,
         "device {} · {} loader worker{} on {} cores · batch {} · prefetch {}",

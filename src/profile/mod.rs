@@ -49,7 +49,8 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     // Bound before anything starts: a taken port fails here, not mid-run.
     let metrics =
         opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
-    let (mut cfg, model_name) = config::load_model(opts.model.as_deref())?;
+    let (mut cfg, model) = config::load_model(opts.model.as_deref())?;
+    let model_name = model.to_string();
     opts.apply(&mut cfg);
     let dev = train::parse_device(&opts.device)?;
     // Before any thread starts: the allocator setting covers every thread's allocations only
@@ -58,7 +59,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     // candle computes on rayon's global pool; named threads make its CPU use visible (they
     // would otherwise inherit the name of the thread that started the pool).
     let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();
-    let data = setup::prepare(opts, &cfg, &model_name)?;
+    let data = setup::prepare(opts, &cfg, &model)?;
     let samples = data.train.samples();
     let shapes = cfg.infer_shapes(samples.classes().len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
     let params: usize = shapes.iter().map(|l| l.params).sum();
@@ -87,7 +88,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     }
     // A closed stdout (`| head -1`) costs nothing: the run, its summary and trace go on.
     progress::out(&format!("{head}\n"));
-    let settings = setup::settings(opts, &cfg, model_name, &data, workers, cores, params);
+    let settings = setup::settings(opts, &cfg, model, &data, workers, cores, params);
     for s in &settings.simulated {
         progress::say(&format!("pipeprof: simulation on: {s}"));
     }

@@ -98,7 +98,8 @@ impl Options {
         if self.steps == Some(0) {
             bail!("--steps must be at least 1");
         }
-        use crate::config::validate::{in_range, workers_in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH};
+        use crate::config::validate::workers_in_range;
+        use crate::limits::{in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH};
         let counts = [
             self.batch_size.map(|b| in_range("--batch-size", b, 1, MAX_BATCH_SIZE)),
             self.prefetch.map(|p| in_range("--prefetch", p, 1, MAX_PREFETCH)),

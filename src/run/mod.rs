@@ -50,9 +50,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
-/// Set by the first Python process of a run to its pid: processes that see another pid are
-/// its workers.
-pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
+// Set by the first Python process of a run to its pid: processes that see another pid are its
+// workers.
+use probes::env::MAIN_PID_ENV;
 
 /// The start-up hook Python children import (the same file the wheel ships).
 const SITECUSTOMIZE: &str = include_str!("../../python/pipeprof/_bootstrap/sitecustomize.py");
@@ -379,7 +379,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot write the start-up hook in {}", scratch.boot.display()))?;
 
     let settings = RunSettings {
-        model: program.clone(),
+        model: crate::model_source::ModelSource::Program(program.clone()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..RunSettings::default()
     };
