@@ -76,6 +76,15 @@ pub struct ReportArgs {
     /// Also write the (recomputed) summary JSON here.
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page (verdict, tables, charts; no
+    /// script, nothing fetched). `-` writes it to stdout instead of the text report.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Write the HTML report's body alone: one <div class="pipeprof"> carrying its own style,
+    /// to show inside another page (a notebook cell). `-` writes it to stdout instead of the
+    /// text report.
+    #[arg(long, value_name = "FILE")]
+    pub html_fragment: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone, Default)]
@@ -119,6 +128,9 @@ pub struct ProfileArgs {
     /// Write a Chrome/Perfetto trace (JSON) of every span, streamed as the run goes.
     #[arg(long = flags::TRACE, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Write the report as one self-contained HTML page when the run ends (charts included).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Trace detail: "sample" (default) adds one span per image per loader stage, up to
     /// 200,000 of them; "stage" keeps only the training loop's stages and counters.
     #[arg(long = flags::TRACE_LEVEL, value_enum, default_value_t = TraceLevelArg::Sample)]
@@ -184,6 +196,9 @@ pub struct RunArgs {
     /// Write a Chrome/Perfetto trace of every span of every process of the run.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Write the report as one self-contained HTML page when the program ends (charts included).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Host and GPU samples per second.
     #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
     pub sample_hz: f64,

@@ -9,7 +9,8 @@ use std::path::Path;
 /// the exit code: `run`'s is its program's, the others' 0.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
-    if let Err(why) = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p)) {
+    let checked = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p));
+    if let Err(why) = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err)) {
         // A usage error, as clap's are: nothing has started.
         crate::progress::say(&format!("error: {why}"));
         return Ok(2);
@@ -45,18 +46,40 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
     Ok(ran.code)
 }
 
-/// The files a command will write, by flag.
+/// The files a command will write, by flag (`report`'s `-`, stdout, is no file).
 fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
-    let (summary, trace, out) = match command {
-        Command::Run(a) => (&a.summary, &a.trace, None),
-        Command::Profile(a) => (&a.summary, &a.trace, None),
-        Command::Attach(a) => (&a.summary, &a.trace, None),
-        Command::Report(a) => (&a.summary, &None, None),
-        Command::Cache(a) => (&None, &None, Some(a.out.as_path())),
-        Command::DemoData(_) => (&None, &None, None),
+    let (summary, trace, out, html, fragment) = match command {
+        Command::Run(a) => (&a.summary, &a.trace, None, &a.html, &None),
+        Command::Profile(a) => (&a.summary, &a.trace, None, &a.html, &None),
+        Command::Attach(a) => (&a.summary, &a.trace, None, &None, &None),
+        Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
+        Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
+        Command::DemoData(_) => (&None, &None, None, &None, &None),
     };
-    let named = [("--summary", summary.as_deref()), ("--trace", trace.as_deref()), ("--out", out)];
-    named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).collect()
+    let named = [
+        ("--summary", summary.as_deref()),
+        ("--trace", trace.as_deref()),
+        ("--out", out),
+        ("--html", html.as_deref()),
+        ("--html-fragment", fragment.as_deref()),
+    ];
+    let stdout = |flag: &str, p: &Path| flag.starts_with("--html") && p == Path::new("-");
+    let report = matches!(command, Command::Report(_));
+    named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).filter(|(f, p)| !(report && stdout(f, p))).collect()
+}
+
+/// `--html -` where stdout is the program's and the report's own (`run`, `profile`).
+fn html_to_stdout(command: &Command) -> Option<String> {
+    let html = match command {
+        Command::Run(a) => &a.html,
+        Command::Profile(a) => &a.html,
+        _ => return None,
+    };
+    (html.as_deref() == Some(Path::new("-"))).then(|| {
+        "--html -: the program's output and the text report go to stdout; name a file (pipeprof report \
+         SUMMARY --html - writes a saved run's HTML to stdout)"
+            .to_string()
+    })
 }
 
 /// Refuses an output file whose folder does not exist (or that names a folder) before anything
@@ -86,6 +109,7 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
         once: a.once,
         summary: a.summary,
         trace: a.trace,
+        html: a.html,
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
         stop_timeout: std::time::Duration::from_secs_f64(a.stop_timeout),
@@ -129,6 +153,7 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
         device: a.device,
         summary: a.summary,
         trace: a.trace,
+        html: a.html,
         trace_level: a.trace_level.into(),
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
@@ -161,7 +186,13 @@ fn attach_options(a: AttachArgs) -> attach::Options {
 }
 
 fn report_options(a: ReportArgs) -> offline::Options {
-    offline::Options { files: a.files, repair: a.repair, summary: a.summary }
+    offline::Options {
+        files: a.files,
+        repair: a.repair,
+        summary: a.summary,
+        html: a.html,
+        html_fragment: a.html_fragment,
+    }
 }
 
 fn cache_options(a: CacheArgs) -> cache::CacheOptions {

@@ -2,7 +2,7 @@
 //!
 //! Data flows one way, and modules only look down (ARCHITECTURE.md):
 //! probes (its own crate) → [`aggregate`] → [`diagnose`] → views ([`report`], [`tui`],
-//! [`export`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
+//! [`export`], then [`html`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
 //! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
 //! [`session`] (the one run pipeline), [`progress`], [`signal`], [`flags`] and [`units`].
 
@@ -18,6 +18,7 @@ pub mod data;
 pub mod diagnose;
 pub mod export;
 pub mod flags;
+pub mod html;
 pub mod limits;
 pub mod metrics;
 pub mod model_source;

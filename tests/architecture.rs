@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["data", "diagnose", "progress"],
     &["train", "cache"],
     &["report", "tui", "export", "metrics"],
+    &["html"],
     &["session"],
     &["profile", "attach", "run", "offline", "cli"],
     &["check_advice"],

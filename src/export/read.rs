@@ -192,6 +192,10 @@ impl TraceSummary {
             s.skipped = w.skipped;
             s.rank = w.rank;
             s.ranks = w.ranks;
+            // The run's own timeline has every sample (a trace's GPU counters may be thinned).
+            if !w.timeline.is_empty() {
+                s.timeline = w.timeline;
+            }
             if capped {
                 s.stages = w.stages;
                 s.loader_busy = w.loader_busy;

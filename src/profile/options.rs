@@ -26,6 +26,8 @@ pub struct Options {
     pub device: String,
     pub summary: Option<PathBuf>,
     pub trace: Option<PathBuf>,
+    /// `--html`: the report as an HTML page, written when the run ends.
+    pub html: Option<PathBuf>,
     pub trace_level: TraceLevel,
     pub sample_hz: f64,
     pub no_gpu: bool,
@@ -59,6 +61,7 @@ impl Default for Options {
             device: "cpu".into(),
             summary: None,
             trace: None,
+            html: None,
             trace_level: TraceLevel::default(),
             sample_hz: probes::sampler::DEFAULT_HZ,
             no_gpu: false,

@@ -65,6 +65,8 @@ pub struct Options {
     pub once: bool,
     pub summary: Option<PathBuf>,
     pub trace: Option<PathBuf>,
+    /// `--html`: the report as an HTML page, written when the program ends.
+    pub html: Option<PathBuf>,
     pub sample_hz: f64,
     pub no_gpu: bool,
     /// After an interrupt was passed on: how long before the group gets SIGTERM.
@@ -701,6 +703,7 @@ fn finish(
     let session::Finished { mut done, failed, collector_died, written } = fin;
     // What the program said (an exception) comes first; the exit status after it.
     done.summary.failed = failed;
+    let html = opts.html.as_ref().map(|p| crate::html::write(p, &done, crate::html::Form::Page).map(|()| p));
     if let Some((log, kept)) = log {
         print_log_tail(log, kept);
     }
@@ -732,6 +735,9 @@ fn finish(
         progress::say(&format!("pipeprof: a trace per rank written to {}", files.join(", ")));
     }
     written?;
+    if let Some(p) = html.transpose()? {
+        crate::html::say_written(p);
+    }
     match collector_died {
         Some(why) => Err(anyhow::anyhow!(why)),
         None => Ok(Ran { done, code: end.code() }),
