@@ -129,7 +129,7 @@ pub struct ProfileArgs {
     #[arg(long = flags::TRACE, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Write the report as one self-contained HTML page when the run ends (charts included).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = flags::HTML, value_name = "FILE")]
     pub html: Option<PathBuf>,
     /// Trace detail: "sample" (default) adds one span per image per loader stage, up to
     /// 200,000 of them; "stage" keeps only the training loop's stages and counters.

@@ -241,6 +241,7 @@ mod tests {
             device: "cuda:1".into(),
             summary: Some("s.json".into()),
             trace: Some("t.json".into()),
+            html: Some("r.html".into()),
             trace_level: crate::export::chrome::TraceLevel::Stage,
             sample_hz: 2.5,
             no_gpu: true,
