@@ -99,6 +99,7 @@ pub fn child_options(
         summary: Some(summary.to_path_buf()),
         check_advice: false,
         trace: None,
+        html: None,
         metrics_listen: None,
         metrics_allow_remote: false,
         ..parent.clone()
