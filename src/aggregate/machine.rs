@@ -1,6 +1,8 @@
 //! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
 
-use probes::sampler::{GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, MAX_RUN_PROCESSES};
+use probes::sampler::{
+    GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, ThreadCpu, MAX_RUN_PROCESSES,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -279,6 +281,53 @@ struct DeviceAcc {
     pcie_width_cur_peak: Option<u32>,
 }
 
+impl ThreadAcc {
+    fn summary(&self, tid: u32) -> ThreadSummary {
+        ThreadSummary {
+            tid,
+            name: self.name.clone(),
+            samples: self.cpu.n,
+            cpu_mean_pct: self.cpu.mean32().unwrap_or(0.0),
+            cpu_peak_pct: self.cpu.peak32().unwrap_or(0.0),
+            cpu_ns: self.cpu_ns,
+            core_wait_ns: self.sched_ns.map(|s| s.1),
+            sched_cpu_ns: self.sched_ns.map(|s| s.0),
+        }
+    }
+}
+
+impl DeviceAcc {
+    fn summary(&self, index: u32) -> DeviceSummary {
+        DeviceSummary {
+            index,
+            name: self.name.clone(),
+            samples: self.samples,
+            util_mean_pct: self.util.mean32(),
+            util_peak_pct: self.util.peak32(),
+            util_idle_share: (self.util.n > 0).then(|| self.idle as f32 / self.util.n as f32),
+            mem_util_mean_pct: self.mem_util.mean32(),
+            mem_used_peak_bytes: self.mem_used.peak().map(|b| b as u64),
+            mem_total_bytes: self.mem_total,
+            pcie_rx_mean_bytes_per_s: self.rx.mean(),
+            pcie_tx_mean_bytes_per_s: self.tx.mean(),
+            power_mean_w: self.power.mean32(),
+            sm_clock_mean_mhz: self.clock.mean32(),
+            this_process_on_gpu: self.on_gpu,
+            process_match: self.process_match,
+            process_mem_peak_bytes: self.process_mem_peak,
+            run_processes: self.run_processes.clone(),
+            pcie_gen_max: self.pcie_gen_max,
+            pcie_width_max: self.pcie_width_max,
+            pcie_gen_current_peak: self.pcie_gen_cur_peak,
+            pcie_width_current_peak: self.pcie_width_cur_peak,
+            pcie_link_max_bytes_per_s: self
+                .pcie_gen_max
+                .zip(self.pcie_width_max)
+                .and_then(|(g, w)| pcie_link_bytes_per_s(g, w)),
+        }
+    }
+}
+
 /// Folds host and GPU samples into run totals ([`MachineAgg::summary`]) and keeps the recent
 /// ones ([`MachineAgg::host_series`], [`MachineAgg::gpu_series`]) for live charts.
 #[derive(Debug, Clone)]
@@ -371,31 +420,8 @@ impl MachineAgg {
         self.syscall_read.push_opt(s.syscall_read_bytes_per_s);
         self.iowait.push_opt(s.iowait_pct.map(f64::from));
         self.steal.push_opt(s.steal_pct.map(f64::from));
-        if !s.others.is_empty() {
-            self.others_listings += 1;
-            for o in &s.others {
-                if !self.others.contains_key(&o.name) && self.others.len() >= MAX_THREADS {
-                    continue;
-                }
-                let e = self.others.entry(o.name.clone()).or_default();
-                e.0 += f64::from(o.cpu_pct);
-                e.1 = e.1.max(o.processes);
-            }
-        }
-        for t in &s.threads {
-            if !self.threads.contains_key(&t.tid) && self.threads.len() >= MAX_THREADS {
-                continue;
-            }
-            let acc = self.threads.entry(t.tid).or_default();
-            if acc.name != t.name {
-                acc.name.clone_from(&t.name);
-            }
-            acc.cpu.push(t.cpu_pct as f64);
-            acc.cpu_ns = t.cpu_ns;
-            if t.sched_ns.is_some() {
-                acc.sched_ns = t.sched_ns;
-            }
-        }
+        self.push_others(&s.others);
+        self.push_threads(&s.threads);
         push_bounded(
             &mut self.host_series,
             self.window_ns,
@@ -410,6 +436,40 @@ impl MachineAgg {
             },
             |p| p.t_ns,
         );
+    }
+
+    /// Other programs' CPU, when the sample listed them.
+    fn push_others(&mut self, others: &[OtherCpu]) {
+        if others.is_empty() {
+            return;
+        }
+        self.others_listings += 1;
+        for o in others {
+            if !self.others.contains_key(&o.name) && self.others.len() >= MAX_THREADS {
+                continue;
+            }
+            let e = self.others.entry(o.name.clone()).or_default();
+            e.0 += f64::from(o.cpu_pct);
+            e.1 = e.1.max(o.processes);
+        }
+    }
+
+    /// The named threads' CPU (bounded: new threads past [`MAX_THREADS`] are left out).
+    fn push_threads(&mut self, threads: &[ThreadCpu]) {
+        for t in threads {
+            if !self.threads.contains_key(&t.tid) && self.threads.len() >= MAX_THREADS {
+                continue;
+            }
+            let acc = self.threads.entry(t.tid).or_default();
+            if acc.name != t.name {
+                acc.name.clone_from(&t.name);
+            }
+            acc.cpu.push(t.cpu_pct as f64);
+            acc.cpu_ns = t.cpu_ns;
+            if t.sched_ns.is_some() {
+                acc.sched_ns = t.sched_ns;
+            }
+        }
     }
 
     /// Adds one GPU sample (or "off" notice).
@@ -476,37 +536,7 @@ impl MachineAgg {
 
     /// Run totals so far.
     pub fn summary(&self) -> MachineSummary {
-        let devices: Vec<DeviceSummary> = self
-            .devices
-            .iter()
-            .map(|(&index, a)| DeviceSummary {
-                index,
-                name: a.name.clone(),
-                samples: a.samples,
-                util_mean_pct: a.util.mean32(),
-                util_peak_pct: a.util.peak32(),
-                util_idle_share: (a.util.n > 0).then(|| a.idle as f32 / a.util.n as f32),
-                mem_util_mean_pct: a.mem_util.mean32(),
-                mem_used_peak_bytes: a.mem_used.peak().map(|b| b as u64),
-                mem_total_bytes: a.mem_total,
-                pcie_rx_mean_bytes_per_s: a.rx.mean(),
-                pcie_tx_mean_bytes_per_s: a.tx.mean(),
-                power_mean_w: a.power.mean32(),
-                sm_clock_mean_mhz: a.clock.mean32(),
-                this_process_on_gpu: a.on_gpu,
-                process_match: a.process_match,
-                process_mem_peak_bytes: a.process_mem_peak,
-                run_processes: a.run_processes.clone(),
-                pcie_gen_max: a.pcie_gen_max,
-                pcie_width_max: a.pcie_width_max,
-                pcie_gen_current_peak: a.pcie_gen_cur_peak,
-                pcie_width_current_peak: a.pcie_width_cur_peak,
-                pcie_link_max_bytes_per_s: a
-                    .pcie_gen_max
-                    .zip(a.pcie_width_max)
-                    .and_then(|(g, w)| pcie_link_bytes_per_s(g, w)),
-            })
-            .collect();
+        let devices: Vec<DeviceSummary> = self.devices.iter().map(|(&index, a)| a.summary(index)).collect();
         let this_process_on_gpu = devices.iter().fold(None, |acc, d| merge_seen(acc, d.this_process_on_gpu));
         MachineSummary {
             host_samples: self.host_n,
@@ -530,20 +560,7 @@ impl MachineAgg {
             steal_mean_pct: self.steal.mean32(),
             other_cores_median: self.other_cores_median(),
             others: self.others_summary(),
-            threads: self
-                .threads
-                .iter()
-                .map(|(&tid, a)| ThreadSummary {
-                    tid,
-                    name: a.name.clone(),
-                    samples: a.cpu.n,
-                    cpu_mean_pct: a.cpu.mean32().unwrap_or(0.0),
-                    cpu_peak_pct: a.cpu.peak32().unwrap_or(0.0),
-                    cpu_ns: a.cpu_ns,
-                    core_wait_ns: a.sched_ns.map(|s| s.1),
-                    sched_cpu_ns: a.sched_ns.map(|s| s.0),
-                })
-                .collect(),
+            threads: self.threads.iter().map(|(&tid, a)| a.summary(tid)).collect(),
             gpu_status: self.gpu_status.clone(),
             devices,
             this_process_on_gpu,
