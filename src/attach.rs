@@ -147,7 +147,7 @@ fn rebase(ev: Event, base: u32) -> Event {
         return ev;
     }
     match ev {
-        Event::Thread { id, name } => Event::Thread { id: rebased(id, base), name },
+        Event::Thread { id, name, role } => Event::Thread { id: rebased(id, base), name, role },
         Event::Span(mut s) => {
             s.thread = rebased(s.thread, base);
             Event::Span(s)
@@ -326,8 +326,7 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
     }
     let mut agg = Aggregator::new(settings.clone());
     for (i, (o, r)) in opened.iter().zip(&ranks).enumerate() {
-        for (id, name) in &o.hello.threads {
-            let t = Event::Thread { id: *id, name: name.clone().into_boxed_str() };
+        for t in o.hello.thread_events() {
             agg.push(&Event::Ranked(*r, Box::new(rebase(t, base_of(i)))));
         }
         // Each process's own settings (its batch size, workers) are its rank's.
@@ -428,8 +427,8 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         if args.once { "Ctrl-C" } else { "q" }
     ));
     let mut agg = Aggregator::new(settings.clone());
-    for (id, name) in &hello.threads {
-        agg.push(&Event::Thread { id: *id, name: name.clone().into_boxed_str() });
+    for t in hello.thread_events() {
+        agg.push(&t);
     }
     let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
     if let Some(p) = &args.trace {
@@ -512,7 +511,7 @@ mod tests {
 
     #[test]
     fn the_same_thread_id_in_two_programs_is_two_threads() {
-        let t = |id| Event::Thread { id, name: "MainThread".into() };
+        let t = |id| Event::Thread { id, name: "MainThread".into(), role: Default::default() };
         let ids = |ev: Event| match ev {
             Event::Thread { id, .. } => id,
             _ => unreachable!(),

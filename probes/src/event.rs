@@ -123,12 +123,14 @@ pub enum Event {
     /// Several closed stage spans from one thread, in the order they closed (the Layer
     /// batches them; readers handle them like that many [`Event::Span`]s).
     Spans(Vec<SpanRecord>),
-    /// A thread sent its first span: its probes id and name.
+    /// A thread sent its first span: its probes id, name and role.
     Thread {
         /// Probes thread id.
         id: u32,
         /// OS thread name, or `thread-N`.
         name: Box<str>,
+        /// What the thread does, as set where it was made ([`crate::set_thread_role`]).
+        role: crate::role::ThreadRole,
     },
     /// A training step finished.
     Step(StepRecord),

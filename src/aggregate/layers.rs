@@ -32,7 +32,7 @@ pub struct ComputePart {
 /// The compute step's parts (each layer's forward and backward, the optimizer), largest
 /// first, as shares of the mean compute span; empty without per-layer times.
 pub(super) fn compute_parts(s: &Summary) -> Vec<ComputePart> {
-    let mean = |st: Stage| s.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms);
+    let mean = |st: Stage| s.stages.iter().find(|x| x.stage == st && x.count > 0).map(|x| x.mean_ms);
     // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
     let timed = Some(s.layer_compute_ms).filter(|c| *c > 0.0);
     let Some(compute) = timed.or(mean(Stage::Compute)).filter(|c| *c > 0.0) else { return vec![] };

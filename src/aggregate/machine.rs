@@ -3,6 +3,7 @@
 use probes::sampler::{
     GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, ThreadCpu, MAX_RUN_PROCESSES,
 };
+use probes::ThreadRole;
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -107,6 +108,9 @@ pub struct ThreadSummary {
     /// `cpu_ns`'s clock ticks).
     #[serde(default)]
     pub sched_cpu_ns: Option<u64>,
+    /// What the thread does, when it was given a role (left out for [`ThreadRole::Other`]).
+    #[serde(default, skip_serializing_if = "ThreadRole::is_other")]
+    pub role: ThreadRole,
 }
 
 /// Run totals of one GPU.
@@ -253,6 +257,7 @@ pub struct MachineSummary {
 #[derive(Debug, Clone, Default)]
 struct ThreadAcc {
     name: String,
+    role: ThreadRole,
     cpu: MeanMax,
     cpu_ns: u64,
     sched_ns: Option<(u64, u64)>,
@@ -292,6 +297,7 @@ impl ThreadAcc {
             cpu_ns: self.cpu_ns,
             core_wait_ns: self.sched_ns.map(|s| s.1),
             sched_cpu_ns: self.sched_ns.map(|s| s.0),
+            role: self.role,
         }
     }
 }
@@ -464,6 +470,7 @@ impl MachineAgg {
             if acc.name != t.name {
                 acc.name.clone_from(&t.name);
             }
+            acc.role = t.role;
             acc.cpu.push(t.cpu_pct as f64);
             acc.cpu_ns = t.cpu_ns;
             if t.sched_ns.is_some() {
@@ -598,23 +605,20 @@ impl MachineAgg {
     }
 }
 
-/// Named threads with the generations of one loader worker summed (`loader-0`, `loader-0.1`,
-/// … are one worker re-created by `--workers auto`): (name, mean CPU % over the sampled run,
-/// 100 = one core), in first-seen order. Other threads are kept as they are.
+/// Named threads with the generations of one loader worker summed (its threads re-created by
+/// `--workers auto`, [`ThreadRole::Loader`] of one worker, are one row named for the worker):
+/// (name, mean CPU % over the sampled run, 100 = one core), in first-seen order. Other threads
+/// are kept as they are.
 pub fn threads_by_worker(m: &MachineSummary) -> Vec<(String, f32)> {
     let run_samples = m.host_samples.max(1) as f32;
-    let mut out: Vec<(String, f32, bool)> = Vec::new();
+    let mut out: Vec<(String, f32, Option<u32>)> = Vec::new();
     for t in m.threads.iter().filter(|t| t.samples > 0) {
-        let base = match t.name.rsplit_once('.') {
-            Some((b, g)) if b.starts_with("loader-") && g.parse::<u32>().is_ok() => b,
-            _ => t.name.as_str(),
-        };
-        let worker = base.starts_with("loader-");
+        let worker = t.role.worker();
         // A worker's CPU over the run: each generation's mean weighted by its samples.
-        let pct = if worker { t.cpu_mean_pct * t.samples as f32 / run_samples } else { t.cpu_mean_pct };
-        match out.iter_mut().find(|(n, _, w)| *w && worker && n == base) {
+        let pct = if worker.is_some() { t.cpu_mean_pct * t.samples as f32 / run_samples } else { t.cpu_mean_pct };
+        match out.iter_mut().find(|(_, _, w)| worker.is_some() && *w == worker) {
             Some(e) => e.1 += pct,
-            None => out.push((base.to_string(), pct, worker)),
+            None => out.push((t.role.worker_name().unwrap_or_else(|| t.name.clone()), pct, worker)),
         }
     }
     out.into_iter().map(|(n, p, _)| (n, p)).collect()
@@ -709,6 +713,7 @@ mod tests {
                 cpu_pct: proc_pct / 2.0,
                 cpu_ns: t_s,
                 sched_ns: None,
+                role: ThreadRole::loader(0),
             }],
             ..Default::default()
         }
@@ -802,7 +807,7 @@ mod tests {
         assert_eq!(s.write_bytes_per_s_mean, Some(1e6));
         assert_eq!(s.iowait_mean_pct, Some(10.0));
         assert_eq!(s.threads.len(), 1);
-        assert_eq!(s.threads[0].name, "loader-0");
+        assert_eq!((s.threads[0].name.as_str(), s.threads[0].role), ("loader-0", ThreadRole::loader(0)));
         assert_eq!(s.threads[0].cpu_mean_pct, 50.0);
         assert_eq!(s.threads[0].cpu_peak_pct, 75.0);
         assert_eq!(s.threads[0].cpu_ns, 3);
@@ -920,21 +925,24 @@ mod tests {
 
     #[test]
     fn a_workers_generations_are_summed_under_one_name() {
-        let t = |tid: u32, name: &str, samples: u64, pct: f32| ThreadSummary {
+        let t = |tid: u32, name: &str, role: ThreadRole, samples: u64, pct: f32| ThreadSummary {
             tid,
             name: name.into(),
             samples,
             cpu_mean_pct: pct,
+            role,
             ..Default::default()
         };
         let m = MachineSummary {
             host_samples: 10,
             threads: vec![
-                t(1, "loader-0", 4, 50.0),
-                t(2, "loader-1", 4, 50.0),
-                t(3, "loader-0.1", 6, 100.0),
-                t(4, "train", 10, 30.0),
-                t(5, "loader-0.x", 10, 10.0),
+                t(1, "loader-0", ThreadRole::loader(0), 4, 50.0),
+                t(2, "loader-1", ThreadRole::loader(1), 4, 50.0),
+                t(3, "loader-0.1", ThreadRole::Loader { worker: 0, generation: 1 }, 6, 100.0),
+                t(4, "train", ThreadRole::Train, 10, 30.0),
+                // Named like a worker, without the role: a thread of its own.
+                t(5, "loader-0.2", ThreadRole::Other, 10, 10.0),
+                t(6, "compute-0", ThreadRole::Compute(0), 10, 90.0),
             ],
             ..Default::default()
         };
@@ -945,7 +953,8 @@ mod tests {
                 ("loader-0".into(), 80.0),
                 ("loader-1".into(), 20.0),
                 ("train".into(), 30.0),
-                ("loader-0.x".into(), 10.0)
+                ("loader-0.2".into(), 10.0),
+                ("compute-0".into(), 90.0)
             ]
         );
     }
@@ -978,7 +987,7 @@ mod tests {
         let mut a = MachineAgg::default();
         for tid in 0..(MAX_THREADS as u32 + 5) {
             a.push_host(&HostSample {
-                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1, sched_ns: None }],
+                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1, ..Default::default() }],
                 ..HostSample::default()
             });
         }

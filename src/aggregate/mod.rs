@@ -29,7 +29,7 @@ pub use split::{startup_compute_one_off, StepPoint, StepSplit, MIN_PHASE_STEPS, 
 pub use stages::{trimmed_mean, StageSummary, TRIM_SHARE};
 pub use steps::{Divergence, RECENT_STEPS};
 pub use summary::{Summary, SUMMARY_SCHEMA_VERSION};
-pub use threads::{worker_role, LoaderThread, MAX_LOADER_THREADS, MAX_RANKED_THREADS, MAX_THREAD_NAMES, OTHER_THREADS};
+pub use threads::{without_pid, LoaderThread, MAX_LOADER_THREADS, MAX_RANKED_THREADS, MAX_THREAD_NAMES, OTHER_THREADS};
 
 use machine::MachineAgg;
 use probes::fsinfo::FsInfo;
@@ -150,7 +150,7 @@ impl Aggregator {
         }
         match ev {
             Event::Span(s) => self.push_span(s),
-            Event::Thread { id, name } => self.threads.push_name(*id, name),
+            Event::Thread { id, name, role } => self.threads.push_name(*id, name, *role),
             Event::Step(st) => self.push_step(st),
             Event::Skipped { path, reason } => self.incidents.push_skipped(path, reason),
             Event::Host(h) => self.machine.push_host(h),

@@ -53,7 +53,7 @@ impl RankLine {
     /// summary (the device numbered like the local rank).
     pub fn of(rank: Rank, s: &Summary, machine: &MachineSummary) -> RankLine {
         let sp = &s.split;
-        let backward = s.stages.iter().find(|x| x.stage == Stage::Backward.name() && x.count > 0).map(|x| x.mean_ms);
+        let backward = s.stages.iter().find(|x| x.is(Stage::Backward) && x.count > 0).map(|x| x.mean_ms);
         let gpu = machine.devices.iter().find(|d| d.index == rank.local_rank).and_then(|d| d.util_mean_pct);
         RankLine {
             rank: rank.rank,

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 /// Statistics of one stage.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StageSummary {
-    pub stage: String,
+    /// Written as its name (`"decode"`); a name no stage has does not read.
+    pub stage: Stage,
     pub count: u64,
     pub total_ms: f64,
     pub mean_ms: f64,
@@ -39,9 +40,9 @@ impl StageSummary {
         Some((1.0 - on - wait).clamp(0.0, 1.0))
     }
 
-    /// Whether these are `stage`'s statistics (`stage` is stored by name, as serialised).
-    pub fn is(&self, stage: probes::stage::Stage) -> bool {
-        self.stage == stage.name()
+    /// Whether these are `stage`'s statistics.
+    pub fn is(&self, stage: Stage) -> bool {
+        self.stage == stage
     }
 }
 
@@ -137,7 +138,7 @@ impl StageAgg {
     fn summary(&self, stage: Stage, elapsed_ns: u64) -> StageSummary {
         let ms = |ns: u64| ns as f64 / 1e6;
         StageSummary {
-            stage: stage.name().to_string(),
+            stage,
             count: self.count,
             total_ms: ms(self.wall_ns),
             mean_ms: ms(self.wall_ns) / self.count as f64,
@@ -268,11 +269,24 @@ mod tests {
         }
         let s = a.summary();
         let d = &s.stages[0];
-        assert_eq!((d.stage.as_str(), d.count), ("decode", 10));
+        assert_eq!((d.stage, d.count), (Stage::Decode, 10));
         assert!((d.mean_ms - 1.0).abs() < 1e-9);
         assert!((d.p95_ms - 1.0).abs() < 0.02, "{}", d.p95_ms);
         assert_eq!(d.on_cpu, Some(0.25));
         assert!((s.loader_busy - 1.0).abs() < 1e-9, "the single worker decoded all the time");
+    }
+
+    #[test]
+    fn a_stage_is_written_by_its_name_and_read_back_typed() {
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&span(Stage::Optimizer, 0, 1_000_000, NONE));
+        let s = &a.summary().stages[0];
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!(json["stage"], "optimizer");
+        assert_eq!(serde_json::from_value::<StageSummary>(json.clone()).unwrap(), *s);
+        let mut bogus = json;
+        bogus["stage"] = "teleport".into();
+        assert!(serde_json::from_value::<StageSummary>(bogus).is_err(), "a stage no pipeprof has");
     }
 
     #[test]

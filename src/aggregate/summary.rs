@@ -119,7 +119,7 @@ impl Summary {
     /// The validation passes' share of the run's wall time (their `validate` spans cover
     /// loading and forward), or None without validation.
     pub fn validation_share(&self) -> Option<f64> {
-        let v = self.stages.iter().find(|x| x.stage == Stage::Validate.name())?;
+        let v = self.stages.iter().find(|x| x.is(Stage::Validate))?;
         (self.elapsed_s > 0.0).then(|| (v.total_ms / (self.elapsed_s * 1000.0)).min(1.0))
     }
 }

@@ -1,11 +1,11 @@
-//! The run's threads: their names (bounded), the rank each belongs to in a distributed run,
-//! and each loader thread's share of the loader work, one row per worker however often it was
-//! restarted. Pure.
+//! The run's threads: their names and roles (bounded), the rank each belongs to in a
+//! distributed run, and each loader thread's share of the loader work, one row per worker
+//! however often it was restarted. Pure.
 
 use super::settings::clean_name;
 use super::stages::share;
 use super::MAX_TEXT;
-use probes::{SpanRecord, NONE};
+use probes::{SpanRecord, ThreadRole, NONE};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -43,11 +43,10 @@ fn one() -> u32 {
     1
 }
 
-/// The worker a loader thread's name stands for: the name without the process id its label
-/// carries (`loader-1 (pid 42)` → `loader-1`, `loader-0 (rank 1, pid 7)` → `loader-0 (rank
-/// 1)`) and without a generation (`loader-0.2` → `loader-0`). Threads of one worker restarted
-/// share it.
-pub fn worker_role(name: &str) -> String {
+/// A thread's name without the process id its label carries (`loader-1 (pid 42)` →
+/// `loader-1`, `loader-0 (rank 1, pid 7)` → `loader-0 (rank 1)`): the threads of one worker
+/// process started again (a new pid each epoch) share it.
+pub fn without_pid(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     let mut rest = name;
     while let Some(open) = rest.find(" (") {
@@ -70,14 +69,6 @@ pub fn worker_role(name: &str) -> String {
         rest = &after[close + 1..];
     }
     out.push_str(rest);
-    // `loader-N.G`: pipeprof's own loader's generation G of worker N.
-    if let Some((base, generation)) = out.rsplit_once('.') {
-        let worker =
-            base.strip_prefix("loader-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if worker && !generation.is_empty() && generation.bytes().all(|b| b.is_ascii_digit()) {
-            out.truncate(base.len());
-        }
-    }
     out
 }
 
@@ -98,10 +89,12 @@ impl ThreadLoad {
     }
 }
 
-/// Thread names, ranks and loader loads, each bounded.
+/// Thread names, roles, ranks and loader loads, each bounded.
 #[derive(Default)]
 pub(super) struct Threads {
     names: BTreeMap<u32, String>,
+    /// The roles of the named threads that have one.
+    roles: BTreeMap<u32, ThreadRole>,
     loads: BTreeMap<u32, ThreadLoad>,
     /// The rank of each thread a distributed run's rank announced (bounded): its loader
     /// workers are that rank's, however they are named.
@@ -109,11 +102,15 @@ pub(super) struct Threads {
 }
 
 impl Threads {
-    /// Thread `id` is called `name` (bounded: 300 000 distinct names, a crafted trace, were
-    /// 650 MB; a thread past the names kept is shown by id).
-    pub(super) fn push_name(&mut self, id: u32, name: &str) {
+    /// Thread `id` is called `name` and does `role` (bounded: 300 000 distinct names, a
+    /// crafted trace, were 650 MB; a thread past the names kept is shown by id).
+    pub(super) fn push_name(&mut self, id: u32, name: &str, role: ThreadRole) {
         if self.names.len() < MAX_THREAD_NAMES || self.names.contains_key(&id) {
             self.names.insert(id, clean_name(name, MAX_TEXT));
+            match role {
+                ThreadRole::Other => self.roles.remove(&id),
+                role => self.roles.insert(id, role),
+            };
         }
     }
 
@@ -145,14 +142,19 @@ impl Threads {
         &self.names
     }
 
-    /// The row thread `id` counts in: its worker ([`worker_role`]), and its rank's when it has
-    /// one (workers of different ranks are different workers, whatever their names).
+    /// The row thread `id` counts in: a loader worker pipeprof named for its role
+    /// (`loader-0.2`) the worker's ([`ThreadRole::worker_name`], the same for all its
+    /// generations), any other thread its name [`without_pid`] (a process's label says whose it
+    /// is: `loader-0 (rank 1, pid 7)`); its rank's when it has one (workers of different ranks
+    /// are different workers, whatever their names).
     fn row_of(&self, id: u32) -> (Option<u32>, String) {
         let rank = self.ranks.get(&id).copied();
-        let mut name = match self.names.get(&id) {
-            Some(n) => worker_role(n),
-            None if id == OTHER_THREADS => "other threads".to_string(),
-            None => format!("thread-{id}"),
+        let role = self.roles.get(&id).copied().unwrap_or_default();
+        let mut name = match (role.worker_name(), self.names.get(&id)) {
+            (Some(worker), Some(n)) if *n == role.thread_name() => worker,
+            (_, Some(n)) => without_pid(n),
+            (_, None) if id == OTHER_THREADS => "other threads".to_string(),
+            (_, None) => format!("thread-{id}"),
         };
         if let Some(r) = rank.filter(|r| !name.contains(&format!("rank {r}"))) {
             name = format!("{name} (rank {r})");
@@ -160,7 +162,8 @@ impl Threads {
         (rank, name)
     }
 
-    /// One row per worker: a worker's restarts add to its row and its `starts`; busiest first.
+    /// One row per worker: a worker's restarts (new processes, new generations) add to its row
+    /// and its `starts`; busiest first.
     pub(super) fn loader_rows(&self) -> Vec<LoaderThread> {
         let mut rows: BTreeMap<(Option<u32>, String), (u32, u32, ThreadLoad)> = BTreeMap::new();
         for (&id, t) in &self.loads {
@@ -191,11 +194,15 @@ mod tests {
     use crate::aggregate::{Aggregator, RunSettings};
     use probes::{Event, Stage};
 
+    fn thread(id: u32, name: &str, role: ThreadRole) -> Event {
+        Event::Thread { id, name: name.into(), role }
+    }
+
     #[test]
     fn loader_work_is_split_per_thread_with_its_on_cpu_share() {
         let mut a = Aggregator::new(RunSettings { workers: 2, ..Default::default() });
-        a.push(&Event::Thread { id: 7, name: "loader-0 (pid 41)".into() });
-        a.push(&Event::Thread { id: 9, name: "loader-1 (pid 42)".into() });
+        a.push(&thread(7, "loader-0 (pid 41)", ThreadRole::loader(0)));
+        a.push(&thread(9, "loader-1 (pid 42)", ThreadRole::loader(1)));
         for _ in 0..4 {
             a.push(&on_thread(7, Stage::Decode, 1_000_000, 900_000));
             a.push(&on_thread(9, Stage::Read, 3_000_000, 300_000));
@@ -217,7 +224,7 @@ mod tests {
         for start in 0..6u32 {
             for w in 0..2u32 {
                 let id = 10 + start * 2 + w;
-                a.push(&Event::Thread { id, name: format!("loader-{w} (pid {})", 100 + id).into() });
+                a.push(&thread(id, &format!("loader-{w} (pid {})", 100 + id), ThreadRole::Other));
                 a.push(&on_thread(id, Stage::Decode, 1_000_000, 500_000));
             }
         }
@@ -227,21 +234,46 @@ mod tests {
     }
 
     #[test]
-    fn a_workers_role_is_its_name_without_the_process_or_generation() {
+    fn a_thread_name_loses_its_process_id_and_nothing_else() {
         let table = [
             ("loader-1 (pid 42)", "loader-1"),
             ("loader-0 (rank 1, pid 7)", "loader-0 (rank 1)"),
             ("worker-0 (pid 77) thread-9", "worker-0 thread-9"),
-            ("loader-0.2", "loader-0"),
+            ("loader-0.2", "loader-0.2"),
             ("loader-3", "loader-3"),
-            ("loader-x.2", "loader-x.2"),
             ("tf.data (trace)", "tf.data (trace)"),
             ("train (pid 1a)", "train (pid 1a)"),
             ("odd (pid 5", "odd (pid 5"),
         ];
-        for (name, role) in table {
-            assert_eq!(worker_role(name), role, "{name}");
+        for (name, row) in table {
+            assert_eq!(without_pid(name), row, "{name}");
         }
+    }
+
+    #[test]
+    fn a_loader_workers_generations_are_one_row_by_its_role_not_its_name() {
+        // `--workers auto`: worker 0 started three times, worker 1 twice; a thread named like
+        // a generation without the role is a row of its own, and so is a worker whose process
+        // label says it is another's (a rank's, read back from a trace without ranks).
+        let mut a = Aggregator::new(RunSettings { workers: 2, ..Default::default() });
+        let threads = [
+            (1, "loader-0", ThreadRole::loader(0)),
+            (2, "loader-1", ThreadRole::loader(1)),
+            (3, "loader-0.1", ThreadRole::Loader { worker: 0, generation: 1 }),
+            (4, "loader-1.1", ThreadRole::Loader { worker: 1, generation: 1 }),
+            (5, "loader-0.2", ThreadRole::Loader { worker: 0, generation: 2 }),
+            (6, "loader-0.9", ThreadRole::Other),
+            (7, "loader-0 (rank 1, pid 7)", ThreadRole::loader(0)),
+        ];
+        for (id, name, role) in threads {
+            a.push(&thread(id, name, role));
+            a.push(&on_thread(id, Stage::Decode, 1_000_000, 500_000));
+        }
+        let t = a.summary().loader_threads;
+        let rows: Vec<(&str, u32, u64)> = t.iter().map(|x| (x.name.as_str(), x.starts, x.spans)).collect();
+        assert_eq!(rows, [("loader-0", 3, 3), ("loader-1", 2, 2), ("loader-0 (rank 1)", 1, 1), ("loader-0.9", 1, 1)]);
+        // The names stay as the threads gave them.
+        assert_eq!(a.summary().threads[&5], "loader-0.2");
     }
 
     #[test]
@@ -259,7 +291,7 @@ mod tests {
     #[test]
     fn names_from_other_processes_are_capped_and_lose_their_control_characters() {
         let mut a = Aggregator::new(RunSettings::default());
-        a.push(&Event::Thread { id: 3, name: format!("w\u{1b}[2J{}", "x".repeat(900_000)).into() });
+        a.push(&thread(3, &format!("w\u{1b}[2J{}", "x".repeat(900_000)), ThreadRole::Other));
         a.push(&Event::Skipped { path: "a\rb.png".into(), reason: "bad\u{7}".into() });
         a.push(&Event::Failed("Error: x\u{1b}]0;t\u{7}\nline 2".into()));
         let s = a.summary();

@@ -18,7 +18,7 @@ use crate::session::{self, Latest};
 use crate::{config, progress, report, signal, train};
 use anyhow::{bail, Context};
 use crossbeam_channel::Receiver;
-use probes::{Event, Probe, ProbeLayer};
+use probes::{Event, Probe, ProbeLayer, ThreadRole};
 use setup::Prepared;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -57,7 +57,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     train::keep_freed_memory(&dev);
     // candle computes on rayon's global pool; named threads make its CPU use visible (they
     // would otherwise inherit the name of the thread that started the pool).
-    let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();
+    let _ = rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| ThreadRole::Compute(i as u32).thread_name())
+        .start_handler(|i| probes::set_thread_role(ThreadRole::Compute(i as u32)))
+        .build_global();
     let data = setup::prepare(opts, &cfg, &model_name)?;
     let samples = data.train.samples();
     let shapes = cfg.infer_shapes(samples.classes().len()).map_err(|e| anyhow::anyhow!("{model_name}: {e}"))?;
@@ -333,7 +336,8 @@ fn start_trainer(
     let classes = samples.classes().len();
     let hooks = train::Hooks { panic_at_step: opts.panic_at_step, slow: opts.slow.clone(), auto_workers };
     let (probe, cfg) = (probe.clone(), cfg.clone());
-    Ok(std::thread::Builder::new().name("train".into()).spawn(move || {
+    Ok(std::thread::Builder::new().name(ThreadRole::Train.thread_name()).spawn(move || {
+        probes::set_thread_role(ThreadRole::Train);
         let result = (|| {
             let mut loader = crate::data::Loader::start(samples, loader_cfg, probe.clone())?;
             let outcome = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, signal::flag(), &hooks)?;

@@ -26,6 +26,7 @@ pub use host::{
 use crate::clock;
 use crate::event::Event;
 use crate::probe::Probe;
+use crate::role::ThreadRole;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -115,6 +116,10 @@ pub struct ThreadCpu {
     /// core); `None` where the kernel does not say.
     #[serde(default)]
     pub sched_ns: Option<(u64, u64)>,
+    /// Its role, where the sampled process is the sampler's own and the thread was given one
+    /// ([`crate::set_thread_role`]); left out when [`ThreadRole::Other`].
+    #[serde(default, skip_serializing_if = "ThreadRole::is_other")]
+    pub role: ThreadRole,
 }
 
 /// Whether GPU sampling works, and why not when it does not.
