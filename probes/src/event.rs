@@ -144,9 +144,9 @@ pub enum Event {
         reason: Box<str>,
     },
     /// A host (CPU, memory, disk) sample.
-    Host(Box<crate::sampler::HostSample>),
+    Host(Box<crate::sample::HostSample>),
     /// A GPU sample (all devices), or the reason GPU sampling is off.
-    Gpu(Box<crate::sampler::GpuSample>),
+    Gpu(Box<crate::sample::GpuSample>),
     /// The loader's worker count changed (`--workers auto`), and why.
     Workers {
         /// Workers from now on.

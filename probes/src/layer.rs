@@ -142,7 +142,7 @@ impl Local {
             Some(n) => n.to_string(),
             None => format!("thread-{id}"),
         };
-        let role = crate::role::thread_role();
+        let role = thread_role();
         remember_name(id, &name, role);
         // Never blocks, like every send from here: a lost name is still in the registry.
         probe.send(Event::Thread { id, name: name.into_boxed_str(), role });
@@ -174,6 +174,22 @@ thread_local! {
 thread_local! {
     /// A name given with [`name_thread`], used when the thread announces itself.
     static NAME: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The role given with [`set_thread_role`], announced with the name.
+    static ROLE: std::cell::Cell<ThreadRole> = const { std::cell::Cell::new(ThreadRole::Other) };
+}
+
+/// Gives the calling thread its role, before its first span: its announcement
+/// ([`Event::Thread`]) carries it, and this process's host sampler reads it. A thread that has
+/// already sent spans gets a new id under the new role, as with [`name_thread`].
+pub fn set_thread_role(role: ThreadRole) {
+    let _ = ROLE.try_with(|r| r.set(role));
+    crate::role::remember_os_role(role);
+    announce_again();
+}
+
+/// The calling thread's role ([`ThreadRole::Other`] unless [`set_thread_role`] gave one).
+pub fn thread_role() -> ThreadRole {
+    ROLE.try_with(std::cell::Cell::get).unwrap_or_default()
 }
 
 /// A new probes thread id for a thread called `name` with `role`, in the registry
@@ -206,7 +222,7 @@ pub fn name_thread(name: &str) {
 }
 
 /// The calling thread announces itself again at its next span (a new name or role).
-pub(crate) fn announce_again() {
+fn announce_again() {
     with_local(|l| l.thread = 0);
 }
 
@@ -227,6 +243,8 @@ pub fn forget_inherited_after_fork() {
         l.open = [None; SLOTS];
     });
     FORKED.store(true, Ordering::Relaxed);
+    // The calling thread is a new one here, with no role yet.
+    let _ = ROLE.try_with(|r| r.set(ThreadRole::Other));
     crate::role::forget_after_fork();
     if let Ok(mut names) = THREAD_NAMES.try_lock() {
         names.clear();

@@ -1,6 +1,6 @@
-//! What a thread does in the run, typed: set where the thread is made ([`set_thread_role`] in
-//! the thread itself), sent once with its name ([`crate::Event::Thread`]), never recovered from
-//! the name.
+//! What a thread does in the run, typed: set where the thread is made
+//! ([`crate::layer::set_thread_role`], in the thread itself), sent once with its name
+//! ([`crate::Event::Thread`]), never recovered from the name.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -74,7 +74,6 @@ impl ThreadRole {
 }
 
 thread_local! {
-    static ROLE: Cell<ThreadRole> = const { Cell::new(ThreadRole::Other) };
     /// Takes the thread's entry out of [`OS_ROLES`] when the thread ends (its OS id may be
     /// reused by a later thread).
     static OS_ENTRY: OsEntry = const { OsEntry(Cell::new(None)) };
@@ -107,24 +106,15 @@ fn os_tid() -> Option<u32> {
     None
 }
 
-/// Gives the calling thread its role, before its first span: its announcement
-/// ([`crate::Event::Thread`]) carries it, and this process's host sampler reads it. A thread
-/// that has already sent spans gets a new id under the new role, as with
-/// [`crate::layer::name_thread`].
-pub fn set_thread_role(role: ThreadRole) {
-    let _ = ROLE.try_with(|r| r.set(role));
+/// Keeps the calling thread's role under its OS id, for this process's host sampler
+/// ([`os_thread_role`]), until the thread ends.
+pub(crate) fn remember_os_role(role: ThreadRole) {
     if let (Some(tid), Ok(mut roles)) = (os_tid(), OS_ROLES.lock()) {
         if roles.len() < MAX_OS_ROLES || roles.contains_key(&tid) {
             roles.insert(tid, role);
             let _ = OS_ENTRY.try_with(|e| e.0.set(Some(tid)));
         }
     }
-    crate::layer::announce_again();
-}
-
-/// The calling thread's role ([`ThreadRole::Other`] unless [`set_thread_role`] gave one).
-pub fn thread_role() -> ThreadRole {
-    ROLE.try_with(Cell::get).unwrap_or_default()
 }
 
 /// The role of this process's thread with OS id `tid` ([`ThreadRole::Other`] when none was
@@ -133,10 +123,9 @@ pub fn os_thread_role(tid: u32) -> ThreadRole {
     OS_ROLES.try_lock().ok().and_then(|r| r.get(&tid).copied()).unwrap_or_default()
 }
 
-/// In a child process right after `fork`: the calling thread is a new one, with no role yet
-/// (the parent's roles are its threads', which do not exist here).
+/// In a child process right after `fork`: the parent's roles are its threads', which do not
+/// exist here.
 pub(crate) fn forget_after_fork() {
-    let _ = ROLE.try_with(|r| r.set(ThreadRole::Other));
     let _ = OS_ENTRY.try_with(|e| e.0.set(None));
     if let Ok(mut roles) = OS_ROLES.try_lock() {
         roles.clear();
@@ -183,21 +172,17 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
-    fn a_threads_role_is_its_own_and_the_sampler_finds_it_by_os_id() {
-        let (tid, role) = std::thread::spawn(|| {
-            assert_eq!(thread_role(), ThreadRole::Other);
-            set_thread_role(ThreadRole::Compute(7));
-            (os_tid().unwrap(), thread_role())
+    fn the_sampler_finds_a_threads_role_by_os_id_while_the_thread_lives() {
+        let (tid, seen) = std::thread::spawn(|| {
+            remember_os_role(ThreadRole::Compute(7));
+            let tid = os_tid().unwrap();
+            (tid, os_thread_role(tid))
         })
         .join()
         .unwrap();
-        assert_eq!(role, ThreadRole::Compute(7));
+        assert_eq!(seen, ThreadRole::Compute(7));
         // The thread ended: its OS id is free again, and so is its role.
         assert_eq!(os_thread_role(tid), ThreadRole::Other);
-        assert_eq!(thread_role(), ThreadRole::Other, "another thread's role is not this one's");
-        let here = os_tid().unwrap();
-        set_thread_role(ThreadRole::Train);
-        assert_eq!(os_thread_role(here), ThreadRole::Train);
-        set_thread_role(ThreadRole::Other);
+        assert_eq!(os_thread_role(os_tid().unwrap()), ThreadRole::Other, "another thread's role is not this one's");
     }
 }

@@ -1,8 +1,7 @@
 //! Per-layer times of the model pipeprof trains (its training loop times some steps layer by
-//! layer), and the compute step's parts from them. Pure.
+//! layer). Pure.
 
 use super::split::per;
-use super::Summary;
 use probes::{LayerRecord, SpanRecord, Stage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -27,27 +26,6 @@ pub struct ComputePart {
     pub ms: f64,
     /// Share of the mean compute step.
     pub share: f64,
-}
-
-/// The compute step's parts (each layer's forward and backward, the optimizer), largest
-/// first, as shares of the mean compute span; empty without per-layer times.
-pub(super) fn compute_parts(s: &Summary) -> Vec<ComputePart> {
-    let mean = |st: Stage| s.stages.iter().find(|x| x.stage == st && x.count > 0).map(|x| x.mean_ms);
-    // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
-    let timed = Some(s.layer_compute_ms).filter(|c| *c > 0.0);
-    let Some(compute) = timed.or(mean(Stage::Compute)).filter(|c| *c > 0.0) else { return vec![] };
-    if s.layers.is_empty() {
-        return vec![];
-    }
-    let mut parts: Vec<ComputePart> = s
-        .layers
-        .iter()
-        .flat_map(|l| [(format!("{} forward", l.name), l.forward_ms), (format!("{} backward", l.name), l.backward_ms)])
-        .chain(mean(Stage::Optimizer).map(|o| ("optimizer".to_string(), o)))
-        .map(|(label, ms)| ComputePart { label, ms, share: ms / compute })
-        .collect();
-    parts.sort_by(|a, b| b.ms.total_cmp(&a.ms).then(a.label.cmp(&b.label)));
-    parts
 }
 
 #[derive(Default)]

@@ -10,7 +10,7 @@ use super::split::StepSplit;
 use super::stages::StageSummary;
 use super::steps::Divergence;
 use super::threads::{LoaderThread, MAX_LOADER_THREADS, MAX_THREAD_NAMES};
-use super::{ranks, MAX_TEXT};
+use super::MAX_TEXT;
 use probes::fsinfo::FsInfo;
 use probes::Stage;
 use serde::{Deserialize, Serialize};
@@ -66,7 +66,7 @@ pub struct Summary {
     pub layer_steps: u64,
     /// One line per rank of a distributed run (empty for a run of one process).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ranks: Vec<ranks::RankLine>,
+    pub ranks: Vec<RankLine>,
     /// The rank this summary is of, when it covers one rank of a distributed run (a per-rank
     /// trace's summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,7 +113,24 @@ impl Summary {
     /// The compute step's parts (each layer's forward and backward, the optimizer), largest
     /// first, as shares of the mean compute span; empty without per-layer times.
     pub fn compute_parts(&self) -> Vec<ComputePart> {
-        super::layers::compute_parts(self)
+        let mean = |st: Stage| self.stages.iter().find(|x| x.stage == st && x.count > 0).map(|x| x.mean_ms);
+        // The layers' times are of the steps timed layer by layer: shares of those steps' compute.
+        let timed = Some(self.layer_compute_ms).filter(|c| *c > 0.0);
+        let Some(compute) = timed.or(mean(Stage::Compute)).filter(|c| *c > 0.0) else { return vec![] };
+        if self.layers.is_empty() {
+            return vec![];
+        }
+        let mut parts: Vec<ComputePart> = self
+            .layers
+            .iter()
+            .flat_map(|l| {
+                [(format!("{} forward", l.name), l.forward_ms), (format!("{} backward", l.name), l.backward_ms)]
+            })
+            .chain(mean(Stage::Optimizer).map(|o| ("optimizer".to_string(), o)))
+            .map(|(label, ms)| ComputePart { label, ms, share: ms / compute })
+            .collect();
+        parts.sort_by(|a, b| b.ms.total_cmp(&a.ms).then(a.label.cmp(&b.label)));
+        parts
     }
 
     /// The validation passes' share of the run's wall time (their `validate` spans cover
@@ -122,4 +139,41 @@ impl Summary {
         let v = self.stages.iter().find(|x| x.is(Stage::Validate))?;
         (self.elapsed_s > 0.0).then(|| (v.total_ms / (self.elapsed_s * 1000.0)).min(1.0))
     }
+}
+
+/// One rank's part of the run, in the numbers the report's per-rank table shows (made from
+/// the rank's own summary by `ranks`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RankLine {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub world_size: u32,
+    /// Training steps this rank reported.
+    pub steps: u64,
+    pub images: u64,
+    pub images_per_s: f64,
+    /// Mean step (wait + transfer + compute), ms: steady state, like the run's split.
+    pub step_ms: f64,
+    /// Mean wait for the next batch per step, ms.
+    pub wait_ms: f64,
+    /// Wait share of the step.
+    pub wait_share: f64,
+    pub transfer_ms: f64,
+    pub compute_ms: f64,
+    /// Mean `backward` span, ms, when the program's hooks timed one (under DDP it holds the
+    /// gradient computation and the wait for the gradients' all-reduce).
+    pub backward_ms: Option<f64>,
+    /// This rank's loader threads' busy share (see [`Summary::loader_busy`]).
+    pub loader_busy: f64,
+    /// Loader workers and batch size this rank's program reported.
+    pub workers: usize,
+    pub batch_size: usize,
+    /// Mean utilisation of the GPU numbered like its local rank, when GPUs were sampled.
+    pub gpu_util_pct: Option<f32>,
+    /// This rank's stages (the stage table's rank column).
+    pub stages: Vec<StageSummary>,
+    /// Why this rank's program failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }

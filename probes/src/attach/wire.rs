@@ -18,7 +18,7 @@
 
 use crate::event::{Event, SpanRecord};
 use crate::role::ThreadRole;
-use crate::sampler::{GpuSample, HostSample};
+use crate::sample::{GpuSample, HostSample};
 use crate::stage::Stage;
 use crate::StepRecord;
 use serde::{Deserialize, Serialize};
