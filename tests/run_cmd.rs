@@ -52,6 +52,22 @@ fn a_clean_exit_is_no_failure() {
 }
 
 #[test]
+fn the_programs_command_line_is_shown_without_its_control_characters() {
+    // Issue 41: an argument with a newline or an escape code must not add a line or retitle
+    // the terminal in pipeprof's own messages.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cmd(dir.path())
+        .args(["--", "sh", "-c", "exit 0", "x\nFAKE LINE: all good\u{1b}]0;PWNED\u{7}"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("pipeprof: running `sh -c exit 0 x?FAKE LINE: all good?]0;PWNED?`"), "{err}");
+    assert!(!err.lines().any(|l| l.starts_with("FAKE LINE")), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
+}
+
+#[test]
 fn a_program_that_does_not_exist_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_cmd(dir.path()).args(["--", "/no/such/trainer", "--epochs", "2"]).output().unwrap();

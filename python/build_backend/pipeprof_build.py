@@ -19,7 +19,21 @@ PYTHON = Path(__file__).resolve().parent.parent
 REPO = PYTHON.parent
 
 get_requires_for_build_wheel = maturin.get_requires_for_build_wheel
-prepare_metadata_for_build_wheel = maturin.prepare_metadata_for_build_wheel
+
+# maturin checks that the data folder exists as early as the metadata step, which pip runs
+# before any build: in a fresh clone (the folder is git-ignored) it must be made first.
+SCRIPTS = PYTHON / "pipeprof.data" / "scripts"
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    SCRIPTS.mkdir(parents=True, exist_ok=True)
+    return maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+    SCRIPTS.mkdir(parents=True, exist_ok=True)
+    prepare = getattr(maturin, "prepare_metadata_for_build_editable", maturin.prepare_metadata_for_build_wheel)
+    return prepare(metadata_directory, config_settings)
 
 
 def _build_command():
@@ -37,10 +51,9 @@ def _build_command():
     subprocess.run(
         [cargo, "build", "--release", "--bin", "pipeprof", "--manifest-path", str(REPO / "Cargo.toml")], check=True
     )
-    scripts = PYTHON / "pipeprof.data" / "scripts"
-    scripts.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(target / "release" / "pipeprof", scripts / "pipeprof")
-    (scripts / "pipeprof").chmod(0o755)
+    SCRIPTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(target / "release" / "pipeprof", SCRIPTS / "pipeprof")
+    (SCRIPTS / "pipeprof").chmod(0o755)
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
@@ -54,6 +67,3 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
 
 
 get_requires_for_build_editable = getattr(maturin, "get_requires_for_build_editable", maturin.get_requires_for_build_wheel)
-prepare_metadata_for_build_editable = getattr(
-    maturin, "prepare_metadata_for_build_editable", maturin.prepare_metadata_for_build_wheel
-)

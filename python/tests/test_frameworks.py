@@ -362,6 +362,43 @@ def test_spans_made_in_keras_pool_workers_all_arrive(tmp_path):
     assert count(s, "decode") == len(calls), (count(s, "decode"), len(calls), err)
 
 
+TERMINATED_IN_C = """
+    import hashlib, multiprocessing as mp, signal, pipeprof
+
+    def child(ready, disposition):
+        with pipeprof.span("decode", sample=0):
+            pass
+        pipeprof.flush()
+        disposition.put(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+        ready.set()
+        # One C call of many minutes: a Python-level handler would wait for it to return.
+        hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 10**9)
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("fork")
+        ready, disposition = ctx.Event(), ctx.Queue()
+        p = ctx.Process(target=child, args=(ready, disposition))
+        p.start()
+        dfl = disposition.get(timeout=60)
+        ready.wait(60)
+        p.terminate()
+        p.join(60)  # a hang guard: the call alone runs for many minutes
+        print("child exit", p.exitcode, "default disposition", dfl, flush=True)
+        if p.exitcode is None:
+            p.kill()
+"""
+
+
+def test_a_worker_in_a_long_c_call_ends_on_terminate_and_its_spans_arrive(tmp_path):
+    # Issue 41 M6: the worker keeps SIG_DFL as Python sees it, dies of SIGTERM at once (not
+    # when the C call returns), and what it sent before reaches the run.
+    script = tmp_path / "term.py"
+    script.write_text(textwrap.dedent(TERMINATED_IN_C))
+    code, s, out, err = run(tmp_path, sys.executable, script)
+    assert f"child exit {-signal.SIGTERM} default disposition True" in out, out + err
+    assert count(s, "decode") == 1, (s["stages"], err)
+
+
 def test_ctrl_c_stops_keras_fit(tmp_path):
     p = start(tmp_path, sys.executable, KERAS, "--epochs", "10000", "--images", "64", "--workers", "2")
     code, out, err = interrupt(p, True, r"Epoch 2/")

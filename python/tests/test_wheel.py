@@ -102,19 +102,30 @@ def test_an_exception_that_ends_an_attached_program_fails_the_run(scenario):
 
 
 def test_pip_install_from_a_clone_builds_the_module_and_the_command(tmp_path):
-    # The README's from-source install: `pip install ./python` in a clone with a Rust toolchain.
-    # Built as a wheel here (the same build pip install runs) so this environment is left as is.
+    # The README's from-source install: `pip install ./python` in a fresh clone with a Rust
+    # toolchain and nothing built in it (issue 44: the metadata step wanted the git-ignored
+    # data folder that only a build makes, so a test run in the tree the test command had
+    # already built in passed where a user's clone failed). The clone shares this tree's
+    # cargo target folder (CARGO_TARGET_DIR): only the build outputs, never its sources or
+    # its python/pipeprof.data. Built as a wheel (the same build pip install runs) so this
+    # environment is left as is.
     import shutil
     import zipfile
 
     from conftest import REPO
 
     assert shutil.which("cargo"), "this test builds from source: it needs cargo on PATH (scripts/test.sh has it)"
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=HANG_S)
+    assert not (clone / "python" / "pipeprof.data").exists()
     out = tmp_path / "wheels"
+    env = dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target"))
     p = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w", str(out), str(REPO / "python")],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w", str(out), "./python"],
         capture_output=True,
         text=True,
+        cwd=clone,
+        env=env,
         timeout=1800,  # a hang guard: a cold build compiles the crates
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]

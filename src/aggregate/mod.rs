@@ -20,6 +20,7 @@ mod summary;
 #[cfg(test)]
 mod testing;
 mod threads;
+pub mod timeline;
 
 pub use epochs::{fold_epochs, EpochSummary, EPOCHS_KEPT};
 pub use incidents::{clean_text, Skipped, Stall, MAX_SKIPPED_LISTED, MAX_STALLS};
@@ -76,6 +77,8 @@ pub struct Aggregator {
     machine: MachineAgg,
     /// Each rank's own aggregate, once a ranked event came.
     ranks: Option<Box<ranks::Ranks>>,
+    /// The run over time, for the charts of a finished run.
+    timeline: timeline::Timeline,
 }
 
 impl Aggregator {
@@ -96,6 +99,7 @@ impl Aggregator {
             threads: threads::Threads::default(),
             machine: MachineAgg::default(),
             ranks: None,
+            timeline: timeline::Timeline::default(),
         }
     }
 
@@ -142,11 +146,15 @@ impl Aggregator {
             Event::Spans(batch) => {
                 for s in batch {
                     self.received += 1;
+                    self.timeline.push(&Event::Span(*s));
                     self.push_span(s);
                 }
                 return;
             }
-            _ => self.received += 1,
+            _ => {
+                self.received += 1;
+                self.timeline.push(ev);
+            }
         }
         match ev {
             Event::Span(s) => self.push_span(s),
@@ -251,6 +259,7 @@ impl Aggregator {
             layer_steps: self.layers.steps(),
             ranks,
             rank: None,
+            timeline: self.timeline.buckets(),
         }
     }
 

@@ -10,7 +10,7 @@ use super::split::StepSplit;
 use super::stages::StageSummary;
 use super::steps::Divergence;
 use super::threads::{LoaderThread, MAX_LOADER_THREADS, MAX_THREAD_NAMES};
-use super::MAX_TEXT;
+use super::{timeline, MAX_TEXT};
 use probes::fsinfo::FsInfo;
 use probes::Stage;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,8 @@ pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Summary {
-    /// Version of this JSON schema (see README, "Summary JSON").
+    /// Version of this JSON schema (see docs/traces-and-reports.md, "Traces, summaries and
+    /// comparisons").
     pub schema_version: u32,
     pub settings: RunSettings,
     pub steps: u64,
@@ -71,6 +72,10 @@ pub struct Summary {
     /// trace's summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<probes::Rank>,
+    /// The run over time, in at most [`timeline::MAX_BUCKETS`] buckets (empty in summaries
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<timeline::TimelineBucket>,
 }
 
 impl Summary {
@@ -108,6 +113,7 @@ impl Summary {
         self.skipped.truncate(MAX_SKIPPED_LISTED);
         self.stalls.truncate(MAX_STALLS);
         self.layers.truncate(MAX_LAYERS);
+        self.timeline.truncate(timeline::MAX_BUCKETS);
     }
 
     /// The compute step's parts (each layer's forward and backward, the optimizer), largest

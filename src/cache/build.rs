@@ -6,6 +6,7 @@ use super::CacheError;
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
 use crate::data::image::{decode_for, Resizer};
 use crate::data::{scan, Dataset};
+use crate::model_source::ModelSource;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -25,8 +26,8 @@ pub struct BuildOptions {
     pub height: u32,
     pub width: u32,
     pub channels: u32,
-    /// The model file (stored, for the rebuild command in messages).
-    pub model: String,
+    /// The model (stored by name, for the rebuild command in messages).
+    pub model: ModelSource,
     /// Decode threads.
     pub workers: usize,
     /// A progress line and warnings on stderr.

@@ -1,6 +1,7 @@
 //! The on-disk layout: header and metadata encoding, and the source fingerprint. Pure.
 
 use crate::data::Dataset;
+use crate::model_source::ModelSource;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -107,8 +108,8 @@ impl Header {
 pub struct Meta {
     /// The source folder, absolute.
     pub source: PathBuf,
-    /// The model file given to `pipeprof cache` (or the built-in's name).
-    pub model: String,
+    /// The model given to `pipeprof cache` (or the built-in), stored by its name.
+    pub model: ModelSource,
     pub classes: Vec<String>,
     /// Each stored image's path relative to the source, in storage order.
     pub names: Vec<String>,
@@ -147,7 +148,7 @@ impl Meta {
     pub fn encode(&self) -> Vec<u8> {
         let mut o = Vec::new();
         put_bytes(&mut o, self.source.as_os_str().as_bytes());
-        put_bytes(&mut o, self.model.as_bytes());
+        put_bytes(&mut o, self.model.name().as_bytes());
         o.extend_from_slice(&(self.classes.len() as u32).to_le_bytes());
         for c in &self.classes {
             put_bytes(&mut o, c.as_bytes());
@@ -168,7 +169,7 @@ impl Meta {
     pub fn decode(b: &[u8]) -> Option<Meta> {
         let mut c = Cursor(b);
         let source = PathBuf::from(std::ffi::OsStr::from_bytes(c.bytes()?));
-        let model = c.string()?;
+        let model = ModelSource::from_name(&c.string()?);
         let list = |c: &mut Cursor| -> Option<Vec<String>> {
             let n = c.u32()? as usize;
             // Every entry takes at least 4 bytes: a corrupt count cannot allocate much.

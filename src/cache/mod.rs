@@ -35,6 +35,7 @@ pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
 use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
+use crate::model_source::ModelSource;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -70,11 +71,13 @@ pub enum CacheError {
     NoUsable { dir: PathBuf, skipped: usize },
 }
 
-/// The command that rebuilds `out` from `source` with `model` (`-` parts when unknown).
-pub fn rerun_command(model: Option<&str>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
+/// The command that rebuilds `out` from `source` with `model` (`-` parts when unknown; no
+/// `--model` for the built-in, `pipeprof cache`'s default).
+pub fn rerun_command(model: Option<&ModelSource>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
     let model = match model {
-        Some(m) if !m.is_empty() && !m.starts_with("built-in") => format!("--model {m} "),
-        Some(_) => String::new(),
+        Some(ModelSource::BuiltIn) => String::new(),
+        Some(m) if m.is_empty() => String::new(),
+        Some(m) => format!("--model {m} "),
         None => "--model cnn.toml ".into(),
     };
     // The source folder comes from the cache file: shown cleaned, as every name.
@@ -97,10 +100,10 @@ pub struct CacheOptions {
 
 /// `pipeprof cache`.
 pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
-    let (cfg, model_name) = crate::config::load_model(args.model.as_deref())?;
+    let (cfg, model) = crate::config::load_model(args.model.as_deref())?;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if let Some(w) = args.workers {
-        use crate::config::validate::{in_range, MAX_WORKERS};
+        use crate::limits::{in_range, MAX_WORKERS};
         in_range("--workers", w, 1, MAX_WORKERS).map_err(anyhow::Error::msg)?;
     }
     let opts = BuildOptions {
@@ -109,7 +112,7 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
         height: cfg.input.height as u32,
         width: cfg.input.width as u32,
         channels: cfg.input.channels as u32,
-        model: args.model.as_ref().map(|m| m.display().to_string()).unwrap_or(model_name),
+        model,
         workers: args.workers.unwrap_or(cores).max(1),
         progress: true,
         fail_after: None,
@@ -148,4 +151,36 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
 
 fn model_flag(args: &CacheOptions) -> String {
     args.model.as_ref().map(|m| format!("--model {} ", m.display())).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn the_rerun_command_names_the_model_unless_it_is_the_built_in() {
+        let out = Path::new("/tmp/x.ppk");
+        let data = Some(Path::new("/data/imgs"));
+        let table: [(Option<ModelSource>, &str); 5] = [
+            (Some(ModelSource::BuiltIn), "pipeprof cache --data /data/imgs --out /tmp/x.ppk"),
+            (
+                Some(ModelSource::File("m/my model.toml".into())),
+                "pipeprof cache --model m/my model.toml --data /data/imgs --out /tmp/x.ppk",
+            ),
+            (
+                Some(ModelSource::Program("train.py".into())),
+                "pipeprof cache --model train.py --data /data/imgs --out /tmp/x.ppk",
+            ),
+            (Some(ModelSource::default()), "pipeprof cache --data /data/imgs --out /tmp/x.ppk"),
+            (None, "pipeprof cache --model cnn.toml --data /data/imgs --out /tmp/x.ppk"),
+        ];
+        for (model, want) in table {
+            assert_eq!(rerun_command(model.as_ref(), data, out), want, "{model:?}");
+        }
+        // A cache written before the type (its model saved as the built-in's name) reads back
+        // as the built-in.
+        let saved = ModelSource::from_name("built-in examples/cnn.toml");
+        assert_eq!(rerun_command(Some(&saved), data, out), "pipeprof cache --data /data/imgs --out /tmp/x.ppk");
+    }
 }

@@ -9,6 +9,7 @@
 use super::format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, VERSION};
 use super::{rerun_command, CacheError};
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME};
+use crate::model_source::ModelSource;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -155,7 +156,7 @@ impl Packed {
     }
 
     /// Refuses a cache whose images are not the model's input size.
-    pub fn check_input(&self, height: u32, width: u32, channels: u32, model: &str) -> Result<(), CacheError> {
+    pub fn check_input(&self, height: u32, width: u32, channels: u32, model: &ModelSource) -> Result<(), CacheError> {
         let h = &self.header;
         let mut which = Vec::new();
         if h.height != height {
