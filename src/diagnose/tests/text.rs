@@ -59,6 +59,7 @@ fn scenarios() -> Vec<(&'static str, B)> {
     let hot_threads = |s: &mut Summary| {
         let t = |name: &str, cpu_ms_per_step: f64| ThreadSummary {
             name: name.into(),
+            role: role_named(name),
             samples: 10,
             cpu_mean_pct: 2.0,
             sched_cpu_ns: Some((cpu_ms_per_step * 1e6 * 50.0) as u64),
