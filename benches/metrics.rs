@@ -26,7 +26,7 @@ fn scrape() -> Scrape {
     summary.stages = names
         .iter()
         .map(|n| StageSummary {
-            stage: n.to_string(),
+            stage: probes::Stage::from_name(n).unwrap(),
             count: 1000,
             total_ms: 1000.0,
             mean_ms: 1.0,

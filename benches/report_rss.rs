@@ -9,7 +9,7 @@ use pipeprof::aggregate::RunSettings;
 use pipeprof::export::chrome::{ChromeTrace, TraceLevel};
 use pipeprof::export::Exporter;
 use probes::sampler::HostSample;
-use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -18,8 +18,8 @@ use std::time::Instant;
 fn write_trace(path: &Path, mb: u64) {
     let mut t = ChromeTrace::create(path, "bench", TraceLevel::Sample).unwrap();
     t.settings(&RunSettings { workers: 2, batch_size: 32, ..Default::default() }).unwrap();
-    t.event(&Event::Thread { id: 2, name: "loader-0".into() }).unwrap();
-    t.event(&Event::Thread { id: 1, name: "train".into() }).unwrap();
+    t.event(&Event::Thread { id: 2, name: "loader-0".into(), role: ThreadRole::loader(0) }).unwrap();
+    t.event(&Event::Thread { id: 1, name: "train".into(), role: ThreadRole::Train }).unwrap();
     let span = |stage, thread, start_ns, step, sample| SpanRecord {
         stage,
         thread,

@@ -134,7 +134,7 @@ fn rebase(ev: Event, base: u32) -> Event {
         return ev;
     }
     match ev {
-        Event::Thread { id, name } => Event::Thread { id: rebased(id, base), name },
+        Event::Thread { id, name, role } => Event::Thread { id: rebased(id, base), name, role },
         Event::Span(mut s) => {
             s.thread = rebased(s.thread, base);
             Event::Span(s)
@@ -357,8 +357,8 @@ impl Watched {
     fn prime(&self, agg: &mut crate::aggregate::Aggregator) {
         for c in &self.conns {
             let hello = &c.opened.hello;
-            for (id, name) in &hello.threads {
-                let t = rebase(Event::Thread { id: *id, name: name.clone().into_boxed_str() }, c.src.thread_base);
+            for t in hello.thread_events() {
+                let t = rebase(t, c.src.thread_base);
                 agg.push(&match c.src.rank {
                     Some(r) => Event::Ranked(r, Box::new(t)),
                     None => t,
@@ -485,7 +485,7 @@ mod tests {
 
     #[test]
     fn the_same_thread_id_in_two_programs_is_two_threads() {
-        let t = |id| Event::Thread { id, name: "MainThread".into() };
+        let t = |id| Event::Thread { id, name: "MainThread".into(), role: Default::default() };
         let ids = |ev: Event| match ev {
             Event::Thread { id, .. } => id,
             _ => unreachable!(),

@@ -5,6 +5,7 @@ use crate::diagnose::{self, Diagnosed};
 use crate::export::read::{self, Loaded};
 use crate::report;
 use anyhow::Context;
+use probes::Stage;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -197,10 +198,10 @@ pub fn compare(a: &Summary, b: &Summary, pa: &Path, pb: &Path) -> String {
     );
     let _ = writeln!(o);
     let _ = writeln!(o, "mean per stage");
-    let mut names: Vec<&str> = a.stages.iter().map(|s| s.stage.as_str()).collect();
+    let mut names: Vec<Stage> = a.stages.iter().map(|s| s.stage).collect();
     for s in &b.stages {
-        if !names.contains(&s.stage.as_str()) {
-            names.push(&s.stage);
+        if !names.contains(&s.stage) {
+            names.push(s.stage);
         }
     }
     for n in names {

@@ -184,7 +184,7 @@ pub const STAGE_COLUMNS: [&str; 10] =
 pub fn stage_cells(x: &crate::aggregate::StageSummary) -> [String; 10] {
     let share = |v: Option<f64>| v.map(pct).unwrap_or_else(|| "-".into());
     [
-        x.stage.clone(),
+        x.stage.to_string(),
         x.count.to_string(),
         ms(x.mean_ms),
         ms(x.p50_ms),
@@ -632,7 +632,7 @@ pub fn render_ranks(s: &Summary) -> String {
             let cells: Vec<Option<f64>> = s
                 .ranks
                 .iter()
-                .map(|l| l.stages.iter().find(|x| x.stage == st.name() && x.count > 0).map(|x| x.mean_ms))
+                .map(|l| l.stages.iter().find(|x| x.stage == st && x.count > 0).map(|x| x.mean_ms))
                 .collect();
             if cells.iter().all(Option::is_none) {
                 continue;
@@ -682,7 +682,7 @@ mod tests {
     fn report_shows_stages_epochs_skips_and_drops() {
         let mut s = Summary { steps: 3, images: 12, events_dropped: 7, skipped_count: 1, ..Default::default() };
         s.stages.push(StageSummary {
-            stage: "decode".into(),
+            stage: Stage::Decode,
             count: 12,
             total_ms: 24.0,
             mean_ms: 2.0,
@@ -765,7 +765,7 @@ mod tests {
     fn report_lists_the_largest_layer_passes_as_shares_of_compute() {
         let mut s = Summary { steps: 5, ..Default::default() };
         let stage = |name: &str, mean_ms: f64| StageSummary {
-            stage: name.into(),
+            stage: Stage::from_name(name).unwrap(),
             count: 5,
             total_ms: mean_ms * 5.0,
             mean_ms,
@@ -838,7 +838,7 @@ mod tests {
     fn report_shows_keras_val_columns_and_a_large_validation_share() {
         let mut s = Summary { steps: 3, images: 12, elapsed_s: 10.0, ..Default::default() };
         s.stages.push(StageSummary {
-            stage: "validate".into(),
+            stage: Stage::Validate,
             count: 2,
             total_ms: 3000.0,
             mean_ms: 1500.0,

@@ -92,3 +92,405 @@ fn the_import_reader_sees_groups_and_paths() {
     let t = "use crate::{aggregate::Summary, diagnose};\nlet x = crate::units::ms(1.0);";
     assert_eq!(crate_imports(t), ["aggregate", "diagnose", "units"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Import circles: no two modules of `src/` or `probes/src` may use each other, directly or
+// through others. A module is a file (`aggregate/machine.rs` is `aggregate::machine`); a use is
+// any path to another module (`use` statements, re-exports followed to where the item is
+// defined, and inline `crate::`, `super::`, `child::` paths), test code and comments left out.
+// A module may always use its ancestors (its parent declared it): those edges are not counted.
+
+/// Circles that exist on main and are another engineer's to remove, with who removes them.
+/// Empty this list as they go; the test fails on any circle not listed, and on a listed one that
+/// is gone (so the list stays true).
+const ALLOWED_CIRCLES: &[(&[&str], &str)] = &[];
+
+/// Code with comments removed and string and character literals emptied.
+fn code_only(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < c.len() {
+        match (c[i], c.get(i + 1).copied()) {
+            ('/', Some('/')) => {
+                while i < c.len() && c[i] != '\n' {
+                    i += 1;
+                }
+            }
+            ('/', Some('*')) => {
+                let mut depth = 0;
+                while i < c.len() {
+                    if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            ('r', Some('#' | '"')) if i == 0 || !(c[i - 1].is_alphanumeric() || c[i - 1] == '_') => {
+                // A raw string: r"…" or r#"…"#.
+                let hashes = c[i + 1..].iter().take_while(|x| **x == '#').count();
+                if c.get(i + 1 + hashes) != Some(&'"') {
+                    out.push(c[i]);
+                    i += 1;
+                    continue;
+                }
+                i += 2 + hashes;
+                while i < c.len()
+                    && !(c[i] == '"' && c[i + 1..].iter().take(hashes).filter(|x| **x == '#').count() == hashes)
+                {
+                    i += 1;
+                }
+                i += 1 + hashes;
+                out.push_str("\"\"");
+            }
+            ('"', _) => {
+                i += 1;
+                while i < c.len() && c[i] != '"' {
+                    i += if c[i] == '\\' { 2 } else { 1 };
+                }
+                i += 1;
+                out.push_str("\"\"");
+            }
+            ('\'', Some('\\')) => {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            ('\'', Some(_)) if c.get(i + 2) == Some(&'\'') => i += 3,
+            (ch, _) => {
+                out.push(ch);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The end (exclusive) of the item starting at `from`: after its `;`, or its `{ … }` block.
+fn item_end(code: &str, from: usize) -> usize {
+    let b = code.as_bytes();
+    let mut depth = 0usize;
+    for (i, &ch) in b.iter().enumerate().skip(from) {
+        match ch {
+            b';' if depth == 0 => return i + 1,
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    b.len()
+}
+
+/// `code` without its `#[cfg(test)]` items, and the names of the test-only module files it
+/// declares (`#[cfg(test)] mod tests;`).
+fn without_tests(code: &str) -> (String, Vec<String>) {
+    let (mut out, mut test_mods, mut rest) = (String::new(), Vec::new(), code);
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let end = item_end(after, 0);
+        let item = after[..end].trim();
+        if let Some(name) = item.strip_prefix("mod ").and_then(|m| m.strip_suffix(';')) {
+            test_mods.push(name.trim().to_string());
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    (out, test_mods)
+}
+
+/// One crate's file modules (`aggregate::machine`; the root is ``): their code, test-only
+/// modules left out.
+fn crate_modules(src: &Path) -> BTreeMap<String, String> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut all = BTreeMap::new();
+    let mut tests = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(src).expect("under src");
+        let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+        let file = parts.pop().expect("a file");
+        let stem = file.trim_end_matches(".rs");
+        if parts.is_empty() && stem == "main" {
+            continue; // The binary: a crate of its own.
+        }
+        if stem != "mod" && stem != "lib" {
+            parts.push(stem.to_string());
+        }
+        let module = parts.join("::");
+        let (code, test_mods) = without_tests(&code_only(&std::fs::read_to_string(&f).expect("readable")));
+        tests.extend(test_mods.into_iter().map(|t| join(&module, &t)));
+        all.insert(module, code);
+    }
+    all.retain(|m, _| !tests.iter().any(|t| m == t || m.starts_with(&format!("{t}::"))));
+    all
+}
+
+fn join(module: &str, child: &str) -> String {
+    if module.is_empty() {
+        child.to_string()
+    } else {
+        format!("{module}::{child}")
+    }
+}
+
+fn parent(module: &str) -> String {
+    module.rsplit_once("::").map(|(p, _)| p.to_string()).unwrap_or_default()
+}
+
+/// The paths a use tree names, each with the name it binds: `a::{b, c::D as E}` →
+/// (`a::b`, `b`), (`a::c::D`, `E`).
+fn expand_use(tree: &str, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
+    let tree = tree.trim();
+    let mut depth = 0;
+    let mut start = 0;
+    let mut items = Vec::new();
+    for (i, ch) in tree.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&tree[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&tree[start..]);
+    for item in items.into_iter().map(str::trim).filter(|i| !i.is_empty()) {
+        if let Some(open) = item.find('{') {
+            let head: Vec<String> =
+                item[..open].split("::").map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+            let inner = item[open + 1..].trim_end().trim_end_matches('}');
+            expand_use(inner, &[prefix, &head[..]].concat(), out);
+            continue;
+        }
+        let (path, alias) = match item.split_once(" as ") {
+            Some((p, a)) => (p.trim(), Some(a.trim().to_string())),
+            None => (item, None),
+        };
+        let mut segs: Vec<String> = prefix.to_vec();
+        segs.extend(path.split("::").map(|s| s.trim().to_string()).filter(|s| s != "self"));
+        let name = alias.or_else(|| segs.last().cloned()).unwrap_or_default();
+        out.push((segs, name));
+    }
+}
+
+/// Every `use` statement of `code` (expanded, and whether it is `pub`), and `code` without them.
+fn use_statements(code: &str) -> (Vec<(Vec<String>, String, bool)>, String) {
+    let (mut uses, mut rest, mut text) = (Vec::new(), String::new(), code);
+    while let Some(at) = text.find("use ") {
+        let starts_word =
+            at == 0 || !text.as_bytes()[at - 1].is_ascii_alphanumeric() && text.as_bytes()[at - 1] != b'_';
+        if !starts_word {
+            rest.push_str(&text[..at + 4]);
+            text = &text[at + 4..];
+            continue;
+        }
+        let before = text[..at].trim_end();
+        let public = before.ends_with("pub") || before.ends_with(')') && before.contains("pub(");
+        let end = item_end(text, at);
+        let mut list = Vec::new();
+        expand_use(text[at + 4..end].trim_end_matches(';'), &[], &mut list);
+        uses.extend(list.into_iter().map(|(p, n)| (p, n, public)));
+        rest.push_str(&text[..at]);
+        text = &text[end..];
+    }
+    rest.push_str(text);
+    (uses, rest)
+}
+
+/// The paths written inline in `code` that start at `crate`, `super`, `self` or one of the
+/// module's own children (`threads::Threads::default()`).
+fn inline_paths(code: &str, children: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let b = code.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < b.len() {
+        if !ident(b[i]) || (i > 0 && (ident(b[i - 1]) || b[i - 1] == b':')) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && (ident(b[i]) || (b[i] == b':' && b.get(i + 1) == Some(&b':'))) {
+            i += if b[i] == b':' { 2 } else { 1 };
+        }
+        let segs: Vec<String> = code[start..i].split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+        let head = segs.first().map(String::as_str).unwrap_or("");
+        if segs.len() > 1 && (matches!(head, "crate" | "super" | "self") || children.iter().any(|c| c == head)) {
+            out.push(segs);
+        }
+    }
+    out
+}
+
+type Modules = BTreeMap<String, String>;
+type Reexports = BTreeMap<(String, String), Vec<String>>;
+
+/// The module `path` (written in `from`) lands in: the deepest module it names, a re-exported
+/// item followed to the module that defines it. `None` for another crate's path.
+fn resolve(modules: &Modules, reexports: &Reexports, from: &str, path: &[String], depth: usize) -> Option<String> {
+    let (mut cur, rest) = match path.first().map(String::as_str) {
+        Some("crate") => (String::new(), &path[1..]),
+        Some("self") => (from.to_string(), &path[1..]),
+        Some("super") => {
+            let ups = path.iter().take_while(|s| *s == "super").count();
+            ((0..ups).fold(from.to_string(), |m, _| parent(&m)), &path[ups..])
+        }
+        Some(first) if modules.contains_key(&join(from, first)) => (from.to_string(), path),
+        _ => return None,
+    };
+    for seg in rest {
+        let next = join(&cur, seg);
+        if modules.contains_key(&next) && next != cur {
+            cur = next;
+            continue;
+        }
+        let target = reexports.get(&(cur.clone(), seg.clone())).filter(|_| depth < 8);
+        return target.and_then(|t| resolve(modules, reexports, &cur, t, depth + 1)).or(Some(cur));
+    }
+    Some(cur)
+}
+
+/// Each module's uses of other modules (not of its ancestors), with one path that makes each.
+fn graph_of(modules: &Modules) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut reexports = Reexports::new();
+    let mut paths: BTreeMap<&str, Vec<Vec<String>>> = BTreeMap::new();
+    for (m, code) in modules {
+        let children: Vec<String> = modules
+            .keys()
+            .filter(|k| *k != m && parent(k) == *m)
+            .map(|k| k.rsplit("::").next().unwrap_or(k).to_string())
+            .collect();
+        let (uses, rest) = use_statements(code);
+        for (path, name, public) in uses {
+            if public && name != "*" {
+                reexports.insert((m.clone(), name), path.clone());
+            }
+            paths.entry(m).or_default().push(path);
+        }
+        paths.entry(m).or_default().extend(inline_paths(&rest, &children));
+    }
+    let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (m, ps) in paths {
+        for p in ps {
+            let Some(t) = resolve(modules, &reexports, m, &p, 0) else { continue };
+            let ancestor = t.is_empty() || m.starts_with(&format!("{t}::"));
+            if t != m && !ancestor {
+                graph.entry(m.to_string()).or_default().entry(t).or_insert_with(|| p.join("::"));
+            }
+        }
+    }
+    graph
+}
+
+/// The strongly connected groups of more than one module (Tarjan), each sorted.
+fn circles(graph: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a BTreeMap<String, BTreeMap<String, String>>,
+        index: BTreeMap<&'a str, (usize, usize)>,
+        stack: Vec<&'a str>,
+        next: usize,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        t.index.insert(v, (t.next, t.next));
+        t.next += 1;
+        t.stack.push(v);
+        for w in t.g.get(v).into_iter().flat_map(|e| e.keys()) {
+            let low = match t.index.get(w.as_str()) {
+                None => {
+                    visit(t, w);
+                    t.index[w.as_str()].1
+                }
+                Some(&(i, _)) if t.stack.contains(&w.as_str()) => i,
+                Some(_) => continue,
+            };
+            let e = t.index.get_mut(v).expect("visited");
+            e.1 = e.1.min(low);
+        }
+        if t.index[v].0 == t.index[v].1 {
+            let at = t.stack.iter().rposition(|x| *x == v).expect("on the stack");
+            let mut group: Vec<String> = t.stack.drain(at..).map(String::from).collect();
+            if group.len() > 1 {
+                group.sort();
+                t.out.push(group);
+            }
+        }
+    }
+    let mut t = T { g: graph, index: BTreeMap::new(), stack: Vec::new(), next: 0, out: Vec::new() };
+    for v in graph.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            visit(&mut t, v);
+        }
+    }
+    t.out.sort();
+    t.out
+}
+
+#[test]
+fn no_module_uses_a_module_that_uses_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found: Vec<(Vec<String>, String)> = Vec::new();
+    for (prefix, src) in [("", root.join("src")), ("probes::", root.join("probes/src"))] {
+        let graph = graph_of(&crate_modules(&src));
+        for group in circles(&graph) {
+            // How the group's modules use each other, one path per use.
+            let how: Vec<String> = group
+                .iter()
+                .flat_map(|m| {
+                    let uses = graph.get(m).into_iter().flatten().filter(|(t, _)| group.contains(t));
+                    uses.map(move |(t, p)| format!("{prefix}{m} → {prefix}{t} ({p})"))
+                })
+                .collect();
+            found.push((group.iter().map(|m| format!("{prefix}{m}")).collect(), how.join("; ")));
+        }
+    }
+    let allowed: Vec<Vec<String>> =
+        ALLOWED_CIRCLES.iter().map(|(c, _)| c.iter().map(|m| m.to_string()).collect()).collect();
+    for (group, how) in &found {
+        eprintln!("import circle {}: {how}", group.join(" ⇄ "));
+    }
+    let new: Vec<&(Vec<String>, String)> = found.iter().filter(|(g, _)| !allowed.contains(g)).collect();
+    let gone: Vec<&Vec<String>> = allowed.iter().filter(|a| !found.iter().any(|(g, _)| g == *a)).collect();
+    assert!(new.is_empty(), "import circles (a module using one that uses it): {new:#?}");
+    assert!(gone.is_empty(), "allowed circles that are gone: take them off ALLOWED_CIRCLES: {gone:?}");
+}
+
+#[test]
+fn the_circle_reader_follows_uses_groups_and_reexports_and_skips_tests_and_comments() {
+    let modules: Modules = [
+        ("", "pub mod a; pub mod b; mod c; #[cfg(test)]\nmod tests;"),
+        ("a", "pub use inner::Thing;\npub mod inner;\nuse crate::b::{self, f as g};"),
+        ("a::inner", "use super::super::c::C;\npub struct Thing;"),
+        ("b", "// use crate::c::C;\nconst S: &str = \"crate::c::C\";\npub fn f() -> crate::a::Thing { super::a::inner::Thing }"),
+        ("c", "#[cfg(test)]\nmod tests { use crate::a::Thing; }\npub struct C;\nfn h() { crate::b::f(); }"),
+    ]
+    .into_iter()
+    .map(|(m, code)| (m.to_string(), without_tests(&code_only(code)).0))
+    .collect();
+    let graph = graph_of(&modules);
+    let edges: Vec<(String, String)> =
+        graph.iter().flat_map(|(m, ts)| ts.keys().map(move |t| (m.clone(), t.clone()))).collect();
+    let want = [("a", "a::inner"), ("a", "b"), ("a::inner", "c"), ("b", "a::inner"), ("c", "b")];
+    assert_eq!(edges, want.map(|(m, t)| (m.to_string(), t.to_string())));
+    assert_eq!(circles(&graph), [["a::inner", "b", "c"]]);
+    assert_eq!(without_tests("x; #[cfg(test)]\nmod tests;\ny").1, ["tests"]);
+    assert_eq!(code_only("let c = '\"'; // crate::x\nlet s = r#\"super::y\"#;"), "let c = ; \nlet s = \"\";");
+}

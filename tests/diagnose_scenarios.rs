@@ -4,7 +4,7 @@
 
 use pipeprof::aggregate::{Aggregator, RunSettings, Summary};
 use pipeprof::diagnose::{diagnose, Change, Flag, Limiter, Severity};
-use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 
 const MS: f64 = 1e6;
 
@@ -37,10 +37,11 @@ impl Sim {
             ..Default::default()
         });
         for w in 0..self.workers {
-            agg.push(&Event::Thread { id: w as u32 + 1, name: format!("loader-{w}").into() });
+            let role = ThreadRole::loader(w as u32);
+            agg.push(&Event::Thread { id: w as u32 + 1, name: role.thread_name().into(), role });
         }
         let train = 100;
-        agg.push(&Event::Thread { id: train, name: "train".into() });
+        agg.push(&Event::Thread { id: train, name: "train".into(), role: ThreadRole::Train });
         let per_image: f64 = self.loader.iter().map(|(_, ms, _)| ms).sum();
         let span = |stage, thread, start: f64, ms: f64, cpu: Option<f64>, step| {
             Event::Span(SpanRecord {

@@ -14,7 +14,7 @@ use pipeprof::export::chrome::{ChromeTrace, TraceLevel};
 use pipeprof::export::Exporter;
 use probes::fsinfo::{FsInfo, FsKind};
 use probes::sampler::{GpuDevice, GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, ThreadCpu};
-use probes::{Event, LayerRecord, Rank, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, LayerRecord, Rank, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::io::Write;
 
 const MS: u64 = 1_000_000;
@@ -66,8 +66,17 @@ fn sample_spans(thread: u32, mut t: u64, step: u64, sample: u64) -> (Vec<SpanRec
     (v, t)
 }
 
-fn thread(id: u32, name: &str) -> Event {
-    Event::Thread { id, name: name.into() }
+fn thread(id: u32, name: &str, role: ThreadRole) -> Event {
+    Event::Thread { id, name: name.into(), role }
+}
+
+/// A thread pipeprof names for its role.
+fn own_thread(id: u32, role: ThreadRole) -> Event {
+    thread(id, &role.thread_name(), role)
+}
+
+fn generation_1(worker: u32) -> ThreadRole {
+    ThreadRole::Loader { worker, generation: 1 }
 }
 
 /// The loader threads making batch `k`: workers 0 and 1 (ids 2, 3) before the change; after it
@@ -151,26 +160,27 @@ fn train_events(k: u64) -> Vec<Event> {
     v
 }
 
-fn thread_cpu(tid: u32, name: &str, pct: f32, t_ms: u64) -> ThreadCpu {
+fn thread_cpu(tid: u32, role: ThreadRole, pct: f32, t_ms: u64) -> ThreadCpu {
     let cpu_ns = u64::from(tid % 7 + 1) * t_ms * MS / 10;
-    ThreadCpu { tid, name: name.into(), cpu_pct: pct, cpu_ns, sched_ns: Some((cpu_ns, cpu_ns / 8)) }
+    let name = role.thread_name();
+    ThreadCpu { tid, name, cpu_pct: pct, cpu_ns, sched_ns: Some((cpu_ns, cpu_ns / 8)), role }
 }
 
 /// The host sample after step `k`: the named threads (workers of the generation running, the
 /// training thread, two compute threads), another program, the disk.
 fn host_sample(k: u64) -> HostSample {
     let t_ms = (k + 1) * STEP_NS / MS;
-    let mut threads = vec![thread_cpu(1001, "train", 35.0, t_ms)];
+    let mut threads = vec![thread_cpu(1001, ThreadRole::Train, 35.0, t_ms)];
     if k <= CHANGE_AT {
-        threads.push(thread_cpu(1002, "loader-0", 60.0, t_ms));
-        threads.push(thread_cpu(1003, "loader-1", 55.0, t_ms));
+        threads.push(thread_cpu(1002, ThreadRole::loader(0), 60.0, t_ms));
+        threads.push(thread_cpu(1003, ThreadRole::loader(1), 55.0, t_ms));
     } else {
-        threads.push(thread_cpu(1004, "loader-0.1", 40.0, t_ms));
-        threads.push(thread_cpu(1005, "loader-1.1", 42.0, t_ms));
-        threads.push(thread_cpu(1006, "loader-2.1", 38.0, t_ms));
+        threads.push(thread_cpu(1004, generation_1(0), 40.0, t_ms));
+        threads.push(thread_cpu(1005, generation_1(1), 42.0, t_ms));
+        threads.push(thread_cpu(1006, generation_1(2), 38.0, t_ms));
     }
-    threads.push(thread_cpu(1007, "compute-0", 80.0 + k as f32, t_ms));
-    threads.push(thread_cpu(1008, "compute-1", 78.0, t_ms));
+    threads.push(thread_cpu(1007, ThreadRole::Compute(0), 80.0 + k as f32, t_ms));
+    threads.push(thread_cpu(1008, ThreadRole::Compute(1), 78.0, t_ms));
     let busy = 50.0 + (k % 4) as f32 * 5.0;
     HostSample {
         t_ns: (k + 1) * STEP_NS,
@@ -228,8 +238,10 @@ fn rank_events(r: u32) -> Vec<Event> {
     let rank = Rank { rank: r, local_rank: r, world_size: 2 };
     let (train, loader) = (100 + r, 110 + r);
     let base = (STEPS + 2) * STEP_NS;
-    let mut v =
-        vec![thread(train, &format!("rank {r}")), thread(loader, &format!("loader-0 (rank {r}, pid {})", 500 + r))];
+    let mut v = vec![
+        thread(train, &format!("rank {r}"), ThreadRole::Other),
+        thread(loader, &format!("loader-0 (rank {r}, pid {})", 500 + r), ThreadRole::loader(0)),
+    ];
     let wait = if r == 1 { 9 * MS } else { MS };
     for k in 0..6u64 {
         let t0 = base + k * STEP_NS;
@@ -251,16 +263,16 @@ fn rank_events(r: u32) -> Vec<Event> {
 /// The whole run, in arrival order.
 fn events() -> Vec<Event> {
     let mut v = vec![
-        thread(1, "train"),
-        thread(2, "loader-0"),
-        thread(3, "loader-1"),
+        own_thread(1, ThreadRole::Train),
+        own_thread(2, ThreadRole::loader(0)),
+        own_thread(3, ThreadRole::loader(1)),
         Event::Settings(Box::new(serde_json::json!({"pin_memory": true, "prefetch": 2}))),
     ];
     for k in 0..STEPS {
         if k == CHANGE_AT + 1 {
-            v.extend([thread(4, "loader-0.1"), thread(5, "loader-1.1"), thread(6, "loader-2.1")]);
+            v.extend([own_thread(4, generation_1(0)), own_thread(5, generation_1(1)), own_thread(6, generation_1(2))]);
             // A thread of the program's own doing loader work: a row of its own.
-            v.push(thread(8, "pool-7"));
+            v.push(thread(8, "pool-7", ThreadRole::Other));
             v.push(Event::Span(span(Stage::Transform, 8, k * STEP_NS, 700_000, k, NONE)));
         }
         v.extend(loader_events(k));

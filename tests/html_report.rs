@@ -6,7 +6,7 @@
 
 use pipeprof::aggregate::{Aggregator, RunSettings};
 use probes::sampler::HostSample;
-use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -29,8 +29,8 @@ fn summary_file(dir: &Path) -> PathBuf {
         ..Default::default()
     };
     let mut agg = Aggregator::new(settings);
-    agg.push(&Event::Thread { id: 1, name: "train".into() });
-    agg.push(&Event::Thread { id: 2, name: "loader-0 <b>".into() });
+    agg.push(&Event::Thread { id: 1, name: "train".into(), role: ThreadRole::Train });
+    agg.push(&Event::Thread { id: 2, name: "loader-0 <b>".into(), role: ThreadRole::loader(0) });
     let span = |stage, thread, start_ns, dur_ns, step| {
         Event::Span(SpanRecord {
             stage,

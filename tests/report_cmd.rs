@@ -3,7 +3,7 @@
 //! fixture traces.
 
 use pipeprof::aggregate::{Aggregator, RunSettings};
-use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
+use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::path::Path;
 use std::process::Command;
 
@@ -19,7 +19,10 @@ fn events(steps: u64, decode_ms: u64, wait_ms: u64) -> Vec<Event> {
 
 /// [`events`] with `compute_ms` of compute per step.
 fn events_with(steps: u64, decode_ms: u64, wait_ms: u64, compute_ms: u64) -> Vec<Event> {
-    let mut v = vec![Event::Thread { id: 1, name: "train".into() }, Event::Thread { id: 2, name: "loader-0".into() }];
+    let mut v = vec![
+        Event::Thread { id: 1, name: "train".into(), role: ThreadRole::Train },
+        Event::Thread { id: 2, name: "loader-0".into(), role: ThreadRole::loader(0) },
+    ];
     let span = |stage, thread, start, dur, step, sample| {
         Event::Span(SpanRecord {
             stage,

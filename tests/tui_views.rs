@@ -9,7 +9,7 @@ use pipeprof::tui::state::Focus;
 use pipeprof::tui::{view, State};
 use probes::fsinfo::{FsInfo, FsKind};
 use probes::sampler::GpuStatus;
-use probes::StepRecord;
+use probes::{Stage, StepRecord};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 use ratatui::{Frame, Terminal};
@@ -21,7 +21,7 @@ const NOW: u64 = 30 * SEC;
 
 fn stage(name: &str, count: u64, mean_ms: f64, p95_ms: f64, on_cpu: Option<f64>, per_s: f64) -> StageSummary {
     StageSummary {
-        stage: name.into(),
+        stage: Stage::from_name(name).unwrap(),
         count,
         total_ms: mean_ms * count as f64,
         mean_ms,
@@ -323,10 +323,10 @@ fn long_path() -> State {
 
 fn zeros() -> State {
     let mut s = Snapshot::default();
-    s.summary.stages = ["read", "decode", "wait", "transfer", "compute"]
+    s.summary.stages = [Stage::Read, Stage::Decode, Stage::Wait, Stage::Transfer, Stage::Compute]
         .iter()
         .map(|n| StageSummary {
-            stage: n.to_string(),
+            stage: *n,
             count: 0,
             total_ms: 0.0,
             mean_ms: 0.0,

@@ -123,12 +123,14 @@ pub enum Event {
     /// Several closed stage spans from one thread, in the order they closed (the Layer
     /// batches them; readers handle them like that many [`Event::Span`]s).
     Spans(Vec<SpanRecord>),
-    /// A thread sent its first span: its probes id and name.
+    /// A thread sent its first span: its probes id, name and role.
     Thread {
         /// Probes thread id.
         id: u32,
         /// OS thread name, or `thread-N`.
         name: Box<str>,
+        /// What the thread does, as set where it was made ([`crate::set_thread_role`]).
+        role: crate::role::ThreadRole,
     },
     /// A training step finished.
     Step(StepRecord),
@@ -142,9 +144,9 @@ pub enum Event {
         reason: Box<str>,
     },
     /// A host (CPU, memory, disk) sample.
-    Host(Box<crate::sampler::HostSample>),
+    Host(Box<crate::sample::HostSample>),
     /// A GPU sample (all devices), or the reason GPU sampling is off.
-    Gpu(Box<crate::sampler::GpuSample>),
+    Gpu(Box<crate::sample::GpuSample>),
     /// The loader's worker count changed (`--workers auto`), and why.
     Workers {
         /// Workers from now on.

@@ -13,6 +13,7 @@
 use crate::clock;
 use crate::event::{Event, SpanRecord, StepRecord, NONE};
 use crate::probe::Probe;
+use crate::role::ThreadRole;
 use crate::stage::Stage;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -30,12 +31,25 @@ pub const BATCH: usize = 64;
 pub const FLUSH_NS: u64 = 5_000_000;
 
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(1);
-static THREAD_NAMES: Mutex<Vec<(u32, String)>> = Mutex::new(Vec::new());
+static THREAD_NAMES: Mutex<Vec<(u32, String, ThreadRole)>> = Mutex::new(Vec::new());
 
 /// Every thread that has sent a span so far: (probes thread id, name). The same names also
 /// travel as [`Event::Thread`]; this registry is for readers that missed one (a full channel,
 /// a client that attached late).
 pub fn thread_names() -> Vec<(u32, String)> {
+    THREAD_NAMES.lock().map(|v| v.iter().map(|(id, name, _)| (*id, name.clone())).collect()).unwrap_or_default()
+}
+
+/// The roles of the threads in [`thread_names`] that have one (not [`ThreadRole::Other`]).
+pub fn thread_roles() -> Vec<(u32, ThreadRole)> {
+    THREAD_NAMES
+        .lock()
+        .map(|v| v.iter().filter(|(_, _, role)| !role.is_other()).map(|(id, _, role)| (*id, *role)).collect())
+        .unwrap_or_default()
+}
+
+/// Every thread that has sent a span so far, with its role: (probes thread id, name, role).
+pub fn threads() -> Vec<(u32, String, ThreadRole)> {
     THREAD_NAMES.lock().map(|v| v.clone()).unwrap_or_default()
 }
 
@@ -128,9 +142,10 @@ impl Local {
             Some(n) => n.to_string(),
             None => format!("thread-{id}"),
         };
-        remember_name(id, &name);
+        let role = thread_role();
+        remember_name(id, &name, role);
         // Never blocks, like every send from here: a lost name is still in the registry.
-        probe.send(Event::Thread { id, name: name.into_boxed_str() });
+        probe.send(Event::Thread { id, name: name.into_boxed_str(), role });
         id
     }
 }
@@ -159,14 +174,31 @@ thread_local! {
 thread_local! {
     /// A name given with [`name_thread`], used when the thread announces itself.
     static NAME: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The role given with [`set_thread_role`], announced with the name.
+    static ROLE: std::cell::Cell<ThreadRole> = const { std::cell::Cell::new(ThreadRole::Other) };
 }
 
-/// A new probes thread id for a thread called `name`, in the registry [`thread_names`]
-/// reads. The Layer calls it for each thread's first span; the attach server calls it for
-/// the threads of the worker processes it relays, so their ids never collide with ours.
-pub fn register_thread(name: &str) -> u32 {
+/// Gives the calling thread its role, before its first span: its announcement
+/// ([`Event::Thread`]) carries it, and this process's host sampler reads it. A thread that has
+/// already sent spans gets a new id under the new role, as with [`name_thread`].
+pub fn set_thread_role(role: ThreadRole) {
+    let _ = ROLE.try_with(|r| r.set(role));
+    crate::role::remember_os_role(role);
+    announce_again();
+}
+
+/// The calling thread's role ([`ThreadRole::Other`] unless [`set_thread_role`] gave one).
+pub fn thread_role() -> ThreadRole {
+    ROLE.try_with(std::cell::Cell::get).unwrap_or_default()
+}
+
+/// A new probes thread id for a thread called `name` with `role`, in the registry
+/// [`thread_names`] reads. The Layer calls it for each thread's first span; the attach server
+/// calls it for the threads of the worker processes it relays, so their ids never collide with
+/// ours.
+pub fn register_thread(name: &str, role: ThreadRole) -> u32 {
     let id = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-    remember_name(id, name);
+    remember_name(id, name, role);
     id
 }
 
@@ -174,10 +206,10 @@ pub fn register_thread(name: &str) -> u32 {
 /// at the moment of the fork, so it is only ever tried, never waited for.
 static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn remember_name(id: u32, name: &str) {
+fn remember_name(id: u32, name: &str, role: ThreadRole) {
     let names = if FORKED.load(Ordering::Relaxed) { THREAD_NAMES.try_lock().ok() } else { THREAD_NAMES.lock().ok() };
     if let Some(mut names) = names {
-        names.push((id, name.to_string()));
+        names.push((id, name.to_string(), role));
     }
 }
 
@@ -186,6 +218,11 @@ fn remember_name(id: u32, name: &str) {
 /// gets a new id under the new name; its earlier spans keep the old one.
 pub fn name_thread(name: &str) {
     let _ = NAME.try_with(|n| *n.borrow_mut() = Some(name.to_string()));
+    announce_again();
+}
+
+/// The calling thread announces itself again at its next span (a new name or role).
+fn announce_again() {
     with_local(|l| l.thread = 0);
 }
 
@@ -206,6 +243,9 @@ pub fn forget_inherited_after_fork() {
         l.open = [None; SLOTS];
     });
     FORKED.store(true, Ordering::Relaxed);
+    // The calling thread is a new one here, with no role yet.
+    let _ = ROLE.try_with(|r| r.set(ThreadRole::Other));
+    crate::role::forget_after_fork();
     if let Ok(mut names) = THREAD_NAMES.try_lock() {
         names.clear();
     }

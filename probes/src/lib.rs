@@ -12,10 +12,13 @@ pub mod fsinfo;
 pub mod layer;
 pub mod nonfinite;
 pub mod probe;
+pub mod role;
+pub mod sample;
 pub mod sampler;
 pub mod stage;
 
 pub use event::{Event, LayerRecord, Rank, SpanRecord, StepRecord, NONE};
-pub use layer::{flush_thread, thread_names, ProbeLayer};
+pub use layer::{flush_thread, set_thread_role, thread_names, ProbeLayer};
 pub use probe::{Probe, Spares, DEFAULT_CAPACITY, MAX_CAPACITY};
+pub use role::ThreadRole;
 pub use stage::Stage;

@@ -21,6 +21,7 @@ fn hello() -> Hello {
         program: "t".into(),
         settings: serde_json::Value::Null,
         threads: vec![],
+        roles: vec![],
         rank: None,
         dropped: 0,
     }

@@ -7,7 +7,7 @@ use probes::fsinfo::{self, FsKind};
 use probes::sampler::{
     self, cpu_pct, io_accounting_here, storage_reads_measurable, HostSampler, IoAccounting, SamplerConfig,
 };
-use probes::{Event, Probe};
+use probes::{Event, Probe, ThreadRole};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -50,6 +50,39 @@ fn busy_thread_raises_process_cpu_and_shows_in_its_thread_row() {
     assert!(row.cpu_ns + 10_000_000 >= BUSY_NS, "{row:?}");
     assert!(row.cpu_pct > 0.0);
     assert!(after.threads.iter().all(|t| t.name.starts_with("busy-")));
+}
+
+#[test]
+fn this_processs_threads_carry_the_role_they_were_given() {
+    let mut host = HostSampler::new(std::process::id(), vec!["role-".into()], IoAccounting::ASSUMED).expect("sampler");
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let spawn = |name: &str, role: Option<ThreadRole>| {
+        let ready_tx = ready_tx.clone();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let t = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                if let Some(r) = role {
+                    probes::set_thread_role(r);
+                }
+                ready_tx.send(()).ok();
+                // Stay alive until the sample is taken, so the thread is listed.
+                release_rx.recv().ok();
+            })
+            .expect("spawn");
+        (t, release_tx)
+    };
+    let threads = [spawn("role-a", Some(ThreadRole::Compute(3))), spawn("role-b", None)];
+    ready_rx.recv().expect("first thread ready");
+    ready_rx.recv().expect("second thread ready");
+    let s = host.sample();
+    for (t, release) in threads {
+        release.send(()).ok();
+        t.join().expect("thread");
+    }
+    let role = |name: &str| s.threads.iter().find(|t| t.name == name).map(|t| t.role);
+    assert_eq!(role("role-a"), Some(ThreadRole::Compute(3)), "{:?}", s.threads);
+    assert_eq!(role("role-b"), Some(ThreadRole::Other), "no role given: none made up from the name");
 }
 
 #[test]

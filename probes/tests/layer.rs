@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The Layer times stage spans, carries their fields, ignores other spans, and never blocks.
 
-use probes::{Event, Probe, ProbeLayer, Stage, NONE};
+use probes::{Event, Probe, ProbeLayer, Stage, ThreadRole, NONE};
 use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -45,6 +45,30 @@ fn stage_spans_are_timed_with_fields_and_others_ignored() {
     assert!(compute.start_ns <= read.start_ns && read.end_ns() <= compute.end_ns(), "nesting kept");
     assert_eq!(read.thread, compute.thread);
     assert!(probes::thread_names().iter().any(|(id, _)| *id == read.thread));
+}
+
+#[test]
+fn a_threads_role_is_announced_once_with_its_name() {
+    let (probe, rx) = Probe::new(1024);
+    let sub = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    let role = ThreadRole::Loader { worker: 2, generation: 1 };
+    let announced = std::thread::spawn(move || {
+        tracing::subscriber::with_default(sub, || {
+            probes::set_thread_role(role);
+            for i in 0..3u64 {
+                let _g = info_span!("decode", sample = i).entered();
+            }
+        });
+        probes::flush_thread();
+        rx.try_iter().filter(|e| matches!(e, Event::Thread { .. })).collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    let Event::Thread { id, role: got, .. } = &announced[0] else { unreachable!() };
+    assert_eq!(*got, role);
+    assert!(probes::layer::threads().iter().any(|(i, _, r)| i == id && *r == role));
+    assert!(probes::layer::thread_roles().contains(&(*id, role)));
 }
 
 #[test]

@@ -7,7 +7,7 @@ use common::until;
 
 use probes::attach::wire::{self, Frame, Hello, WireEvent};
 use probes::attach::{producer, start, Options};
-use probes::{Event, Probe, SpanRecord, Stage, NONE};
+use probes::{Event, Probe, SpanRecord, Stage, ThreadRole, NONE};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -50,7 +50,7 @@ fn worker_spans_reach_viewers_and_a_silent_worker_does_not_hold_up_the_end() {
     // spans, finishes.
     let worker = producer::connect(&addr, identity("worker"), 64).unwrap();
     let wp = worker.probe();
-    wp.send(Event::Thread { id: 1, name: "loader-0 (pid 4242)".into() });
+    wp.send(Event::Thread { id: 1, name: "loader-0 (pid 4242)".into(), role: ThreadRole::loader(0) });
     wp.send_spans((0..5).map(|i| span(1, i)).collect());
     worker.finish();
     let (mut names, mut spans) = (Vec::new(), Vec::new());
@@ -58,7 +58,7 @@ fn worker_spans_reach_viewers_and_a_silent_worker_does_not_hold_up_the_end() {
     // One frame into `names` / `spans`; false at the run's end.
     let mut read_into = |names: &mut Vec<(u32, String)>, spans: &mut Vec<SpanRecord>| {
         match wire::read_frame(&mut viewer).unwrap() {
-            Frame::Event(WireEvent::Thread { id, name }) => names.push((id, name)),
+            Frame::Event(WireEvent::Thread { id, name, .. }) => names.push((id, name)),
             Frame::Spans(v) => spans.extend(v),
             Frame::End(_) => return false,
             _ => {}
@@ -156,7 +156,7 @@ fn a_producer_whose_connection_broke_connects_again_and_says_what_it_lost() {
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     let worker = producer::connect(path.to_str().unwrap(), identity("worker"), 1024).unwrap();
     let wp = worker.probe();
-    wp.send(Event::Thread { id: 1, name: "loader-0".into() });
+    wp.send(Event::Thread { id: 1, name: "loader-0".into(), role: ThreadRole::loader(0) });
     wp.send_spans(vec![span(1, 0)]);
     let (run, rx) = Probe::new(1 << 16);
     let mut first = accept_producer(&listener);

@@ -65,7 +65,12 @@ fn seeds() -> Vec<Vec<u8>> {
     vec![
         wire::encode(&Frame::Spans(vec![span; 5])).unwrap(),
         wire::encode(&Frame::Event(WireEvent::Step(step))).unwrap(),
-        wire::encode(&Frame::Event(WireEvent::Thread { id: 2, name: "loader-0".into() })).unwrap(),
+        wire::encode(&Frame::Event(WireEvent::Thread {
+            id: 2,
+            name: "loader-0".into(),
+            role: probes::ThreadRole::loader(0),
+        }))
+        .unwrap(),
         wire::encode(&Frame::End(Default::default())).unwrap(),
     ]
 }

@@ -257,19 +257,23 @@ def wait_for_clients(n=1, timeout=None):
     return _native.wait_for_clients(n, timeout)
 
 
-def name_thread(name):
-    """Names the calling thread in the viewer (default: its Python thread name)."""
+def name_thread(name, worker=None):
+    """Names the calling thread in the viewer (default: its Python thread name); ``worker``:
+    it is that loader worker (of a thread pool), whatever its name says."""
     _flush_at_thread_end()
-    _native.name_thread(str(name))
+    _native.name_thread(str(name), None if worker is None else int(worker))
 
 
-def name_process(name):
-    """Names this worker process in the viewer (default: its multiprocessing name).
+def name_process(name, worker=None):
+    """Names this worker process in the viewer (default: its multiprocessing name);
+    ``worker``: it is that loader worker (a DataLoader's), whatever its name says.
 
     Threads that already made spans keep their names; call it before the first span.
     """
     global _process_name
     _process_name = str(name)
+    if worker is not None:
+        _native.loader_process(int(worker))
 
 
 _THREAD = threading.local()

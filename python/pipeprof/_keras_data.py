@@ -145,9 +145,9 @@ def _name_worker(ds):
     if isinstance(workers, int) and workers > 0:
         n %= workers
     if multiprocessing.parent_process() is not None:
-        pipeprof.name_process(f"loader-{n}")
+        pipeprof.name_process(f"loader-{n}", worker=n)
     else:
-        pipeprof.name_thread(f"loader-{n}")
+        pipeprof.name_thread(f"loader-{n}", worker=n)
 
 
 def _item(get, ds, i):

@@ -58,7 +58,7 @@ def _name_worker():
     except Exception:
         info = None
     if info is not None:
-        pipeprof.name_process(f"loader-{info.id}")
+        pipeprof.name_process(f"loader-{info.id}", worker=info.id)
     return info is not None
 
 

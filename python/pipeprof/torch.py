@@ -25,7 +25,7 @@ class NameWorker:
         self.inner = inner
 
     def __call__(self, worker_id):
-        pipeprof.name_process(f"loader-{worker_id}")
+        pipeprof.name_process(f"loader-{worker_id}", worker=worker_id)
         if self.inner is not None:
             self.inner(worker_id)
 

@@ -16,11 +16,12 @@
 
 use probes::attach::{self, producer, wire, Options, Session};
 use probes::sampler::SamplerConfig;
-use probes::{clock, Event, Probe, ProbeLayer, Stage, StepRecord};
+use probes::{clock, Event, Probe, ProbeLayer, Stage, StepRecord, ThreadRole};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{reload, Registry};
@@ -147,6 +148,7 @@ fn connect_worker(py: Python<'_>, address: String, program: String, capacity: us
     }
     probes::layer::forget_inherited_after_fork();
     NAMED.with(|n| n.set(false));
+    LOADER_WORKER.store(NO_WORKER, Ordering::Relaxed);
     let hello = wire::Hello::this_process(program, serde_json::Value::Null);
     // The connect may wait on the network: without the GIL, and without the state lock
     // (held across a GIL release it deadlocks against a thread calling `step`).
@@ -316,11 +318,29 @@ fn now_ns() -> u64 {
     clock::now_ns()
 }
 
-/// Names the calling thread in every view.
+/// Names the calling thread in every view; `worker`: it is that loader worker of a thread pool
+/// (its role, [`ThreadRole::Loader`]).
 #[pyfunction]
-fn name_thread(name: &str) {
+#[pyo3(signature = (name, worker=None))]
+fn name_thread(name: &str, worker: Option<u32>) {
+    if let Some(w) = worker {
+        probes::set_thread_role(ThreadRole::loader(w));
+    }
     probes::layer::name_thread(name);
     NAMED.with(|n| n.set(true));
+}
+
+/// No loader worker: [`LOADER_WORKER`] unset.
+const NO_WORKER: u32 = u32::MAX;
+/// The loader worker this process is (a DataLoader's, a Keras pool's), set by
+/// [`loader_process`]: each of its threads announces itself with that role.
+static LOADER_WORKER: AtomicU32 = AtomicU32::new(NO_WORKER);
+
+/// This process is loader worker `worker` of its program: its threads' role, given before
+/// their first span.
+#[pyfunction]
+fn loader_process(worker: u32) {
+    LOADER_WORKER.store(worker.min(NO_WORKER - 1), Ordering::Relaxed);
 }
 
 /// Reports one finished training step.
@@ -628,6 +648,10 @@ fn name_this_thread(py: Python<'_>) {
         .and_then(|m| m.getattr("_thread_name"))
         .and_then(|f| f.call0())
         .and_then(|n| n.extract::<String>());
+    let worker = LOADER_WORKER.load(Ordering::Relaxed);
+    if worker != NO_WORKER {
+        probes::set_thread_role(ThreadRole::loader(worker));
+    }
     if let Ok(n) = name {
         probes::layer::name_thread(&n);
     }
@@ -748,6 +772,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(flush, m)?,
         wrap_pyfunction!(now_ns, m)?,
         wrap_pyfunction!(name_thread, m)?,
+        wrap_pyfunction!(loader_process, m)?,
         wrap_pyfunction!(step, m)?,
         wrap_pyfunction!(stages, m)?,
         wrap_pyfunction!(record, m)?,

@@ -1,6 +1,9 @@
 //! Host and GPU samples → run totals and a bounded recent series. Pure: no clock, no I/O.
 
-use probes::sampler::{GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, MAX_RUN_PROCESSES};
+use probes::sampler::{
+    GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, ThreadCpu, MAX_RUN_PROCESSES,
+};
+use probes::ThreadRole;
 use std::collections::{BTreeMap, VecDeque};
 
 /// How much recent history [`MachineAgg::default`] keeps for live charts: 5 minutes.
@@ -105,6 +108,9 @@ pub struct ThreadSummary {
     /// `cpu_ns`'s clock ticks).
     #[serde(default)]
     pub sched_cpu_ns: Option<u64>,
+    /// What the thread does, when it was given a role (left out for [`ThreadRole::Other`]).
+    #[serde(default, skip_serializing_if = "ThreadRole::is_other")]
+    pub role: ThreadRole,
 }
 
 /// Run totals of one GPU.
@@ -251,6 +257,7 @@ pub struct MachineSummary {
 #[derive(Debug, Clone, Default)]
 struct ThreadAcc {
     name: String,
+    role: ThreadRole,
     cpu: MeanMax,
     cpu_ns: u64,
     sched_ns: Option<(u64, u64)>,
@@ -277,6 +284,54 @@ struct DeviceAcc {
     pcie_width_max: Option<u32>,
     pcie_gen_cur_peak: Option<u32>,
     pcie_width_cur_peak: Option<u32>,
+}
+
+impl ThreadAcc {
+    fn summary(&self, tid: u32) -> ThreadSummary {
+        ThreadSummary {
+            tid,
+            name: self.name.clone(),
+            samples: self.cpu.n,
+            cpu_mean_pct: self.cpu.mean32().unwrap_or(0.0),
+            cpu_peak_pct: self.cpu.peak32().unwrap_or(0.0),
+            cpu_ns: self.cpu_ns,
+            core_wait_ns: self.sched_ns.map(|s| s.1),
+            sched_cpu_ns: self.sched_ns.map(|s| s.0),
+            role: self.role,
+        }
+    }
+}
+
+impl DeviceAcc {
+    fn summary(&self, index: u32) -> DeviceSummary {
+        DeviceSummary {
+            index,
+            name: self.name.clone(),
+            samples: self.samples,
+            util_mean_pct: self.util.mean32(),
+            util_peak_pct: self.util.peak32(),
+            util_idle_share: (self.util.n > 0).then(|| self.idle as f32 / self.util.n as f32),
+            mem_util_mean_pct: self.mem_util.mean32(),
+            mem_used_peak_bytes: self.mem_used.peak().map(|b| b as u64),
+            mem_total_bytes: self.mem_total,
+            pcie_rx_mean_bytes_per_s: self.rx.mean(),
+            pcie_tx_mean_bytes_per_s: self.tx.mean(),
+            power_mean_w: self.power.mean32(),
+            sm_clock_mean_mhz: self.clock.mean32(),
+            this_process_on_gpu: self.on_gpu,
+            process_match: self.process_match,
+            process_mem_peak_bytes: self.process_mem_peak,
+            run_processes: self.run_processes.clone(),
+            pcie_gen_max: self.pcie_gen_max,
+            pcie_width_max: self.pcie_width_max,
+            pcie_gen_current_peak: self.pcie_gen_cur_peak,
+            pcie_width_current_peak: self.pcie_width_cur_peak,
+            pcie_link_max_bytes_per_s: self
+                .pcie_gen_max
+                .zip(self.pcie_width_max)
+                .and_then(|(g, w)| pcie_link_bytes_per_s(g, w)),
+        }
+    }
 }
 
 /// Folds host and GPU samples into run totals ([`MachineAgg::summary`]) and keeps the recent
@@ -371,31 +426,8 @@ impl MachineAgg {
         self.syscall_read.push_opt(s.syscall_read_bytes_per_s);
         self.iowait.push_opt(s.iowait_pct.map(f64::from));
         self.steal.push_opt(s.steal_pct.map(f64::from));
-        if !s.others.is_empty() {
-            self.others_listings += 1;
-            for o in &s.others {
-                if !self.others.contains_key(&o.name) && self.others.len() >= MAX_THREADS {
-                    continue;
-                }
-                let e = self.others.entry(o.name.clone()).or_default();
-                e.0 += f64::from(o.cpu_pct);
-                e.1 = e.1.max(o.processes);
-            }
-        }
-        for t in &s.threads {
-            if !self.threads.contains_key(&t.tid) && self.threads.len() >= MAX_THREADS {
-                continue;
-            }
-            let acc = self.threads.entry(t.tid).or_default();
-            if acc.name != t.name {
-                acc.name.clone_from(&t.name);
-            }
-            acc.cpu.push(t.cpu_pct as f64);
-            acc.cpu_ns = t.cpu_ns;
-            if t.sched_ns.is_some() {
-                acc.sched_ns = t.sched_ns;
-            }
-        }
+        self.push_others(&s.others);
+        self.push_threads(&s.threads);
         push_bounded(
             &mut self.host_series,
             self.window_ns,
@@ -410,6 +442,41 @@ impl MachineAgg {
             },
             |p| p.t_ns,
         );
+    }
+
+    /// Other programs' CPU, when the sample listed them.
+    fn push_others(&mut self, others: &[OtherCpu]) {
+        if others.is_empty() {
+            return;
+        }
+        self.others_listings += 1;
+        for o in others {
+            if !self.others.contains_key(&o.name) && self.others.len() >= MAX_THREADS {
+                continue;
+            }
+            let e = self.others.entry(o.name.clone()).or_default();
+            e.0 += f64::from(o.cpu_pct);
+            e.1 = e.1.max(o.processes);
+        }
+    }
+
+    /// The named threads' CPU (bounded: new threads past [`MAX_THREADS`] are left out).
+    fn push_threads(&mut self, threads: &[ThreadCpu]) {
+        for t in threads {
+            if !self.threads.contains_key(&t.tid) && self.threads.len() >= MAX_THREADS {
+                continue;
+            }
+            let acc = self.threads.entry(t.tid).or_default();
+            if acc.name != t.name {
+                acc.name.clone_from(&t.name);
+            }
+            acc.role = t.role;
+            acc.cpu.push(t.cpu_pct as f64);
+            acc.cpu_ns = t.cpu_ns;
+            if t.sched_ns.is_some() {
+                acc.sched_ns = t.sched_ns;
+            }
+        }
     }
 
     /// Adds one GPU sample (or "off" notice).
@@ -476,37 +543,7 @@ impl MachineAgg {
 
     /// Run totals so far.
     pub fn summary(&self) -> MachineSummary {
-        let devices: Vec<DeviceSummary> = self
-            .devices
-            .iter()
-            .map(|(&index, a)| DeviceSummary {
-                index,
-                name: a.name.clone(),
-                samples: a.samples,
-                util_mean_pct: a.util.mean32(),
-                util_peak_pct: a.util.peak32(),
-                util_idle_share: (a.util.n > 0).then(|| a.idle as f32 / a.util.n as f32),
-                mem_util_mean_pct: a.mem_util.mean32(),
-                mem_used_peak_bytes: a.mem_used.peak().map(|b| b as u64),
-                mem_total_bytes: a.mem_total,
-                pcie_rx_mean_bytes_per_s: a.rx.mean(),
-                pcie_tx_mean_bytes_per_s: a.tx.mean(),
-                power_mean_w: a.power.mean32(),
-                sm_clock_mean_mhz: a.clock.mean32(),
-                this_process_on_gpu: a.on_gpu,
-                process_match: a.process_match,
-                process_mem_peak_bytes: a.process_mem_peak,
-                run_processes: a.run_processes.clone(),
-                pcie_gen_max: a.pcie_gen_max,
-                pcie_width_max: a.pcie_width_max,
-                pcie_gen_current_peak: a.pcie_gen_cur_peak,
-                pcie_width_current_peak: a.pcie_width_cur_peak,
-                pcie_link_max_bytes_per_s: a
-                    .pcie_gen_max
-                    .zip(a.pcie_width_max)
-                    .and_then(|(g, w)| pcie_link_bytes_per_s(g, w)),
-            })
-            .collect();
+        let devices: Vec<DeviceSummary> = self.devices.iter().map(|(&index, a)| a.summary(index)).collect();
         let this_process_on_gpu = devices.iter().fold(None, |acc, d| merge_seen(acc, d.this_process_on_gpu));
         MachineSummary {
             host_samples: self.host_n,
@@ -530,20 +567,7 @@ impl MachineAgg {
             steal_mean_pct: self.steal.mean32(),
             other_cores_median: self.other_cores_median(),
             others: self.others_summary(),
-            threads: self
-                .threads
-                .iter()
-                .map(|(&tid, a)| ThreadSummary {
-                    tid,
-                    name: a.name.clone(),
-                    samples: a.cpu.n,
-                    cpu_mean_pct: a.cpu.mean32().unwrap_or(0.0),
-                    cpu_peak_pct: a.cpu.peak32().unwrap_or(0.0),
-                    cpu_ns: a.cpu_ns,
-                    core_wait_ns: a.sched_ns.map(|s| s.1),
-                    sched_cpu_ns: a.sched_ns.map(|s| s.0),
-                })
-                .collect(),
+            threads: self.threads.iter().map(|(&tid, a)| a.summary(tid)).collect(),
             gpu_status: self.gpu_status.clone(),
             devices,
             this_process_on_gpu,
@@ -581,23 +605,20 @@ impl MachineAgg {
     }
 }
 
-/// Named threads with the generations of one loader worker summed (`loader-0`, `loader-0.1`,
-/// … are one worker re-created by `--workers auto`): (name, mean CPU % over the sampled run,
-/// 100 = one core), in first-seen order. Other threads are kept as they are.
+/// Named threads with the generations of one loader worker summed (its threads re-created by
+/// `--workers auto`, [`ThreadRole::Loader`] of one worker, are one row named for the worker):
+/// (name, mean CPU % over the sampled run, 100 = one core), in first-seen order. Other threads
+/// are kept as they are.
 pub fn threads_by_worker(m: &MachineSummary) -> Vec<(String, f32)> {
     let run_samples = m.host_samples.max(1) as f32;
-    let mut out: Vec<(String, f32, bool)> = Vec::new();
+    let mut out: Vec<(String, f32, Option<u32>)> = Vec::new();
     for t in m.threads.iter().filter(|t| t.samples > 0) {
-        let base = match t.name.rsplit_once('.') {
-            Some((b, g)) if b.starts_with("loader-") && g.parse::<u32>().is_ok() => b,
-            _ => t.name.as_str(),
-        };
-        let worker = base.starts_with("loader-");
+        let worker = t.role.worker();
         // A worker's CPU over the run: each generation's mean weighted by its samples.
-        let pct = if worker { t.cpu_mean_pct * t.samples as f32 / run_samples } else { t.cpu_mean_pct };
-        match out.iter_mut().find(|(n, _, w)| *w && worker && n == base) {
+        let pct = if worker.is_some() { t.cpu_mean_pct * t.samples as f32 / run_samples } else { t.cpu_mean_pct };
+        match out.iter_mut().find(|(_, _, w)| worker.is_some() && *w == worker) {
             Some(e) => e.1 += pct,
-            None => out.push((base.to_string(), pct, worker)),
+            None => out.push((t.role.worker_name().unwrap_or_else(|| t.name.clone()), pct, worker)),
         }
     }
     out.into_iter().map(|(n, p, _)| (n, p)).collect()
@@ -692,6 +713,7 @@ mod tests {
                 cpu_pct: proc_pct / 2.0,
                 cpu_ns: t_s,
                 sched_ns: None,
+                role: ThreadRole::loader(0),
             }],
             ..Default::default()
         }
@@ -785,7 +807,7 @@ mod tests {
         assert_eq!(s.write_bytes_per_s_mean, Some(1e6));
         assert_eq!(s.iowait_mean_pct, Some(10.0));
         assert_eq!(s.threads.len(), 1);
-        assert_eq!(s.threads[0].name, "loader-0");
+        assert_eq!((s.threads[0].name.as_str(), s.threads[0].role), ("loader-0", ThreadRole::loader(0)));
         assert_eq!(s.threads[0].cpu_mean_pct, 50.0);
         assert_eq!(s.threads[0].cpu_peak_pct, 75.0);
         assert_eq!(s.threads[0].cpu_ns, 3);
@@ -903,21 +925,24 @@ mod tests {
 
     #[test]
     fn a_workers_generations_are_summed_under_one_name() {
-        let t = |tid: u32, name: &str, samples: u64, pct: f32| ThreadSummary {
+        let t = |tid: u32, name: &str, role: ThreadRole, samples: u64, pct: f32| ThreadSummary {
             tid,
             name: name.into(),
             samples,
             cpu_mean_pct: pct,
+            role,
             ..Default::default()
         };
         let m = MachineSummary {
             host_samples: 10,
             threads: vec![
-                t(1, "loader-0", 4, 50.0),
-                t(2, "loader-1", 4, 50.0),
-                t(3, "loader-0.1", 6, 100.0),
-                t(4, "train", 10, 30.0),
-                t(5, "loader-0.x", 10, 10.0),
+                t(1, "loader-0", ThreadRole::loader(0), 4, 50.0),
+                t(2, "loader-1", ThreadRole::loader(1), 4, 50.0),
+                t(3, "loader-0.1", ThreadRole::Loader { worker: 0, generation: 1 }, 6, 100.0),
+                t(4, "train", ThreadRole::Train, 10, 30.0),
+                // Named like a worker, without the role: a thread of its own.
+                t(5, "loader-0.2", ThreadRole::Other, 10, 10.0),
+                t(6, "compute-0", ThreadRole::Compute(0), 10, 90.0),
             ],
             ..Default::default()
         };
@@ -928,7 +953,8 @@ mod tests {
                 ("loader-0".into(), 80.0),
                 ("loader-1".into(), 20.0),
                 ("train".into(), 30.0),
-                ("loader-0.x".into(), 10.0)
+                ("loader-0.2".into(), 10.0),
+                ("compute-0".into(), 90.0)
             ]
         );
     }
@@ -961,7 +987,7 @@ mod tests {
         let mut a = MachineAgg::default();
         for tid in 0..(MAX_THREADS as u32 + 5) {
             a.push_host(&HostSample {
-                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1, sched_ns: None }],
+                threads: vec![ThreadCpu { tid, name: "loader".into(), cpu_pct: 1.0, cpu_ns: 1, ..Default::default() }],
                 ..HostSample::default()
             });
         }

@@ -2,58 +2,23 @@
 //! processes sent ([`Event::Ranked`]), and one line per rank for the views and the straggler
 //! verdict. Pure, like the rest of `aggregate`.
 
+pub use super::summary::RankLine;
+
 use super::machine::MachineSummary;
-use super::{Aggregator, RunSettings, StageSummary, Summary};
+use super::{Aggregator, RunSettings, Summary};
 use probes::{Event, Rank, Stage};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Ranks with their own statistics; events of later ones count for the run only (bounded
 /// memory: each rank holds a whole aggregate).
 pub const MAX_RANKS: usize = 64;
 
-/// One rank's part of the run, in the numbers the report's per-rank table shows.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RankLine {
-    pub rank: u32,
-    pub local_rank: u32,
-    pub world_size: u32,
-    /// Training steps this rank reported.
-    pub steps: u64,
-    pub images: u64,
-    pub images_per_s: f64,
-    /// Mean step (wait + transfer + compute), ms: steady state, like the run's split.
-    pub step_ms: f64,
-    /// Mean wait for the next batch per step, ms.
-    pub wait_ms: f64,
-    /// Wait share of the step.
-    pub wait_share: f64,
-    pub transfer_ms: f64,
-    pub compute_ms: f64,
-    /// Mean `backward` span, ms, when the program's hooks timed one (under DDP it holds the
-    /// gradient computation and the wait for the gradients' all-reduce).
-    pub backward_ms: Option<f64>,
-    /// This rank's loader threads' busy share (see [`Summary::loader_busy`]).
-    pub loader_busy: f64,
-    /// Loader workers and batch size this rank's program reported.
-    pub workers: usize,
-    pub batch_size: usize,
-    /// Mean utilisation of the GPU numbered like its local rank, when GPUs were sampled.
-    pub gpu_util_pct: Option<f32>,
-    /// This rank's stages (the stage table's rank column).
-    pub stages: Vec<StageSummary>,
-    /// Why this rank's program failed, if it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed: Option<String>,
-}
-
 impl RankLine {
     /// The line for `rank` from that rank's own summary; the GPU from the run's machine
     /// summary (the device numbered like the local rank).
     pub fn of(rank: Rank, s: &Summary, machine: &MachineSummary) -> RankLine {
         let sp = &s.split;
-        let backward = s.stages.iter().find(|x| x.stage == Stage::Backward.name() && x.count > 0).map(|x| x.mean_ms);
+        let backward = s.stages.iter().find(|x| x.is(Stage::Backward) && x.count > 0).map(|x| x.mean_ms);
         let gpu = machine.devices.iter().find(|d| d.index == rank.local_rank).and_then(|d| d.util_mean_pct);
         RankLine {
             rank: rank.rank,

@@ -278,4 +278,35 @@ mod tests {
         assert_eq!(clean_name("short", 10), "short");
         assert_eq!(clean_name("abcdef", 3), "ab…");
     }
+
+    #[test]
+    fn settings_merge_key_by_key_and_keep_what_reads() {
+        // (sent, batch_size, workers, input, refused keys)
+        type Row = (serde_json::Value, usize, usize, [usize; 3], Vec<&'static str>);
+        let table: Vec<Row> = vec![
+            (json!({"batch_size": 32, "workers": 2}), 32, 2, [0, 0, 0], vec![]),
+            // The bad key of the original report: the others stay.
+            (json!({"input": "3x150x150", "batch_size": 32, "workers": 4}), 32, 4, [0, 0, 0], vec!["input"]),
+            (json!({"input": [3, 64, 64], "workers": "many"}), 0, 0, [3, 64, 64], vec!["workers"]),
+            // Keys pipeprof does not know are ignored, not refused.
+            (json!({"optimizer": "adam", "batch_size": 8}), 8, 0, [0, 0, 0], vec![]),
+            (json!(null), 0, 0, [0, 0, 0], vec![]),
+        ];
+        for (sent, batch, workers, input, refused) in table {
+            let mut st = RunSettings::default();
+            let why = st.merge_json(&sent);
+            assert_eq!((st.batch_size, st.workers, st.input), (batch, workers, input), "{sent}");
+            let keys: Vec<&str> = why.iter().map(|w| w.split(' ').next().unwrap_or("")).collect();
+            assert_eq!(keys, refused, "{sent}: {why:?}");
+            assert_eq!(st.unreadable, why, "{sent}");
+        }
+        let mut st = RunSettings::default();
+        assert_eq!(st.merge_json(&json!([1, 2])).len(), 1, "not an object");
+        // Later settings win, and earlier refusals stay listed.
+        let mut st2 = RunSettings::default();
+        st2.merge_json(&json!({"input": "3x1", "workers": 1}));
+        st2.merge_json(&json!({"workers": 3, "framework": "pytorch", "pin_memory": true}));
+        assert_eq!((st2.workers, st2.framework.as_str(), st2.pin_memory), (3, "pytorch", Some(true)));
+        assert_eq!(st2.unreadable.len(), 1);
+    }
 }

@@ -16,8 +16,8 @@ use super::simulate::{extra_for, SlowLink};
 use super::source::{LoadCtx, SampleSource, Scratch};
 use super::watch;
 use crossbeam_channel::{Receiver, Sender};
-use probes::Stage;
 use probes::{clock, Event, Probe};
+use probes::{Stage, ThreadRole};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -330,8 +330,9 @@ impl Loader {
         let per_worker = self.cfg.prefetch.div_ceil(workers).max(1);
         self.stop = Arc::new(AtomicBool::new(false));
         self.first = self.next;
-        // `loader-3` for the first generation, `loader-3.2` for the third: threads re-created
-        // by `--workers auto` stay apart in the machine section (15 bytes fit any of them).
+        // Worker 3 is `loader-3` in its first generation, `loader-3.2` in its third (its role
+        // says which): threads re-created by `--workers auto` stay apart by name, one worker
+        // by role.
         let generation = self.generation;
         self.generation += 1;
         for w in 0..workers {
@@ -348,8 +349,10 @@ impl Loader {
                 self.link.clone(),
             );
             let first = self.first + w as u64;
-            let name = if generation == 0 { format!("loader-{w}") } else { format!("loader-{w}.{generation}") };
+            let role = ThreadRole::Loader { worker: w as u32, generation };
+            let name = role.thread_name();
             let h = std::thread::Builder::new().name(name.clone()).spawn(move || {
+                probes::set_thread_role(role);
                 let slot = watch::register(&name, src.clone());
                 SLOT.with_borrow_mut(|s| *s = Some(slot.clone()));
                 // The panic is caught here, with the stage it happened in, so that the run can
@@ -513,7 +516,7 @@ impl Loader {
                 self.halt();
                 if self.failure.is_none() {
                     self.failure = Some(WorkerFailure {
-                        thread: format!("loader-{i}"),
+                        thread: ThreadRole::loader(i as u32).thread_name(),
                         stage: "unknown",
                         why: "stopped before its work was done".into(),
                     });

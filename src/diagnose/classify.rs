@@ -6,6 +6,7 @@ use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
 use probes::stage::Stage;
+use probes::ThreadRole;
 
 /// Why a run counts as per-step-overhead bound.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -188,7 +189,7 @@ impl<'a> Facts<'a> {
         if let Some(t) = self.s.settings.compute_threads.filter(|t| *t > 0) {
             return t;
         }
-        let seen = self.s.machine.threads.iter().filter(|t| t.name.starts_with("compute")).count();
+        let seen = self.s.machine.threads.iter().filter(|t| matches!(t.role, ThreadRole::Compute(_))).count();
         if seen > 0 {
             seen
         } else {

@@ -25,6 +25,7 @@
 use super::thresholds::{MODERATE_WAIT_SHARE, OTHER_CORES};
 use crate::aggregate::{StageSummary, Summary};
 use probes::stage::Stage;
+use probes::ThreadRole;
 
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
 /// (a small file from a local SSD or the page cache).
@@ -160,21 +161,21 @@ pub const MIN_WORK_SAMPLES: u64 = 3;
 pub const POOL_OVERLAP: f64 = 1.25;
 
 /// CPU device: what a compute step costs when it runs back to back (hot), ms, from the
-/// threads' schedstat: the compute pool's (`compute-N`) CPU per step over [`POOL_OVERLAP`];
+/// threads' schedstat: the compute pool's ([`ThreadRole::Compute`]) CPU per step over [`POOL_OVERLAP`];
 /// where the pool hardly ran (under a quarter of the training thread's CPU: a tiny model's ops
 /// stay on the calling thread), the training thread's, less its transfer (`transfer_ms`). A
 /// step measured between waits for data is longer (threads wake, caches refill). `None`
 /// without those threads, or with fewer than [`MIN_WORK_SAMPLES`] samples of them.
 pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
-    let threads: Vec<_> =
-        s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train").collect();
+    let threads: Vec<_> = s.machine.threads.iter().filter(|t| t.role.runs_the_model()).collect();
     if threads.is_empty() || s.steps == 0 || threads.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
         return None;
     }
     let per_step = |ns: u64| ns as f64 / 1e6 / s.steps as f64;
-    let pool: Vec<_> = threads.iter().filter(|t| t.name != "train").collect();
+    let pool: Vec<_> = threads.iter().filter(|t| t.role != ThreadRole::Train).collect();
     let pool_ms = per_step(pool.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum()) / POOL_OVERLAP;
-    let train_ms = per_step(threads.iter().filter(|t| t.name == "train").map(|t| t.sched_cpu_ns.unwrap_or(0)).sum());
+    let train_ms =
+        per_step(threads.iter().filter(|t| t.role == ThreadRole::Train).map(|t| t.sched_cpu_ns.unwrap_or(0)).sum());
     let ms = if pool_ms * POOL_OVERLAP * 4.0 >= train_ms { pool_ms } else { train_ms - transfer_ms.max(0.0) };
     (ms > 0.0).then_some(ms)
 }
@@ -190,7 +191,7 @@ pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
 /// [`compute_work_ms`].
 pub fn hot_compute_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     let work = compute_work_ms(s, transfer_ms)?;
-    let train: Vec<_> = s.machine.threads.iter().filter(|t| t.name == "train").collect();
+    let train: Vec<_> = s.machine.threads.iter().filter(|t| t.role == ThreadRole::Train).collect();
     let train_ms = (!train.is_empty())
         .then(|| train.iter().map(|t| t.sched_cpu_ns.unwrap_or(0)).sum::<u64>() as f64 / 1e6 / s.steps as f64)
         .map(|t| t - transfer_ms.max(0.0));
@@ -212,7 +213,7 @@ pub fn hot_step_ms(pool_ms: f64, train_ms: Option<f64>) -> f64 {
 }
 
 /// CPU device: how much of a compute step (`compute_ms`) was waiting for a core behind other
-/// programs, ms per step. The compute pool's threads (`compute-N`) waited a share `w` of the
+/// programs, ms per step. The compute pool's threads ([`ThreadRole::Compute`]) waited a share `w` of the
 /// time they were ready to run (their schedstat, from the sampler); that share of the step,
 /// but never below the compute's own CPU time per step ([`compute_work_ms`]), is split between
 /// the competitors by the cores each kept busy: other programs' (the median sampled), the
@@ -220,10 +221,10 @@ pub fn hot_step_ms(pool_ms: f64, train_ms: Option<f64>) -> f64 {
 /// sampled.
 pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
     let (mut wait, mut cpu, mut cores_used) = (0u64, 0u64, 0.0f64);
-    for t in s.machine.threads.iter().filter(|t| t.name.starts_with("compute") || t.name == "train") {
+    for t in s.machine.threads.iter().filter(|t| t.role.runs_the_model()) {
         cores_used += f64::from(t.cpu_mean_pct) / 100.0;
         if let (Some(w), Some(c)) = (t.core_wait_ns, t.sched_cpu_ns) {
-            if t.name.starts_with("compute") {
+            if matches!(t.role, ThreadRole::Compute(_)) {
                 wait = wait.saturating_add(w);
                 cpu = cpu.saturating_add(c);
             }
@@ -636,12 +637,8 @@ impl Pipeline {
         let batch = trained_batch(s);
         let mut compute_cpu_ms_per_image = if cpu_device {
             // The compute pool and the train thread: their mean CPU use × the step time.
-            let cores_used: f64 = m
-                .threads
-                .iter()
-                .filter(|t| t.name.starts_with("compute") || t.name == "train")
-                .map(|t| f64::from(t.cpu_mean_pct) / 100.0)
-                .sum();
+            let cores_used: f64 =
+                m.threads.iter().filter(|t| t.role.runs_the_model()).map(|t| f64::from(t.cpu_mean_pct) / 100.0).sum();
             if cores_used > 0.0 {
                 (cores_used * s.split.mean_step_ms).max(0.0) / batch
             } else {

@@ -6,6 +6,14 @@ use crate::aggregate::machine::{DeviceSummary, ThreadSummary};
 use crate::aggregate::{RunSettings, StageSummary, StepSplit};
 use probes::fsinfo::{FsInfo, FsKind};
 use probes::sampler::GpuStatus;
+use probes::Stage;
+
+/// The role pipeprof gives the thread so named ("compute-1", "train"), as its sampler reports
+/// it: the tests' threads are given by name.
+fn role_named(name: &str) -> probes::ThreadRole {
+    let roles = (0..64).map(probes::ThreadRole::Compute).chain([probes::ThreadRole::Train]);
+    roles.into_iter().find(|r| r.thread_name() == name).unwrap_or_default()
+}
 
 /// Builds a `Summary` the way the aggregator would fill it, a few numbers at a time.
 #[derive(Clone)]
@@ -13,7 +21,7 @@ struct B(Summary);
 
 fn stage(name: &str, mean_ms: f64, on_cpu: Option<f64>, count: u64) -> StageSummary {
     StageSummary {
-        stage: name.into(),
+        stage: Stage::from_name(name).unwrap(),
         count,
         total_ms: mean_ms * count as f64,
         mean_ms,
@@ -97,7 +105,7 @@ impl B {
     }
 
     fn spiky_wait(mut self, p50: f64, p95: f64) -> B {
-        if let Some(w) = self.0.stages.iter_mut().find(|s| s.stage == "wait") {
+        if let Some(w) = self.0.stages.iter_mut().find(|s| s.stage == Stage::Wait) {
             w.p50_ms = p50;
             w.p95_ms = p95;
             w.max_ms = p95 * 2.0;
@@ -162,7 +170,7 @@ impl B {
 
     /// Measured run-queue wait share of a stage's wall time (the rest off-CPU is blocked).
     fn core_wait(mut self, name: &str, share: f64) -> B {
-        if let Some(x) = self.0.stages.iter_mut().find(|s| s.stage == name) {
+        if let Some(x) = self.0.stages.iter_mut().find(|s| s.stage.name() == name) {
             x.core_wait = Some(share);
         }
         self
@@ -197,6 +205,7 @@ impl B {
                 cpu_mean_pct: *pct,
                 cpu_peak_pct: *pct,
                 cpu_ns: 0,
+                role: role_named(name),
                 ..Default::default()
             })
             .collect();
@@ -949,7 +958,7 @@ fn no_transfer_verdict_on_a_cpu_device() {
 fn a_few_preempted_copies_do_not_make_a_transfer_verdict() {
     // Mean 30 ms from a few long slices; the typical copy takes 3 µs.
     let mut b = transfer_bound();
-    if let Some(t) = b.0.stages.iter_mut().find(|s| s.stage == "transfer") {
+    if let Some(t) = b.0.stages.iter_mut().find(|s| s.stage == Stage::Transfer) {
         t.p50_ms = 0.003;
     }
     let v = b.verdict();
@@ -1167,6 +1176,7 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     let mut b = preprocess_one_worker().device("cpu");
     let t = |name: &str, cpu_ms_per_step: f64| ThreadSummary {
         name: name.into(),
+        role: role_named(name),
         samples: 10,
         cpu_mean_pct: 2.0,
         sched_cpu_ns: Some((cpu_ms_per_step * 1e6 * 50.0) as u64),
@@ -1256,7 +1266,7 @@ fn under_contention_a_change_leaving_compute_the_limit_is_a_range_down_to_its_sl
     // its slow ones (p95) 40 ms: the cache, which leaves compute the limit, is predicted from
     // the typical step to the slow ones, and says why.
     let mut b = preempted_reads();
-    if let Some(c) = b.0.stages.iter_mut().find(|s| s.stage == "compute") {
+    if let Some(c) = b.0.stages.iter_mut().find(|s| s.stage == Stage::Compute) {
         c.p95_ms = 40.0;
     }
     let v = b.verdict();

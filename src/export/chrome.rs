@@ -13,7 +13,7 @@
 use super::Exporter;
 use crate::aggregate::RunSettings;
 use crate::diagnose::{Diagnosed, Verdict};
-use probes::{Event, SpanRecord, Stage, NONE};
+use probes::{Event, SpanRecord, Stage, ThreadRole, NONE};
 use serde_json::json;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -235,11 +235,17 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 }
             }
             Event::Span(s) => self.span(s)?,
-            Event::Thread { id, name } => {
-                let sort = if name.starts_with("train") { 0 } else { *id as i64 };
+            Event::Thread { id, name, role } => {
+                // The training loop's track first, the others in the order they came.
+                let sort = if *role == ThreadRole::Train { 0 } else { *id as i64 };
                 let pid = self.pid;
                 self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":id,"args":{"sort_index":sort}}))?;
-                self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":{"name":name}}))?;
+                let mut args = json!({ "name": name });
+                if !role.is_other() {
+                    // For `pipeprof report` on the trace: viewers show the name.
+                    args["role"] = serde_json::to_value(role).map_err(std::io::Error::other)?;
+                }
+                self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":args}))?;
             }
             Event::Step(st) if !st.validation => {
                 let rate = match self.last_step_end {
@@ -408,7 +414,7 @@ mod tests {
         let buf = Shared::default();
         let mut t = ChromeTrace::new(buf.clone(), "pipeprof test", TraceLevel::Sample).unwrap();
         t.settings(&RunSettings { workers: 3, ..Default::default() }).unwrap();
-        t.event(&Event::Thread { id: 2, name: "loader-0".into() }).unwrap();
+        t.event(&Event::Thread { id: 2, name: "loader-0".into(), role: ThreadRole::loader(0) }).unwrap();
         t.event(&decode_span(9)).unwrap();
         t.event(&Event::Host(Box::new(probes::sampler::HostSample {
             t_ns: 5_000,
@@ -428,6 +434,8 @@ mod tests {
         assert_eq!((x["args"]["cpu_us"].as_f64(), x["args"]["core_wait_us"].as_f64()), (Some(2.0), Some(0.1)));
         assert_eq!(x["args"]["blocked_us"].as_f64(), Some(0.15), "2.25 µs wall − 2 on-CPU − 0.1 waiting");
         assert!(evs.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "loader-0"));
+        let role = evs.iter().find(|e| e["name"] == "thread_name" && e["tid"] == 2).map(|e| e["args"]["role"].clone());
+        assert_eq!(role, Some(json!({"loader": {"worker": 0, "generation": 0}})));
         let cpu = evs.iter().find(|e| e["ph"] == "C" && e["name"] == "CPU %").unwrap();
         assert_eq!(cpu["args"]["process"], 150.0);
         let settings = evs.iter().find(|e| e["name"] == "settings").unwrap();

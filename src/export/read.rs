@@ -313,7 +313,9 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
             let id = e["tid"].as_u64().unwrap_or(0) as u32;
             if id != 0 {
                 let n = e["args"]["name"].as_str().unwrap_or("").into();
-                agg.push(&Event::Thread { id, name: n });
+                // Written only for a thread that had one; a trace from before roles has none.
+                let role = serde_json::from_value(e["args"]["role"].clone()).unwrap_or_default();
+                agg.push(&Event::Thread { id, name: n, role });
             }
         }
         ("C", "step") => {
@@ -605,7 +607,7 @@ mod tests {
         assert!(!capped);
         assert_eq!(s.settings.workers, 2);
         assert_eq!((s.steps, s.images), (1, 4));
-        let d = s.stages.iter().find(|x| x.stage == "decode").unwrap();
+        let d = s.stages.iter().find(|x| x.stage == Stage::Decode).unwrap();
         assert!((d.mean_ms - 1.0).abs() < 1e-9 && (d.on_cpu.unwrap() - 0.9).abs() < 1e-9);
         assert!((s.split.wait_share - 0.3).abs() < 1e-9);
         assert!((s.epochs[0].loss - 1.5).abs() < 1e-6);

@@ -165,7 +165,7 @@ pub fn stage_rows(s: &Summary) -> Vec<Row> {
         rows.push(Row::heading("inside compute: share of compute"));
         for x in inner {
             let share = (x.mean_ms / c).min(1.0);
-            rows.push(Row::bar(&x.stage, share, "pp-inner", format!("{} · {}", pct(share), ms(x.mean_ms))));
+            rows.push(Row::bar(x.stage.name(), share, "pp-inner", format!("{} · {}", pct(share), ms(x.mean_ms))));
         }
     }
     let loader: Vec<_> = Stage::ALL.iter().filter(|st| st.is_loader()).filter_map(|st| stage(*st)).collect();
@@ -174,7 +174,7 @@ pub fn stage_rows(s: &Summary) -> Vec<Row> {
         rows.push(Row::heading("loader: share of the loader's work"));
         for x in loader {
             let share = x.total_ms / loader_ms;
-            rows.push(Row::bar(&x.stage, share, "pp-loader", format!("{} · {}", pct(share), ms(x.mean_ms))));
+            rows.push(Row::bar(x.stage.name(), share, "pp-loader", format!("{} · {}", pct(share), ms(x.mean_ms))));
         }
     }
     if let Some(v) = s.validation_share() {

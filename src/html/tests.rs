@@ -10,7 +10,7 @@ const HOSTILE: &str = "<script>alert('x')</script> & \"q\" \u{1b}[2J";
 
 fn stage(name: &str, count: u64, mean_ms: f64, on_cpu: Option<f64>) -> StageSummary {
     StageSummary {
-        stage: name.into(),
+        stage: probes::Stage::from_name(name).unwrap(),
         count,
         total_ms: mean_ms * count as f64,
         mean_ms,

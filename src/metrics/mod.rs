@@ -172,10 +172,9 @@ pub fn render(s: &Scrape) -> String {
     let per_stage = |f: &dyn Fn(&crate::aggregate::StageSummary) -> Option<f64>| -> Vec<(Labels, f64)> {
         rows.iter()
             .flat_map(|r| {
-                r.stages
-                    .iter()
-                    .filter(|x| x.count > 0)
-                    .filter_map(|x| f(x).map(|v| (vec![("rank", r.rank.clone()), ("stage", x.stage.clone())], v)))
+                r.stages.iter().filter(|x| x.count > 0).filter_map(|x| {
+                    f(x).map(|v| (vec![("rank", r.rank.clone()), ("stage", x.stage.name().to_string())], v))
+                })
             })
             .collect()
     };

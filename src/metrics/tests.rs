@@ -6,7 +6,7 @@ use crate::diagnose::{Limiter, Severity, Verdict};
 
 fn stage(name: &str, p50_ms: f64, p95_ms: f64, on_cpu: Option<f64>) -> StageSummary {
     StageSummary {
-        stage: name.into(),
+        stage: probes::Stage::from_name(name).unwrap(),
         count: 10,
         total_ms: 0.0,
         mean_ms: p50_ms,

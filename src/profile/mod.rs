@@ -17,7 +17,7 @@ use crate::session::{self, Out, Running, SecondInterrupt, Session, TraceSpec};
 use crate::{config, progress, report, train};
 use anyhow::bail;
 use crossbeam_channel::Receiver;
-use probes::{Event, Probe, ProbeLayer};
+use probes::{Event, Probe, ProbeLayer, ThreadRole};
 use setup::Prepared;
 use std::thread::JoinHandle;
 use tracing_subscriber::layer::SubscriberExt;
@@ -56,7 +56,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     train::keep_freed_memory(&dev);
     // candle computes on rayon's global pool; named threads make its CPU use visible (they
     // would otherwise inherit the name of the thread that started the pool).
-    let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("compute-{i}")).build_global();
+    let _ = rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| ThreadRole::Compute(i as u32).thread_name())
+        .start_handler(|i| probes::set_thread_role(ThreadRole::Compute(i as u32)))
+        .build_global();
     let data = setup::prepare(opts, &cfg, &model)?;
     let plan = plan(opts, &cfg, &model_name, &data)?;
     let settings = setup::settings(opts, &cfg, model, &data, plan.workers, plan.cores, plan.params);
@@ -286,7 +289,8 @@ fn spawn_trainer(
     let hooks =
         train::Hooks { panic_at_step: opts.panic_at_step, slow: opts.slow.clone(), auto_workers: plan.auto_workers };
     let (probe, cfg, done, stop) = (running.probe().clone(), cfg.clone(), running.done(), running.stop());
-    Ok(std::thread::Builder::new().name("train".into()).spawn(move || {
+    Ok(std::thread::Builder::new().name(ThreadRole::Train.thread_name()).spawn(move || {
+        probes::set_thread_role(ThreadRole::Train);
         let result = (|| {
             let mut loader = crate::data::Loader::start(samples, loader_cfg, probe.clone())?;
             let outcome = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, stop.flag(), &hooks)?;

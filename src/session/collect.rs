@@ -69,9 +69,9 @@ pub fn collect(
     // The views' last look includes the final steps.
     publish_snapshot(&mut agg, latest, dropped);
     // Thread names whose events were dropped on a full channel are still in the registry.
-    for (id, name) in probes::thread_names() {
+    for (id, name, role) in probes::layer::threads() {
         if !agg.has_thread(id) {
-            let ev = Event::Thread { id, name: name.into_boxed_str() };
+            let ev = Event::Thread { id, name: name.into_boxed_str(), role };
             export(&ev, &mut exporters);
             agg.push(&ev);
         }

@@ -15,6 +15,7 @@ use super::wire::{self, Frame, Hello, WireError, WireEvent};
 use super::{io, AttachError};
 use crate::event::Event;
 use crate::probe::{Probe, Spares};
+use crate::role::ThreadRole;
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -185,8 +186,8 @@ struct Writer {
     lost: u64,
     /// Drops and losses told to the run so far.
     told: u64,
-    /// The threads' names sent so far (sent again on a new connection).
-    names: HashMap<u32, String>,
+    /// The threads' names and roles sent so far (sent again on a new connection).
+    names: HashMap<u32, (String, ThreadRole)>,
     /// When the last connection was tried.
     last_try: Instant,
 }
@@ -239,8 +240,8 @@ impl Writer {
                 (bytes, n)
             }
             ev => {
-                if let Event::Thread { id, name } = &ev {
-                    self.names.insert(*id, name.to_string());
+                if let Event::Thread { id, name, role } = &ev {
+                    self.names.insert(*id, (name.to_string(), *role));
                 }
                 match Frame::from_event(&ev) {
                     Some(f) => (wire::encode(&f), 1),
@@ -310,8 +311,8 @@ impl Writer {
                 let names: Vec<Vec<u8>> = self
                     .names
                     .iter()
-                    .filter_map(|(&id, name)| {
-                        wire::encode(&Frame::Event(WireEvent::Thread { id, name: name.clone() })).ok()
+                    .filter_map(|(&id, (name, role))| {
+                        wire::encode(&Frame::Event(WireEvent::Thread { id, name: name.clone(), role: *role })).ok()
                     })
                     .collect();
                 for b in names.iter().rev() {
@@ -423,7 +424,10 @@ struct Threads {
 }
 
 impl Threads {
-    fn id(&mut self, theirs: u32, name: Option<&str>, probe: &Probe) -> u32 {
+    /// Our id for the producer's thread `theirs`, announced with its name and role when it
+    /// is `named` (else with a placeholder under the producer's label).
+    fn id(&mut self, theirs: u32, named: Option<(&str, ThreadRole)>, probe: &Probe) -> u32 {
+        let name = named.map(|(n, _)| n);
         // A thread is registered at most twice: once when first seen, once more when its
         // name comes after its spans. Re-sent Thread frames must not grow the registry.
         if let Some(&(ours, named)) = self.map.get(&theirs) {
@@ -434,21 +438,22 @@ impl Threads {
         if self.map.len() >= MAX_PRODUCER_THREADS && !self.map.contains_key(&theirs) {
             let label = &self.label;
             let rank = self.rank;
-            return *self.overflow.get_or_insert_with(|| announce(probe, &format!("{label} (other threads)"), rank));
+            let other = format!("{label} (other threads)");
+            return *self.overflow.get_or_insert_with(|| announce(probe, &other, ThreadRole::Other, rank));
         }
         let full = match name {
             Some(n) => n.chars().take(MAX_THREAD_NAME).collect(),
             None => format!("{} thread-{theirs}", self.label),
         };
-        let ours = announce(probe, &full, self.rank);
+        let ours = announce(probe, &full, named.map(|(_, r)| r).unwrap_or_default(), self.rank);
         self.map.insert(theirs, (ours, name.is_some()));
         ours
     }
 }
 
-fn announce(probe: &Probe, name: &str, rank: Option<crate::Rank>) -> u32 {
-    let id = crate::layer::register_thread(name);
-    send(probe, rank, Event::Thread { id, name: name.into() });
+fn announce(probe: &Probe, name: &str, role: ThreadRole, rank: Option<crate::Rank>) -> u32 {
+    let id = crate::layer::register_thread(name, role);
+    send(probe, rank, Event::Thread { id, name: name.into(), role });
     id
 }
 
@@ -510,8 +515,8 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
                 spans += v.len() as u64;
                 send(probe, rank, Event::Spans(v));
             }
-            Ok(Frame::Event(WireEvent::Thread { id, name })) => {
-                threads.id(id, Some(&name), probe);
+            Ok(Frame::Event(WireEvent::Thread { id, name, role })) => {
+                threads.id(id, Some((&name, role)), probe);
             }
             Ok(Frame::Event(WireEvent::Step(s))) => send(probe, rank, Event::Step(s)),
             Ok(Frame::Event(WireEvent::Skipped { path, reason })) => {
@@ -543,6 +548,7 @@ fn empty_hello() -> Hello {
         program: String::new(),
         settings: serde_json::Value::Null,
         threads: vec![],
+        roles: vec![],
         rank: None,
         dropped: 0,
     }
@@ -576,6 +582,7 @@ mod tests {
             program: "worker-0".into(),
             settings: serde_json::Value::Null,
             threads: vec![],
+            roles: vec![],
             rank: None,
             dropped: 0,
         })
@@ -589,7 +596,7 @@ mod tests {
         let (mut names, mut spans) = (Vec::new(), Vec::new());
         for ev in rx.try_iter() {
             match ev {
-                Event::Thread { id, name } => names.push((id, name.to_string())),
+                Event::Thread { id, name, .. } => names.push((id, name.to_string())),
                 Event::Spans(v) => spans.extend(v),
                 _ => {}
             }
@@ -602,7 +609,7 @@ mod tests {
         let (probe, rx) = Probe::new(64);
         let bytes = stream(&[
             hello(),
-            Frame::Event(WireEvent::Thread { id: 1, name: "worker-0".into() }),
+            Frame::Event(WireEvent::Thread { id: 1, name: "worker-0".into(), role: ThreadRole::loader(0) }),
             Frame::Spans(vec![span(1), span(1)]),
             // A thread whose name never arrived still gets an id, labelled by its process.
             Frame::Spans(vec![span(9)]),
@@ -620,6 +627,10 @@ mod tests {
         assert_ne!(names[0].0, names[1].0);
         let registry = crate::layer::thread_names();
         assert!(names.iter().all(|n| registry.contains(n)), "{registry:?}");
+        // The role travels with the name, into the registry too; a placeholder has none.
+        let roles = crate::layer::thread_roles();
+        assert!(roles.contains(&(names[0].0, ThreadRole::loader(0))), "{roles:?}");
+        assert!(!roles.iter().any(|(id, _)| *id == names[1].0), "{roles:?}");
     }
 
     #[test]
@@ -650,7 +661,8 @@ mod tests {
         let mut frames = vec![hello(), Frame::Spans(vec![span(1)])];
         // The name after the spans: one rename. Then the same frame a thousand times.
         let long = "w".repeat(10 * MAX_THREAD_NAME);
-        frames.extend((0..1000).map(|_| Frame::Event(WireEvent::Thread { id: 1, name: long.clone() })));
+        let named = || Frame::Event(WireEvent::Thread { id: 1, name: long.clone(), role: ThreadRole::Other });
+        frames.extend((0..1000).map(|_| named()));
         frames.push(Frame::Spans(vec![span(1)]));
         frames.push(Frame::End(Default::default()));
         let r = relay(&mut &stream(&frames)[..], &probe);
@@ -680,7 +692,7 @@ mod tests {
         };
         let bytes = stream(&[
             Frame::Hello(h),
-            Frame::Event(WireEvent::Thread { id: 1, name: "rank 1".into() }),
+            Frame::Event(WireEvent::Thread { id: 1, name: "rank 1".into(), role: ThreadRole::Train }),
             Frame::Spans(vec![span(1)]),
             Frame::Event(WireEvent::Step(step)),
             Frame::End(Default::default()),

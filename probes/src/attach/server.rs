@@ -124,6 +124,7 @@ fn view(
 ) {
     let Some(mut hello) = hello else { return };
     hello.threads = crate::layer::thread_names();
+    hello.roles = crate::layer::thread_roles();
     let hello = match wire::encode(&Frame::Hello(hello)) {
         Ok(h) => h,
         Err(e) => {

@@ -8,12 +8,17 @@
 //! length counting the tag. Span batches are binary (53 bytes per span); the rare events
 //! (threads, steps, samples, skipped files) are JSON.
 //!
+//! [`VERSION`] changes when a frame stops reading as before; a field added to a JSON frame is
+//! optional (`serde(default)`, left out when it says nothing), so peers of the same version
+//! read each other's frames with or without it (a thread's [`ThreadRole`] travels that way).
+//!
 //! A producer (a worker process of the profiled program) opens with [`PRODUCER_MAGIC`]
 //! instead, sends its own [`Frame::Hello`], then the same frames client → server; the server
 //! relays them into its run (see [`super::producer`]).
 
 use crate::event::{Event, SpanRecord};
-use crate::sampler::{GpuSample, HostSample};
+use crate::role::ThreadRole;
+use crate::sample::{GpuSample, HostSample};
 use crate::stage::Stage;
 use crate::StepRecord;
 use serde::{Deserialize, Serialize};
@@ -93,6 +98,9 @@ pub struct Hello {
     pub settings: serde_json::Value,
     /// Threads that have sent spans so far: (probes thread id, name).
     pub threads: Vec<(u32, String)>,
+    /// The roles of those of `threads` that have one (not [`ThreadRole::Other`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<(u32, ThreadRole)>,
     /// The process's rank in a distributed run (from `RANK`/`WORLD_SIZE`/`LOCAL_RANK`), if any:
     /// a relay counts a ranked producer's events for its rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,9 +125,19 @@ impl Hello {
             program,
             settings,
             threads: Vec::new(),
+            roles: Vec::new(),
             rank: crate::Rank::from_env(),
             dropped: 0,
         }
+    }
+
+    /// Its threads as the events that announce them, each with its role.
+    pub fn thread_events(&self) -> Vec<Event> {
+        let role = |id: u32| self.roles.iter().find(|(i, _)| *i == id).map(|(_, r)| *r).unwrap_or_default();
+        self.threads
+            .iter()
+            .map(|(id, name)| Event::Thread { id: *id, name: name.clone().into_boxed_str(), role: role(*id) })
+            .collect()
     }
 }
 
@@ -144,12 +162,15 @@ pub struct ServerStats {
 /// The events other than span batches, as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WireEvent {
-    /// A thread's name.
+    /// A thread's name and role.
     Thread {
         /// Probes thread id.
         id: u32,
         /// Name.
         name: String,
+        /// Role; left out for [`ThreadRole::Other`] (and read as it when absent).
+        #[serde(default, skip_serializing_if = "ThreadRole::is_other")]
+        role: ThreadRole,
     },
     /// A training step.
     Step(StepRecord),
@@ -189,7 +210,9 @@ impl Frame {
         Some(match ev {
             Event::Span(s) => Frame::Spans(vec![*s]),
             Event::Spans(v) => Frame::Spans(v.clone()),
-            Event::Thread { id, name } => Frame::Event(WireEvent::Thread { id: *id, name: name.to_string() }),
+            Event::Thread { id, name, role } => {
+                Frame::Event(WireEvent::Thread { id: *id, name: name.to_string(), role: *role })
+            }
             Event::Step(s) => Frame::Event(WireEvent::Step(*s)),
             Event::Skipped { path, reason } => {
                 Frame::Event(WireEvent::Skipped { path: path.to_string(), reason: reason.to_string() })
@@ -210,7 +233,9 @@ impl Frame {
     pub fn into_event(self) -> Option<Event> {
         Some(match self {
             Frame::Spans(v) => Event::Spans(v),
-            Frame::Event(WireEvent::Thread { id, name }) => Event::Thread { id, name: name.into_boxed_str() },
+            Frame::Event(WireEvent::Thread { id, name, role }) => {
+                Event::Thread { id, name: name.into_boxed_str(), role }
+            }
             Frame::Event(WireEvent::Step(s)) => Event::Step(s),
             Frame::Event(WireEvent::Skipped { path, reason }) => {
                 Event::Skipped { path: path.into_boxed_str(), reason: reason.into_boxed_str() }
@@ -437,12 +462,14 @@ mod tests {
                 pid: 42,
                 program: "train".into(),
                 settings: serde_json::json!({"workers": 2}),
-                threads: vec![(1, "loader-0".into())],
+                threads: vec![(1, "loader-0".into()), (2, "pool".into())],
+                roles: vec![(1, ThreadRole::loader(0))],
                 rank: Some(crate::Rank { rank: 1, local_rank: 1, world_size: 2 }),
                 dropped: 7,
             }),
             Frame::Spans((0..64).map(span).collect()),
-            Frame::Event(WireEvent::Thread { id: 3, name: "train".into() }),
+            Frame::Event(WireEvent::Thread { id: 3, name: "train".into(), role: ThreadRole::Train }),
+            Frame::Event(WireEvent::Thread { id: 4, name: "pool".into(), role: ThreadRole::Other }),
             Frame::Event(WireEvent::Host(HostSample { t_ns: 5, process_cpu_pct: 150.0, ..Default::default() })),
             Frame::End(ServerStats {
                 events_dropped: 1,
@@ -456,6 +483,48 @@ mod tests {
             let bytes = encode(&f).unwrap();
             assert_eq!(read_frame(&mut &bytes[..]), Ok(f));
         }
+    }
+
+    #[test]
+    fn a_threads_role_travels_once_with_its_name_and_frames_without_one_still_read() {
+        let frame = |json: &str| {
+            let mut b = ((json.len() + 1) as u32).to_le_bytes().to_vec();
+            b.push(TAG_EVENT);
+            b.extend(json.as_bytes());
+            read_frame(&mut &b[..])
+        };
+        // A peer that sends no role (an older producer, a thread without one): Other.
+        let old = frame(r#"{"Thread":{"id":3,"name":"loader-0"}}"#);
+        let want = WireEvent::Thread { id: 3, name: "loader-0".into(), role: ThreadRole::Other };
+        assert_eq!(old, Ok(Frame::Event(want)));
+        let typed = frame(r#"{"Thread":{"id":3,"name":"loader-0.2","role":{"loader":{"worker":0,"generation":2}}}}"#);
+        let want = WireEvent::Thread {
+            id: 3,
+            name: "loader-0.2".into(),
+            role: ThreadRole::Loader { worker: 0, generation: 2 },
+        };
+        assert_eq!(typed, Ok(Frame::Event(want)));
+        // Other is left out: such a thread's frame is the bytes it was before roles.
+        let bytes =
+            encode(&Frame::Event(WireEvent::Thread { id: 1, name: "t".into(), role: ThreadRole::Other })).unwrap();
+        assert_eq!(&bytes[5..], br#"{"Thread":{"id":1,"name":"t"}}"#);
+        // A hello's threads come back as their announcements, roles included.
+        let hello = Hello {
+            threads: vec![(1, "train".into()), (2, "pool".into())],
+            roles: vec![(1, ThreadRole::Train)],
+            ..Hello::this_process("p".into(), serde_json::Value::Null)
+        };
+        let events = hello.thread_events();
+        assert_eq!(
+            events,
+            [
+                Event::Thread { id: 1, name: "train".into(), role: ThreadRole::Train },
+                Event::Thread { id: 2, name: "pool".into(), role: ThreadRole::Other },
+            ]
+        );
+        let back: Hello =
+            serde_json::from_str(r#"{"version":4,"pid":1,"program":"p","settings":null,"threads":[]}"#).unwrap();
+        assert!(back.roles.is_empty(), "a hello without roles still reads");
     }
 
     #[test]
@@ -488,9 +557,10 @@ mod tests {
 
     #[test]
     fn a_frame_longer_than_the_reader_accepts_is_not_encoded() {
-        let long = Frame::Event(WireEvent::Thread { id: 1, name: "x".repeat(MAX_FRAME) });
+        let long = Frame::Event(WireEvent::Thread { id: 1, name: "x".repeat(MAX_FRAME), role: ThreadRole::Other });
         assert!(matches!(encode(&long), Err(WireError::Length(n)) if n > MAX_FRAME));
-        let fits = Frame::Event(WireEvent::Thread { id: 1, name: "x".repeat(MAX_FRAME - 100) });
+        let fits =
+            Frame::Event(WireEvent::Thread { id: 1, name: "x".repeat(MAX_FRAME - 100), role: ThreadRole::Other });
         let bytes = encode(&fits).unwrap();
         assert_eq!(read_frame(&mut &bytes[..]), Ok(fits));
     }

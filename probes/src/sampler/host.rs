@@ -612,7 +612,10 @@ impl HostSampler {
             // The run-queue wait of the run's own threads, whatever their spans cover.
             let sched_ns =
                 std::fs::read(format!("{dir}/{tid}/schedstat")).ok().and_then(|t| clock::parse_schedstat(&t));
-            out.push(ThreadCpu { tid, name: st.comm, cpu_pct: cpu_pct(prev, cpu_ns, dt_ns), cpu_ns, sched_ns });
+            // The role given where the thread was made: known for this process's own threads.
+            let role = if self.own { crate::role::os_thread_role(tid) } else { Default::default() };
+            let cpu_pct = cpu_pct(prev, cpu_ns, dt_ns);
+            out.push(ThreadCpu { tid, name: st.comm, cpu_pct, cpu_ns, sched_ns, role });
             seen.insert(tid, cpu_ns);
         }
         self.prev_threads = seen;

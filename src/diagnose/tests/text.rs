@@ -59,6 +59,7 @@ fn scenarios() -> Vec<(&'static str, B)> {
     let hot_threads = |s: &mut Summary| {
         let t = |name: &str, cpu_ms_per_step: f64| ThreadSummary {
             name: name.into(),
+            role: role_named(name),
             samples: 10,
             cpu_mean_pct: 2.0,
             sched_cpu_ns: Some((cpu_ms_per_step * 1e6 * 50.0) as u64),
@@ -208,7 +209,7 @@ fn scenarios() -> Vec<(&'static str, B)> {
         (
             "preempted reads, slow compute steps",
             with(preempted_reads(), |s| {
-                if let Some(c) = s.stages.iter_mut().find(|s| s.stage == "compute") {
+                if let Some(c) = s.stages.iter_mut().find(|s| s.stage == Stage::Compute) {
                     c.p95_ms = 40.0;
                 }
             }),
@@ -319,7 +320,7 @@ fn scenarios() -> Vec<(&'static str, B)> {
             "preempted reads, slow compute steps, model off",
             with(preempted_reads(), |s| {
                 s.images_per_s *= 1.5;
-                if let Some(c) = s.stages.iter_mut().find(|s| s.stage == "compute") {
+                if let Some(c) = s.stages.iter_mut().find(|s| s.stage == Stage::Compute) {
                     c.p95_ms = 40.0;
                 }
             }),
@@ -327,7 +328,7 @@ fn scenarios() -> Vec<(&'static str, B)> {
         (
             "transfer bound, bytes counted",
             with(transfer_bound(), |s| {
-                if let Some(t) = s.stages.iter_mut().find(|s| s.stage == "transfer") {
+                if let Some(t) = s.stages.iter_mut().find(|s| s.stage == Stage::Transfer) {
                     t.bytes = 50 * 3 * 64 * 64 * 32 * 4;
                 }
             }),

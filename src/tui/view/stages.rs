@@ -12,7 +12,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 /// Stages drawn indented: they run inside `compute`.
-const SUB_STAGES: [&str; 3] = ["forward", "backward", "optimizer"];
+const SUB_STAGES: [Stage; 3] = [Stage::Forward, Stage::Backward, Stage::Optimizer];
 /// Screens this wide also get p50 and max.
 const WIDE: u16 = 110;
 
@@ -37,13 +37,9 @@ fn thread_rows(s: &Summary) -> &[crate::aggregate::LoaderThread] {
     &s.loader_threads[..s.loader_threads.len().min(THREADS_SHOWN)]
 }
 
-fn is_loader(name: &str) -> bool {
-    Stage::from_name(name).is_some_and(|s| s.is_loader())
-}
-
 /// The stage's share: of worker time for loader stages, of the training loop for the others.
 fn share(s: &Summary, x: &StageSummary) -> f64 {
-    if is_loader(&x.stage) {
+    if x.stage.is_loader() {
         let worker_ms = s.settings.workers.max(1) as f64 * s.elapsed_s * 1000.0;
         if worker_ms > 0.0 {
             x.total_ms / worker_ms
@@ -54,7 +50,7 @@ fn share(s: &Summary, x: &StageSummary) -> f64 {
         let loop_ms: f64 = s
             .stages
             .iter()
-            .filter(|y| matches!(y.stage.as_str(), "wait" | "transfer" | "compute"))
+            .filter(|y| matches!(y.stage, Stage::Wait | Stage::Transfer | Stage::Compute))
             .map(|y| y.total_ms)
             .sum();
         if loop_ms > 0.0 {
@@ -137,9 +133,9 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
     header.push(right("per s".into()));
 
     let rows = s.stages.iter().map(|x| {
-        let sub = SUB_STAGES.contains(&x.stage.as_str());
-        let name = if sub { format!("  {}", x.stage) } else { x.stage.clone() };
-        let name_style = if is_loader(&x.stage) { Style::default().fg(Color::Blue) } else { Style::default() };
+        let sub = SUB_STAGES.contains(&x.stage);
+        let name = if sub { format!("  {}", x.stage) } else { x.stage.to_string() };
+        let name_style = if x.stage.is_loader() { Style::default().fg(Color::Blue) } else { Style::default() };
         let mut cells =
             vec![Cell::from(Span::styled(name, name_style)), right(x.count.to_string()), right(fmt_ms(x.mean_ms))];
         if wide {
