@@ -93,7 +93,7 @@ pub fn run_line(o: &mut String, s: &Summary) {
     let mut facts = vec![];
     let program = if st.framework.is_empty() { "model" } else { "program" };
     let framework = if st.framework.is_empty() { String::new() } else { format!(" ({})", st.framework) };
-    facts.push(format!("{program} {}{framework}", report::or_dash(&st.model)));
+    facts.push(format!("{program} {}{framework}", report::or_dash(&st.model.name())));
     facts.push(format!("data {}", report::data_facts(st)));
     facts.push(format!("{} loader worker{}", st.workers, if st.workers == 1 { "" } else { "s" }));
     facts.push(format!("batch {}", report::known(st.batch_size)));

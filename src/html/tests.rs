@@ -85,7 +85,7 @@ fn fixture() -> Diagnosed {
         images_per_s: 768.0,
         ..Default::default()
     };
-    s.settings.model = format!("train{HOSTILE}.py");
+    s.settings.model = format!("train{HOSTILE}.py").into();
     s.settings.framework = "pytorch".into();
     s.settings.device = "cuda:0".into();
     s.settings.data = "/data/cats & dogs/<train>".into();
