@@ -21,11 +21,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     run_other(command).map(|()| 0)
 }
 
-/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well. The
-/// re-runs need the run's summary: written to a temporary file when `--summary` was not given.
+/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well, judged
+/// on the run's own summary and verdict.
 fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
     if !a.check_advice {
-        return run_cmd::run(&run_options(a));
+        return run_cmd::run(&run_options(a)).map(|ran| ran.code);
     }
     if let Some(why) = check_run::stdin_refusal() {
         anyhow::bail!(why);
@@ -36,34 +36,14 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
     };
-    let mut opts = run_options(a);
-    // The summary the re-runs need, when not asked for: in a private folder of its own (a
-    // random name, 0700), never at a name in the shared temp folder another user could take.
-    let own = opts
-        .summary
-        .is_none()
-        .then(|| check_advice::TempDir::private("pipeprof-run"))
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
-    let summary = match &own {
-        Some(d) => d.path().join("summary.json"),
-        None => opts.summary.clone().unwrap_or_default(),
-    };
-    opts.summary = Some(summary.clone());
-    let code = run_cmd::run(&opts);
-    let read = std::fs::read(&summary);
-    drop(own);
-    let code = code?;
-    if code != 0 || crate::signal::stopping() {
+    let ran = run_cmd::run(&run_options(a))?;
+    if ran.code != 0 || crate::signal::stopping() {
+        let code = ran.code;
         crate::progress::out(&format!("\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"));
         return Ok(code);
     }
-    let text = read.map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let s: crate::aggregate::Summary = serde_json::from_slice(&text)
-        .map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let verdict = crate::diagnose::diagnose_finished(&s);
-    check_run::run(&check, &s, &verdict);
-    Ok(code)
+    check_run::run(&check, &ran.done.summary, &ran.done.verdict());
+    Ok(ran.code)
 }
 
 /// The files a command will write, by flag (`report`'s `-`, stdout, is no file).
@@ -127,7 +107,6 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
     run_cmd::Options {
         command: a.command,
         once: a.once,
-        summary_asked: a.summary.is_some(),
         summary: a.summary,
         trace: a.trace,
         html: a.html,
@@ -155,8 +134,7 @@ fn profile(a: ProfileArgs) -> anyhow::Result<()> {
     let opts = profile_options(a);
     let run = profile::run(&opts)?;
     if opts.check_advice && !run.interrupted {
-        let s = &run.done.summary;
-        check_advice::run(opts.model.as_deref(), opts.steps, &run.data, s, &run.done.verdict());
+        check_advice::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
     }
     Ok(())
 }
@@ -222,8 +200,6 @@ fn cache_options(a: CacheArgs) -> cache::CacheOptions {
 }
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
-    // Past a million images per class the demo writes for hours: refuse before writing.
-    crate::limits::in_range("--per-class", a.per_class, 1, 1_000_000).map_err(anyhow::Error::msg)?;
     let spec = crate::data::demo::DemoSpec {
         classes: a.classes,
         per_class: a.per_class,
@@ -234,4 +210,76 @@ fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
     let n = spec.write(&a.dir).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.dir.display()))?;
     crate::progress::out(&format!("wrote {n} images in {} classes to {}\n", spec.classes, a.dir.display()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn profile_args(args: &[std::ffi::OsString]) -> Result<profile::Options, String> {
+        let argv = std::iter::once("pipeprof".into()).chain(args.iter().cloned());
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.command {
+            Some(Command::Profile(a)) => Ok(profile_options(*a)),
+            _ => Err("not profile".into()),
+        }
+    }
+
+    #[test]
+    fn options_written_as_flags_read_back_as_the_same_options() {
+        use crate::data::simulate::{parse_slow, parse_throttle};
+        let o = profile::Options {
+            model: Some("m.toml".into()),
+            data: Some("imgs dir".into()),
+            val_data: Some("val".into()),
+            epochs: Some(3),
+            steps: Some(40),
+            batch_size: Some(128),
+            workers: Some(crate::config::Workers::Auto),
+            prefetch: Some(6),
+            seed: Some(7),
+            device: "cuda:1".into(),
+            summary: Some("s.json".into()),
+            trace: Some("t.json".into()),
+            trace_level: crate::export::chrome::TraceLevel::Stage,
+            sample_hz: 2.5,
+            no_gpu: true,
+            throttle_read: Some(parse_throttle("1.5MB/s+20ms").unwrap()),
+            slow: vec![parse_slow("decode=+1ms").unwrap(), parse_slow("read=+0.25ms").unwrap()],
+            panic_at_step: Some(5),
+            panic_in_loader_at_step: Some(6),
+            no_tui: true,
+            check_advice: true,
+            channel_capacity: 17,
+            stall_after: Some(0.5),
+            metrics_listen: Some("0.0.0.0:0".into()),
+            metrics_allow_remote: true,
+        };
+        assert_eq!(profile_args(&o.to_args()), Ok(o));
+        let d = profile::Options::default();
+        assert_eq!(profile_args(&d.to_args()), Ok(d));
+    }
+
+    #[test]
+    fn counts_out_of_range_are_refused_by_the_command_line_naming_the_flag() {
+        for (flag, bad) in [
+            ("--steps", "0"),
+            ("--batch-size", "0"),
+            ("--batch-size", "65537"),
+            ("--prefetch", "0"),
+            ("--prefetch", "1099511627776"),
+            ("--epochs", "0"),
+            ("--workers", "4294967296"),
+            ("--workers", "0"),
+            ("--channel-capacity", "0"),
+            ("--channel-capacity", "16777217"),
+        ] {
+            let e = profile_args(&["profile".into(), flag.into(), bad.into()]).expect_err(flag);
+            assert!(e.contains(&format!("invalid value '{bad}' for '{flag}")), "{flag} {bad}: {e}");
+        }
+        let most = profile_args(&["profile".into(), "--batch-size".into(), "65536".into()]);
+        assert!(most.is_ok(), "{most:?}");
+        let e = Cli::try_parse_from(["pipeprof", "demo-data", "d", "--per-class", "1000001"]).unwrap_err();
+        assert!(e.to_string().contains("--per-class"), "{e}");
+    }
 }

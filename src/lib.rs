@@ -4,7 +4,7 @@
 //! probes (its own crate) → [`aggregate`] → [`diagnose`] → views ([`report`], [`tui`],
 //! [`export`], then [`html`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
 //! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
-//! [`session`] (the collector), [`progress`], [`signal`] and [`units`].
+//! [`session`] (the one run pipeline), [`progress`], [`signal`], [`flags`] and [`units`].
 
 pub mod aggregate;
 pub mod attach;
@@ -17,6 +17,7 @@ pub mod config;
 pub mod data;
 pub mod diagnose;
 pub mod export;
+pub mod flags;
 pub mod html;
 pub mod limits;
 pub mod metrics;

@@ -10,6 +10,8 @@ pub const MAX_WORKERS: usize = 1024;
 pub const MAX_PREFETCH: usize = 4096;
 /// Most epochs.
 pub const MAX_EPOCHS: usize = 1_000_000;
+/// Most images per class `demo-data` writes: past a million it writes for hours.
+pub const MAX_PER_CLASS: usize = 1_000_000;
 
 /// `v` in `lo..=hi`, or a message naming `what` and the range.
 pub fn in_range(what: &str, v: usize, lo: usize, hi: usize) -> Result<(), String> {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Layers, bottom first. Modules in one layer may not use each other.
 const LAYERS: &[&[&str]] = &[
-    &["units", "signal", "limits", "model_source"],
+    &["units", "signal", "limits", "model_source", "flags"],
     &["config", "aggregate"],
     &["data", "diagnose", "progress"],
     &["train", "cache"],

@@ -134,9 +134,20 @@ def test_a_graph_without_circles_has_none(tmp_path):
     assert circles(import_graph(root)) == []
 
 
+# The package's notebook entry points (`pipeprof.profile`, `pipeprof.last`,
+# `load_ipython_extension`, which `%load_ext pipeprof` needs on the package itself) import
+# their module when called, never at import. They are the one exception, named here; the
+# fix that removes it is a core module (`_api`) that the hook modules import instead of the
+# package, so that the package is a facade nothing inside imports.
+LAZY_ENTRY_POINTS = {("pipeprof", "pipeprof._profile"), ("pipeprof", "pipeprof.notebook")}
+
+
 def test_no_import_circles_in_pipeprof():
     graph = import_graph(PACKAGE)
     # The graph is read, not empty: the start-up hook's own imports are in it.
     assert "pipeprof._torch_loop" in graph.get("pipeprof._auto", ()), graph
+    for a, b in LAZY_ENTRY_POINTS:
+        assert b in graph.get(a, ()), (a, b, "no longer imported: drop it from LAZY_ENTRY_POINTS")
+        graph[a] = graph[a] - {b}
     found = circles(graph)
     assert found == [], "import circles: " + "; ".join(" → ".join(c + (c[0],)) for c in found)

@@ -1,10 +1,12 @@
 //! Advice: one typed [`Change`] per action, its predicted gain from the [`super::model`], and
-//! the sentence saying why. The command line a change stands for is [`Change::command`].
+//! the sentence saying why. The command line a change stands for is [`Change::command`], its
+//! flags spelled by [`crate::flags`].
 
 use super::classify::{Facts, OverheadWhy};
 use super::model::{per_s, Pipeline, LOCAL_READ_MS};
 use super::thresholds::*;
 use super::{Advice, Basis, Change, Flag, Limiter};
+use crate::flags;
 use crate::units::{ms_spaced as ms, pct, rate};
 use probes::stage::Stage;
 
@@ -44,13 +46,16 @@ impl Change {
     /// The command line or flag that makes this change, when pipeprof has one.
     pub fn command(&self) -> Option<String> {
         match self {
-            Change::Workers(n) => Some(format!("--workers {n}")),
-            Change::BatchSize(n) => Some(format!("--batch-size {n}")),
-            Change::Prefetch(n) => Some(format!("--prefetch {n}")),
-            Change::Cache { model, data } => {
-                Some(format!("pipeprof cache --model {model} --data {data} --out {CACHE_FILE}"))
-            }
-            Change::UseDevice(d) => Some(format!("--device {d}")),
+            Change::Workers(n) => Some(flags::with_value(flags::WORKERS, n)),
+            Change::BatchSize(n) => Some(flags::with_value(flags::BATCH_SIZE, n)),
+            Change::Prefetch(n) => Some(flags::with_value(flags::PREFETCH, n)),
+            Change::Cache { model, data } => Some(format!(
+                "pipeprof cache {} {} {}",
+                flags::with_value(flags::MODEL, model),
+                flags::with_value(flags::DATA, data),
+                flags::with_value(flags::OUT, CACHE_FILE)
+            )),
+            Change::UseDevice(d) => Some(flags::with_value(flags::DEVICE, d)),
             Change::CopyLocal
             | Change::PackOwnLoader
             | Change::FreeCores
