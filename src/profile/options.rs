@@ -127,6 +127,7 @@ impl Options {
         a.value(f::DEVICE, (self.device != d.device).then(|| self.device.clone()));
         a.value(f::SUMMARY, self.summary.clone());
         a.value(f::TRACE, self.trace.clone());
+        a.value(f::HTML, self.html.clone());
         let level = match self.trace_level {
             TraceLevel::Stage => "stage",
             TraceLevel::Sample => "sample",
