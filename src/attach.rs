@@ -26,6 +26,8 @@ pub struct Options {
     pub duration: Option<f64>,
     pub summary: Option<PathBuf>,
     pub trace: Option<PathBuf>,
+    /// `--html`: the report as an HTML page, written when the attachment ends.
+    pub html: Option<PathBuf>,
     /// List the runs that can be attached to, and exit.
     pub list: bool,
     pub no_tui: bool,
@@ -442,6 +444,7 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     let mut session = Session::new(watched.settings.clone(), SecondInterrupt::EndsTheRun)
         .trace(trace)?
         .summary(args.summary.clone())
+        .html(args.html.clone())
         .metrics(metrics)
         .no_tui(args.once || args.no_tui);
     watched.prime(session.aggregate());

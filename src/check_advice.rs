@@ -84,8 +84,8 @@ pub fn moves_off_slow_storage(change: Option<&Change>) -> bool {
 
 /// The options of a follow-up run: the parent's, with `change` made (the data from `cache`
 /// for the packed cache or the local copy), `steps` steps, no live view, its own summary
-/// file; never the parent's `--check-advice` (it would check advice itself), trace (it would
-/// overwrite it) or metrics port (taken). Pure.
+/// file; never the parent's `--check-advice` (it would check advice itself), trace or HTML
+/// page (it would overwrite them) or metrics port (taken). Pure.
 pub fn child_options(
     parent: &ProfileOptions,
     change: Option<&Change>,
@@ -616,6 +616,7 @@ mod tests {
             summary: Some("s.json".into()),
             check_advice: true,
             trace: Some("t.json".into()),
+            html: Some("r.html".into()),
             trace_level: crate::export::chrome::TraceLevel::Stage,
             data: Some("imgs".into()),
             slow: slowed(&["decode=+1ms", "read=+2ms"]),

@@ -78,7 +78,7 @@ pub struct ReportArgs {
     pub summary: Option<PathBuf>,
     /// Also write the report as one self-contained HTML page (verdict, tables, charts; no
     /// script, nothing fetched). `-` writes it to stdout instead of the text report.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = flags::HTML, value_name = "FILE")]
     pub html: Option<PathBuf>,
     /// Write the HTML report's body alone: one <div class="pipeprof"> carrying its own style,
     /// to show inside another page (a notebook cell). `-` writes it to stdout instead of the
@@ -197,7 +197,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Write the report as one self-contained HTML page when the program ends (charts included).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = flags::HTML, value_name = "FILE")]
     pub html: Option<PathBuf>,
     /// Host and GPU samples per second.
     #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
@@ -246,6 +246,9 @@ pub struct AttachArgs {
     /// Write a Chrome/Perfetto trace of what was seen.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Write the report as one self-contained HTML page when the attachment ends (charts included).
+    #[arg(long = flags::HTML, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// List the instrumented runs that can be attached to, and exit.
     #[arg(long)]
     pub list: bool,

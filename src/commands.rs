@@ -51,7 +51,7 @@ fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
     let (summary, trace, out, html, fragment) = match command {
         Command::Run(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Profile(a) => (&a.summary, &a.trace, None, &a.html, &None),
-        Command::Attach(a) => (&a.summary, &a.trace, None, &None, &None),
+        Command::Attach(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
         Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
         Command::DemoData(_) => (&None, &None, None, &None, &None),
@@ -68,11 +68,12 @@ fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
     named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).filter(|(f, p)| !(report && stdout(f, p))).collect()
 }
 
-/// `--html -` where stdout is the program's and the report's own (`run`, `profile`).
+/// `--html -` where stdout is the program's and the report's own (`run`, `profile`, `attach`).
 fn html_to_stdout(command: &Command) -> Option<String> {
     let html = match command {
         Command::Run(a) => &a.html,
         Command::Profile(a) => &a.html,
+        Command::Attach(a) => &a.html,
         _ => return None,
     };
     (html.as_deref() == Some(Path::new("-"))).then(|| {
@@ -178,6 +179,7 @@ fn attach_options(a: AttachArgs) -> attach::Options {
         duration: a.duration,
         summary: a.summary,
         trace: a.trace,
+        html: a.html,
         list: a.list,
         no_tui: a.no_tui,
         metrics_listen: a.metrics.metrics_listen,

@@ -18,6 +18,7 @@ pub const SEED: &str = "seed";
 pub const DEVICE: &str = "device";
 pub const SUMMARY: &str = "summary";
 pub const TRACE: &str = "trace";
+/// `profile --html`, `run --html`, `attach --html`, `report --html`.
 pub const HTML: &str = "html";
 pub const TRACE_LEVEL: &str = "trace-level";
 pub const SAMPLE_HZ: &str = "sample-hz";

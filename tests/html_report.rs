@@ -104,6 +104,8 @@ fn a_dash_writes_the_page_or_the_fragment_to_stdout_instead_of_the_text_report()
     let run = pipeprof(&["run", "--once", "--html", "-", "--", "true"]);
     assert_eq!(run.status.code(), Some(2), "{}", text(&run.stderr));
     assert!(text(&run.stderr).contains("--html -: the program's output"), "{}", text(&run.stderr));
+    let attach = pipeprof(&["attach", "--once", "--html", "-", "1"]);
+    assert_eq!(attach.status.code(), Some(2), "{}", text(&attach.stderr));
 }
 
 #[test]
@@ -211,14 +213,34 @@ fn the_page_renders_in_a_real_browser() {
 #[test]
 fn run_and_profile_write_the_page_when_they_end() {
     let dir = tempfile::tempdir().unwrap();
-    // `run` of a program that sends nothing: the page of an empty run, said at the end.
+    // `run` of a program that sends nothing: the page of an empty run, said where it is.
     let html = dir.path().join("run.html");
     let out = pipeprof(&["run", "--once", "--no-gpu", "--html", html.to_str().unwrap(), "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = format!("pipeprof: HTML report written to {}", html.display());
-    assert!(text(&out.stderr).trim_end().ends_with(&said), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&said), "{}", text(&out.stderr));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("not enough data") && page.contains("model true · data -"), "{page}");
+    assert!(!page.contains("RUN FAILED"), "{page}");
+    // A program that fails: the page says so, as the summary file does.
+    let (html, summary) = (dir.path().join("failed.html"), dir.path().join("failed.json"));
+    let out = pipeprof(&[
+        "run",
+        "--once",
+        "--no-gpu",
+        "--summary",
+        summary.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+        "--",
+        "false",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let failed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let why = failed["failed"].as_str().expect("the summary says the run failed");
+    let page = std::fs::read_to_string(&html).unwrap();
+    let said = format!("<strong>RUN FAILED:</strong> {}", pipeprof::html::escape(why));
+    assert!(page.contains(&said), "{said} not in {page}");
     // `profile` of a few steps: its stages, its timeline's charts.
     let data = dir.path().join("data");
     common::demo(&data, 2, 8, 3);

@@ -63,11 +63,10 @@ pub fn fragment(d: &Diagnosed) -> String {
 /// What the report is of: the program (or model) and the rank.
 fn title(d: &Diagnosed) -> String {
     let st = &d.summary.settings;
-    let model = st.model.name();
-    let name = crate::report::or_dash(&model);
+    let name = crate::report::or_dash(&st.model.name()).to_string();
     match d.summary.rank {
         Some(r) => format!("{name} · rank {}", r.rank),
-        None => name.to_string(),
+        None => name,
     }
 }
 

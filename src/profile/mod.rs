@@ -100,7 +100,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     // A failed run says so in the trace, before the collector closes it.
     let failed = failure_text(&outcome);
     running.close(failed.as_deref());
-    finish(&data, opts.html.as_deref(), running.finish(failed), outcome)
+    finish(&data, running.finish(failed), outcome)
 }
 
 /// The run's loader workers (and whether `auto` adjusts them), the cores, the model's size.
@@ -168,6 +168,7 @@ fn start_session(
         .capacity(opts.channel_capacity)
         .trace(trace)?
         .summary(opts.summary.clone())
+        .html(opts.html.clone())
         .metrics(metrics)
         .no_tui(opts.no_tui);
     let data_fs = probes::fsinfo::detect(&data.dir);
@@ -304,24 +305,16 @@ fn spawn_trainer(
 /// The report and the outcome's messages; the summary file was written by the session, first.
 fn finish(
     data: &Prepared,
-    html: Option<&std::path::Path>,
     fin: session::Finished,
     outcome: anyhow::Result<anyhow::Result<Trained>>,
 ) -> anyhow::Result<Finished> {
     let session::Finished { done, failed, collector_died, written } = fin;
-    // After the summary (written by the session): the page carries the run's failure too.
-    let page = html.map(|p| {
-        let mut d = done.clone();
-        d.summary.failed = d.summary.failed.take().or_else(|| failed.clone());
-        crate::html::save(p, &d, crate::html::Form::Page)
-    });
     progress::out(&report::render(&done.summary, &done.verdict()));
     if let Some(why) = &failed {
         progress::say(&format!("pipeprof: RUN FAILED: {why}"));
         progress::say("pipeprof: the report above covers the steps done before the failure");
     }
     written?;
-    page.transpose()?;
     if collector_died.is_some() {
         bail!("{}", failed.unwrap_or_default());
     }

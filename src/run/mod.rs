@@ -454,6 +454,7 @@ fn start_session(
     Session::new(settings, SecondInterrupt::EndsTheRun)
         .trace(trace)?
         .summary(opts.summary.clone())
+        .html(opts.html.clone())
         .metrics(metrics)
         .no_tui(!live)
         .start()
@@ -703,7 +704,6 @@ fn finish(
     let session::Finished { mut done, failed, collector_died, written } = fin;
     // What the program said (an exception) comes first; the exit status after it.
     done.summary.failed = failed;
-    let html = opts.html.as_ref().map(|p| crate::html::write(p, &done, crate::html::Form::Page).map(|()| p));
     if let Some((log, kept)) = log {
         print_log_tail(log, kept);
     }
@@ -735,9 +735,6 @@ fn finish(
         progress::say(&format!("pipeprof: a trace per rank written to {}", files.join(", ")));
     }
     written?;
-    if let Some(p) = html.transpose()? {
-        crate::html::say_written(p);
-    }
     match collector_died {
         Some(why) => Err(anyhow::anyhow!(why)),
         None => Ok(Ran { done, code: end.code() }),

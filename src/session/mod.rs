@@ -1,5 +1,6 @@
 //! The one run pipeline every command goes through (`profile`, `attach`, `run`): the channel
-//! and its dropped counter, the exporters (the trace, a trace per rank, the summary file), the
+//! and its dropped counter, the exporters (the trace, a trace per rank, the summary file, the
+//! HTML page), the
 //! one collector thread, `/metrics`, the view, the signals, and the order things end in.
 //!
 //! A command builds a [`Session`] from the run's settings, starts it, starts its own source of
@@ -66,6 +67,7 @@ pub struct Session {
     exporters: Vec<Box<dyn Exporter>>,
     trace: Option<(TraceGuard, Arc<OnceLock<String>>)>,
     summary: Option<SummaryFile>,
+    html: Option<PathBuf>,
     metrics: Option<crate::metrics::Listener>,
     no_tui: bool,
 }
@@ -81,6 +83,7 @@ impl Session {
             exporters: Vec::new(),
             trace: None,
             summary: None,
+            html: None,
             metrics: None,
             no_tui: false,
         }
@@ -121,6 +124,12 @@ impl Session {
         self
     }
 
+    /// Writes the report as an HTML page (`--html`) at the end, after the summary file.
+    pub fn html(mut self, path: Option<PathBuf>) -> Session {
+        self.html = path;
+        self
+    }
+
     /// Serves `/metrics` on `listener` (bound by the command before anything started).
     pub fn metrics(mut self, listener: Option<crate::metrics::Listener>) -> Session {
         self.metrics = listener;
@@ -154,6 +163,7 @@ impl Session {
             collector: Some(collector),
             failure,
             summary: self.summary,
+            html: self.html,
             second: self.second,
             no_tui: self.no_tui,
             done_tx: Some(done_tx),
@@ -204,6 +214,7 @@ pub struct Running {
     collector: Option<JoinHandle<Diagnosed>>,
     failure: Option<Arc<OnceLock<String>>>,
     summary: Option<SummaryFile>,
+    html: Option<PathBuf>,
     second: SecondInterrupt,
     no_tui: bool,
     done_tx: Option<Sender<()>>,
@@ -222,7 +233,8 @@ pub struct Finished {
     pub failed: Option<String>,
     /// The collector thread panicked, and why: the run failed.
     pub collector_died: Option<String>,
-    /// Writing the summary file: its error is the command's, raised after the report.
+    /// Writing the summary file and the HTML page: the first error is the command's, raised
+    /// after the report.
     pub written: anyhow::Result<()>,
 }
 
@@ -278,8 +290,8 @@ impl Running {
         self.closer().close();
     }
 
-    /// Closes (if not yet), waits for the collector, writes the summary file with `why` the
-    /// run failed, if it did. A collector that panicked leaves its last published summary,
+    /// Closes (if not yet), waits for the collector, writes the summary file and the HTML page
+    /// with `why` the run failed, if it did. A collector that panicked leaves its last published summary,
     /// and fails the run.
     pub fn finish(mut self, why: Option<String>) -> Finished {
         self.close(None);
@@ -307,12 +319,24 @@ impl Running {
         let failed = failed_field(done.summary.failed.as_deref(), why.as_deref());
         // The file first: a closed stdout or terminal must not cost it. An immediate exit
         // meanwhile waits for it, then finds its hooks disarmed: nothing is written twice.
-        let written = match &self.summary {
-            Some(file) => signal::disarm_after(|| file.write_and_say(&done, why.as_deref())),
-            None => Ok(()),
+        let written = if self.summary.is_some() || self.html.is_some() {
+            signal::disarm_after(|| {
+                let summary = self.summary.as_ref().map_or(Ok(()), |f| f.write_and_say(&done, why.as_deref()));
+                let page = self.html.as_deref().map_or(Ok(()), |p| write_page(p, &done, failed.as_deref()));
+                summary.and(page)
+            })
+        } else {
+            Ok(())
         };
         Finished { done, failed, collector_died, written }
     }
+}
+
+/// The HTML page (`--html`): the summary file's run as a page, failed as the file says.
+fn write_page(path: &std::path::Path, done: &Diagnosed, failed: Option<&str>) -> anyhow::Result<()> {
+    let mut d = done.clone();
+    d.summary.failed = failed.map(str::to_string);
+    crate::html::save(path, &d, crate::html::Form::Page)
 }
 
 /// Ends a run's events, once, from any thread.
