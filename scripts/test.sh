@@ -60,7 +60,8 @@ fi
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 # lightning: the corpus's Lightning script (python/corpus/) runs the real Trainer loop; it adds
 # ≈ 40 MB of pure-Python packages (torchmetrics, aiohttp for fsspec[http]) and no CUDA extras.
-install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning
+# ipykernel, nbclient, nbformat: python/tests/test_notebook.py runs notebooks in a real kernel.
+install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

@@ -6,6 +6,7 @@
 
 pub mod attach;
 pub mod clock;
+pub mod env;
 pub mod event;
 pub mod fsinfo;
 pub mod layer;

@@ -49,9 +49,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
-/// Set by the first Python process of a run to its pid: processes that see another pid are
-/// its workers.
-pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
+// Set by the first Python process of a run to its pid: processes that see another pid are its
+// workers.
+use probes::env::MAIN_PID_ENV;
 
 /// The start-up hook Python children import (the same file the wheel ships).
 const SITECUSTOMIZE: &str = include_str!("../../python/pipeprof/_bootstrap/sitecustomize.py");
