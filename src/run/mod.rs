@@ -395,11 +395,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     let mut cmd = command(opts, &mut scratch, live, take_terminal)?;
     let child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            feeds.stop();
-            let hint = if e.kind() == std::io::ErrorKind::NotFound { ": not found (is it on PATH?)" } else { "" };
-            bail!("cannot start `{}`{hint}: {e}", first.to_string_lossy());
-        }
+        Err(e) => return Err(cannot_start(first, &e, feeds)),
     };
     progress::say(&format!(
         "pipeprof: running `{shown}` (pid {}){}",
@@ -431,6 +427,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     let ran = finish(opts, running.finish(why), &end, &shown, log, &relays);
     drop(scratch);
     ran
+}
+
+/// The program would not start: nothing more to feed the run; why, with a hint when it was
+/// not found.
+fn cannot_start(first: &std::ffi::OsStr, e: &std::io::Error, feeds: Feeds) -> anyhow::Error {
+    feeds.stop();
+    let hint = if e.kind() == std::io::ErrorKind::NotFound { ": not found (is it on PATH?)" } else { "" };
+    anyhow::anyhow!("cannot start `{}`{hint}: {e}", first.to_string_lossy())
 }
 
 /// The run's session, named for the program: a trace (and one per rank) if asked for, the
