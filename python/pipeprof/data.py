@@ -140,6 +140,13 @@ class PackedFile:
         start = int(e["offset"]) - self.pixels_off
         return self._pixels()[start : start + h * w * self.channels].reshape(h, w, self.channels)
 
+    def verify(self):
+        """Checks every image's pixels against its CRC-32 (reads the whole file); raises
+        :class:`PackedFileError` naming the first that differs."""
+        for i in range(len(self)):
+            if zlib.crc32(self.image(i)) != int(self.crcs[i]):
+                raise self._fail(f"damaged (checksum mismatch in image {i} ({self.names[i]}))")
+
     def batch(self, indices):
         """Images ``indices`` stacked as (n, height, width, channels) uint8: every image must
         have the file's one size (``height`` and ``width`` not 0)."""
