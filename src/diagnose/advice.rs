@@ -54,7 +54,7 @@ fn pack_lines(keras: bool, data: &str, height: usize, width: usize) -> String {
         format!("{pack}, then pipeprof.keras.packed_dataset(\"{CACHE_FILE}\", ...) in place of image_dataset_from_directory({py}, ...)")
     } else {
         format!(
-            "{pack}, then PackedImageFolder(\"{CACHE_FILE}\", transform=...) in place of ImageFolder({py}, ...)  # from pipeprof.data import PackedImageFolder"
+            "{pack}, then pipeprof.data.PackedImageFolder(\"{CACHE_FILE}\", transform=...) in place of ImageFolder({py}, ...)"
         )
     }
 }

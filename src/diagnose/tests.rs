@@ -1011,7 +1011,7 @@ fn an_attached_program_gets_cache_advice_for_its_own_loader_not_a_pipeprof_comma
 fn a_pytorch_or_keras_program_is_told_the_pack_command_and_the_reader_line() {
     // (framework, data folder, input C×H×W, the command shown)
     let table = [
-        ("pytorch", "/mnt/drive/imgs", [3, 224, 224], "pipeprof pack /mnt/drive/imgs data.ppk --size 224, then PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/mnt/drive/imgs\", ...)  # from pipeprof.data import PackedImageFolder"),
+        ("pytorch", "/mnt/drive/imgs", [3, 224, 224], "pipeprof pack /mnt/drive/imgs data.ppk --size 224, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/mnt/drive/imgs\", ...)"),
         ("keras", "/content/drive/My Drive/pets", [3, 160, 128], "pipeprof pack '/content/drive/My Drive/pets' data.ppk --size 128x160, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(\"/content/drive/My Drive/pets\", ...)"),
         ("keras", "", [0, 0, 0], "pipeprof pack DIR data.ppk --size S, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(DIR, ...)"),
     ];
