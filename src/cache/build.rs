@@ -323,13 +323,14 @@ fn size_differs(ds: &Dataset, out: &Written, path: &Path, h: u32, w: u32) -> Opt
     if (first.height, first.width) == (h, w) {
         return None;
     }
-    Some(ChunkError::Cache(Box::new(CacheError::MixedSizes {
-        dir: ds.root.clone(),
-        first: clean_name(&out.meta.names[0], MAX_NAME),
-        first_size: format!("{}×{}", first.width, first.height),
-        other: clean_name(&relative(&ds.root, path).display().to_string(), MAX_NAME),
-        other_size: format!("{w}×{h}"),
-    })))
+    let which = format!(
+        "{} is {}×{}, {} is {w}×{h}",
+        clean_name(&out.meta.names[0], MAX_NAME),
+        first.width,
+        first.height,
+        clean_name(&relative(&ds.root, path).display().to_string(), MAX_NAME)
+    );
+    Some(ChunkError::Cache(Box::new(CacheError::MixedSizes { dir: ds.root.clone(), which })))
 }
 
 /// Writes one decoded chunk (samples from `base` on), skipping what failed with a warning.

@@ -106,6 +106,41 @@ impl Header {
         (h, u32_at(CRC_AT))
     }
 
+    /// Where the per-image index is and its length (v1 has none: empty, just after the header).
+    pub fn index_section(&self) -> (u64, u64) {
+        if self.version == 1 {
+            (HEADER_LEN as u64, 0)
+        } else {
+            (self.index_off, self.count.saturating_mul(ENTRY_LEN as u64))
+        }
+    }
+
+    /// Why this header cannot describe a file of `len` bytes: a section outside it, or an
+    /// impossible image shape. (The index itself is checked by [`decode_index`].)
+    pub fn check_layout(&self, len: u64) -> Result<(), String> {
+        let n = self.count;
+        let v1 = self.version == 1;
+        let (index_at, index_len) = self.index_section();
+        let sections = [
+            ("pixels", self.pixels_off, if v1 { n.checked_mul(self.image_len()) } else { Some(0) }),
+            ("labels", self.labels_off, n.checked_mul(4)),
+            ("checksums", self.crcs_off, n.checked_mul(4)),
+            ("index", index_at, n.checked_mul(ENTRY_LEN as u64).map(|_| index_len)),
+            ("metadata", self.meta_off, Some(self.meta_len)),
+        ];
+        for (name, off, size) in sections {
+            if size.and_then(|s| s.checked_add(off)).is_none_or(|end| end > len) || off < HEADER_LEN as u64 {
+                return Err(format!("the {name} section lies outside the file"));
+            }
+        }
+        // v2 says 0×0 when the images' sizes vary (the index has each).
+        let sized = self.image_len() != 0 || (!v1 && self.height == 0 && self.width == 0);
+        if !sized || !matches!(self.channels, 1 | 3) {
+            return Err(format!("impossible image shape {}×{}×{}", self.height, self.width, self.channels));
+        }
+        Ok(())
+    }
+
     /// The header bytes with a zero CRC field, for computing the CRC.
     pub fn crc_input(bytes: &[u8; HEADER_LEN]) -> [u8; HEADER_LEN] {
         let mut b = *bytes;
@@ -457,6 +492,42 @@ mod tests {
         );
         assert_eq!(Meta::decode_json(&j[..j.len() - 1]), None);
         assert_eq!(Meta::decode_json(br#"{"format": "other"}"#), None);
+    }
+
+    #[test]
+    fn a_header_must_place_every_section_inside_the_file() {
+        // 2 images of 2×2×3 at 4096, then labels, checksums, index (v2), metadata of 10 bytes.
+        let good = Header {
+            version: 2,
+            height: 2,
+            width: 2,
+            channels: 3,
+            count: 2,
+            pixels_off: PIXELS_OFF,
+            labels_off: PIXELS_OFF + 24,
+            crcs_off: PIXELS_OFF + 32,
+            index_off: PIXELS_OFF + 40,
+            meta_off: PIXELS_OFF + 72,
+            meta_len: 10,
+            ..Header::default()
+        };
+        let len = PIXELS_OFF + 82;
+        assert_eq!(good.check_layout(len), Ok(()));
+        let table: [(Header, &str); 6] = [
+            (Header { meta_len: 11, ..good.clone() }, "metadata section"),
+            (Header { index_off: len - 8, ..good.clone() }, "index section"),
+            (Header { labels_off: 7, ..good.clone() }, "labels section"),
+            (Header { count: u64::MAX, ..good.clone() }, "labels section"),
+            (Header { channels: 4, ..good.clone() }, "impossible image shape"),
+            (Header { height: 0, ..good.clone() }, "impossible image shape"),
+        ];
+        for (h, want) in table {
+            assert!(h.check_layout(len).unwrap_err().contains(want), "{h:?}");
+        }
+        // Sizes that vary: 0×0 is allowed in v2 only.
+        assert_eq!(Header { height: 0, width: 0, ..good.clone() }.check_layout(len), Ok(()));
+        let v1 = Header { version: 1, height: 0, width: 0, ..good };
+        assert!(v1.check_layout(len).unwrap_err().contains("impossible image shape"));
     }
 
     #[test]

@@ -77,10 +77,14 @@ pub enum CacheError {
     )]
     Varying { path: PathBuf, height: u32, width: u32 },
     #[error(
-        "the images in {} differ in size ({first} is {first_size}, {other} is {other_size}): choose the size to store them at: --size 224 (every image 224×224, as torchvision's Resize((224, 224))), --shorter 256 (the shorter side 256, as Resize(256)), or --as-stored; nothing was written",
+        "the images in {} differ in size ({which}): choose the size to store them at: --size 224 (every image 224×224, as torchvision's Resize((224, 224))), --shorter 256 (the shorter side 256, as Resize(256)), or --as-stored; nothing was written",
         shown(dir)
     )]
-    MixedSizes { dir: PathBuf, first: String, first_size: String, other: String, other_size: String },
+    MixedSizes {
+        dir: PathBuf,
+        /// "a.jpg is 8×6, b.png is 10×20": the first image and the first of another size.
+        which: String,
+    },
     #[error(
         "no usable images in {dir}: all {skipped} files were skipped (see the warnings above); nothing was written"
     )]

@@ -6,9 +6,7 @@
 //! open, so an image rewritten in place is skipped with why, never trained on. Memory stays one
 //! image per loader thread whatever the cache's size.
 
-use super::format::{
-    decode_index, fingerprint, Entry, Header, Meta, Size, ENTRY_LEN, HEADER_LEN, MAGIC, OLDEST_READ, VERSION,
-};
+use super::format::{decode_index, fingerprint, Entry, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, VERSION};
 use super::{rerun_command, CacheError};
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME};
 use std::fs::File;
@@ -86,31 +84,12 @@ impl Packed {
             let how = if len < h.file_len { "truncated" } else { "longer than written" };
             return Err(damaged(format!("{how}: {len} bytes, the header says {}", h.file_len), &generic));
         }
-        let n = h.count;
-        let v1 = h.version == 1;
-        let (index_at, index_len) =
-            if v1 { (HEADER_LEN as u64, Some(0)) } else { (h.index_off, n.checked_mul(ENTRY_LEN as u64)) };
-        let sections = [
-            ("pixels", h.pixels_off, if v1 { n.checked_mul(h.image_len()) } else { Some(0) }),
-            ("labels", h.labels_off, n.checked_mul(4)),
-            ("checksums", h.crcs_off, n.checked_mul(4)),
-            ("index", index_at, index_len),
-            ("metadata", h.meta_off, Some(h.meta_len)),
-        ];
-        for (name, off, size) in sections {
-            if size.and_then(|s| s.checked_add(off)).is_none_or(|end| end > len) || off < HEADER_LEN as u64 {
-                return Err(damaged(format!("the {name} section lies outside the file"), &generic));
-            }
-        }
-        // v2 says 0×0 when the images' sizes vary (the index has each).
-        let sized = h.image_len() != 0 || (!v1 && h.height == 0 && h.width == 0);
-        if !sized || !matches!(h.channels, 1 | 3) {
-            return Err(damaged(format!("impossible image shape {}×{}×{}", h.height, h.width, h.channels), &generic));
-        }
+        h.check_layout(len).map_err(|what| damaged(what, &generic))?;
+        let (n, v1, (index_at, index_len)) = (h.count, h.version == 1, h.index_section());
         // A read that fails now (the file shrank since its length was taken) is a read error.
         let labels_b = read_at(&file, h.labels_off, n * 4).map_err(read_err)?;
         let crcs_b = read_at(&file, h.crcs_off, n * 4).map_err(read_err)?;
-        let index_b = read_at(&file, index_at, index_len.unwrap_or(0)).map_err(read_err)?;
+        let index_b = read_at(&file, index_at, index_len).map_err(read_err)?;
         let meta_b = read_at(&file, h.meta_off, h.meta_len).map_err(read_err)?;
         let mut hasher = crc32fast::Hasher::new();
         for part in [&Header::crc_input(&head)[..], &labels_b, &crcs_b, &index_b, &meta_b] {
