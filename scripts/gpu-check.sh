@@ -101,7 +101,7 @@ if [[ -n $missing ]]; then
     say "libraries not found (ignored with --cpu-only): $(echo "$missing" | awk '{print $1}' | tr '\n' ' ')"
 fi
 
-# What ran where, for the README.
+# What ran where, for docs/gpu.md.
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"

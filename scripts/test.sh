@@ -18,6 +18,15 @@ if ! command -v prometheus >/dev/null && command -v apt-get >/dev/null; then
         || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
 fi
 
+# tests/html_report.rs loads the HTML report in Debian's headless chromium: installed here
+# when missing (the test fails without it; it never skips).
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null \
+        || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null; }
+fi
+
 cargo test --release --workspace
 
 # The frameworks the Python tests drive, in as little disk as they fit: PyPI's torch for Linux
@@ -60,7 +69,8 @@ fi
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 # lightning: the corpus's Lightning script (python/corpus/) runs the real Trainer loop; it adds
 # ≈ 40 MB of pure-Python packages (torchmetrics, aiohttp for fsspec[http]) and no CUDA extras.
-install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning
+# ipykernel, nbclient, nbformat: python/tests/test_notebook.py runs notebooks in a real kernel.
+install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

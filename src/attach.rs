@@ -1,19 +1,16 @@
 //! `pipeprof attach`: watch a training run in another process.
 
-use crate::aggregate::{Aggregator, RunSettings};
+use crate::aggregate::RunSettings;
 use crate::diagnose::Diagnosed;
-use crate::export::chrome::ChromeTrace;
-use crate::export::Exporter;
-use crate::session;
-use crate::{report, signal};
+use crate::report;
+use crate::session::{Running, SecondInterrupt, Session, Stop, TraceSpec};
 use anyhow::{bail, Context};
 use probes::attach::conn::{Address, Stream};
 use probes::attach::wire::{self, Frame, ServerStats};
-use probes::Event;
+use probes::{Event, Probe};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What `pipeprof attach` was asked for (the command line's `attach` flags).
@@ -112,22 +109,12 @@ enum Ended {
     Other(String),
 }
 
-/// Reads frames into events until the run ends or the connection drops; then sends
-/// [`Event::Finish`] so the collector closes.
-fn pump(r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64) -> Ended {
-    let one =
-        Source { rank: None, machine: true, open: Arc::new(std::sync::atomic::AtomicUsize::new(1)), thread_base: 0 };
-    pump_from(r, tx, dropped, &one)
-}
-
 /// Where one connection's events go: marked with its rank (one of several runs watched at
-/// once), with or without its machine samples (the processes of one machine sample the same
-/// machine: one of them is kept), and how many connections are still open (the last one to end
-/// closes the collector).
+/// once) or not, with or without its machine samples (the processes of one machine sample the
+/// same machine: one of them is kept).
 struct Source {
     rank: Option<probes::Rank>,
     machine: bool,
-    open: Arc<std::sync::atomic::AtomicUsize>,
     /// Added to this connection's thread ids: each program numbers its threads from 1, and
     /// the runs watched at once must not share ids.
     thread_base: u32,
@@ -160,12 +147,14 @@ fn rebase(ev: Event, base: u32) -> Event {
     }
 }
 
-fn pump_from(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &AtomicU64, src: &Source) -> Ended {
-    let ended = loop {
+/// Reads one connection's frames into the session's channel until the run ends, the
+/// connection drops or the run is detached.
+fn pump(mut r: impl Read, probe: &Probe, src: &Source, stop: Stop) -> Ended {
+    loop {
         match wire::read_frame(&mut r) {
             Ok(Frame::End(stats)) => {
-                dropped.fetch_add(stats.events_dropped, Ordering::Relaxed);
-                break Ended::Run(stats);
+                probe.count_dropped(stats.events_dropped);
+                return Ended::Run(stats);
             }
             Ok(Frame::Hello(_)) => {}
             Ok(f) => {
@@ -175,21 +164,18 @@ fn pump_from(mut r: impl Read, tx: &crossbeam_channel::Sender<Event>, dropped: &
                     (Some(ev), Some(rank)) => Event::Ranked(rank, Box::new(rebase(ev, src.thread_base))),
                     (None, _) => continue,
                 };
-                if tx.send(ev).is_err() {
-                    break Ended::Other("detached".into());
+                // Waits for room: a slow collector slows the reading, never drops.
+                if !probe.send_blocking(ev) {
+                    return Ended::Other("detached".into());
                 }
             }
-            Err(_) if signal::flag().load(Ordering::Relaxed) => break Ended::Other("detached".into()),
+            Err(_) if stop.requested() => return Ended::Other("detached".into()),
             Err(wire::WireError::Closed) => {
-                break Ended::Other("the connection closed before the run said it ended".into())
+                return Ended::Other("the connection closed before the run said it ended".into())
             }
-            Err(e) => break Ended::Other(format!("bad data from the run, disconnected: {e}")),
+            Err(e) => return Ended::Other(format!("bad data from the run, disconnected: {e}")),
         }
-    };
-    if src.open.fetch_sub(1, Ordering::SeqCst) == 1 {
-        let _ = tx.send(Event::Finish);
     }
-    ended
 }
 
 /// `attach --list`: the runs that can be attached to.
@@ -221,7 +207,10 @@ fn settings_of(hello: &wire::Hello, addr: &str) -> anyhow::Result<RunSettings> {
         bail!("{addr}: the run sent settings out of range ({why}): not attaching");
     }
     if settings.model.is_empty() {
-        settings.model = crate::aggregate::settings::clean_name(&hello.program, crate::aggregate::settings::MAX_NAME);
+        settings.model = crate::model_source::ModelSource::Program(crate::aggregate::settings::clean_name(
+            &hello.program,
+            crate::aggregate::settings::MAX_NAME,
+        ));
     }
     Ok(settings)
 }
@@ -235,18 +224,6 @@ fn say_how_it_ended(ended: Ended, prefix: &str) {
         Ended::Other(why) if why == "detached" => crate::progress::say(&format!("{prefix}pipeprof: detached; the run goes on")),
         Ended::Other(why) => crate::progress::say(&format!("{prefix}pipeprof: {why}")),
     }
-}
-
-/// The summary file, then the report: a closed stdout or terminal must not cost the file.
-fn finish(args: &Options, done: &Diagnosed) -> anyhow::Result<()> {
-    let written = args.summary.as_ref().map(|p| {
-        serde_json::to_string_pretty(done)
-            .map_err(anyhow::Error::from)
-            .and_then(|text| std::fs::write(p, text).map_err(anyhow::Error::from))
-            .with_context(|| format!("cannot write {}", p.display()))
-    });
-    crate::progress::out(&report::render(&done.summary, &done.verdict()));
-    written.transpose().map(drop)
 }
 
 /// A connection to a run, greeted.
@@ -298,9 +275,45 @@ fn base_of(i: usize) -> u32 {
     (i as u32 + 1) * THREADS_PER_SOURCE
 }
 
+/// The runs watched, greeted: one, or the ranks of one distributed run.
+struct Watched {
+    conns: Vec<Conn>,
+    settings: RunSettings,
+    /// The trace's process name.
+    title: String,
+    /// Several ranks: a trace per rank too.
+    per_rank: bool,
+}
+
+/// One connection, with where its events go and how its end is said.
+struct Conn {
+    opened: Opened,
+    src: Source,
+    /// Before the line that says how it ended (`rank 1: `).
+    prefix: String,
+}
+
+/// `attach [TARGET]`: one run, the one found or the one named.
+fn watch_one(args: &Options) -> anyhow::Result<Watched> {
+    let opened = open(args.target.as_deref())?;
+    let settings = settings_of(&opened.hello, &opened.addr)?;
+    let hello = &opened.hello;
+    // The program name comes from the other process.
+    crate::progress::say(&format!(
+        "pipeprof: attached to {} (pid {}) at {}; {} detaches, the run goes on",
+        hello.program,
+        hello.pid,
+        opened.addr,
+        if args.once { "Ctrl-C" } else { "q" }
+    ));
+    let title = format!("{} (pid {})", hello.program, hello.pid);
+    let src = Source { rank: None, machine: true, thread_base: 0 };
+    Ok(Watched { conns: vec![Conn { opened, src, prefix: String::new() }], settings, title, per_rank: false })
+}
+
 /// `attach A B …`: several runs (the ranks of one distributed run) watched as one, each
 /// connection's events counted for the run and for its rank.
-fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyhow::Result<Diagnosed> {
+fn watch_ranks(args: &Options) -> anyhow::Result<Watched> {
     if args.also.len() >= crate::aggregate::ranks::MAX_RANKS {
         bail!(
             "{} targets: attach watches at most {} ranks at once",
@@ -324,89 +337,92 @@ fn run_ranks(args: &Options, metrics: Option<crate::metrics::Listener>) -> anyho
             o.hello.program, o.hello.pid, o.addr, r.rank
         ));
     }
-    let mut agg = Aggregator::new(settings.clone());
-    for (i, (o, r)) in opened.iter().zip(&ranks).enumerate() {
-        for (id, name) in &o.hello.threads {
-            let t = Event::Thread { id: *id, name: name.clone().into_boxed_str() };
-            agg.push(&Event::Ranked(*r, Box::new(rebase(t, base_of(i)))));
-        }
-        // Each process's own settings (its batch size, workers) are its rank's.
-        if o.hello.settings.is_object() {
-            agg.push(&Event::Ranked(*r, Box::new(Event::Settings(Box::new(o.hello.settings.clone())))));
-        }
-    }
-    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
-    if let Some(p) = &args.trace {
-        let title = format!("{} ({} ranks)", opened[0].hello.program, ranks.len());
-        let mut t = ChromeTrace::create(p, &title, Default::default())
-            .with_context(|| format!("cannot create {}", p.display()))?;
-        t.settings(&settings)?;
-        exporters.push(Box::new(t));
-        let mut per_rank = crate::export::ranks::RankTraces::new(p, &title, Default::default());
-        per_rank.settings(&settings)?;
-        exporters.push(Box::new(per_rank));
-    }
-    // A second interrupt or a hang-up detaches like the first: the files are still written.
-    signal::end_through_the_run();
-    signal::install();
-    let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
-    let dropped = Arc::new(AtomicU64::new(0));
-    let latest = session::latest(&agg);
-    let _metrics = session::serve_metrics(metrics, &latest);
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    let open_count = Arc::new(std::sync::atomic::AtomicUsize::new(opened.len()));
-    let mut closers = Vec::new();
-    let mut pumpers = Vec::new();
-    for (i, (o, r)) in opened.into_iter().zip(&ranks).enumerate() {
-        closers.push(o.closer);
-        let src = Source { rank: Some(*r), machine: i == 0, open: open_count.clone(), thread_base: base_of(i) };
-        let (tx, dropped, done_tx) = (tx.clone(), dropped.clone(), done_tx.clone());
-        let reader = o.reader;
-        pumpers.push(std::thread::Builder::new().name(format!("pp-attach-{i}")).spawn(move || {
-            let ended = pump_from(reader, &tx, &dropped, &src);
-            drop(done_tx);
-            ended
-        })?);
-    }
-    drop((tx, done_tx));
-    let collector = {
-        let (latest, dropped) = (latest.clone(), dropped.clone());
-        std::thread::Builder::new()
-            .name("pp-collector".into())
-            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || dropped.load(Ordering::Relaxed)))?
-    };
-    let watcher = {
-        let deadline =
-            args.duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
-        let done = done_rx.clone();
-        std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
-            let stop = signal::flag().load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
-            if stop {
-                signal::flag().store(true, Ordering::Relaxed);
-                closers.iter().for_each(|c| c());
-                return;
-            }
-            match done.recv_timeout(Duration::from_millis(50)) {
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                _ => return,
-            }
-        })?
-    };
-    session::show(args.once || args.no_tui, &latest, &done_rx);
-    let mut endings = Vec::new();
-    for p in pumpers {
-        endings.push(p.join().map_err(|_| anyhow::anyhow!("an attach reader panicked"))?);
-    }
-    let _ = watcher.join();
-    let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    for (ended, r) in endings.into_iter().zip(&ranks) {
-        say_how_it_ended(ended, &format!("rank {}: ", r.rank));
-    }
-    signal::clear();
-    finish(args, &done)?;
-    Ok(done)
+    let title = format!("{} ({} ranks)", opened[0].hello.program, ranks.len());
+    let conns = opened
+        .into_iter()
+        .zip(ranks)
+        .enumerate()
+        .map(|(i, (opened, r))| Conn {
+            opened,
+            src: Source { rank: Some(r), machine: i == 0, thread_base: base_of(i) },
+            prefix: format!("rank {}: ", r.rank),
+        })
+        .collect();
+    Ok(Watched { conns, settings, title, per_rank: true })
 }
 
+impl Watched {
+    /// What the greetings said, before any event: the threads each program has, and each
+    /// rank's own settings (its batch size, workers).
+    fn prime(&self, agg: &mut crate::aggregate::Aggregator) {
+        for c in &self.conns {
+            let hello = &c.opened.hello;
+            for (id, name) in &hello.threads {
+                let t = rebase(Event::Thread { id: *id, name: name.clone().into_boxed_str() }, c.src.thread_base);
+                agg.push(&match c.src.rank {
+                    Some(r) => Event::Ranked(r, Box::new(t)),
+                    None => t,
+                });
+            }
+            if let (Some(r), true) = (c.src.rank, hello.settings.is_object()) {
+                agg.push(&Event::Ranked(r, Box::new(Event::Settings(Box::new(hello.settings.clone())))));
+            }
+        }
+    }
+}
+
+/// A reader thread per connection (`pp-attach`, `pp-attach-N`); each fires the session's
+/// `done` as it ends. Returns the readers with the prefixes of their ends, and the closers
+/// that detach them.
+#[allow(clippy::type_complexity)]
+fn spawn_pumps(
+    conns: Vec<Conn>,
+    running: &Running,
+) -> anyhow::Result<(Vec<(JoinHandle<Ended>, String)>, Vec<Box<dyn Fn() + Send>>)> {
+    let several = conns.len() > 1;
+    let (mut pumps, mut closers) = (Vec::new(), Vec::new());
+    for (i, c) in conns.into_iter().enumerate() {
+        closers.push(c.opened.closer);
+        let (probe, done, stop, src, reader) =
+            (running.probe().clone(), running.done(), running.stop(), c.src, c.opened.reader);
+        let name = if several { format!("pp-attach-{i}") } else { "pp-attach".into() };
+        let pump = std::thread::Builder::new().name(name).spawn(move || {
+            let ended = pump(reader, &probe, &src, stop);
+            drop(done);
+            ended
+        })?;
+        pumps.push((pump, c.prefix));
+    }
+    Ok((pumps, closers))
+}
+
+/// Detaching (q, Ctrl-C, `--duration` passing) closes our end of every socket: the readers
+/// stop, the runs are not affected. Ends with the readers.
+fn spawn_detacher(
+    duration: Option<f64>,
+    closers: Vec<Box<dyn Fn() + Send>>,
+    running: &Running,
+) -> std::io::Result<JoinHandle<()>> {
+    // The flag's parser keeps it in range; an out-of-range value from another caller means
+    // no deadline rather than a panic.
+    let deadline =
+        duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
+    let (ended, stop) = (running.ended(), running.stop());
+    std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
+        if stop.requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+            stop.request();
+            closers.iter().for_each(|c| c());
+            return;
+        }
+        match ended.recv_timeout(Duration::from_millis(50)) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    })
+}
+
+/// `pipeprof attach`: watches one run, or the ranks of one, until they end or are detached
+/// (which is not an interruption of anything: exit 0); the summary file, then the report.
 pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     if args.list {
         list()?;
@@ -415,82 +431,39 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
     // Bound before anything starts: a taken port fails here, not mid-run.
     let metrics =
         args.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, args.metrics_allow_remote)).transpose()?;
-    if !args.also.is_empty() {
-        return run_ranks(args, metrics);
-    }
-    let Opened { reader, closer, hello, addr } = open(args.target.as_deref())?;
-    let settings = settings_of(&hello, &addr)?;
-    // The program name comes from the other process.
-    crate::progress::say(&format!(
-        "pipeprof: attached to {} (pid {}) at {addr}; {} detaches, the run goes on",
-        hello.program,
-        hello.pid,
-        if args.once { "Ctrl-C" } else { "q" }
-    ));
-    let mut agg = Aggregator::new(settings.clone());
-    for (id, name) in &hello.threads {
-        agg.push(&Event::Thread { id: *id, name: name.clone().into_boxed_str() });
-    }
-    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
-    if let Some(p) = &args.trace {
-        let mut t = ChromeTrace::create(p, &format!("{} (pid {})", hello.program, hello.pid), Default::default())
-            .with_context(|| format!("cannot create {}", p.display()))?;
-        t.settings(&settings)?;
-        exporters.push(Box::new(t));
-    }
+    let watched = if args.also.is_empty() { watch_one(args)? } else { watch_ranks(args)? };
+    let trace = args.trace.as_deref().map(|path| TraceSpec {
+        path,
+        title: &watched.title,
+        level: Default::default(),
+        per_rank: watched.per_rank,
+    });
     // A second interrupt or a hang-up detaches like the first: the files are still written.
-    signal::end_through_the_run();
-    signal::install();
-
-    let (tx, rx) = crossbeam_channel::bounded::<Event>(65_536);
-    let dropped = Arc::new(AtomicU64::new(0));
-    let latest = session::latest(&agg);
-    let _metrics = session::serve_metrics(metrics, &latest);
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    let pumper = {
-        let dropped = dropped.clone();
-        std::thread::Builder::new().name("pp-attach".into()).spawn(move || {
-            let ended = pump(reader, &tx, &dropped);
-            drop(done_tx);
-            ended
-        })?
-    };
-    let collector = {
-        let (latest, dropped) = (latest.clone(), dropped.clone());
-        std::thread::Builder::new()
-            .name("pp-collector".into())
-            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || dropped.load(Ordering::Relaxed)))?
-    };
-    // Detaching (q, Ctrl-C, --duration) closes our end of the socket: the reader stops, the
-    // run is not affected.
-    let watcher = {
-        // The flag's parser keeps it in range; an out-of-range value from another caller means
-        // no deadline rather than a panic.
-        let deadline =
-            args.duration.and_then(|d| Duration::try_from_secs_f64(d).ok()).and_then(|d| Instant::now().checked_add(d));
-        let done = done_rx.clone();
-        std::thread::Builder::new().name("pp-detach".into()).spawn(move || loop {
-            let stop = signal::flag().load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d);
-            if stop {
-                signal::flag().store(true, Ordering::Relaxed);
-                closer();
-                return;
-            }
-            match done.recv_timeout(Duration::from_millis(50)) {
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                _ => return,
-            }
-        })?
-    };
-    session::show(args.once || args.no_tui, &latest, &done_rx);
-    let ended = pumper.join().map_err(|_| anyhow::anyhow!("the attach reader panicked"))?;
-    let _ = watcher.join();
-    let done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    say_how_it_ended(ended, "");
-    // Detaching is not an interruption of anything: exit 0.
-    signal::clear();
-    finish(args, &done)?;
-    Ok(done)
+    let mut session = Session::new(watched.settings.clone(), SecondInterrupt::EndsTheRun)
+        .trace(trace)?
+        .summary(args.summary.clone())
+        .metrics(metrics)
+        .no_tui(args.once || args.no_tui);
+    watched.prime(session.aggregate());
+    let mut running = session.start()?;
+    let (pumps, closers) = spawn_pumps(watched.conns, &running)?;
+    let detacher = spawn_detacher(args.duration, closers, &running)?;
+    running.show();
+    let mut endings = Vec::new();
+    for (p, prefix) in pumps {
+        endings.push((p.join().map_err(|_| anyhow::anyhow!("an attach reader panicked"))?, prefix));
+    }
+    let _ = detacher.join();
+    for (ended, prefix) in endings {
+        say_how_it_ended(ended, &prefix);
+    }
+    let fin = running.finish(None);
+    crate::progress::out(&report::render(&fin.done.summary, &fin.done.verdict()));
+    fin.written?;
+    match fin.collector_died {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(fin.done),
+    }
 }
 
 #[cfg(test)]

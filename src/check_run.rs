@@ -19,7 +19,7 @@ use std::path::Path;
 
 /// The environment variable a re-run's hook reads: JSON, the [`LoaderKnobs`] to set and
 /// `steps`, the training steps after which the program is stopped.
-pub const ENV: &str = "PIPEPROF_CHECK";
+pub use probes::env::CHECK_ENV as ENV;
 /// Steps per re-run when `--steps` is not given.
 pub const DEFAULT_STEPS: u64 = 40;
 

@@ -9,7 +9,8 @@ use std::path::Path;
 /// the exit code: `run`'s is its program's, the others' 0.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
-    if let Err(why) = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p)) {
+    let checked = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p));
+    if let Err(why) = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err)) {
         // A usage error, as clap's are: nothing has started.
         crate::progress::say(&format!("error: {why}"));
         return Ok(2);
@@ -20,11 +21,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     run_other(command).map(|()| 0)
 }
 
-/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well. The
-/// re-runs need the run's summary: written to a temporary file when `--summary` was not given.
+/// `run`, then `--check-advice`'s re-runs when asked for and the program ended well, judged
+/// on the run's own summary and verdict.
 fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
     if !a.check_advice {
-        return run_cmd::run(&run_options(a));
+        return run_cmd::run(&run_options(a)).map(|ran| ran.code);
     }
     if let Some(why) = check_run::stdin_refusal() {
         anyhow::bail!(why);
@@ -35,49 +36,51 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
     };
-    let mut opts = run_options(a);
-    // The summary the re-runs need, when not asked for: in a private folder of its own (a
-    // random name, 0700), never at a name in the shared temp folder another user could take.
-    let own = opts
-        .summary
-        .is_none()
-        .then(|| check_advice::TempDir::private("pipeprof-run"))
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
-    let summary = match &own {
-        Some(d) => d.path().join("summary.json"),
-        None => opts.summary.clone().unwrap_or_default(),
-    };
-    opts.summary = Some(summary.clone());
-    let code = run_cmd::run(&opts);
-    let read = std::fs::read(&summary);
-    drop(own);
-    let code = code?;
-    if code != 0 || crate::signal::stopping() {
+    let ran = run_cmd::run(&run_options(a))?;
+    if ran.code != 0 || crate::signal::stopping() {
+        let code = ran.code;
         crate::progress::out(&format!("\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"));
         return Ok(code);
     }
-    let text = read.map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let s: crate::aggregate::Summary = serde_json::from_slice(&text)
-        .map_err(|e| anyhow::anyhow!("cannot read the run's summary {}: {e}", summary.display()))?;
-    let verdict = crate::diagnose::diagnose_finished(&s);
-    check_run::run(&check, &s, &verdict);
-    Ok(code)
+    check_run::run(&check, &ran.done.summary, &ran.done.verdict());
+    Ok(ran.code)
 }
 
-/// The files a command will write, by flag.
+/// The files a command will write, by flag (`report`'s `-`, stdout, is no file).
 fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
-    let (summary, trace, out) = match command {
-        Command::Run(a) => (&a.summary, &a.trace, None),
-        Command::Profile(a) => (&a.summary, &a.trace, None),
-        Command::Attach(a) => (&a.summary, &a.trace, None),
-        Command::Report(a) => (&a.summary, &None, None),
-        Command::Cache(a) => (&None, &None, Some(a.out.as_path())),
-        Command::Pack(a) => (&None, &None, Some(a.out.as_path())),
-        Command::DemoData(_) => (&None, &None, None),
+    let (summary, trace, out, html, fragment) = match command {
+        Command::Run(a) => (&a.summary, &a.trace, None, &a.html, &None),
+        Command::Profile(a) => (&a.summary, &a.trace, None, &a.html, &None),
+        Command::Attach(a) => (&a.summary, &a.trace, None, &None, &None),
+        Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
+        Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
+        Command::Pack(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
+        Command::DemoData(_) => (&None, &None, None, &None, &None),
     };
-    let named = [("--summary", summary.as_deref()), ("--trace", trace.as_deref()), ("--out", out)];
-    named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).collect()
+    let named = [
+        ("--summary", summary.as_deref()),
+        ("--trace", trace.as_deref()),
+        ("--out", out),
+        ("--html", html.as_deref()),
+        ("--html-fragment", fragment.as_deref()),
+    ];
+    let stdout = |flag: &str, p: &Path| flag.starts_with("--html") && p == Path::new("-");
+    let report = matches!(command, Command::Report(_));
+    named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).filter(|(f, p)| !(report && stdout(f, p))).collect()
+}
+
+/// `--html -` where stdout is the program's and the report's own (`run`, `profile`).
+fn html_to_stdout(command: &Command) -> Option<String> {
+    let html = match command {
+        Command::Run(a) => &a.html,
+        Command::Profile(a) => &a.html,
+        _ => return None,
+    };
+    (html.as_deref() == Some(Path::new("-"))).then(|| {
+        "--html -: the program's output and the text report go to stdout; name a file (pipeprof report \
+         SUMMARY --html - writes a saved run's HTML to stdout)"
+            .to_string()
+    })
 }
 
 /// Refuses an output file whose folder does not exist (or that names a folder) before anything
@@ -105,9 +108,9 @@ fn run_options(a: RunArgs) -> run_cmd::Options {
     run_cmd::Options {
         command: a.command,
         once: a.once,
-        summary_asked: a.summary.is_some(),
         summary: a.summary,
         trace: a.trace,
+        html: a.html,
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
         stop_timeout: std::time::Duration::from_secs_f64(a.stop_timeout),
@@ -133,8 +136,7 @@ fn profile(a: ProfileArgs) -> anyhow::Result<()> {
     let opts = profile_options(a);
     let run = profile::run(&opts)?;
     if opts.check_advice && !run.interrupted {
-        let s = &run.done.summary;
-        check_advice::run(opts.model.as_deref(), opts.steps, &run.data, s, &run.done.verdict());
+        check_advice::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
     }
     Ok(())
 }
@@ -153,6 +155,7 @@ pub fn profile_options(a: ProfileArgs) -> profile::Options {
         device: a.device,
         summary: a.summary,
         trace: a.trace,
+        html: a.html,
         trace_level: a.trace_level.into(),
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
@@ -185,7 +188,13 @@ fn attach_options(a: AttachArgs) -> attach::Options {
 }
 
 fn report_options(a: ReportArgs) -> offline::Options {
-    offline::Options { files: a.files, repair: a.repair, summary: a.summary }
+    offline::Options {
+        files: a.files,
+        repair: a.repair,
+        summary: a.summary,
+        html: a.html,
+        html_fragment: a.html_fragment,
+    }
 }
 
 fn cache_options(a: CacheArgs) -> cache::CacheOptions {
@@ -203,8 +212,6 @@ fn pack_options(a: PackArgs) -> cache::PackOptions {
 }
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
-    // Past a million images per class the demo writes for hours: refuse before writing.
-    crate::config::validate::in_range("--per-class", a.per_class, 1, 1_000_000).map_err(anyhow::Error::msg)?;
     let spec = crate::data::demo::DemoSpec {
         classes: a.classes,
         per_class: a.per_class,
@@ -215,4 +222,77 @@ fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
     let n = spec.write(&a.dir).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.dir.display()))?;
     crate::progress::out(&format!("wrote {n} images in {} classes to {}\n", spec.classes, a.dir.display()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn profile_args(args: &[std::ffi::OsString]) -> Result<profile::Options, String> {
+        let argv = std::iter::once("pipeprof".into()).chain(args.iter().cloned());
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.command {
+            Some(Command::Profile(a)) => Ok(profile_options(*a)),
+            _ => Err("not profile".into()),
+        }
+    }
+
+    #[test]
+    fn options_written_as_flags_read_back_as_the_same_options() {
+        use crate::data::simulate::{parse_slow, parse_throttle};
+        let o = profile::Options {
+            model: Some("m.toml".into()),
+            data: Some("imgs dir".into()),
+            val_data: Some("val".into()),
+            epochs: Some(3),
+            steps: Some(40),
+            batch_size: Some(128),
+            workers: Some(crate::config::Workers::Auto),
+            prefetch: Some(6),
+            seed: Some(7),
+            device: "cuda:1".into(),
+            summary: Some("s.json".into()),
+            trace: Some("t.json".into()),
+            html: Some("r.html".into()),
+            trace_level: crate::export::chrome::TraceLevel::Stage,
+            sample_hz: 2.5,
+            no_gpu: true,
+            throttle_read: Some(parse_throttle("1.5MB/s+20ms").unwrap()),
+            slow: vec![parse_slow("decode=+1ms").unwrap(), parse_slow("read=+0.25ms").unwrap()],
+            panic_at_step: Some(5),
+            panic_in_loader_at_step: Some(6),
+            no_tui: true,
+            check_advice: true,
+            channel_capacity: 17,
+            stall_after: Some(0.5),
+            metrics_listen: Some("0.0.0.0:0".into()),
+            metrics_allow_remote: true,
+        };
+        assert_eq!(profile_args(&o.to_args()), Ok(o));
+        let d = profile::Options::default();
+        assert_eq!(profile_args(&d.to_args()), Ok(d));
+    }
+
+    #[test]
+    fn counts_out_of_range_are_refused_by_the_command_line_naming_the_flag() {
+        for (flag, bad) in [
+            ("--steps", "0"),
+            ("--batch-size", "0"),
+            ("--batch-size", "65537"),
+            ("--prefetch", "0"),
+            ("--prefetch", "1099511627776"),
+            ("--epochs", "0"),
+            ("--workers", "4294967296"),
+            ("--workers", "0"),
+            ("--channel-capacity", "0"),
+            ("--channel-capacity", "16777217"),
+        ] {
+            let e = profile_args(&["profile".into(), flag.into(), bad.into()]).expect_err(flag);
+            assert!(e.contains(&format!("invalid value '{bad}' for '{flag}")), "{flag} {bad}: {e}");
+        }
+        let most = profile_args(&["profile".into(), "--batch-size".into(), "65536".into()]);
+        assert!(most.is_ok(), "{most:?}");
+        let e = Cli::try_parse_from(["pipeprof", "demo-data", "d", "--per-class", "1000001"]).unwrap_err();
+        assert!(e.to_string().contains("--per-class"), "{e}");
+    }
 }

@@ -2,9 +2,9 @@
 //!
 //! Data flows one way, and modules only look down (ARCHITECTURE.md):
 //! probes (its own crate) → [`aggregate`] → [`diagnose`] → views ([`report`], [`tui`],
-//! [`export`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
+//! [`export`], then [`html`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
 //! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
-//! [`session`] (the collector), [`progress`], [`signal`] and [`units`].
+//! [`session`] (the one run pipeline), [`progress`], [`signal`], [`flags`] and [`units`].
 
 pub mod aggregate;
 pub mod attach;
@@ -17,7 +17,11 @@ pub mod config;
 pub mod data;
 pub mod diagnose;
 pub mod export;
+pub mod flags;
+pub mod html;
+pub mod limits;
 pub mod metrics;
+pub mod model_source;
 pub mod offline;
 pub mod profile;
 pub mod progress;

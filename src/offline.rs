@@ -17,6 +17,19 @@ pub struct Options {
     pub repair: bool,
     /// Also write the recomputed summary JSON here.
     pub summary: Option<PathBuf>,
+    /// Also write the report as an HTML page here (`-`: stdout, instead of the text report).
+    pub html: Option<PathBuf>,
+    /// Also write the HTML report's body alone here (`-`: stdout, instead of the text report).
+    pub html_fragment: Option<PathBuf>,
+}
+
+impl Options {
+    /// The HTML files asked for, with their form.
+    fn html(&self) -> Vec<(&Path, crate::html::Form)> {
+        let page = self.html.as_deref().map(|p| (p, crate::html::Form::Page));
+        let fragment = self.html_fragment.as_deref().map(|p| (p, crate::html::Form::Fragment));
+        page.into_iter().chain(fragment).collect()
+    }
 }
 
 fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
@@ -62,6 +75,13 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
 
 pub fn run(args: &Options) -> anyhow::Result<()> {
     let Some(first) = args.files.first() else { anyhow::bail!("pipeprof report needs a trace or summary file") };
+    let html = args.html();
+    if args.files.len() > 1 && !html.is_empty() {
+        anyhow::bail!("--html and --html-fragment report one run: give one trace or summary file");
+    }
+    if html.iter().filter(|(p, _)| *p == Path::new("-")).count() > 1 {
+        anyhow::bail!("--html - and --html-fragment -: stdout takes one of them");
+    }
     if args.files.len() > 2
         || (args.files.len() == 2 && {
             // Two files are before/after, unless both are ranks of one run.
@@ -76,10 +96,16 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
         None => {
             // Judged again, whatever the file says: the rules may be newer than the run.
             let d = Diagnosed::new(a.summary);
-            crate::progress::out(&report::render(&d.summary, &d.verdict()));
+            // The HTML on stdout stands in for the text report there.
+            if !html.iter().any(|(p, _)| *p == Path::new("-")) {
+                crate::progress::out(&report::render(&d.summary, &d.verdict()));
+            }
             if let Some(p) = &args.summary {
                 std::fs::write(p, serde_json::to_string_pretty(&d)?)
                     .with_context(|| format!("cannot write {}", p.display()))?;
+            }
+            for (p, form) in html {
+                crate::html::save(p, &d, form)?;
             }
         }
         Some(second) => {
@@ -99,7 +125,7 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
     if args.files.len() > MAX_RANK_FILES {
         anyhow::bail!("{} files: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", args.files.len());
     }
-    let mut lines: Vec<(RankLine, &PathBuf, String)> = Vec::new();
+    let mut lines: Vec<(RankLine, &PathBuf, crate::model_source::ModelSource)> = Vec::new();
     for p in &args.files {
         let l = load(p, args.repair)?;
         let Some(rank) = l.summary.rank else {

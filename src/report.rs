@@ -2,13 +2,9 @@
 
 use crate::aggregate::Summary;
 use crate::diagnose::{Limiter, Verdict};
-use crate::units::ms;
+use crate::units::{ms, pct};
 use probes::Stage;
 use std::fmt::Write;
-
-fn pct(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
-}
 
 /// The report as text, ending with the verdict it is handed.
 pub fn render(s: &Summary, verdict: &Verdict) -> String {
@@ -49,7 +45,7 @@ fn render_header(o: &mut String, s: &Summary) {
 /// pipeprof's own training: the model and the loader's settings.
 fn render_own_header(o: &mut String, s: &Summary) {
     let st = &s.settings;
-    let _ = writeln!(o, "model {} ({}) · data {}", or_dash(&st.model), model_facts(st), data_facts(st));
+    let _ = writeln!(o, "model {} ({}) · data {}", or_dash(&st.model.name()), model_facts(st), data_facts(st));
     let _ = writeln!(
         o,
         "device {} · {} loader worker{} on {} cores · batch {} · prefetch {}",
@@ -63,7 +59,7 @@ fn render_own_header(o: &mut String, s: &Summary) {
 }
 
 /// A text setting, or `-` when the run never said it.
-fn or_dash(v: &str) -> &str {
+pub fn or_dash(v: &str) -> &str {
     if v.trim().is_empty() {
         "-"
     } else {
@@ -72,7 +68,7 @@ fn or_dash(v: &str) -> &str {
 }
 
 /// A count, or `-` for 0 (never measured: no model has 0 parameters, no batch 0 images).
-fn known(n: usize) -> String {
+pub fn known(n: usize) -> String {
     if n == 0 {
         "-".into()
     } else {
@@ -81,7 +77,7 @@ fn known(n: usize) -> String {
 }
 
 /// "42,500 params, input 3×150×150", with `-` for what the run did not say.
-fn model_facts(st: &crate::aggregate::RunSettings) -> String {
+pub fn model_facts(st: &crate::aggregate::RunSettings) -> String {
     let input = if st.input.contains(&0) {
         "-".to_string()
     } else {
@@ -91,7 +87,7 @@ fn model_facts(st: &crate::aggregate::RunSettings) -> String {
 }
 
 /// "imgs (1200 images, 4 classes)", or `-` for a data set the run did not describe.
-fn data_facts(st: &crate::aggregate::RunSettings) -> String {
+pub fn data_facts(st: &crate::aggregate::RunSettings) -> String {
     let mut parts = Vec::new();
     if st.images > 0 {
         parts.push(format!("{} images", st.images));
@@ -166,7 +162,7 @@ fn render_run_line(o: &mut String, s: &Summary) {
 
 /// A first step long enough to move the run's rate (≥ [`FIRST_STEP_SHARE`] of the run and ≥
 /// 100 ms more than a typical one): its length, ms, and the rate without it.
-fn first_step_apart(s: &Summary) -> Option<(f64, f64)> {
+pub fn first_step_apart(s: &Summary) -> Option<(f64, f64)> {
     let first = s.split.startup_compute_ms?;
     let extra = first - s.split.compute_ms;
     let run_ms = s.elapsed_s * 1000.0;
@@ -180,31 +176,49 @@ fn first_step_apart(s: &Summary) -> Option<(f64, f64)> {
 /// Share of the run a one-off first step must take to be said apart in the headline.
 const FIRST_STEP_SHARE: f64 = 0.05;
 
+/// The stage table's columns (the text report's and the HTML report's).
+pub const STAGE_COLUMNS: [&str; 10] =
+    ["stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU", "core-wait", "blocked"];
+
+/// One stage's row of the stage table, cell by cell, in [`STAGE_COLUMNS`] order.
+pub fn stage_cells(x: &crate::aggregate::StageSummary) -> [String; 10] {
+    let share = |v: Option<f64>| v.map(pct).unwrap_or_else(|| "-".into());
+    [
+        x.stage.clone(),
+        x.count.to_string(),
+        ms(x.mean_ms),
+        ms(x.p50_ms),
+        ms(x.p95_ms),
+        ms(x.max_ms),
+        ms(x.total_ms),
+        share(x.on_cpu),
+        share(x.core_wait),
+        share(x.blocked()),
+    ]
+}
+
+/// A part of compute (forward, backward, optimizer): shown under `compute`, indented.
+pub fn is_inner_stage(x: &crate::aggregate::StageSummary) -> bool {
+    [Stage::Forward, Stage::Backward, Stage::Optimizer].iter().any(|k| x.is(*k))
+}
+
 /// Per-stage timings with the on-CPU / core-wait / blocked split.
 fn render_stage_table(o: &mut String, s: &Summary) {
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7}",
-        "stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU", "core-wait", "blocked"
-    );
-    for x in &s.stages {
-        let inner = [Stage::Forward, Stage::Backward, Stage::Optimizer].iter().any(|k| x.is(*k));
-        let indent = if inner { "  " } else { "" };
+    let row = |o: &mut String, c: &[String]| {
         let _ = writeln!(
             o,
             "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7}",
-            format!("{indent}{}", x.stage),
-            x.count,
-            ms(x.mean_ms),
-            ms(x.p50_ms),
-            ms(x.p95_ms),
-            ms(x.max_ms),
-            ms(x.total_ms),
-            x.on_cpu.map(pct).unwrap_or_else(|| "-".into()),
-            x.core_wait.map(pct).unwrap_or_else(|| "-".into()),
-            x.blocked().map(pct).unwrap_or_else(|| "-".into())
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
         );
+    };
+    row(o, &STAGE_COLUMNS.map(String::from));
+    for x in &s.stages {
+        let mut cells = stage_cells(x);
+        if is_inner_stage(x) {
+            cells[0] = format!("  {}", cells[0]);
+        }
+        row(o, &cells);
     }
 }
 
@@ -279,39 +293,54 @@ fn render_compute_parts(o: &mut String, s: &Summary) {
     }
 }
 
+/// The epoch table's columns: Keras' (val_loss / val_accuracy only when a validation pass ran).
+pub fn epoch_columns(s: &Summary) -> Vec<&'static str> {
+    let mut c = vec!["epoch", "steps", "images", "loss", "accuracy", "time"];
+    if s.epochs.iter().any(|e| e.val_loss.is_some()) {
+        c.extend(["val_loss", "val_accuracy"]);
+    }
+    c
+}
+
+/// One epoch's row, cell by cell, in [`epoch_columns`] order (`-` for what was not measured).
+pub fn epoch_cells(s: &Summary, e: &crate::aggregate::EpochSummary) -> Vec<String> {
+    let no_acc = s.settings.no_accuracy;
+    let acc = |a: f64| if no_acc { "-".to_string() } else { format!("{:.1}%", a * 100.0) };
+    let epoch = match e.through {
+        Some(t) => format!("{}–{t}", e.epoch),
+        None => e.epoch.to_string(),
+    };
+    let mut c = vec![
+        epoch,
+        e.steps.to_string(),
+        e.images.to_string(),
+        if e.no_loss { "-".to_string() } else { format!("{:.4}", e.loss) },
+        acc(e.accuracy),
+        format!("{:.1}s", e.seconds),
+    ];
+    if s.epochs.iter().any(|e| e.val_loss.is_some()) {
+        match (e.val_loss, e.val_accuracy) {
+            (Some(l), Some(a)) => c.extend([format!("{l:.4}"), acc(a)]),
+            _ => c.extend(["-".to_string(), "-".to_string()]),
+        }
+    }
+    c
+}
+
 /// Keras-style epoch table (with validation columns when a pass ran).
 fn render_epochs(o: &mut String, s: &Summary) {
     if !s.epochs.is_empty() {
-        // Keras' columns: val_loss / val_accuracy only when a validation pass ran.
-        let val = s.epochs.iter().any(|e| e.val_loss.is_some());
-        let no_acc = s.settings.no_accuracy;
-        let acc = |a: f64| if no_acc { "-".to_string() } else { format!("{:.1}%", a * 100.0) };
+        let row = |o: &mut String, c: &[String]| {
+            let _ = write!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", c[0], c[1], c[2], c[3], c[4], c[5]);
+            if c.len() > 6 {
+                let _ = write!(o, " {:>9} {:>12}", c[6], c[7]);
+            }
+            let _ = writeln!(o);
+        };
         let _ = writeln!(o);
-        let _ =
-            write!(o, "{:<6} {:>6} {:>8} {:>9} {:>9} {:>8}", "epoch", "steps", "images", "loss", "accuracy", "time");
-        let _ =
-            writeln!(o, "{}", if val { format!(" {:>9} {:>12}", "val_loss", "val_accuracy") } else { String::new() });
+        row(o, &epoch_columns(s).into_iter().map(String::from).collect::<Vec<_>>());
         for e in &s.epochs {
-            let epoch = match e.through {
-                Some(t) => format!("{}–{t}", e.epoch),
-                None => e.epoch.to_string(),
-            };
-            let _ = write!(
-                o,
-                "{:<6} {:>6} {:>8} {:>9} {:>9} {:>7.1}s",
-                epoch,
-                e.steps,
-                e.images,
-                if e.no_loss { "-".to_string() } else { format!("{:.4}", e.loss) },
-                acc(e.accuracy),
-                e.seconds
-            );
-            let cols = match (val, e.val_loss, e.val_accuracy) {
-                (true, Some(l), Some(a)) => format!(" {l:>9.4} {:>12}", acc(a)),
-                (true, _, _) => format!(" {:>9} {:>12}", "-", "-"),
-                (false, _, _) => String::new(),
-            };
-            let _ = writeln!(o, "{cols}");
+            row(o, &epoch_cells(s, e));
         }
         if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
             // No GPU words in a run without one.
@@ -354,10 +383,7 @@ fn render_files(o: &mut String, s: &Summary) {
 /// The verdict as a plain-text block for the end-of-run report.
 pub fn render_verdict(v: &Verdict) -> String {
     let mut o = String::new();
-    let severity = match v.limiter {
-        Limiter::NotEnoughData { .. } => String::new(),
-        _ => format!(" · input-bound: {}", v.severity.label()),
-    };
+    let severity = severity_words(v).map(|w| format!(" · {w}")).unwrap_or_default();
     let _ = writeln!(o, "verdict: {}{severity}", v.limiter.label());
     let _ = writeln!(o, "  {}", v.headline);
     if !v.evidence.is_empty() {
@@ -375,21 +401,51 @@ pub fn render_verdict(v: &Verdict) -> String {
     if !v.advice.is_empty() {
         let _ = writeln!(o, "advice");
         for a in &v.advice {
-            // The command when there is one: it is what the reader copies; the words follow.
-            let command = a.change.command();
-            let what = command.as_deref().unwrap_or(&a.action);
-            let gain = a.gain_words().map(|g| format!(": {g}")).unwrap_or_default();
-            let _ = writeln!(o, "  → {what}{gain} ({})", a.reason);
-            if command.is_some() {
-                let _ = writeln!(o, "    {}", a.action);
+            let t = advice_text(a);
+            let gain = t.gain.map(|g| format!(": {g}")).unwrap_or_default();
+            let _ = writeln!(o, "  → {}{gain} ({})", t.what, t.reason);
+            if let Some(action) = t.action {
+                let _ = writeln!(o, "    {action}");
             }
         }
     }
     o
 }
 
+/// "input-bound: HIGH": how much the limiter costs, or `None` before there is a verdict.
+pub fn severity_words(v: &Verdict) -> Option<String> {
+    match v.limiter {
+        Limiter::NotEnoughData { .. } => None,
+        _ => Some(format!("input-bound: {}", v.severity.label())),
+    }
+}
+
+/// One piece of advice as every view words it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdviceText {
+    /// The command when there is one (it is what the reader copies), else the action.
+    pub what: String,
+    /// The predicted gain, when the model can say.
+    pub gain: Option<String>,
+    /// Why it should help.
+    pub reason: String,
+    /// The action in words, after a command.
+    pub action: Option<String>,
+}
+
+/// The words of one piece of advice (the text report's and the HTML report's).
+pub fn advice_text(a: &crate::diagnose::Advice) -> AdviceText {
+    let command = a.change.command();
+    AdviceText {
+        action: command.as_ref().map(|_| a.action.clone()),
+        what: command.unwrap_or_else(|| a.action.clone()),
+        gain: a.gain_words(),
+        reason: a.reason.clone(),
+    }
+}
+
 /// Loader threads listed one per line; more are summed in one line.
-const LOADER_THREADS_LISTED: usize = 12;
+pub const LOADER_THREADS_LISTED: usize = 12;
 
 /// Each loader thread (worker processes' included) with its on/off-CPU split: one slow
 /// worker, or workers all off CPU (waiting on storage), show up here.

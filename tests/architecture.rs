@@ -8,11 +8,12 @@ use std::path::Path;
 
 /// Layers, bottom first. Modules in one layer may not use each other.
 const LAYERS: &[&[&str]] = &[
-    &["units", "signal"],
+    &["units", "signal", "limits", "model_source", "flags"],
     &["config", "aggregate"],
     &["data", "diagnose", "progress"],
     &["train", "cache"],
     &["report", "tui", "export", "metrics"],
+    &["html"],
     &["session"],
     &["profile", "attach", "run", "offline", "cli"],
     &["check_advice"],

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End to end: class folders with no usable image, in the training and the validation folder.
-//! Each hostile entry has its expected outcome (README "Bad input").
+//! Each hostile entry has its expected outcome (docs/data-and-cache.md, "Bad input").
 
 mod common;
 use common::{pipeprof, text};

@@ -28,7 +28,7 @@ fn pack_opts(data: &Path, out: &Path, size: Size) -> BuildOptions {
         channels: 3,
         rules: Rules::ImageFolder,
         exact_decode: true,
-        model: String::new(),
+        model: Default::default(),
         workers: 2,
         progress: false,
         fail_after: None,

@@ -6,6 +6,7 @@
 
 pub mod attach;
 pub mod clock;
+pub mod env;
 pub mod event;
 pub mod fsinfo;
 pub mod layer;
@@ -16,5 +17,5 @@ pub mod stage;
 
 pub use event::{Event, LayerRecord, Rank, SpanRecord, StepRecord, NONE};
 pub use layer::{flush_thread, thread_names, ProbeLayer};
-pub use probe::{Probe, Spares, DEFAULT_CAPACITY};
+pub use probe::{Probe, Spares, DEFAULT_CAPACITY, MAX_CAPACITY};
 pub use stage::Stage;

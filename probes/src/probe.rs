@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 /// Default channel capacity: 65,536 events dropped nothing over 1 M spans in a tight loop here.
 pub const DEFAULT_CAPACITY: usize = 65_536;
+/// Largest channel a run may ask for: 2^24 events × 48 bytes ≈ 800 MB, far past any need.
+pub const MAX_CAPACITY: usize = 1 << 24;
 
 /// A cheap, cloneable handle that sends events without ever blocking the sender.
 #[derive(Clone, Debug)]

@@ -49,17 +49,18 @@ def hooks():
     import torch.utils.data._utils.fetch as fetch
     import torch.utils.data.dataloader as dataloader
 
-    from pipeprof import _torch_fetch, _torch_loop
+    from pipeprof._state import TORCH
 
     it = dataloader.DataLoader.__iter__
-    hooks, loop = _torch_loop._HOOKS, _torch_loop._LOOP[0]
-    if not hasattr(it, "__wrapped__") or loop is None or None in hooks.values() or not _torch_fetch._FETCH:
+    loop = TORCH.loop
+    installed = (loop, TORCH.backward, TORCH.optimizer, TORCH.next_hook, TORCH.fetch_hook)
+    if not hasattr(it, "__wrapped__") or None in installed:
         raise SystemExit("the PyTorch hooks are not installed: run this under `pipeprof run`")
 
     def put(on):
         dataloader.DataLoader.__iter__ = it if "loop" in on else it.__wrapped__
-        dataloader._BaseDataLoaderIter.__next__ = _torch_loop._NEXT[0 if "loop" in on else 1]
-        fetch._MapDatasetFetcher.fetch = _torch_fetch._FETCH[0 if "fetch" in on else 1]
+        dataloader._BaseDataLoaderIter.__next__ = TORCH.next_hook if "loop" in on else TORCH.next_orig
+        fetch._MapDatasetFetcher.fetch = TORCH.fetch_hook if "fetch" in on else TORCH.fetch_orig
         # The loop puts these two in place on its sampled steps, as far as they are enabled.
         loop.enable_hooks("backward" in on, "optimizer" in on)
 

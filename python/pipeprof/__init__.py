@@ -47,19 +47,22 @@ __all__ = [
     "dropped",
     "stages",
     "STAGES",
+    "profile",
+    "last",
 ]
 
+# The environment names are the extension's (declared once, in the probes crate's `env`).
 #: The parent's attach address, inherited by worker processes.
-ADDRESS_ENV = "PIPEPROF_PARENT"
+ADDRESS_ENV = _native.PARENT_ENV
 # The token a TCP run's viewers and workers must send (set by the run itself).
-TOKEN_ENV = "PIPEPROF_TOKEN"
+TOKEN_ENV = _native.TOKEN_ENV
 #: The parent's pid: a process with the address but another pid is a worker.
-PARENT_PID_ENV = "PIPEPROF_PARENT_PID"
+PARENT_PID_ENV = _native.PARENT_PID_ENV
 #: Under ``pipeprof run``: the pid of the run's first Python process (its main program).
-MAIN_PID_ENV = "PIPEPROF_MAIN_PID"
+MAIN_PID_ENV = _native.MAIN_PID_ENV
 #: In a distributed run (``torchrun``): ``RANK:pid`` of this rank's first Python process, the
 #: rank's program; its DataLoader workers inherit it and are its workers.
-RANK_MAIN_ENV = "PIPEPROF_RANK_MAIN"
+RANK_MAIN_ENV = _native.RANK_MAIN_ENV
 
 #: Stage names a span may have, in pipeline order.
 STAGES = tuple(stages())
@@ -108,6 +111,30 @@ def init(program=None, settings=None, *, listen=None, sample=True, hz=5.0):
     atexit.register(finish)
     fail_on_uncaught_exception()
     return addr
+
+
+def profile(summary=None, *, trace=None, no_gpu=False, html=None, program=None, live=None):
+    """``with pipeprof.profile() as p: ...``, then ``p.report()``: the block profiled as
+    ``pipeprof run`` profiles a program (its hooks armed for the block only), the report's
+    verdict, advice and summary JSON in the result. What ``%%pipeprof`` runs a notebook cell
+    in (see ``pipeprof._profile``)."""
+    from pipeprof._profile import Profile
+
+    return Profile(summary=summary, trace=trace, no_gpu=no_gpu, html=html, program=program, live=live)
+
+
+def last():
+    """The report of the last ``%%pipeprof`` cell or ``pipeprof.profile()`` block, or None."""
+    from pipeprof._profile import last
+
+    return last()
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext pipeprof``: the ``%%pipeprof`` cell magic (IPython is imported only here)."""
+    from pipeprof.notebook import load_ipython_extension as load
+
+    load(ipython)
 
 
 def step(step, *, epoch=0, images=0, loss=0.0, correct=0, queued=0, validation=False):

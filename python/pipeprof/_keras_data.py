@@ -17,6 +17,8 @@ Patched, once, when Keras (``keras`` or ``tf_keras``) is imported, in every proc
 * ``ImageDataGenerator.apply_transform`` is ``augment``.
 
 Each span carries the thread's CPU time and run-queue wait, like the DataLoader workers' ones.
+PIL is :mod:`pipeprof._pil`'s (one patch for every loader), which times the Keras way inside
+the batches and ``load_img`` calls marked here (``_state.THREAD``).
 What it never does: change the data set object Keras is given, the batches, their order,
 the worker count or the start method.
 Nothing here raises into the script: a patch that fails leaves that part untimed, with a line.
@@ -26,166 +28,60 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.dummy
-import sys
 import threading
-import time
 
 import pipeprof
-from pipeprof import _native
+from pipeprof import _hooks, _pil, _state
+from pipeprof._pil import Clock, record, sub
 
-_now = _native.now_ns
-_cpu = time.thread_time_ns
-_queue = _native.thread_queue_ns
-
-_T = threading.local()
-_DONE = set()
-_NAMES = {"lock": threading.Lock(), "next": 0}
-
-
-def _warn(what, e):
-    print(f"pipeprof: {what} is not timed ({e!r}); the program goes on", file=sys.stderr)
-
-
-class _Clock:
-    """Wall, CPU and run-queue readings of the calling thread, and the differences."""
-
-    __slots__ = ("wall", "cpu", "queue")
-
-    def __init__(self):
-        self.wall, self.cpu, self.queue = _now(), _cpu(), _queue()
-
-    def since(self, c0):
-        q = None if self.queue is None or c0.queue is None else max(0, self.queue - c0.queue)
-        return [max(0, self.wall - c0.wall), max(0, self.cpu - c0.cpu), q]
-
-
-def _sub(a, b):
-    return [max(0, a[0] - b[0]), max(0, a[1] - b[1]), None if a[2] is None or b[2] is None else max(0, a[2] - b[2])]
-
-
-def _add(a, b):
-    return [a[0] + b[0], a[1] + b[1], None if a[2] is None or b[2] is None else a[2] + b[2]]
-
-
-def _record(stage, start, d):
-    if d[0] > 0:
-        _native.record(stage, start, d[0], None, d[1], d[2])
-
-
-def _auto_thread():
-    """``pipeprof._torch_fetch``'s per-thread state (its PIL and transform spans), when
-    loaded."""
-    return getattr(sys.modules.get("pipeprof._torch_fetch"), "_T", None)
+#: Where this thread is in a loader's work (shared with ``_pil`` and ``_torch_fetch``).
+_T = _state.THREAD
+_KERAS = _state.KERAS
 
 
 class _Covered:
-    """Marks the enclosing item as covered by named stages, and keeps ``_torch_fetch``'s own
-    PIL spans quiet inside (they would time the same work twice)."""
+    """Marks the enclosing item as covered by named stages (and a DataLoader's samples it is
+    inside of), and keeps PIL's spans of the DataLoader kind quiet inside (they would time the
+    same work twice)."""
 
-    __slots__ = ("auto",)
+    __slots__ = ()
 
     def __enter__(self):
-        _T.covered = True
-        self.auto = _auto_thread()
-        if self.auto is not None:
-            self.auto.depth = getattr(self.auto, "depth", 0) + 1
-            if getattr(self.auto, "in_fetch", False):
-                self.auto.covered = True
+        _T.item_covered = True
+        _T.depth += 1
+        if _T.in_fetch:
+            _T.fetch_covered = True
         return self
 
     def __exit__(self, *exc):
-        if self.auto is not None:
-            self.auto.depth = getattr(self.auto, "depth", 1) - 1
+        _T.depth -= 1
         return False
 
 
 # ---------------------------------------------------------------- load_img
 
 
-def _patch_pil():
-    """PIL's open (``read``), decode (``ImageFile.load``) and ``resize``: inside ``load_img``
-    they add to its parts; inside a PyDataset batch each call is its span; elsewhere they
-    time nothing (one attribute read)."""
-    if "pil" in _DONE:
-        return
-    _DONE.add("pil")
-    from PIL import Image, ImageFile
-
-    orig_open, orig_load, orig_resize = Image.open, ImageFile.ImageFile.load, Image.Image.resize
-
-    def where():
-        acc = getattr(_T, "img", None)
-        if acc is not None:
-            return acc
-        return True if getattr(_T, "in_item", False) else None
-
-    def done(stage, c0, d, to):
-        if to is True:
-            _T.covered = True
-            _record(stage, c0.wall, d)
-        else:
-            to[stage] = _add(to[stage], d)
-
-    def open_(*args, **kwargs):
-        to = where()
-        if to is None or getattr(_T, "pil_busy", False):
-            return orig_open(*args, **kwargs)
-        _T.pil_busy, c0 = True, _Clock()
-        try:
-            return orig_open(*args, **kwargs)
-        finally:
-            _T.pil_busy = False
-            done("read", c0, _Clock().since(c0), to)
-
-    def load(self, *args, **kwargs):
-        to = where()
-        # An image already decoded has no tiles left: its load() is not a decode.
-        if to is None or getattr(_T, "pil_busy", False) or not getattr(self, "tile", None):
-            return orig_load(self, *args, **kwargs)
-        _T.pil_busy, c0 = True, _Clock()
-        try:
-            return orig_load(self, *args, **kwargs)
-        finally:
-            _T.pil_busy = False
-            d = _Clock().since(c0)
-            _T.decoded = _add(getattr(_T, "decoded", [0, 0, 0]), d)
-            done("decode", c0, d, to)
-
-    def resize(self, *args, **kwargs):
-        to = where()
-        if to is None or getattr(_T, "pil_busy", False):
-            return orig_resize(self, *args, **kwargs)
-        before, c0 = list(getattr(_T, "decoded", [0, 0, 0])), _Clock()
-        try:
-            return orig_resize(self, *args, **kwargs)
-        finally:
-            # A lazily opened image decodes inside resize: that part is decode.
-            inner = _sub(getattr(_T, "decoded", [0, 0, 0]), before)
-            done("resize", c0, _sub(_Clock().since(c0), inner), to)
-
-    open_.__wrapped__, load.__wrapped__, resize.__wrapped__ = orig_open, orig_load, orig_resize
-    Image.open, ImageFile.ImageFile.load, Image.Image.resize = open_, load, resize
-
-
 def _timed_load_img(orig):
+    """``load_img`` as three spans: ``decode`` and ``resize`` (PIL's, added up by ``_pil``) and
+    ``read``, the rest."""
+
     def load_img(*args, **kwargs):
-        outer = getattr(_T, "img", None)
-        if outer is not None:
+        if _T.img is not None:
             return orig(*args, **kwargs)
         acc = {"read": [0, 0, 0], "decode": [0, 0, 0], "resize": [0, 0, 0]}
         _T.img = acc
         with _Covered():
-            c0 = _Clock()
+            c0 = Clock()
             try:
                 return orig(*args, **kwargs)
             finally:
                 _T.img = None
                 # read: all but decode and resize (opening the file, its bytes, the header).
-                total = _Clock().since(c0)
-                read = _sub(_sub(total, acc["decode"]), acc["resize"])
+                total = Clock().since(c0)
+                read = sub(sub(total, acc["decode"]), acc["resize"])
                 start = c0.wall
                 for stage, d in (("read", read), ("decode", acc["decode"]), ("resize", acc["resize"])):
-                    _record(stage, start, d)
+                    record(stage, start, d)
                     start += d[0]
 
     load_img.__wrapped__ = orig
@@ -197,7 +93,7 @@ def patch_image_utils(mod):
     """``load_img`` of ``keras.src.utils.image_utils`` or ``tf_keras.src.utils.image_utils``."""
     if getattr(mod.load_img, "__wrapped__", None) is not None:
         return
-    _patch_pil()
+    _pil.install()
     mod.load_img = _timed_load_img(mod.load_img)
 
 
@@ -210,11 +106,11 @@ def patch_image_generator(mod):
 
     def apply_transform(self, x, transform_parameters):
         with _Covered():
-            c0 = _Clock()
+            c0 = Clock()
             try:
                 return orig(self, x, transform_parameters)
             finally:
-                _record("augment", c0.wall, _Clock().since(c0))
+                record("augment", c0.wall, Clock().since(c0))
 
     apply_transform.__wrapped__ = orig
     Gen.apply_transform = apply_transform
@@ -228,14 +124,14 @@ def _name_worker(ds):
     and processes (threads) are numbered on across pools, so N is that number modulo the
     data set's workers where it says. tf.data's own threads (a PyDataset without workers on
     TensorFlow) are ``tf.data (PyDataset)``."""
-    if getattr(_T, "named", False):
+    if _T.named:
         return
     _T.named = True
     workers = getattr(ds, "workers", None)
     if isinstance(threading.current_thread(), multiprocessing.dummy.DummyProcess):
-        with _NAMES["lock"]:
-            n = _NAMES["next"]
-            _NAMES["next"] = n + 1
+        with _KERAS.lock:
+            n = _KERAS.next_worker
+            _KERAS.next_worker = n + 1
     elif multiprocessing.parent_process() is not None:
         ident = multiprocessing.current_process()._identity
         n = ident[-1] - 1 if ident else 0
@@ -256,24 +152,21 @@ def _name_worker(ds):
 
 def _item(get, ds, i):
     """``get(ds, i)`` timed as one batch of a PyDataset (nested calls time nothing)."""
-    if getattr(_T, "in_item", False):
+    if _T.in_item:
         return get(ds, i)
     _name_worker(ds)
-    _T.in_item, _T.covered = True, False
-    auto = _auto_thread()
-    if auto is not None:
-        # _torch_fetch's own PIL spans stay quiet: the ones here time the same calls.
-        auto.depth = getattr(auto, "depth", 0) + 1
-    c0 = _Clock()
+    _T.in_item, _T.item_covered = True, False
+    # PIL's spans of the DataLoader kind stay quiet: the Keras ones time the same calls.
+    _T.depth += 1
+    c0 = Clock()
     try:
         return get(ds, i)
     finally:
         _T.in_item = False
-        if auto is not None:
-            auto.depth = getattr(auto, "depth", 1) - 1
-        if not _T.covered:
+        _T.depth -= 1
+        if not _T.item_covered:
             # Nothing recognised inside: the batch was taken as it is.
-            _record("fetch", c0.wall, _Clock().since(c0))
+            record("fetch", c0.wall, Clock().since(c0))
         pipeprof.flush()
 
 
@@ -295,12 +188,12 @@ def _time_class(ds):
     try:
         cls.__getitem__ = _timed_getitem(get)
     except (TypeError, AttributeError) as e:  # a class that cannot be changed
-        _warn(f"{cls.__name__}.__getitem__", e)
+        _hooks.warn(f"{cls.__name__}.__getitem__", e)
 
 
 def _patch_pil_if_there():
     try:
-        _patch_pil()
+        _pil.install()
     except ImportError:
         pass  # no Pillow: nothing of it to time
 
@@ -355,16 +248,16 @@ _TF_KERAS = {
 
 def hooks(top):
     """The patches for Keras 3 (``top`` = ``keras``) or tf.keras 2 (``tf_keras``), by the
-    module each applies to (for ``_auto._when_imported``: now, or when it is imported)."""
+    module each applies to (for ``_hooks.when_imported``: now, or when it is imported)."""
     targets = _TF_KERAS if top == "tf_keras" else _KERAS3
     return {name: _once(name, fn) for name, fn in targets.items()}
 
 
 def _once(name, fn):
     def hook(mod):
-        if name in _DONE:
+        if name in _KERAS.patched:
             return
-        _DONE.add(name)
+        _KERAS.patched.add(name)
         fn(mod)
 
     return hook

@@ -24,10 +24,13 @@ import json
 import os
 import sys
 
-ENV = "PIPEPROF_CHECK"
+from pipeprof import _hooks, _native, _state
+
+#: Set by ``pipeprof run --check-advice`` for its re-runs (the name is the extension's).
+ENV = _native.CHECK_ENV
 KNOBS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "batch_size")
 
-_STATE = {"set": None, "steps": None, "done": 0}
+_CHECK = _state.CHECK
 
 
 def _read():
@@ -66,8 +69,8 @@ def apply(arguments, knobs):
 
 def _stop_if_done():
     """Ends the program when it asks for a training batch after its ``steps``."""
-    steps = _STATE["steps"]
-    if steps is not None and _STATE["done"] >= steps:
+    steps = _CHECK.steps
+    if steps is not None and _CHECK.done >= steps:
         print(f"pipeprof: check-advice re-run: stopped after {steps} steps", file=sys.stderr)
         raise SystemExit(0)
 
@@ -77,7 +80,7 @@ def _patch_torch(data_mod):
 
     from torch.utils.data import dataloader as dl
 
-    knobs = {k: v for k, v in (_STATE["set"] or {}).items() if k in KNOBS}
+    knobs = {k: v for k, v in (_CHECK.asked or {}).items() if k in KNOBS}
     DataLoader = dl.DataLoader
     orig_init = DataLoader.__init__
     sig = inspect.signature(orig_init)
@@ -105,14 +108,14 @@ def _patch_torch(data_mod):
         batch = orig_next(self)
         if counted:
             # Counted once handed out: an epoch's end (StopIteration) is no step.
-            _STATE["done"] += 1
+            _CHECK.done += 1
         return batch
 
     Base.__next__ = __next__
 
 
 def _patch_keras(keras_mod):
-    knobs = _STATE["set"] or {}
+    knobs = _CHECK.asked or {}
     workers = knobs.get("num_workers")
     PyDataset = getattr(getattr(keras_mod, "utils", None), "PyDataset", None)
     if workers is not None and PyDataset is not None:
@@ -131,7 +134,7 @@ def _patch_keras(keras_mod):
     class _Stop(keras_mod.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
             _stop_if_done()
-            _STATE["done"] += 1
+            _CHECK.done += 1
 
     def fit(self, *args, **kwargs):
         kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [_Stop()]
@@ -140,14 +143,12 @@ def _patch_keras(keras_mod):
     Model.fit = fit
 
 
-def install(_module=None):
+def install():
     """Arms the patches in a re-run's main process; nothing in a plain run or a worker."""
-    from pipeprof import _auto
-
     v = _read()
-    if v is None or not _auto._STATE.get("main"):
+    if v is None or not _state.RUN.main:
         return
-    _STATE["set"] = v
+    _CHECK.asked = v
     steps = v.get("steps")
-    _STATE["steps"] = steps if isinstance(steps, int) and steps > 0 else None
-    _auto._when_imported({"torch.utils.data": _patch_torch, "keras": _patch_keras})
+    _CHECK.steps = steps if isinstance(steps, int) and steps > 0 else None
+    _hooks.when_imported({"torch.utils.data": _patch_torch, "keras": _patch_keras})

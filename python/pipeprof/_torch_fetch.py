@@ -2,8 +2,8 @@
 on the training thread itself with ``num_workers=0``.
 
 What it patches, once each: ``_MapDatasetFetcher.fetch`` (the samples of one batch, then
-``collate_fn``), PIL's ``Image.open`` / ``Image.convert`` / ``ImageFile.load``, and the
-``Compose`` of torchvision's transforms (v1 and v2).
+``collate_fn``) and the ``Compose`` of torchvision's transforms (v1 and v2). PIL is
+:mod:`pipeprof._pil`'s, which times PIL inside the samples the fetcher marks (``_state.THREAD``).
 
 Spans: ``read`` (``Image.open``), ``decode`` (PIL's ``load``/``convert``), and each transform
 of a ``Compose`` by what its class does (:func:`stage_of_name`): ``resize`` (resizes and
@@ -20,39 +20,22 @@ the sample. ``collate`` times ``collate_fn`` once per batch. A data set with ``_
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pipeprof
-from pipeprof import _native
+from pipeprof import _native, _state
 
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
 _queue = _native.thread_queue_ns
 _fetched = _native.fetched
+#: Where this thread is in a loader's work (shared with ``_pil`` and ``_keras_data``).
+_T = _state.THREAD
 
-
-class _Thread(threading.local):
-    """This thread's state for the spans inside a sample (class attributes: each thread starts
-    from these)."""
-
-    #: Nesting of loader-stage spans: only the outermost is timed.
-    depth = 0
-    #: Inside a fetcher's samples, and whether a PIL or torchvision span covered them.
-    in_fetch = False
-    covered = False
-
-
-_T = _Thread()
-
-def _forget_in_child():
-    # A forked worker starts from the forking thread's state: it is not that thread (and the
-    # extension asks anew whether the process is a worker, and counts its batches anew).
-    _T.__dict__.clear()
-    _native.forget_thread_state()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+# A forked worker starts from the forking thread's state: it is not that thread (the extension
+# asks anew whether the process is a worker, and counts its batches anew; ``_state`` forgets
+# the Python side).
+os.register_at_fork(after_in_child=_native.forget_thread_state)
 
 def _since(a, b):
     """A clock's advance from reading ``a`` to ``b``; None where either was not read."""
@@ -63,42 +46,6 @@ def _queued(q0):
     """The thread's run-queue wait since ``q0`` (a ``_queue()`` reading), or None when the
     kernel does not say: the off-CPU part of a span spent waiting for a core, not blocked."""
     return _since(q0, _queue())
-
-
-class _Stage:
-    """A loader-stage span that does not nest: inside another one it times nothing."""
-
-    __slots__ = ("stage", "span")
-
-    def __init__(self, stage):
-        self.stage = stage
-        self.span = None
-
-    def __enter__(self):
-        d = _T.depth
-        _T.depth = d + 1
-        if d == 0 and _T.in_fetch:
-            self.span = pipeprof.span(self.stage)
-            self.span.__enter__()
-            _T.covered = True
-        return self
-
-    def __exit__(self, *exc):
-        _T.depth -= 1
-        if self.span is not None:
-            self.span.__exit__(*exc)
-        return False
-
-
-def _timed(stage, func):
-    def timed(*args, **kwargs):
-        with _Stage(stage):
-            return func(*args, **kwargs)
-
-    timed.__wrapped__ = func
-    timed.__name__ = getattr(func, "__name__", "timed")
-    timed.__doc__ = getattr(func, "__doc__", None)
-    return timed
 
 
 def _name_worker():
@@ -138,16 +85,12 @@ flush_batch = _native.flush_fetched
 _inner = _native.fetch_inner
 
 
-#: ``_MapDatasetFetcher.fetch``: the hook and torch's own (the hook-cost bench swaps them).
-_FETCH = []
-
-
 def _samples(self, index):
     """The fetcher's samples, and whether a PIL or torchvision span inside timed them."""
-    _T.in_fetch, _T.covered = True, False
+    _T.in_fetch, _T.fetch_covered = True, False
     try:
         ds = self.dataset
-        return [ds[idx] for idx in index], _T.covered
+        return [ds[idx] for idx in index], _T.fetch_covered
     finally:
         _T.in_fetch = False
 
@@ -156,21 +99,16 @@ def _fetch_clocked(orig, self, index, worker, clocks, inner):
     """A timed batch: its fetch and collate, the thread's clocks around them when ``clocks``,
     and the spans inside its samples when ``inner`` (a PIL or torchvision hook is installed).
     Sent now by a worker, held for the step on the training thread."""
-    c0, q0 = (_thread_time(), _queue()) if clocks else (None, None)
-    t0 = _now()
+    # The clocks at the fetch's start, the collate's start and the end (``_native.Batch``).
+    batch = _native.Batch(clocks)
     if getattr(self.dataset, "__getitems__", None):
         out = orig(self, index)
-        t2 = _now()
-        c2, q2 = (_thread_time(), _queue()) if clocks else (None, None)
-        batch = (t0, None, t2, (c0, None, c2, q0, None, q2) if clocks else None)
     else:
         data, covered = _samples(self, index) if inner else ([self.dataset[i] for i in index], False)
-        t1 = _now()
-        c1, q1 = (_thread_time(), _queue()) if clocks else (None, None)
+        # Where spans inside the samples timed them, the batch has no fetch span of its own.
+        batch.collate(covered)
         out = self.collate_fn(data)
-        t2 = _now()
-        c2, q2 = (_thread_time(), _queue()) if clocks else (None, None)
-        batch = (None if covered else t0, t1, t2, (c0, c1, c2, q0, q1, q2) if clocks else None)
+    batch.end()
     if worker:
         _native.batch_spans(batch)
         pipeprof.flush()
@@ -187,44 +125,16 @@ def install_fetch(fetch_mod):
     once a PIL or torchvision hook is installed), the others are torch's own ``fetch``."""
     Map = fetch_mod._MapDatasetFetcher
     orig = Map.fetch
-    fetch = _native.fetch_method(Map, orig, _fetch_clocked, _name_worker, MAIN_TIMED_EVERY, MAIN_CLOCKS_EVERY)
-    _FETCH[:] = [fetch, orig]
+    fetch = _native.fetch_method(
+        base=Map,
+        orig=orig,
+        clocked=_fetch_clocked,
+        is_worker=_name_worker,
+        timed_every=MAIN_TIMED_EVERY,
+        clocks_every=MAIN_CLOCKS_EVERY,
+    )
+    _state.TORCH.fetch_hook, _state.TORCH.fetch_orig = fetch, orig
     Map.fetch = fetch
-
-
-def _unloaded(img):
-    """A lazily opened file not decoded yet: Pillow's ``tile`` lists what ``load`` will
-    decode, and is empty once it has (and on an image made in memory)."""
-    try:
-        return bool(img.tile)
-    except Exception:
-        return False
-
-
-def _convert_timed(func):
-    """``Image.convert``: ``decode`` where it decodes a file opened lazily (the pixels' first
-    use), ``convert`` on pixels already in memory (``Image.fromarray``: torchvision's MNIST
-    and CIFAR), never a decode there."""
-
-    def convert(self, *args, **kwargs):
-        with _Stage("decode" if _unloaded(self) else "convert"):
-            return func(self, *args, **kwargs)
-
-    convert.__wrapped__ = func
-    convert.__name__ = getattr(func, "__name__", "convert")
-    convert.__doc__ = getattr(func, "__doc__", None)
-    return convert
-
-
-def install_pil(image_mod):
-    _inner()
-    image_mod.open = _timed("read", image_mod.open)
-    image_mod.Image.convert = _convert_timed(image_mod.Image.convert)
-
-
-def install_pil_imagefile(imagefile_mod):
-    _inner()
-    imagefile_mod.ImageFile.load = _timed("decode", imagefile_mod.ImageFile.load)
 
 
 #: torchvision's transforms (v1 and v2) by class name: what each does to a sample, so a
@@ -319,7 +229,7 @@ class _Transforms:
     def done(self):
         if not self.on:
             return
-        _T.covered = True
+        _T.fetch_covered = True
         start = self.t0
         for stage in _TRANSFORM_STAGES:
             if self.wall[stage]:

@@ -54,7 +54,8 @@ import sys
 import weakref
 
 import pipeprof
-from pipeprof import _native, _torch_fetch
+from pipeprof import _native, _state, _torch_fetch
+from pipeprof._hooks import warn as _warn
 from pipeprof.torch import _first_leaf
 
 _now = _native.now_ns
@@ -64,36 +65,15 @@ _now = _native.now_ns
 #: a second, each read waits for the device) and their optimizer step timed.
 LOSS_EVERY = _native.LOSS_EVERY
 
-_STATE = {
-    "settings_sent": False,
-    "device": None,
-    # The training loader (a weak reference).
-    "train_loader": None,
-}
-
-#: The steps' state and hot path (a ``_native.Loop``), once ``install`` made it.
-_LOOP = [None]
-
-#: ``_BaseDataLoaderIter.__next__``: the hook and torch's own (the hook-cost bench swaps them).
-_NEXT = []
-
-#: What the loop puts in place on its sampled steps and takes out after them (see
-#: ``_native.Loop.set_hooks``): ``backward``, (``torch.autograd``, torch's ``backward``, the
-#: hook); ``optimizer``, (torch's hook dict, the hook's key in it, the hook) per hook, or None
-#: while their modules are not imported.
-_HOOKS = {"backward": None, "optimizer": None}
+#: The hooks' state: the loop (a ``_native.Loop``), what its sampled steps put in place, the
+#: training loader, and the hooks beside torch's own functions (the hook-cost bench swaps them).
+_TORCH = _state.TORCH
 
 
 def _give_hooks():
-    loop = _LOOP[0]
+    loop = _TORCH.loop
     if loop is not None:
-        loop.set_hooks(_HOOKS["backward"], _HOOKS["optimizer"])
-
-
-def _warn(what, e):
-    from pipeprof._auto import _warn as warn
-
-    warn(what, e)
+        loop.set_hooks(_TORCH.backward, _TORCH.optimizer)
 
 
 def _input_of(batch):
@@ -115,13 +95,13 @@ def _first_batch(batch):
 
 
 def _device(device):
-    _STATE["device"] = device
+    _TORCH.device = device
     pipeprof.settings(device=device)
 
 
 def close():
     """Ends the training thread's open step: its compute span and step record."""
-    loop = _LOOP[0]
+    loop = _TORCH.loop
     if loop is not None:
         loop.close()
 
@@ -133,12 +113,12 @@ def finish():
 
 
 def _send_settings(loader):
-    if _STATE["settings_sent"]:
+    if _TORCH.settings_sent:
         return
-    _STATE["settings_sent"] = True
+    _TORCH.settings_sent = True
     from pipeprof.torch import loader_settings
 
-    settings = loader_settings(loader, device=_STATE["device"])
+    settings = loader_settings(loader, device=_TORCH.device)
     # The loop body's correct predictions are not seen without an edit: no accuracy column.
     settings["no_accuracy"] = True
     settings["transfer_unmeasured"] = True
@@ -153,7 +133,7 @@ def _send_settings(loader):
 
 
 def _is_train_loader(loader):
-    ref = _STATE["train_loader"]
+    ref = _TORCH.train_loader
     return ref is not None and ref() is loader
 
 
@@ -165,7 +145,14 @@ def install(dataloader_mod):
     orig_iter = DataLoader.__iter__
     orig_next = Base.__next__
     is_grad_enabled = torch.is_grad_enabled
-    loop = _LOOP[0] = _native.Loop(is_grad_enabled, torch.Tensor, _first_batch, _device, _distributed, sys.modules)
+    loop = _TORCH.loop = _native.Loop(
+        is_grad_enabled=is_grad_enabled,
+        tensor=torch.Tensor,
+        on_first_batch=_first_batch,
+        on_device=_device,
+        distributed=_distributed,
+        modules=sys.modules,
+    )
     _give_hooks()
 
     def __iter__(self):
@@ -190,8 +177,8 @@ def install(dataloader_mod):
         if not is_grad_enabled():
             return it
         try:
-            if _STATE["train_loader"] is None:
-                _STATE["train_loader"] = weakref.ref(self)
+            if _TORCH.train_loader is None:
+                _TORCH.train_loader = weakref.ref(self)
             train = _is_train_loader(self)
         except TypeError:
             # A loader that takes no weak reference: none is the training loader.
@@ -212,7 +199,7 @@ def install(dataloader_mod):
     # extension, so that no frame of ours sits under torch's (see `hooked_next` in
     # python/src/torch_loop.rs: where the frames fall decides what CPython allocates).
     __next__ = _native.next_method(Base, orig_next, loop)
-    _NEXT[:] = [__next__, orig_next]
+    _TORCH.next_hook, _TORCH.next_orig = __next__, orig_next
 
     __iter__.__wrapped__ = orig_iter
     # Set on an iterator of a loader wrapped with pipeprof.torch.profile; read every batch.
@@ -237,7 +224,7 @@ def install_backward(autograd_mod):
     orig = autograd_mod.backward
 
     def backward(tensors, *args, **kwargs):
-        loop = _LOOP[0]
+        loop = _TORCH.loop
         # The loss and its device; a step number when the program is one rank of several.
         step = None if loop is None else loop.backward(tensors)
         if step is None:
@@ -258,7 +245,7 @@ def install_backward(autograd_mod):
     # A program that imports the function by name holds the hook: off the sampled steps it
     # does nothing but call torch's.
     autograd_mod.backward = backward
-    _HOOKS["backward"] = (autograd_mod, orig, backward)
+    _TORCH.backward = _native.BackwardHook(module=autograd_mod, orig=orig, hook=backward)
     _give_hooks()
 
 
@@ -274,7 +261,7 @@ def install_compile(torch_mod):
 
     @functools.wraps(orig)
     def compile(*args, **kwargs):
-        loop = _LOOP[0]
+        loop = _TORCH.loop
         if loop is not None:
             loop.keep_hooks()
         return orig(*args, **kwargs)
@@ -322,7 +309,7 @@ def install_optim(optimizer_mod):
     pending = [False]
 
     def pre(opt, args, kwargs):
-        loop = _LOOP[0]
+        loop = _TORCH.loop
         if loop is not None and not _compiling():
             pending[0] = True
             loop.optimizer_pre()
@@ -331,7 +318,7 @@ def install_optim(optimizer_mod):
         if not pending[0]:
             return
         pending[0] = False
-        if not _LOOP[0].optimizer_post():
+        if not _TORCH.loop.optimizer_post():
             return
         # The first step timed: the model's size, once.
         try:
@@ -347,8 +334,8 @@ def install_optim(optimizer_mod):
     try:
         # Torch's hook dict and key of each (a handle's own fields): the loop deletes the entry
         # after a sampled step and puts it back before the next, with no handle made each time.
-        _HOOKS["optimizer"] = [(h.hooks_dict_ref(), h.id, f) for h, f in handles]
+        _TORCH.optimizer = [_native.OptimizerHook(hooks=h.hooks_dict_ref(), key=h.id, hook=f) for h, f in handles]
     except AttributeError:
         # A torch whose handles hold them otherwise: the hooks stay in place on every step.
-        _HOOKS["optimizer"] = []
+        _TORCH.optimizer = []
     _give_hooks()

@@ -86,8 +86,12 @@ fn route_to(st: &mut State, probe: Probe) -> PyResult<()> {
 }
 
 /// Starts the attach server in this process; returns the address `pipeprof attach` uses.
+/// `gpu=False` leaves the GPU unsampled (`--no-gpu`); `gpu_tree=True` counts the GPU use of
+/// the processes started below this one as the run's, as `pipeprof run` does (a notebook
+/// kernel's DataLoader workers). After [`finish`] it may be called again: a new run.
 #[pyfunction]
-#[pyo3(signature = (program, settings_json, listen=None, sample=true, hz=5.0, capacity=probes::DEFAULT_CAPACITY))]
+#[pyo3(signature = (program, settings_json, listen=None, sample=true, hz=5.0, capacity=probes::DEFAULT_CAPACITY, gpu=true, gpu_tree=false))]
+#[allow(clippy::too_many_arguments)]
 fn init(
     py: Python<'_>,
     program: &str,
@@ -96,6 +100,8 @@ fn init(
     sample: bool,
     hz: f64,
     capacity: usize,
+    gpu: bool,
+    gpu_tree: bool,
 ) -> PyResult<String> {
     let settings: serde_json::Value = serde_json::from_str(settings_json)
         .map_err(|e| PyValueError::new_err(format!("pipeprof.init: settings are not JSON: {e}")))?;
@@ -116,7 +122,7 @@ fn init(
     if listen.is_some() {
         opts.listen = listen;
     }
-    opts.sampler = sample.then(|| SamplerConfig { hz, ..SamplerConfig::default() });
+    opts.sampler = sample.then(|| SamplerConfig { hz, gpu, gpu_tree, ..SamplerConfig::default() });
     // Started with the GIL held: releasing it while holding the state lock would deadlock
     // against a thread that holds the GIL and calls `step` or opens its first span. Binding
     // a socket and starting threads is quick.
@@ -414,46 +420,128 @@ fn span(
     }
 }
 
-/// The clocks read around a batch made by a DataLoader's fetcher: the thread's CPU time at
-/// the fetch's start, the collate's start and the end, then its run-queue wait at the same
-/// three points (each `None` where it was not read).
-type Clocks = (Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>);
+/// The calling thread's clocks at one point of a batch: its CPU time and its run-queue wait
+/// (`None` where the kernel does not say, or where they were not read).
+#[derive(Clone, Copy, Default)]
+struct Reading {
+    cpu: Option<u64>,
+    queue: Option<u64>,
+}
 
-/// A batch made by a DataLoader's fetcher, as the Python hook timed it: `(fetch_start,
-/// collate_start, end, clocks)` on the [`now_ns`] clock. `fetch` runs from `fetch_start` to
-/// `collate_start` (to `end` when there is no collate: a data set's `__getitems__`); `collate`
-/// from `collate_start` to `end`. `fetch_start` is `None` when spans inside the samples (PIL,
-/// torchvision) timed them instead; `clocks` is `None` on the batches whose clocks were not
-/// read (the training thread reads them on a sample of batches).
-type Batch = (Option<u64>, Option<u64>, u64, Option<Clocks>);
+impl Reading {
+    /// Now, when `read` (the clocks are system calls: the training thread reads them on a
+    /// sample of batches); nothing otherwise.
+    fn now(read: bool) -> Self {
+        if read {
+            Reading { cpu: Some(clock::thread_cpu_ns()), queue: clock::thread_queue_ns() }
+        } else {
+            Reading::default()
+        }
+    }
 
-fn since(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    Some(b?.saturating_sub(a?))
+    /// The CPU time and the run-queue wait from `self` to `later`.
+    fn until(self, later: Reading) -> (Option<u64>, Option<u64>) {
+        let since = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+        (since(self.cpu, later.cpu), since(self.queue, later.queue))
+    }
+}
+
+/// A batch made by a DataLoader's fetcher, on the [`now_ns`] clock. `fetch` runs from
+/// `fetch_start` to `collate_start` (to `end` when there is no collate: a data set's
+/// `__getitems__`), `collate` from `collate_start` to `end`, each with the thread's clocks read
+/// at those points.
+#[derive(Clone, Copy)]
+struct BatchTimes {
+    /// `None` when spans inside the samples (PIL, torchvision) timed them instead.
+    fetch_start: Option<u64>,
+    collate_start: Option<u64>,
+    end: u64,
+    at_fetch: Reading,
+    at_collate: Reading,
+    at_end: Reading,
 }
 
 /// The `fetch` and `collate` spans of a batch.
-fn record_batch(p: &Probe, (fetch, collate, end, clocks): Batch) {
-    let (c0, c1, c2, q0, q1, q2) = clocks.unwrap_or_default();
-    if let Some(start) = fetch {
-        let (stop, c, q) = match collate {
-            Some(t1) => (t1, since(c0, c1), since(q0, q1)),
-            None => (end, since(c0, c2), since(q0, q2)),
+fn record_batch(p: &Probe, b: BatchTimes) {
+    if let Some(start) = b.fetch_start {
+        let (stop, (c, q)) = match b.collate_start {
+            Some(t1) => (t1, b.at_fetch.until(b.at_collate)),
+            None => (b.end, b.at_fetch.until(b.at_end)),
         };
         probes::layer::record(p, span(Stage::Fetch, start, stop.saturating_sub(start), None, c, q));
     }
-    if let Some(start) = collate {
-        let (c, q) = (since(c1, c2), since(q1, q2));
-        probes::layer::record(p, span(Stage::Collate, start, end.saturating_sub(start), None, c, q));
+    if let Some(start) = b.collate_start {
+        let (c, q) = b.at_collate.until(b.at_end);
+        probes::layer::record(p, span(Stage::Collate, start, b.end.saturating_sub(start), None, c, q));
+    }
+}
+
+/// A batch being made by a DataLoader's fetcher (`_torch_fetch._fetch_clocked`), timed as it
+/// goes: made as the fetch starts, told where the collate starts ([`Batch::collate`]) and where
+/// it ends ([`Batch::end`]), then sent ([`batch_spans`], or [`torch_loop::fetched`] on the
+/// training thread). At each point the thread's CPU and run-queue clocks are read too when
+/// `clocks` (the training thread reads them on a sample of batches), before the wall clock at
+/// the start and after it at the other two, so that neither span counts the other's reads.
+#[pyclass(module = "pipeprof._native")]
+pub struct Batch {
+    times: BatchTimes,
+    clocks: bool,
+    ended: bool,
+}
+
+#[pymethods]
+impl Batch {
+    #[new]
+    fn new(clocks: bool) -> Self {
+        let at_fetch = Reading::now(clocks);
+        let start = clock::now_ns();
+        let times = BatchTimes {
+            fetch_start: Some(start),
+            collate_start: None,
+            end: start,
+            at_fetch,
+            at_collate: Reading::default(),
+            at_end: Reading::default(),
+        };
+        Batch { times, clocks, ended: false }
+    }
+
+    /// The samples are made, `collate_fn` starts. `covered`: spans inside the samples (PIL,
+    /// torchvision) timed them, and the batch has no `fetch` span of its own.
+    fn collate(&mut self, covered: bool) {
+        self.times.collate_start = Some(clock::now_ns());
+        self.times.at_collate = Reading::now(self.clocks);
+        if covered {
+            self.times.fetch_start = None;
+        }
+    }
+
+    /// The batch is made.
+    fn end(&mut self) {
+        self.times.end = clock::now_ns();
+        self.times.at_end = Reading::now(self.clocks);
+        self.ended = true;
+    }
+}
+
+impl Batch {
+    /// Its times, ended now if [`Batch::end`] was not called.
+    fn times(&mut self) -> BatchTimes {
+        if !self.ended {
+            self.end();
+        }
+        self.times
     }
 }
 
 /// Sends the `fetch` and `collate` spans of a batch made by a DataLoader's fetcher (see
 /// [`torch_loop::fetched`] for the training thread's batches): one call for both.
 #[pyfunction]
-fn batch_spans(py: Python<'_>, batch: Batch) -> PyResult<()> {
+fn batch_spans(py: Python<'_>, mut batch: PyRefMut<'_, Batch>) -> PyResult<()> {
+    let times = batch.times();
     name_this_thread(py);
     if let Some(p) = state()?.probe.clone() {
-        record_batch(&p, batch);
+        record_batch(&p, times);
     }
     Ok(())
 }
@@ -642,7 +730,10 @@ impl Drop for ThreadFlusher {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Span>()?;
     m.add_class::<ThreadFlusher>()?;
+    m.add_class::<Batch>()?;
     m.add_class::<torch_loop::Loop>()?;
+    m.add_class::<torch_loop::BackwardHook>()?;
+    m.add_class::<torch_loop::OptimizerHook>()?;
     for f in [
         wrap_pyfunction!(init, m)?,
         wrap_pyfunction!(connect_worker, m)?,
@@ -675,5 +766,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("PROTOCOL_VERSION", wire::VERSION)?;
     m.add("LOSS_EVERY", torch_loop::LOSS_EVERY)?;
+    // The run's environment names, declared once (Python reads them here).
+    m.add("LISTEN_ENV", probes::env::LISTEN_ENV)?;
+    m.add("PARENT_ENV", probes::env::PARENT_ENV)?;
+    m.add("PARENT_PID_ENV", probes::env::PARENT_PID_ENV)?;
+    m.add("TOKEN_ENV", probes::env::TOKEN_ENV)?;
+    m.add("MAIN_PID_ENV", probes::env::MAIN_PID_ENV)?;
+    m.add("RANK_MAIN_ENV", probes::env::RANK_MAIN_ENV)?;
+    m.add("CHECK_ENV", probes::env::CHECK_ENV)?;
     Ok(())
 }

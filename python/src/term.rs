@@ -5,18 +5,53 @@
 //! interpreter: a worker inside one long C call (a decoder, `hashlib`) would ignore
 //! `terminate()` until the call returns, and `signal.getsignal` would change. So the handler is
 //! native and does one async-signal-safe thing, a byte written to a pipe. A thread of ours
-//! reads it, finishes the producer (its queued events reach the run, within [`FLUSH_LIMIT`]),
-//! puts `SIG_DFL` back and raises SIGTERM again: the process dies of the signal, as before.
+//! reads it; asks the main thread, through Python's pending calls, to send the spans it holds
+//! in its own batch (it runs that at its next bytecode, so a thread inside a C call is waited
+//! for at most [`MAIN_WAIT`]); finishes the producer (its queued events reach the run, within
+//! [`FLUSH_LIMIT`]); puts `SIG_DFL` back and raises SIGTERM again: the process dies of the
+//! signal, as before.
 //!
 //! Installed only where SIGTERM's disposition is `SIG_DFL` (or already ours, inherited over a
 //! fork): a program's own handler is never replaced, and one it installs later replaces ours.
 //! Python's `signal.getsignal` reads Python's own table, which this does not touch.
 
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest time the flush may hold the process after SIGTERM.
 const FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
+/// Longest wait for the main thread to send its own batch (it may be inside a long C call).
+const MAIN_WAIT: Duration = Duration::from_millis(250);
+
+/// Set when the main thread has sent its batch after SIGTERM.
+static MAIN_SENT: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// Run by the main thread at its next bytecode (a Python pending call): its span batch is its
+/// own thread-local, which no other thread can send. It then holds the GIL until the process
+/// dies, as a Python handler did: the program does no more work (a worker would take its next
+/// task) whose spans would go to a producer already finished.
+extern "C" fn send_main_batch(_: *mut std::ffi::c_void) -> std::ffi::c_int {
+    probes::flush_thread();
+    let (sent, cv) = &MAIN_SENT;
+    *sent.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    cv.notify_all();
+    // Bounded: should the process somehow survive its SIGTERM, the program goes on.
+    std::thread::sleep(FLUSH_LIMIT + Duration::from_secs(1));
+    0
+}
+
+/// Asks the main thread to send its batch and waits for it at most [`MAIN_WAIT`].
+fn main_thread_sends() {
+    // SAFETY: Py_AddPendingCall may be called from any thread without the GIL.
+    if unsafe { pyo3::ffi::Py_AddPendingCall(Some(send_main_batch), std::ptr::null_mut()) } != 0 {
+        return;
+    }
+    let (sent, cv) = &MAIN_SENT;
+    let guard = sent.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = cv.wait_timeout_while(guard, MAIN_WAIT, |sent| !*sent);
+}
 
 /// The pipe's writing end for the handler; -1 when none.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
@@ -83,6 +118,7 @@ pub fn flush_on_term(flush: fn()) -> bool {
                 return;
             }
         }
+        main_thread_sends();
         flush_within(flush, FLUSH_LIMIT);
         die_of_term();
     });

@@ -11,7 +11,7 @@
 //! sampling) are one [`Loop`] behind a mutex taken only with the GIL held and never across a
 //! call into Python, so a hook that runs Python code re-entering another hook finds it free.
 
-use crate::{name_this_thread, record_batch, span, state, Batch};
+use crate::{name_this_thread, record_batch, span, state, Batch, BatchTimes};
 use probes::{clock, Probe, Stage, StepRecord};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
@@ -20,7 +20,7 @@ use pyo3::{ffi, intern};
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Nanoseconds between two reads of a loss that lives on a GPU (each read waits for it).
 const GPU_LOSS_EVERY_NS: u64 = 1_000_000_000;
@@ -56,14 +56,14 @@ struct Open {
     opt_t0: Option<u64>,
     opt: Option<(u64, u64)>,
     /// The batch's fetch and collate when this thread made it: sent with the step.
-    batch: Option<Batch>,
+    batch: Option<BatchTimes>,
 }
 
 /// A thread's fetcher state: inside the loop's `next()` a batch made is held for the step.
 #[derive(Default)]
 struct Fetch {
     defer: bool,
-    held: Option<Batch>,
+    held: Option<BatchTimes>,
 }
 
 /// A `next()` in progress on a thread: torch's own is running (nested ones, when a data set
@@ -135,18 +135,48 @@ pub struct Loop {
     counters: Mutex<Counters>,
 }
 
-/// `torch.autograd` (the module), torch's `backward` and the hook.
-type BackwardHook = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
-/// One of the optimizer's global hooks: torch's hook dict, the hook's key in it, the hook. The
-/// dict is an `OrderedDict`: changed through its own methods (`PyDict_SetItem` would skip its
-/// order list, and its next iteration would fail).
-type OptimizerHook = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
+/// The `backward()` hook the sampled steps put in place: `module.backward` (`torch.autograd`'s)
+/// is set to `hook`, and back to `orig`, torch's own.
+#[pyclass(module = "pipeprof._native", frozen)]
+pub struct BackwardHook {
+    module: Py<PyAny>,
+    orig: Py<PyAny>,
+    hook: Py<PyAny>,
+}
+
+#[pymethods]
+impl BackwardHook {
+    #[new]
+    #[pyo3(signature = (*, module, orig, hook))]
+    fn new(module: Py<PyAny>, orig: Py<PyAny>, hook: Py<PyAny>) -> Self {
+        BackwardHook { module, orig, hook }
+    }
+}
+
+/// One of the optimizer's global step hooks the sampled steps put in place: `hooks[key] =
+/// hook`, deleted after. `hooks` is torch's hook dict, an `OrderedDict`: changed through its
+/// own methods (`PyDict_SetItem` would skip its order list, and its next iteration would fail).
+#[pyclass(module = "pipeprof._native", frozen)]
+pub struct OptimizerHook {
+    hooks: Py<PyAny>,
+    key: Py<PyAny>,
+    hook: Py<PyAny>,
+}
+
+#[pymethods]
+impl OptimizerHook {
+    #[new]
+    #[pyo3(signature = (*, hooks, key, hook))]
+    fn new(hooks: Py<PyAny>, key: Py<PyAny>, hook: Py<PyAny>) -> Self {
+        OptimizerHook { hooks, key, hook }
+    }
+}
 
 /// What [`Loop::put_hooks`] puts in place on the sampled steps and takes out after them.
 #[derive(Default)]
 struct Hooks {
-    backward: Option<BackwardHook>,
-    optimizer: Vec<OptimizerHook>,
+    backward: Option<Py<BackwardHook>>,
+    optimizer: Vec<Py<OptimizerHook>>,
     /// Which of the two may be put in (`python/benches/hook_cost.py` turns them off).
     backward_off: bool,
     optimizer_off: bool,
@@ -163,7 +193,7 @@ fn probe() -> Option<Probe> {
 /// Says once per process that a part of the bookkeeping failed (never raised into the program).
 fn warn(py: Python<'_>, what: &str, e: &PyErr) {
     let warned =
-        py.import("pipeprof._auto").and_then(|m| m.getattr("_warn")).and_then(|f| f.call1((what, e.value(py))));
+        py.import("pipeprof._hooks").and_then(|m| m.getattr("warn")).and_then(|f| f.call1((what, e.value(py))));
     if warned.is_err() {
         eprintln!("pipeprof: {what} is not profiled ({e}); the program goes on");
     }
@@ -232,7 +262,7 @@ fn send_step(
     body_ns: u64,
     end_ns: u64,
     optimizer: Option<(u64, u64)>,
-    batch: Option<Batch>,
+    batch: Option<BatchTimes>,
 ) {
     let body_ns = body_ns.clamp(call_ns, end_ns.max(call_ns));
     let at = Some(step);
@@ -446,6 +476,7 @@ impl Loop {
 #[pymethods]
 impl Loop {
     #[new]
+    #[pyo3(signature = (*, is_grad_enabled, tensor, on_first_batch, on_device, distributed, modules))]
     fn new(
         is_grad_enabled: Py<PyAny>,
         tensor: Py<PyAny>,
@@ -578,11 +609,10 @@ impl Loop {
     }
 
     /// What the sampled steps put in place (`_torch_loop` gives each as its module is
-    /// imported): `backward`, (`torch.autograd`, torch's `backward`, the hook); `optimizer`,
-    /// (torch's hook dict, the hook's key, the hook) for each optimizer hook. Both are in place
-    /// now, as the first step wants them.
+    /// imported): the `backward()` hook, and the optimizer's step hooks. Both are in place now,
+    /// as the first step wants them.
     #[pyo3(signature = (backward=None, optimizer=None))]
-    fn set_hooks(&self, backward: Option<BackwardHook>, optimizer: Option<Vec<OptimizerHook>>) {
+    fn set_hooks(&self, backward: Option<Py<BackwardHook>>, optimizer: Option<Vec<Py<OptimizerHook>>>) {
         let mut h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
         if backward.is_some() {
             h.backward = backward;
@@ -723,14 +753,18 @@ impl Loop {
         // Taken out of the lock: setting them runs no code of ours, but nothing says so.
         let (backward, optimizer) = {
             let h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
-            let backward = h.backward.as_ref().map(|(m, orig, hook)| {
-                let f = if on && !h.backward_off { hook } else { orig };
-                (m.clone_ref(py), f.clone_ref(py))
+            let backward = h.backward.as_ref().map(|b| {
+                let b = b.get();
+                let f = if on && !h.backward_off { &b.hook } else { &b.orig };
+                (b.module.clone_ref(py), f.clone_ref(py))
             });
             let optimizer: Vec<_> = h
                 .optimizer
                 .iter()
-                .map(|(d, k, f)| (d.clone_ref(py), k.clone_ref(py), (on && !h.optimizer_off).then(|| f.clone_ref(py))))
+                .map(|o| {
+                    let o = o.get();
+                    (o.hooks.clone_ref(py), o.key.clone_ref(py), (on && !h.optimizer_off).then(|| o.hook.clone_ref(py)))
+                })
                 .collect();
             (backward, optimizer)
         };
@@ -785,7 +819,8 @@ impl Loop {
 /// loop's `next()` it is held for the step (sent with it, see [`Loop::took`]), else sent now;
 /// a batch held before and never taken is sent first.
 #[pyfunction]
-pub fn fetched(py: Python<'_>, batch: Batch) {
+pub fn fetched(py: Python<'_>, mut batch: PyRefMut<'_, Batch>) {
+    let batch = batch.times();
     let send = FETCH.with(|f| {
         let mut f = f.borrow_mut();
         if f.defer {
@@ -823,8 +858,16 @@ pub fn forget_thread_state() {
     BATCHES.store(0, Ordering::Relaxed);
 }
 
-/// torch's own `_BaseDataLoaderIter.__next__` and the loop, for [`hooked_next`].
-static NEXT: OnceLock<(Py<PyAny>, Py<Loop>)> = OnceLock::new();
+/// torch's own `_BaseDataLoaderIter.__next__` and the loop, for [`hooked_next`]: replaced by
+/// each [`next_method`] (a notebook cell under `%%pipeprof` hooks a run of its own, with a
+/// new loop, and puts torch's `__next__` back after).
+static NEXT: RwLock<Option<(Py<PyAny>, Py<Loop>)>> = RwLock::new(None);
+
+/// The hook's current `(torch's __next__, loop)`, taken out of the lock.
+fn next_hook(py: Python<'_>) -> Option<(Py<PyAny>, Py<Loop>)> {
+    let n = NEXT.read().unwrap_or_else(|e| e.into_inner());
+    n.as_ref().map(|(orig, lp)| (orig.clone_ref(py), lp.clone_ref(py)))
+}
 
 /// `_BaseDataLoaderIter.__next__` under `pipeprof run`: [`Loop::begin`], torch's own
 /// `__next__`, then [`Loop::took`] or [`Loop::failed`], in one C function: no Python frame and
@@ -836,7 +879,7 @@ static NEXT: OnceLock<(Py<PyAny>, Py<Loop>)> = OnceLock::new();
 /// program: a panic in it leaves the batch or the error as torch gave them.
 unsafe extern "C" fn hooked_next(slf: *mut ffi::PyObject, _args: *mut ffi::PyObject) -> *mut ffi::PyObject {
     Python::attach(|py| {
-        let Some((orig, lp)) = NEXT.get() else {
+        let Some((orig, lp)) = next_hook(py) else {
             PyRuntimeError::new_err("pipeprof: the DataLoader hook was called before it was made").restore(py);
             return std::ptr::null_mut();
         };
@@ -862,7 +905,7 @@ unsafe extern "C" fn hooked_next(slf: *mut ffi::PyObject, _args: *mut ffi::PyObj
 }
 
 /// Makes `__next__` for `base` (`_BaseDataLoaderIter`, whose `__next__` is `orig`): a method
-/// of the extension ([`hooked_next`]), once a process.
+/// of the extension ([`hooked_next`]) timing into `lp`; made again, it times into the new loop.
 #[pyfunction]
 pub fn next_method<'py>(
     py: Python<'py>,
@@ -870,7 +913,7 @@ pub fn next_method<'py>(
     orig: Py<PyAny>,
     lp: Py<Loop>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    NEXT.set((orig, lp)).map_err(|_| PyRuntimeError::new_err("pipeprof: the DataLoader hook is made once"))?;
+    *NEXT.write().unwrap_or_else(|e| e.into_inner()) = Some((orig, lp));
     method(
         py,
         base,
@@ -893,7 +936,8 @@ struct FetchHook {
     clocks_every: u64,
 }
 
-static FETCH_HOOK: OnceLock<FetchHook> = OnceLock::new();
+/// Replaced by each [`fetch_method`], as [`NEXT`] is.
+static FETCH_HOOK: RwLock<Option<Arc<FetchHook>>> = RwLock::new(None);
 /// Whether this process is a DataLoader worker: 0 not asked yet, 1 yes, 2 no; and the batches
 /// the process made on its training thread so far. A forked worker starts both anew
 /// ([`forget_thread_state`]).
@@ -908,7 +952,8 @@ static INNER: AtomicBool = AtomicBool::new(false);
 /// training thread), called with no frame of ours; else `_fetch_clocked`, in its place.
 unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyObject) -> *mut ffi::PyObject {
     Python::attach(|py| {
-        let Some(h) = FETCH_HOOK.get() else {
+        let hook = FETCH_HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(h) = hook.as_deref() else {
             PyRuntimeError::new_err("pipeprof: the fetch hook was called before it was made").restore(py);
             return std::ptr::null_mut();
         };
@@ -917,7 +962,7 @@ unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyOb
         let plan = catch_unwind(AssertUnwindSafe(|| fetch_plan(py, h, &fetcher))).unwrap_or(None);
         let out = match plan {
             None => h.orig.bind(py).call1((&fetcher, &index)),
-            Some((worker, clocks)) => {
+            Some(Timed { worker, clocks }) => {
                 let inner = INNER.load(Ordering::Relaxed);
                 h.clocked.bind(py).call1((&h.orig, &fetcher, &index, worker, clocks, inner))
             }
@@ -932,9 +977,16 @@ unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyOb
     })
 }
 
-/// Whether the fetcher's next batch is timed: None for torch's own `fetch`, else (made in a
-/// worker, the thread's clocks read).
-fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Option<(bool, bool)> {
+/// How a timed batch is timed.
+struct Timed {
+    /// Made in a DataLoader worker process (sent at once), not on the training thread.
+    worker: bool,
+    /// The thread's CPU and run-queue clocks are read around it.
+    clocks: bool,
+}
+
+/// Whether the fetcher's next batch is timed: None for torch's own `fetch`.
+fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Option<Timed> {
     // A data set sampled one index at a time (no batch): torch's own path, untimed.
     if !fetcher.getattr(intern!(py, "auto_collation")).and_then(|a| a.is_truthy()).unwrap_or(false) {
         return None;
@@ -949,18 +1001,19 @@ fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Opti
         }
     };
     if worker {
-        return Some((true, true));
+        return Some(Timed { worker: true, clocks: true });
     }
     let n = BATCHES.fetch_add(1, Ordering::Relaxed);
     if !n.is_multiple_of(h.timed_every) && !INNER.load(Ordering::Relaxed) {
         return None;
     }
-    Some((false, n.is_multiple_of(h.clocks_every)))
+    Some(Timed { worker: false, clocks: n.is_multiple_of(h.clocks_every) })
 }
 
 /// Makes `fetch` for `base` (`_MapDatasetFetcher`, whose `fetch` is `orig`): a method of the
-/// extension ([`hooked_fetch`]), once a process.
+/// extension ([`hooked_fetch`]); made again, the new one's hook replaces the old one's.
 #[pyfunction]
+#[pyo3(signature = (*, base, orig, clocked, is_worker, timed_every, clocks_every))]
 pub fn fetch_method<'py>(
     py: Python<'py>,
     base: &Bound<'py, PyType>,
@@ -972,7 +1025,7 @@ pub fn fetch_method<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let hook =
         FetchHook { orig, clocked, is_worker, timed_every: timed_every.max(1), clocks_every: clocks_every.max(1) };
-    FETCH_HOOK.set(hook).map_err(|_| PyRuntimeError::new_err("pipeprof: the fetch hook is made once"))?;
+    *FETCH_HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(hook));
     method(py, base, c"fetch", hooked_fetch, ffi::METH_O, c"torch's fetcher fetch, timed by pipeprof run")
 }
 

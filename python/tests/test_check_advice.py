@@ -91,7 +91,7 @@ def test_a_loader_left_without_workers_drops_the_arguments_only_workers_take(tmp
 # A PyTorch script whose samples come from a slow drive: each waits 4 ms off-CPU (a network
 # mount's latency), then is built. Its loader is blocked, not short of cores, so the workers
 # advice comes whatever else holds the machine's cores. (The torchvision ImageFolder run, whose
-# advice depends on the cores free, is the README's calibration.)
+# advice depends on the cores free, is docs/predictions-and-calibration.md's calibration.)
 SLOW_SAMPLES = """
     import time
     import torch

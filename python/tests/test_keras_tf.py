@@ -196,7 +196,7 @@ def loader_names(s):
         ("tensorflow", ["--workers", "2"]),
         # tf.keras 2 with use_multiprocessing=True hung in 2 of 9 runs of this test under
         # pipeprof run (TensorFlow in forked pool workers; not seen in 4 plain runs, cause not
-        # found): its threads are tested here, and the README says so.
+        # found): its threads are tested here, and docs/python-hooks.md says so.
         ("tensorflow", ["--workers", "2", "--tf-keras"]),
         ("jax", ["--workers", "2", "--multiprocessing"]),
         ("torch", ["--workers", "2"]),

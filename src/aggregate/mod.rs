@@ -5,6 +5,7 @@ use probes::fsinfo::FsInfo;
 pub mod machine;
 pub mod ranks;
 pub mod settings;
+pub mod timeline;
 
 pub use settings::RunSettings;
 
@@ -445,7 +446,7 @@ struct ThreadLoad {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Summary {
-    /// Version of this JSON schema (see README, "Summary JSON").
+    /// Version of this JSON schema (see docs/traces-and-reports.md, "Traces, summaries and comparisons").
     pub schema_version: u32,
     pub settings: RunSettings,
     pub steps: u64,
@@ -493,6 +494,10 @@ pub struct Summary {
     /// trace's summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<probes::Rank>,
+    /// The run over time, in at most [`timeline::MAX_BUCKETS`] buckets (empty in summaries
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<timeline::TimelineBucket>,
 }
 
 impl Summary {
@@ -532,6 +537,7 @@ impl Summary {
         self.skipped.truncate(MAX_SKIPPED_LISTED);
         self.stalls.truncate(MAX_STALLS);
         self.layers.truncate(MAX_LAYERS);
+        self.timeline.truncate(timeline::MAX_BUCKETS);
     }
 
     pub fn compute_parts(&self) -> Vec<ComputePart> {
@@ -683,6 +689,7 @@ pub struct Aggregator {
     /// The rank of each thread a distributed run's rank announced (bounded): its loader
     /// workers are that rank's, however they are named.
     thread_ranks: BTreeMap<u32, u32>,
+    timeline: timeline::Timeline,
 }
 
 impl Aggregator {
@@ -722,6 +729,7 @@ impl Aggregator {
             layer_computes: 0,
             ranks: None,
             thread_ranks: BTreeMap::new(),
+            timeline: timeline::Timeline::default(),
         }
     }
 
@@ -827,6 +835,7 @@ impl Aggregator {
             return;
         }
         self.received += 1;
+        self.timeline.push(ev);
         match ev {
             Event::Span(s) => {
                 self.stages[s.stage.index()].push(s);
@@ -1150,6 +1159,7 @@ impl Aggregator {
             layer_steps: self.layer_computes,
             ranks,
             rank: None,
+            timeline: self.timeline.buckets(),
         }
     }
 
@@ -1229,7 +1239,7 @@ mod tests {
         a.push(&Event::Failed("a later failure".into()));
         let s = a.summary();
         assert_eq!(
-            (s.settings.model.as_str(), s.settings.framework.as_str(), s.settings.batch_size),
+            (&*s.settings.model.name(), s.settings.framework.as_str(), s.settings.batch_size),
             ("train.py", "keras", 16)
         );
         assert_eq!(

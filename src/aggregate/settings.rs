@@ -8,18 +8,12 @@
 //! read: listed in [`RunSettings::unreadable`], the others kept. A name (a 900 KB program name
 //! became 533 MB of report) is cut to [`MAX_NAME`] characters before anything formats it.
 
+use crate::limits::{in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH, MAX_WORKERS};
+use crate::model_source::ModelSource;
 use serde::{Deserialize, Serialize};
 
 /// Most cores a run may claim (the views size their tables and candidate pipelines by it).
 pub const MAX_CORES: usize = 1 << 16;
-/// Most loader workers: far past the cores of any one machine.
-pub const MAX_WORKERS: usize = 1024;
-/// Largest batch.
-pub const MAX_BATCH_SIZE: usize = 1 << 16;
-/// Deepest prefetch queue, in batches (and `prefetch_factor`).
-pub const MAX_PREFETCH: usize = 4096;
-/// Most epochs.
-pub const MAX_EPOCHS: usize = 1_000_000;
 /// Largest side or channel count of the input.
 pub const MAX_INPUT_SIDE: usize = 1 << 16;
 /// Most images in a data set.
@@ -38,7 +32,9 @@ pub const MAX_CLASSES: usize = 1 << 17;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct RunSettings {
-    pub model: String,
+    /// Where the model came from (the built-in, a `cnn.toml`, a program's own name); written
+    /// as its name.
+    pub model: ModelSource,
     pub data: String,
     pub images: usize,
     pub classes: Vec<String>,
@@ -147,15 +143,6 @@ pub fn shown(path: &std::path::Path) -> String {
     clean_name(&path.to_string_lossy(), MAX_PATH_SHOWN)
 }
 
-/// `v` in `lo..=hi`, or a message naming `what` and the range.
-fn in_range(what: &str, v: usize, lo: usize, hi: usize) -> Result<(), String> {
-    if (lo..=hi).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!("{what} must be between {lo} and {hi}, got {v}"))
-    }
-}
-
 impl RunSettings {
     /// Every number in the range pipeprof accepts, or the first that is not.
     pub fn check_ranges(&self) -> Result<(), String> {
@@ -179,7 +166,11 @@ impl RunSettings {
 
     /// Names capped at [`MAX_NAME`] and free of control characters, lists at [`MAX_LISTED`].
     pub fn clean_names(&mut self) {
-        for s in [&mut self.model, &mut self.data, &mut self.device, &mut self.framework, &mut self.ignored] {
+        let name = self.model.name();
+        if name.len() > MAX_NAME || !name.chars().all(printable) {
+            self.model = std::mem::take(&mut self.model).map_name(|n| clean_name(n, MAX_NAME));
+        }
+        for s in [&mut self.data, &mut self.device, &mut self.framework, &mut self.ignored] {
             if s.len() > MAX_NAME || !s.chars().all(printable) {
                 *s = clean_name(s, MAX_NAME);
             }
@@ -280,8 +271,8 @@ mod tests {
             "data": "/data\u{1b}]0;pwned\u{7}\r\nfake line",
             "classes": vec!["c"; MAX_CLASSES + 10],
         }));
-        assert_eq!(s.model.chars().count(), MAX_NAME);
-        assert!(s.model.ends_with('…'));
+        assert_eq!(s.model.name().chars().count(), MAX_NAME);
+        assert!(s.model.name().ends_with('…'));
         assert_eq!(s.data, "/data?]0;pwned???fake line");
         assert_eq!(s.classes.len(), 0, "too many classes is out of range: {:?}", s.unreadable);
         assert_eq!(clean_name("short", 10), "short");

@@ -9,6 +9,7 @@ use crate::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
 use crate::data::image::{decode_for, Resizer};
 use crate::data::scan::{scan_with, Rules};
 use crate::data::Dataset;
+use crate::model_source::ModelSource;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -35,8 +36,9 @@ pub struct BuildOptions {
     /// torchvision's). Off: a large JPEG is decoded at the loader's reduced DCT scale first, so
     /// the pixels are bit for bit those `profile --data DIR` trains on (`cache`).
     pub exact_decode: bool,
-    /// The model file (stored, for the rebuild command in messages); empty for `pack`.
-    pub model: String,
+    /// The model (stored by name, for the rebuild command in messages); none (an empty
+    /// program name) for `pack`.
+    pub model: ModelSource,
     /// Decode threads.
     pub workers: usize,
     /// A progress line and warnings on stderr.

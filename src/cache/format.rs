@@ -3,6 +3,7 @@
 
 use crate::data::scan::Rules;
 use crate::data::Dataset;
+use crate::model_source::ModelSource;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -201,9 +202,9 @@ impl Size {
 pub struct Meta {
     /// The source folder, absolute.
     pub source: PathBuf,
-    /// The model file given to `pipeprof cache` (or the built-in's name); empty for `pipeprof
-    /// pack`.
-    pub model: String,
+    /// The model given to `pipeprof cache` (or the built-in), stored by its name; none (an
+    /// empty program name) for `pipeprof pack`.
+    pub model: ModelSource,
     pub classes: Vec<String>,
     /// Each stored image's path relative to the source, in storage order.
     pub names: Vec<String>,
@@ -269,7 +270,7 @@ impl Meta {
         let j = MetaJson {
             format: FORMAT_NAME.into(),
             source: self.source.to_string_lossy().into_owned(),
-            model: (!self.model.is_empty()).then(|| self.model.clone()),
+            model: (!self.model.is_empty()).then(|| self.model.name().into_owned()),
             layout: self.rules,
             size: self.size,
             resample: RESAMPLE.into(),
@@ -285,7 +286,7 @@ impl Meta {
         let j: MetaJson = serde_json::from_slice(b).ok()?;
         (j.format == FORMAT_NAME).then(|| Meta {
             source: PathBuf::from(j.source),
-            model: j.model.unwrap_or_default(),
+            model: j.model.map(|m| ModelSource::from_name(&m)).unwrap_or_default(),
             classes: j.classes,
             names: j.names,
             skipped: j.skipped,
@@ -298,7 +299,7 @@ impl Meta {
     pub fn encode(&self) -> Vec<u8> {
         let mut o = Vec::new();
         put_bytes(&mut o, self.source.as_os_str().as_bytes());
-        put_bytes(&mut o, self.model.as_bytes());
+        put_bytes(&mut o, self.model.name().as_bytes());
         o.extend_from_slice(&(self.classes.len() as u32).to_le_bytes());
         for c in &self.classes {
             put_bytes(&mut o, c.as_bytes());
@@ -319,7 +320,7 @@ impl Meta {
     pub fn decode(b: &[u8]) -> Option<Meta> {
         let mut c = Cursor(b);
         let source = PathBuf::from(std::ffi::OsStr::from_bytes(c.bytes()?));
-        let model = c.string()?;
+        let model = ModelSource::from_name(&c.string()?);
         let list = |c: &mut Cursor| -> Option<Vec<String>> {
             let n = c.u32()? as usize;
             // Every entry takes at least 4 bytes: a corrupt count cannot allocate much.
@@ -481,7 +482,8 @@ mod tests {
         assert_eq!(Meta::decode(&b[..b.len() - 1]), None);
         assert_eq!(Meta::decode(&[0xFF; 3]), None);
         // v2: JSON, with the layout and size.
-        let m = Meta { rules: Rules::ImageFolder, size: Size::Shorter { shorter: 64 }, model: String::new(), ..m };
+        let m =
+            Meta { rules: Rules::ImageFolder, size: Size::Shorter { shorter: 64 }, model: ModelSource::default(), ..m };
         let j = m.encode_json();
         assert_eq!(Meta::decode_json(&j), Some(m));
         let v: serde_json::Value = serde_json::from_slice(&j).unwrap_or_default();

@@ -42,6 +42,7 @@ pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
 use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
+use crate::model_source::ModelSource;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -104,11 +105,12 @@ pub fn rerun_command(meta: Option<&Meta>, out: &std::path::Path) -> String {
 }
 
 /// The `pipeprof cache` command that rebuilds `out` from `source` with `model` (placeholders
-/// when unknown).
-pub fn cache_command(model: Option<&str>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
+/// when unknown; no `--model` for the built-in, `pipeprof cache`'s default).
+pub fn cache_command(model: Option<&ModelSource>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
     let model = match model {
-        Some(m) if !m.is_empty() && !m.starts_with("built-in") => format!("--model {m} "),
-        Some(_) => String::new(),
+        Some(ModelSource::BuiltIn) => String::new(),
+        Some(m) if m.is_empty() => String::new(),
+        Some(m) => format!("--model {m} "),
         None => "--model cnn.toml ".into(),
     };
     // The source folder comes from the cache file: shown cleaned, as every name.
@@ -143,7 +145,7 @@ pub struct PackOptions {
 /// Decode threads: `asked`, range-checked, or one per core.
 fn threads(asked: Option<usize>) -> anyhow::Result<usize> {
     if let Some(w) = asked {
-        use crate::config::validate::{in_range, MAX_WORKERS};
+        use crate::limits::{in_range, MAX_WORKERS};
         in_range("--workers", w, 1, MAX_WORKERS).map_err(anyhow::Error::msg)?;
     }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -160,7 +162,7 @@ pub fn pack(args: &PackOptions) -> anyhow::Result<()> {
         channels: 3,
         rules: crate::data::scan::Rules::ImageFolder,
         exact_decode: true,
-        model: String::new(),
+        model: ModelSource::default(),
         workers: threads(args.workers)?,
         progress: true,
         fail_after: None,
@@ -206,7 +208,7 @@ fn summarise(verb: &str, r: &BuildReport, size: &str, data: &std::path::Path, ou
 /// loader takes (its scan rules, its reduced-scale JPEG decode), so `profile --data FILE` trains
 /// on the pixels `profile --data DIR` would.
 pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
-    let (cfg, model_name) = crate::config::load_model(args.model.as_deref())?;
+    let (cfg, model) = crate::config::load_model(args.model.as_deref())?;
     let (height, width) = (cfg.input.height as u32, cfg.input.width as u32);
     let opts = BuildOptions {
         data: args.data.clone(),
@@ -215,7 +217,7 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
         channels: cfg.input.channels as u32,
         rules: crate::data::scan::Rules::Pipeprof,
         exact_decode: false,
-        model: args.model.as_ref().map(|m| m.display().to_string()).unwrap_or(model_name),
+        model,
         workers: threads(args.workers)?,
         progress: true,
         fail_after: None,
@@ -235,4 +237,36 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
 
 fn model_flag(args: &CacheOptions) -> String {
     args.model.as_ref().map(|m| format!("--model {} ", m.display())).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn the_rerun_command_names_the_model_unless_it_is_the_built_in() {
+        let out = Path::new("/tmp/x.ppk");
+        let data = Some(Path::new("/data/imgs"));
+        let table: [(Option<ModelSource>, &str); 5] = [
+            (Some(ModelSource::BuiltIn), "pipeprof cache --data /data/imgs --out /tmp/x.ppk"),
+            (
+                Some(ModelSource::File("m/my model.toml".into())),
+                "pipeprof cache --model m/my model.toml --data /data/imgs --out /tmp/x.ppk",
+            ),
+            (
+                Some(ModelSource::Program("train.py".into())),
+                "pipeprof cache --model train.py --data /data/imgs --out /tmp/x.ppk",
+            ),
+            (Some(ModelSource::default()), "pipeprof cache --data /data/imgs --out /tmp/x.ppk"),
+            (None, "pipeprof cache --model cnn.toml --data /data/imgs --out /tmp/x.ppk"),
+        ];
+        for (model, want) in table {
+            assert_eq!(cache_command(model.as_ref(), data, out), want, "{model:?}");
+        }
+        // A cache written before the type (its model saved as the built-in's name) reads back
+        // as the built-in.
+        let saved = ModelSource::from_name("built-in examples/cnn.toml");
+        assert_eq!(cache_command(Some(&saved), data, out), "pipeprof cache --data /data/imgs --out /tmp/x.ppk");
+    }
 }

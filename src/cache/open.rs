@@ -9,6 +9,7 @@
 use super::format::{decode_index, fingerprint, Entry, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, VERSION};
 use super::{rerun_command, CacheError};
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME};
+use crate::model_source::ModelSource;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -160,7 +161,7 @@ impl Packed {
     }
 
     /// Refuses a cache whose images are not the model's input size.
-    pub fn check_input(&self, height: u32, width: u32, channels: u32, model: &str) -> Result<(), CacheError> {
+    pub fn check_input(&self, height: u32, width: u32, channels: u32, model: &ModelSource) -> Result<(), CacheError> {
         let h = &self.header;
         if h.height == 0 {
             return Err(CacheError::Varying { path: self.path.clone(), height, width });

@@ -6,6 +6,7 @@
 
 pub mod validate;
 
+use crate::model_source::ModelSource;
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -366,14 +367,12 @@ fn layer_error(text: &str) -> Option<(usize, String)> {
     })
 }
 
-/// Name of the built-in model in messages and reports.
-pub const DEFAULT_MODEL_NAME: &str = "built-in examples/cnn.toml";
-
-/// The model file, or the built-in default; with its display name.
-pub fn load_model(model: Option<&Path>) -> Result<(ModelConfig, String), ConfigError> {
+/// The model file, or the built-in default; with where it came from (its `Display` is the
+/// name messages and reports use).
+pub fn load_model(model: Option<&Path>) -> Result<(ModelConfig, ModelSource), ConfigError> {
     match model {
-        Some(p) => Ok((ModelConfig::load(p)?, p.display().to_string())),
-        None => Ok((ModelConfig::parse(DEFAULT_MODEL, DEFAULT_MODEL_NAME)?, DEFAULT_MODEL_NAME.into())),
+        Some(p) => Ok((ModelConfig::load(p)?, ModelSource::File(p.to_path_buf()))),
+        None => Ok((ModelConfig::parse(DEFAULT_MODEL, &ModelSource::BuiltIn.name())?, ModelSource::BuiltIn)),
     }
 }
 

@@ -2,28 +2,11 @@
 //! the message.
 
 use super::{Activation, Augment, ConfigError, LayerSpec, ModelConfig, Units, Workers};
-
-/// Largest batch: 65,536 images (a 224×224 RGB batch of that size is already 39 GB).
-pub const MAX_BATCH_SIZE: usize = 1 << 16;
-/// Most loader workers: far past the cores of any one machine.
-pub const MAX_WORKERS: usize = 1024;
-/// Deepest prefetch queue, in batches.
-pub const MAX_PREFETCH: usize = 4096;
-/// Most epochs.
-pub const MAX_EPOCHS: usize = 1_000_000;
+use crate::limits::{in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH, MAX_WORKERS};
 /// Largest kernel, pool size or stride (the input is at most 4096 pixels a side).
 pub const MAX_KERNEL: usize = 4096;
 /// Most filters or units in one layer (2^20).
 pub const MAX_UNITS: usize = 1 << 20;
-
-/// `v` in `lo..=hi`, or a message naming `what` and the range.
-pub fn in_range(what: &str, v: usize, lo: usize, hi: usize) -> Result<(), String> {
-    if (lo..=hi).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!("{what} must be between {lo} and {hi}, got {v}"))
-    }
-}
 
 /// The run's worker count in range (`auto` always is).
 pub fn workers_in_range(what: &str, w: Workers) -> Result<(), String> {

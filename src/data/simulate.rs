@@ -29,6 +29,37 @@ impl Throttle {
         }
         format!("reads throttled to {} (--throttle-read)", parts.join(" "))
     }
+
+    /// The `--throttle-read` value that parses back to this throttle ([`parse_throttle`]).
+    pub fn spec(&self) -> String {
+        let rate = self.bytes_per_s.map(rate_spec).unwrap_or_default();
+        if self.per_file.is_zero() && !rate.is_empty() {
+            rate
+        } else {
+            format!("{rate}{}", delay_spec(self.per_file))
+        }
+    }
+}
+
+/// `+N` in the largest unit that parses back to `d` exactly (a whole number of ms or µs
+/// where `d` is one, else seconds).
+fn delay_spec(d: Duration) -> String {
+    let ns = d.as_nanos();
+    let near = |unit: u128| (ns + unit / 2) / unit;
+    [format!("+{}ms", near(1_000_000)), format!("+{}us", near(1_000))]
+        .into_iter()
+        .find(|c| parse_ms(c) == Some(d))
+        .unwrap_or_else(|| format!("+{}s", d.as_secs_f64()))
+}
+
+/// `N{GB,MB,KB,B}/s` in the largest unit of at least one that parses back to `r` exactly.
+fn rate_spec(r: f64) -> String {
+    [("GB", 1e9), ("MB", 1e6), ("KB", 1e3)]
+        .into_iter()
+        .filter(|(_, k)| r >= *k)
+        .map(|(unit, k)| format!("{}{unit}/s", r / k))
+        .find(|c| matches!(parse_rate(c), Some(Ok(x)) if x == r))
+        .unwrap_or_else(|| format!("{r}B/s"))
 }
 
 /// Slowest accepted `--throttle-read` rate: 1 byte per second.
@@ -136,6 +167,11 @@ pub struct Slow {
 }
 
 impl Slow {
+    /// The `--slow` value that parses back to this one ([`parse_slow`]).
+    pub fn spec(&self) -> String {
+        format!("{}={}", self.stage.name(), delay_spec(self.extra))
+    }
+
     pub fn describe(&self) -> String {
         let how = if self.on_cpu() { "CPU work" } else { "waiting" };
         format!("{} slowed by {:.1} ms of {how} (--slow)", self.stage, self.extra.as_secs_f64() * 1e3)
@@ -208,6 +244,22 @@ mod tests {
         for bad in ["+1e300s", "+infms", "+NaNms", "+3600s", "+4000000ms"] {
             assert!(parse_throttle(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn specs_parse_back_to_what_they_spell() {
+        for spec in
+            ["2MB/s", "500KB/s", "+20ms", "1.5GB/s+3ms", "100B/s+1s", "7B/s+250us", "+0.5us", "1234.5B/s+2.25ms"]
+        {
+            let t = parse_throttle(spec).unwrap();
+            assert_eq!(parse_throttle(&t.spec()), Ok(t), "{spec} → {}", t.spec());
+        }
+        assert_eq!(parse_throttle("2MB/s+20ms").unwrap().spec(), "2MB/s+20ms");
+        for spec in ["decode=+1ms", "read=+30ms", "read=+2", "resize=+0.3ms", "wait=+1.5s", "decode=+0.0001ms"] {
+            let s = parse_slow(spec).unwrap();
+            assert_eq!(parse_slow(&s.spec()), Ok(s), "{spec} → {}", s.spec());
+        }
+        assert_eq!(parse_slow("read=+30ms").unwrap().spec(), "read=+30ms");
     }
 
     #[test]

@@ -1,12 +1,43 @@
 //! Advice: one typed [`Change`] per action, its predicted gain from the [`super::model`], and
-//! the sentence saying why. The command line a change stands for is [`Change::command`].
+//! the sentence saying why. The command line a change stands for is [`Change::command`], its
+//! flags spelled by [`crate::flags`].
 
 use super::classify::{Facts, OverheadWhy};
 use super::model::{per_s, Pipeline, LOCAL_READ_MS};
 use super::thresholds::*;
-use super::{gain_against_measured, Advice, Basis, Change, Flag, Limiter};
+use super::{Advice, Basis, Change, Flag, Limiter};
+use crate::flags;
 use crate::units::{ms_spaced as ms, pct, rate};
 use probes::stage::Stage;
+
+/// The gain of a change from the model's rates before (`model_now`) and after (`after`) and
+/// the measured rate today (`now`): after over measured, and a range when the model's today is
+/// off the measured by more than [`MODEL_OFF_SHARE`]: from after/measured to after/model (the
+/// model may be as far off after the change as before). `None` without three finite, positive
+/// rates. Pure.
+pub fn gain_against_measured(now: f64, model_now: f64, after: f64) -> Option<(f64, Option<(f64, f64)>)> {
+    let ok = |x: f64| x.is_finite() && x > 0.0;
+    if !(ok(now) && ok(after)) {
+        return None;
+    }
+    let g = after / now;
+    if !ok(model_now) || (model_now / now - 1.0).abs() <= MODEL_OFF_SHARE {
+        return Some((g, None));
+    }
+    let other = after / model_now;
+    Some((g, Some((g.min(other), g.max(other)))))
+}
+
+/// A gain `g` (with its range, if any) widened to take in `slow`, the gain if the compute runs
+/// at its slow steps (CPU contention from other programs: which steps the scheduler slows is
+/// not this run's to decide). Unchanged where `slow` is not finite and positive or inside the
+/// range already. Pure.
+pub fn widen_for_slow_steps(g: f64, range: Option<(f64, f64)>, slow: Option<f64>) -> Option<(f64, f64)> {
+    let Some(slow) = slow.filter(|x| x.is_finite() && *x > 0.0) else { return range };
+    let (lo, hi) = range.unwrap_or((g, g));
+    let (lo, hi) = (lo.min(slow), hi.max(slow));
+    (lo < hi).then_some((lo, hi))
+}
 
 /// The packed cache's file name in the advised `pipeprof cache` command.
 pub const CACHE_FILE: &str = "data.ppk";
@@ -15,13 +46,16 @@ impl Change {
     /// The command line or flag that makes this change, when pipeprof has one.
     pub fn command(&self) -> Option<String> {
         match self {
-            Change::Workers(n) => Some(format!("--workers {n}")),
-            Change::BatchSize(n) => Some(format!("--batch-size {n}")),
-            Change::Prefetch(n) => Some(format!("--prefetch {n}")),
-            Change::Cache { model, data } => {
-                Some(format!("pipeprof cache --model {model} --data {data} --out {CACHE_FILE}"))
-            }
-            Change::UseDevice(d) => Some(format!("--device {d}")),
+            Change::Workers(n) => Some(flags::with_value(flags::WORKERS, n)),
+            Change::BatchSize(n) => Some(flags::with_value(flags::BATCH_SIZE, n)),
+            Change::Prefetch(n) => Some(flags::with_value(flags::PREFETCH, n)),
+            Change::Cache { model, data } => Some(format!(
+                "pipeprof cache {} {} {}",
+                flags::with_value(flags::MODEL, model),
+                flags::with_value(flags::DATA, data),
+                flags::with_value(flags::OUT, CACHE_FILE)
+            )),
+            Change::UseDevice(d) => Some(flags::with_value(flags::DEVICE, d)),
             Change::PackFolder { keras, data, height, width } => Some(pack_lines(*keras, data, *height, *width)),
             Change::CopyLocal
             | Change::PackOwnLoader
@@ -65,12 +99,6 @@ fn shell_word(text: &str) -> String {
         return text.to_string();
     }
     format!("'{}'", text.replace('\'', "'\\''"))
-}
-
-/// The model file for `pipeprof cache`: settings carry a display name like
-/// `built-in examples/cnn.toml`; the last word is the path.
-fn model_path(model: &str) -> &str {
-    model.split_whitespace().last().unwrap_or("cnn.toml")
 }
 
 impl Facts<'_> {
@@ -150,7 +178,7 @@ impl Facts<'_> {
         let (g, range) = gain_against_measured(now.rate, model_now, predicted)?;
         // Under contention, a change that leaves compute the limit gets its slow steps too.
         let slow = after.slow_compute().map(|p| p.capacity().throughput() / now.rate);
-        let widened = super::widen_for_slow_steps(g, range, slow);
+        let widened = widen_for_slow_steps(g, range, slow);
         let basis = Basis {
             now: now.rate,
             from_step: now.from_step,
@@ -331,29 +359,28 @@ impl Facts<'_> {
         // `pipeprof cache` packs for a cnn.toml run; a PyTorch or Keras program gets `pipeprof
         // pack` and the reader to use in place of its own; another attached program (a Rust or
         // Python loop of its own) the same idea for its own loader, with no command to copy.
-        let own_model = model_path(&st.model).ends_with(".toml");
         let framework = super::frameworks::Framework::of(&st.framework);
-        let (action, change) = if own_model {
-            (
+        let (action, change) = match (st.model.cnn_toml(), framework) {
+            (Some(model), _) => (
                 "pack the decoded, resized images into one local memory-mapped cache",
-                Change::Cache { model: model_path(&st.model).to_string(), data: st.data.clone() },
-            )
-        } else if let Some(fw) = framework {
-            let keras = fw == super::frameworks::Framework::Keras;
-            let [_, height, width] = st.input;
-            (
-                if keras {
-                    "pack the image folder once into one memory-mapped file and read it with pipeprof.keras.packed_dataset (the same batches, labels and class_names)"
-                } else {
-                    "pack the image folder once into one memory-mapped file and read it with PackedImageFolder (ImageFolder's classes and order; your transforms still apply)"
-                },
-                Change::PackFolder { keras, data: st.data.clone(), height, width },
-            )
-        } else {
-            (
+                Change::Cache { model: model.display().to_string(), data: st.data.clone() },
+            ),
+            (None, Some(fw)) => {
+                let keras = fw == super::frameworks::Framework::Keras;
+                let [_, height, width] = st.input;
+                (
+                    if keras {
+                        "pack the image folder once into one memory-mapped file and read it with pipeprof.keras.packed_dataset (the same batches, labels and class_names)"
+                    } else {
+                        "pack the image folder once into one memory-mapped file and read it with PackedImageFolder (ImageFolder's classes and order; your transforms still apply)"
+                    },
+                    Change::PackFolder { keras, data: st.data.clone(), height, width },
+                )
+            }
+            (None, None) => (
                 "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it",
                 Change::PackOwnLoader,
-            )
+            ),
         };
         Some(Advice {
             action: action.into(),

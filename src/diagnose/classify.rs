@@ -1,7 +1,7 @@
 //! Classification: the facts every rule reads, the limiter, the severity and the flags. No words
 //! here: [`super::evidence`] and [`super::advice`] explain what this module decided.
 
-use super::model::{per_s, trains_on_cpu, Capacity, Pipeline};
+use super::model::{measured, per_s, trains_on_cpu, Capacity, Pipeline};
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
@@ -83,11 +83,6 @@ pub(super) struct Facts<'a> {
     pub other_cores: Option<f64>,
     /// Today's measured rate: what every predicted gain is against.
     pub now: Option<Now>,
-}
-
-/// A stage's statistics, when it has at least one span.
-pub(super) fn measured(s: &Summary, stage: Stage) -> Option<&StageSummary> {
-    s.stages.iter().find(|x| x.is(stage) && x.count > 0)
 }
 
 pub(super) fn severity(wait_share: f64) -> Severity {

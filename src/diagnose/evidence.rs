@@ -1,10 +1,13 @@
-//! The verdict's words: the headline and the 3–5 numbers that decided it. Every threshold named
-//! in a sentence is formatted from the constant the rule compares against.
+//! The verdict's words: the headline and the 3–5 numbers that decided it, each item of
+//! [`super::findings`]'s list said in turn. Every threshold named in a sentence is formatted
+//! from the constant the rule compares against.
 
-use super::classify::{measured, Facts, OverheadWhy};
+use super::classify::{Facts, OverheadWhy};
+use super::findings::{Evidence, ModelOff};
 use super::thresholds::*;
 use super::{Limiter, Severity};
 use crate::units::{ms_spaced as ms, pct, rate};
+use probes::fsinfo::FsInfo;
 use probes::stage::Stage;
 
 fn plural(n: usize, word: &str) -> String {
@@ -73,7 +76,9 @@ impl Facts<'_> {
         }
     }
 
-    fn capacity_line(&self) -> String {
+    /// The capacity model's line, with how far it is off today's rate where it is (what every
+    /// predicted gain rests on).
+    fn capacity_line(&self, model_off: Option<ModelOff>) -> String {
         let w = self.s.settings.workers.max(1);
         let shared = if self.cpu_device {
             format!("; sharing {:.1} cores, both together {}", self.p.free_cores, rate(self.cap.shared_cpu))
@@ -112,15 +117,16 @@ impl Facts<'_> {
             )
         };
         format!(
-            "model: {loader} the training loop could take {}{own}{shared}; measured {:.1} images/s{}",
+            "model: {loader} the training loop could take {}{own}{shared}; measured {:.1} images/s{}{}",
             rate(loop_rate),
             self.now.map_or(self.s.images_per_s, |n| n.rate),
-            self.now.map(|n| format!(" (steps {}–{})", n.from_step, n.to_step)).unwrap_or_default()
+            self.now.map(|n| format!(" (steps {}–{})", n.from_step, n.to_step)).unwrap_or_default(),
+            model_off.map(|o| format!("; {}", self.model_off_line(o))).unwrap_or_default()
         )
     }
 
-    fn cpu_line(&self) -> Option<String> {
-        let g = self.global_cpu?;
+    /// The machine's CPU (`g`% busy), its cores and this run's free cores.
+    fn cpu_line(&self, g: f64) -> String {
         let proc = self.process_cpu.map(|p| format!(" (this process {p:.0}%, 100% = one core)")).unwrap_or_default();
         let physical = if self.p.physical_cores < self.p.cores {
             format!(
@@ -131,19 +137,19 @@ impl Facts<'_> {
         } else {
             String::new()
         };
-        Some(format!(
+        format!(
             "CPU {g:.0}% busy on {} cores{physical}{proc}: {:.1} cores free for this run",
             self.p.cores as usize, self.p.free_cores
-        ))
+        )
     }
 
-    fn storage_line(&self) -> Option<String> {
-        let m = &self.s.machine;
+    /// Where the data lives, the bytes read (from storage or not) and iowait: those measured.
+    fn storage_line(fs: Option<&FsInfo>, read: Option<f64>, syscall_read: Option<f64>, iowait: Option<f32>) -> String {
         let mut parts = Vec::new();
-        if let Some(fs) = &self.s.data_fs {
+        if let Some(fs) = fs {
             parts.push(format!("data on {} ({})", fs.fs_type, fs.kind));
         }
-        match (m.read_bytes_per_s_mean, m.syscall_read_bytes_per_s_mean) {
+        match (read, syscall_read) {
             // Bytes read by system calls that never reached a block device: the page cache, or
             // a network/FUSE filesystem (which the data line above names).
             (Some(r), Some(sys)) if sys > 0.0 => parts.push(format!(
@@ -156,10 +162,10 @@ impl Facts<'_> {
             (None, Some(sys)) => parts.push(format!("{:.1} MB/s read (storage share not measurable here)", sys / 1e6)),
             (None, None) => {}
         }
-        if let Some(w) = m.iowait_mean_pct {
+        if let Some(w) = iowait {
             parts.push(format!("iowait {w:.0}%"));
         }
-        (!parts.is_empty()).then(|| parts.join(", "))
+        parts.join(", ")
     }
 
     fn assumed_note(&self) -> &'static str {
@@ -312,106 +318,86 @@ impl Facts<'_> {
         }
     }
 
-    /// The numbers that decided, the wait share first, at most [`MAX_EVIDENCE`].
+    /// The numbers that decided, the wait share first, at most [`MAX_EVIDENCE`]: the
+    /// [`Evidence`] list, in words.
     pub fn evidence(&self, limiter: &Limiter) -> Vec<String> {
-        let mut ev = vec![self.wait_line()];
-        match limiter {
-            Limiter::Io | Limiter::Preprocess => self.input_evidence(limiter, &mut ev),
-            Limiter::Contention => {
-                ev.push(self.loader_cpu_line());
-                ev.push(self.capacity_line());
+        self.evidence_items(limiter).iter().map(|e| self.say(e)).collect()
+    }
+
+    /// One item of evidence in words.
+    fn say(&self, e: &Evidence) -> String {
+        let sp = &self.s.split;
+        match e {
+            Evidence::Wait => self.wait_line(),
+            Evidence::GpuIdle { util } => format!(
+                "the GPU was idle {:.0}% of the time while the loop waited for data {} of each step",
+                (100.0 - util).clamp(0.0, 100.0),
+                pct(sp.wait_share)
+            ),
+            Evidence::NoLoaderSpans { iowait } => format!(
+                "the loader has no read/decode/resize spans: I/O vs CPU judged from {} and the data's filesystem",
+                iowait.map(|w| format!("iowait {w:.0}%")).unwrap_or("no iowait".into())
+            ),
+            Evidence::ReadWait => self.read_wait_line(),
+            Evidence::LoaderCpu => self.loader_cpu_line(),
+            Evidence::Capacity { model_off } => self.capacity_line(*model_off),
+            Evidence::ModelOff(off) => self.model_off_line(*off),
+            Evidence::Storage { fs, read, syscall_read, iowait } => {
+                Self::storage_line(*fs, *read, *syscall_read, *iowait)
             }
-            Limiter::Transfer => self.transfer_evidence(&mut ev),
-            Limiter::Compute | Limiter::Balanced => self.compute_evidence(limiter, &mut ev),
-            Limiter::Overhead => self.overhead_evidence(&mut ev),
-            Limiter::NotEnoughData { .. } => {}
-        }
-        if matches!(limiter, Limiter::Io | Limiter::Preprocess | Limiter::Contention) {
-            // Right after the wait share, so truncation keeps it: it is the user's question.
-            if let Some(line) = self.gpu_idle_line() {
-                ev.insert(1, line);
+            Evidence::SaturatedRead => {
+                "the CPU is saturated: part of read's off-CPU time may be waiting for a core, not storage".into()
             }
-        }
-        if self.contended() {
-            // The finding itself, whatever the limiter: kept within the evidence cap.
-            let line = self.contention_line();
-            if ev.len() >= MAX_EVIDENCE {
-                ev.truncate(MAX_EVIDENCE - 1);
-            }
-            ev.push(line);
-        }
-        if self.loader_competes() && ev.len() < MAX_EVIDENCE {
-            ev.push(format!(
+            Evidence::Cpu { busy } => self.cpu_line(*busy),
+            Evidence::Contention => self.contention_line(),
+            Evidence::LoaderCompetes => format!(
                 "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
                 ms(self.p.loader_cpu_ms()),
                 ms(self.p.compute_cpu_ms_per_image)
-            ));
+            ),
+            Evidence::Transfer { mb_per_batch } => format!(
+                "host→device copies take {} per step{}, compute {}",
+                ms(sp.transfer_ms),
+                mb_per_batch.map(|mb| format!(" ({mb:.1} MB per batch)")).unwrap_or_default(),
+                ms(sp.compute_ms)
+            ),
+            Evidence::TransferShare => format!(
+                "transfer {} ≥ {} of the step and ≥ the wait share",
+                pct(sp.transfer_share),
+                pct(TRANSFER_SHARE)
+            ),
+            Evidence::Compute => format!(
+                "compute takes {} per batch of {} ({} per image), {} of the step",
+                ms(sp.compute_ms),
+                self.s.settings.batch_size,
+                ms(sp.compute_ms / self.p.batch),
+                pct(sp.compute_share)
+            ),
+            Evidence::Dominant(part) => self.dominant_line(part),
+            Evidence::LoaderSupply { balanced } => self.loader_supply_line(*balanced),
+            Evidence::GpuBusy { util } => format!("GPU busy {util:.0}% on average"),
+            Evidence::Overhead(why) => self.overhead_line(*why),
+            Evidence::ComputePerBatch => format!(
+                "compute {} per batch of {} ({} per image)",
+                ms(sp.compute_ms),
+                self.s.settings.batch_size,
+                ms(sp.compute_ms / self.p.batch)
+            ),
         }
-        if let Some(line) = self.model_off_line() {
-            // What every predicted gain rests on: on the model's line where there is one, else
-            // its own line within the cap, before the contention finding.
-            if let Some(l) = ev.iter_mut().find(|l| l.starts_with("model: ")) {
-                l.push_str(&format!("; {line}"));
-            } else {
-                let keep_last = usize::from(self.contended());
-                if ev.len() >= MAX_EVIDENCE {
-                    ev.remove(MAX_EVIDENCE - 1 - keep_last);
-                }
-                ev.insert(ev.len() - keep_last.min(ev.len()), line);
-            }
-        }
-        ev.retain(|l| !l.is_empty());
-        ev.truncate(MAX_EVIDENCE);
-        ev
     }
 
-    /// When the model's estimate of today's rate is off the measured one by more than
+    /// The model's estimate of today's rate off the measured one by more than
     /// [`MODEL_OFF_SHARE`]: how far, and that the predictions are ranges.
-    fn model_off_line(&self) -> Option<String> {
-        let off = self.model_off().filter(|o| o.abs() > MODEL_OFF_SHARE)?;
-        let now = self.now?;
-        Some(format!(
+    fn model_off_line(&self, o: ModelOff) -> String {
+        format!(
             "the capacity model puts today's rate at {}, {:+.0}% off the measured {:.1} images/s (steps {}–{}; more than ±{}): predicted gains are ranges, from the model's rate after the change over the measured rate to it over the model's own",
             rate(self.cap.throughput()),
-            off * 100.0,
-            now.rate,
-            now.from_step,
-            now.to_step,
+            o.off * 100.0,
+            o.now.rate,
+            o.now.from_step,
+            o.now.to_step,
             pct(MODEL_OFF_SHARE)
-        ))
-    }
-
-    /// On an input-bound GPU run: how idle the GPU was while the loop waited (NVML's
-    /// utilisation is the share of time a kernel ran, so idle = 100 − utilisation).
-    fn gpu_idle_line(&self) -> Option<String> {
-        let u = self.gpu_util.filter(|_| self.gpu_present && !self.cpu_device && !self.gpu_unused)?;
-        Some(format!(
-            "the GPU was idle {:.0}% of the time while the loop waited for data {} of each step",
-            (100.0 - u).clamp(0.0, 100.0),
-            pct(self.s.split.wait_share)
-        ))
-    }
-
-    fn input_evidence(&self, limiter: &Limiter, ev: &mut Vec<String>) {
-        if self.p.loader.is_empty() {
-            let iow = self.s.machine.iowait_mean_pct.map(|w| format!("iowait {w:.0}%")).unwrap_or("no iowait".into());
-            ev.push(format!(
-                "the loader has no read/decode/resize spans: I/O vs CPU judged from {iow} and the data's filesystem"
-            ));
-        } else {
-            ev.push(if *limiter == Limiter::Io { self.read_wait_line() } else { self.loader_cpu_line() });
-            ev.push(self.capacity_line());
-        }
-        if *limiter == Limiter::Io {
-            ev.extend(self.storage_line());
-            if self.cpu_saturated() && self.p.loader_core_wait_ms() == 0.0 {
-                ev.push(
-                    "the CPU is saturated: part of read's off-CPU time may be waiting for a core, not storage".into(),
-                );
-            }
-        } else {
-            ev.extend(self.cpu_line());
-        }
+        )
     }
 
     /// Contention: how long the loader waited for a core, and who held the cores.
@@ -452,60 +438,29 @@ impl Facts<'_> {
         )
     }
 
-    fn transfer_evidence(&self, ev: &mut Vec<String>) {
-        let sp = &self.s.split;
-        let bytes = measured(self.s, Stage::Transfer)
-            .filter(|x| x.bytes > 0)
-            .map(|x| format!(" ({:.1} MB per batch)", x.bytes as f64 / x.count as f64 / 1e6))
-            .unwrap_or_default();
-        ev.push(format!(
-            "host→device copies take {} per step{bytes}, compute {}",
-            ms(sp.transfer_ms),
-            ms(sp.compute_ms)
-        ));
-        ev.push(format!(
-            "transfer {} ≥ {} of the step and ≥ the wait share",
-            pct(sp.transfer_share),
-            pct(TRANSFER_SHARE)
-        ));
-    }
-
-    fn compute_evidence(&self, limiter: &Limiter, ev: &mut Vec<String>) {
-        let sp = &self.s.split;
-        ev.push(format!(
-            "compute takes {} per batch of {} ({} per image), {} of the step",
-            ms(sp.compute_ms),
-            self.s.settings.batch_size,
-            ms(sp.compute_ms / self.p.batch),
-            pct(sp.compute_share)
-        ));
-        if let Some(part) = self.dominant_part() {
-            ev.push(self.dominant_line(&part));
-        }
+    /// What the loader could supply against what the training loop takes; `balanced`: said
+    /// against [`BALANCED_HEADROOM`].
+    fn loader_supply_line(&self, balanced: bool) -> String {
         let headroom = self.cap.loader() / self.cap.compute;
-        let near = if *limiter == Limiter::Balanced {
+        let near = if balanced {
             format!(": under {BALANCED_HEADROOM}×, both sides are near their limit")
         } else {
             String::new()
         };
         if self.cap.loader().is_finite() {
-            ev.push(format!(
+            format!(
                 "the loader could supply {}, {headroom:.1}× what the training loop takes ({}){near}",
                 rate(self.cap.loader()),
                 rate(self.cap.compute),
-            ));
+            )
         } else {
             // No read, decode or resize was timed (a Keras PyDataset, a Dataset with no hook
             // inside): its rate is unknown, not unlimited.
-            ev.push(format!(
+            format!(
                 "the loader's own stages were not timed, so what it could supply is unknown; the training loop takes {}, and the wait above says the loader keeps up",
                 rate(self.cap.compute),
-            ));
+            )
         }
-        if let Some(u) = self.gpu_util.filter(|_| !self.gpu_unused) {
-            ev.push(format!("GPU busy {u:.0}% on average"));
-        }
-        ev.extend(self.cpu_line());
     }
 
     /// The largest part of compute; for the optimizer, its cost per parameter (what a large
@@ -524,22 +479,22 @@ impl Facts<'_> {
         format!("{} takes {} of compute ({} per step), the largest part", part.label, pct(part.share), ms(part.ms))
     }
 
-    fn overhead_evidence(&self, ev: &mut Vec<String>) {
-        let sp = &self.s.split;
-        ev.push(match self.overhead {
-            Some(OverheadWhy::TinyStep(c)) => format!(
+    /// Why the step's cost does not follow its work.
+    fn overhead_line(&self, why: OverheadWhy) -> String {
+        match why {
+            OverheadWhy::TinyStep(c) => format!(
                 "compute is only {} per step (< {OVERHEAD_STEP_MS} ms): fixed per-step costs dominate, not the images",
                 ms(c)
             ),
-            Some(OverheadWhy::FixedCost(share)) => format!(
+            OverheadWhy::FixedCost(share) => format!(
                 "the optimizer step, whose cost does not depend on the batch size, is {} of compute (≥ {})",
                 pct(share),
                 pct(FIXED_COST_SHARE)
             ),
-            Some(OverheadWhy::LowGpu(u)) => format!(
+            OverheadWhy::LowGpu(u) => format!(
                 "the GPU is busy only {u:.0}% on average (< {GPU_LOW_UTIL_PCT}%) while the loop hardly waits for data"
             ),
-            Some(OverheadWhy::InMemoryLoader(per_image)) => {
+            OverheadWhy::InMemoryLoader(per_image) => {
                 let parts = self.serial_step().map(|st| {
                     format!(
                         ": {} fetching and collating the batch, {} of the DataLoader's own work per step",
@@ -549,20 +504,12 @@ impl Facts<'_> {
                 });
                 format!(
                     "the wait is {} per step{}; its samples cost {} each (< {} per image: already in memory, nothing to decode): more workers or a cache would not help, fewer, larger steps would",
-                    ms(sp.wait_ms),
+                    ms(self.s.split.wait_ms),
                     parts.unwrap_or_default(),
                     ms(per_image),
                     ms(IN_MEMORY_IMAGE_MS)
                 )
             }
-            None => String::new(),
-        });
-        ev.push(format!(
-            "compute {} per batch of {} ({} per image)",
-            ms(sp.compute_ms),
-            self.s.settings.batch_size,
-            ms(sp.compute_ms / self.p.batch)
-        ));
-        ev.extend(self.cpu_line());
+        }
     }
 }

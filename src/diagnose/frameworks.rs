@@ -3,7 +3,7 @@
 //! flag the script does not have. The prediction and the reason are the model's, unchanged.
 
 use super::{Advice, Change, LoaderKnobs};
-use crate::aggregate::Summary;
+use crate::aggregate::{RunSettings, Summary};
 
 /// The frameworks whose knobs advice can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,14 +23,21 @@ impl Framework {
     }
 }
 
-/// The (action, code) a change stands for in `fw`, or None to keep the advice as it is.
-/// The action and the code for `change` in `fw`'s terms; `predicted`: the advice has a number
-/// (without one, more workers are something to try, not a promise).
+/// The action and the code for `change` in `fw`'s terms, or None to keep the advice as it is;
+/// `predicted`: the advice has a number (without one, more workers are something to try, not
+/// a promise).
 fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(String, String)> {
-    let st = &s.settings;
+    match fw {
+        Framework::PyTorch => say_torch(change, &s.settings, predicted),
+        Framework::Keras => say_keras(change, &s.settings, predicted),
+    }
+}
+
+/// [`say`] for PyTorch: the `DataLoader`'s arguments, the device moves.
+fn say_torch(change: &Change, st: &RunSettings, predicted: bool) -> Option<(String, String)> {
     let w = st.workers;
-    Some(match (fw, change) {
-        (Framework::PyTorch, Change::Workers(n)) => (
+    Some(match change {
+        Change::Workers(n) => (
             format!("{} the DataLoader's workers {w} → {n}", if predicted { "raise" } else { "try" }),
             if w == 0 && st.persistent_workers != Some(true) {
                 format!("DataLoader(..., num_workers={n}, persistent_workers=True)")
@@ -38,14 +45,17 @@ fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(
                 format!("DataLoader(..., num_workers={n})")
             },
         ),
-        (Framework::PyTorch, Change::BatchSize(n)) => (
+        Change::BatchSize(n) => (
             format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
             format!("DataLoader(..., batch_size={n})"),
         ),
-        (Framework::PyTorch, Change::Prefetch(depth)) => {
+        Change::Prefetch(depth) => {
             if w == 0 {
                 // Without workers nothing loads ahead: workers first.
-                ("load batches ahead in worker processes".into(), "DataLoader(..., num_workers=2, prefetch_factor=2)".into())
+                (
+                    "load batches ahead in worker processes".into(),
+                    "DataLoader(..., num_workers=2, prefetch_factor=2)".into(),
+                )
             } else {
                 let factor = depth.div_ceil(w).max(2);
                 let now = st.prefetch_factor.unwrap_or(2);
@@ -55,42 +65,48 @@ fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(
                 )
             }
         }
-        (Framework::PyTorch, Change::UseDevice(d)) if d == "cpu" => {
+        Change::UseDevice(d) if d == "cpu" => {
             ("or train on the CPU".into(), "device = \"cpu\"  # model.to(device), batch.to(device)".into())
         }
-        (Framework::PyTorch, Change::UseDevice(_)) => (
+        Change::UseDevice(_) => (
             "train on the GPU".into(),
             "model.to(\"cuda\"); xs = xs.to(\"cuda\", non_blocking=True)  # DataLoader(..., pin_memory=True)".into(),
         ),
-        (Framework::PyTorch, Change::U8Batches) => (
+        Change::U8Batches => (
             "hand out uint8 batches and convert to float on the device".into(),
             "transforms.PILToTensor() in the dataset; xs.to(device, non_blocking=True).float().div_(255)".into(),
         ),
-        // Keras 3 puts the workers on the PyDataset; tf.keras 2 (tf_keras) on fit, for a
-        // Sequence; tf.data has no workers but parallel calls.
-        // tf.data has no workers: its map runs on the pipeline's own threads.
-        (Framework::Keras, Change::Workers(_)) if st.tf_data => (
+        _ => return None,
+    })
+}
+
+/// [`say`] for Keras: Keras 3 puts the workers on the PyDataset, tf.keras 2 (tf_keras) on fit
+/// for a Sequence; tf.data has no workers but its map's parallel calls, on the pipeline's own
+/// threads.
+fn say_keras(change: &Change, st: &RunSettings, predicted: bool) -> Option<(String, String)> {
+    Some(match change {
+        Change::Workers(_) if st.tf_data => (
             "let tf.data run the map in parallel and prefetch, if it does not already".into(),
             "dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)".into(),
         ),
-        (Framework::Keras, Change::Workers(n)) => (
+        Change::Workers(n) => (
             format!("{} batches in {n} worker processes", if predicted { "load" } else { "try loading" }),
             format!(
                 "PyDataset(..., workers={n}, use_multiprocessing=True)  # tf.keras 2: model.fit(..., workers={n}, use_multiprocessing=True); tf.data: .map(f, num_parallel_calls=tf.data.AUTOTUNE)"
             ),
         ),
-        (Framework::Keras, Change::Prefetch(depth)) => (
+        Change::Prefetch(depth) => (
             format!("queue {depth} batches ahead"),
             format!("PyDataset(..., max_queue_size={depth})  # tf.data: .prefetch(tf.data.AUTOTUNE)"),
         ),
-        (Framework::Keras, Change::BatchSize(n)) => (
+        Change::BatchSize(n) => (
             format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
             format!("model.fit(..., batch_size={n})  # a PyDataset: {n} samples per __getitem__; tf.data: .batch({n})"),
         ),
-        (Framework::Keras, Change::UseDevice(d)) if d == "cpu" => {
+        Change::UseDevice(d) if d == "cpu" => {
             ("or train on the CPU".into(), "CUDA_VISIBLE_DEVICES=\"\" python train.py".into())
         }
-        (Framework::Keras, Change::UseDevice(_)) => (
+        Change::UseDevice(_) => (
             "train on the GPU".into(),
             "pip install \"jax[cuda12]\" (or tensorflow[and-cuda], or torch with CUDA) for your Keras backend".into(),
         ),
@@ -98,7 +114,6 @@ fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(
     })
 }
 
-/// Rewrites the advice of a framework's run in that framework's terms; other runs unchanged.
 /// The loader arguments that make `change` in `fw` (what [`say`]'s code sets), where the
 /// start-up hook can set them without an edit: `pipeprof run --check-advice` re-runs the
 /// program with them. Pure.
@@ -125,6 +140,7 @@ fn knobs(fw: Framework, change: &Change, s: &Summary) -> Option<LoaderKnobs> {
     })
 }
 
+/// Rewrites the advice of a framework's run in that framework's terms; other runs unchanged.
 pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
     let Some(fw) = Framework::of(&s.settings.framework) else { return advice };
     let mut out: Vec<Advice> = advice

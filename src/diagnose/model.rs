@@ -22,9 +22,8 @@
 //! workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
 //! throughputs, so the model's constant errors cancel.
 
-use super::classify::measured;
-use super::thresholds::OTHER_CORES;
-use crate::aggregate::Summary;
+use super::thresholds::{MODERATE_WAIT_SHARE, OTHER_CORES};
+use crate::aggregate::{StageSummary, Summary};
 use probes::stage::Stage;
 
 /// Assumed per-image read latency from a local disk after a move off network storage, ms
@@ -38,10 +37,8 @@ pub const PRE_RESIZED_DECODE_LEFT: f64 = 0.5;
 /// Bytes per second copied out of a memory-mapped packed cache (one memcpy, page-cache warm).
 pub const CACHE_BYTES_PER_S: f64 = 2e9;
 /// What a core's second hyper-thread adds, as a share of a core, when both run CPU-bound work:
-/// SMT gives one core 15–30% more throughput, not a second core (Intel's figure for Hyper-
-/// Threading is "up to 30%"). An assumption, not a measurement: no run here has sibling
-/// threads to measure (the 2-core development machine has one thread per core); a run whose
-/// workers already share cores measures its own per-image CPU with the slowdown in it.
+/// SMT adds throughput to a core, not a second core. Assumed, not measured (see
+/// `docs/calibration-notes.md`).
 pub const HYPER_THREAD_SHARE: f64 = 0.3;
 
 /// One loader stage's cost per image.
@@ -86,6 +83,7 @@ impl StageCost {
 /// The pipeline as the model sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
+    /// Loader workers (at least one); a tf.data pipeline's parallel calls, one a core.
     pub workers: f64,
     /// The loader runs in the training process itself (PyTorch `num_workers=0`): each batch is
     /// loaded, then trained on, one after the other, never side by side.
@@ -102,13 +100,15 @@ pub struct Pipeline {
     /// batch and the DataLoader's own iteration ([`main_per_batch_ms`]). More workers do not
     /// shorten it.
     pub main_per_batch_ms: f64,
-    /// The workers stay between epochs (PyTorch `persistent_workers=True`; pipeprof's own
-    /// loader's threads always do).
+    /// The workers stay between epochs (PyTorch `persistent_workers=True`, where a
+    /// `DataLoader` restarts them every epoch unless told; pipeprof's own loader's threads
+    /// always stay).
     pub persistent: bool,
     /// Batches per epoch (the data set over the batch), when the data set's size is known.
     pub epoch_batches: Option<f64>,
     /// Steps of the run the model describes: its workers start once in them (the measured
-    /// rate counts the first wait); `None` when not known.
+    /// rate counts the first wait); `None` when not known, or where the run's first wait was
+    /// not measured (it says nothing of what starting costs).
     pub run_batches: Option<f64>,
     /// Starting one worker process, ms: the run's first wait less its first batch's loading,
     /// per worker, measured where the run had workers; 0 where it had none (not measured).
@@ -140,6 +140,11 @@ pub struct Pipeline {
     pub compute_slow_ms: Option<f64>,
 }
 
+/// A stage's statistics, when it has at least one span.
+pub fn measured(s: &Summary, stage: Stage) -> Option<&StageSummary> {
+    s.stages.iter().find(|x| x.is(stage) && x.count > 0)
+}
+
 /// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
 /// mean.
 pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
@@ -151,9 +156,7 @@ pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
 pub const MIN_WORK_SAMPLES: u64 = 3;
 
 /// How much the compute pool's threads overlap in a hot step: the pool's CPU per step over the
-/// step. Calibrated on the 2-core development machine (`scripts/calibrate.sh`): the built-in
-/// model, compute-bound, spends 30.7 ms of pool CPU in a 23.0 ms step (1.33); the light
-/// calibration model's cached runs 2.4 ms of pool CPU (measured cold) in 2.1 ms (1.14).
+/// step (calibrated by `scripts/calibrate.sh`: `docs/calibration-notes.md`).
 pub const POOL_OVERLAP: f64 = 1.25;
 
 /// CPU device: what a compute step costs when it runs back to back (hot), ms, from the
@@ -176,23 +179,15 @@ pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     (ms > 0.0).then_some(ms)
 }
 
-/// CPU device, a loop that waits for data: the hot step a faster-fed loop would get, ms. Two
-/// readings of the same work from the threads' schedstat, each inflated by a cold step in its
-/// own way: the compute pool's CPU per step over [`POOL_OVERLAP`] ([`compute_work_ms`]) counts
-/// the pool's threads waking and spinning for work that does not come, which the overlap
-/// constant covers only while steps are long (slow opens, batch 8, 240 ms between steps:
-/// 0.91 ms of pool CPU per step cold, 0.73 fed, in a 0.48 ms fed step); the training thread's
-/// CPU per step, less its transfer, counts its share of the work plus its own dispatch and
-/// spinning (decode-1w: 2.6–3.1 ms per step cold against a 2.3 ms fed step). The lesser of the
-/// two is taken ([`hot_step_ms`]): each is well above the fed step in some regime, while the
-/// smaller is within about 15% of it in every calibration scenario (throttled reads, batch
-/// 16: the training thread's 1.05–1.46 ms against 1.23–1.31 fed; slow opens: 0.44–0.57
-/// against 0.49–0.53). But only while the training thread's reading is at least
-/// [`TRAIN_CARRIES`] of the pool's: where the pool does the work and the training thread
-/// dispatches it and waits, its CPU is a part of the step that swings from run to run, not a
-/// reading of the step (the built-in CNN at 64×64 from 24 camera JPEGs, two identical runs:
-/// the training thread 5.3 and 15.7 ms per step, the pool's reading 18.9 and 18.8, the fed
-/// step 18 ms), and the pool's is taken. `None` as for [`compute_work_ms`].
+/// CPU device, a loop that waits for data: the hot step a faster-fed loop would get, ms: the
+/// lesser ([`hot_step_ms`]) of two readings of the same work from the threads' schedstat, each
+/// inflated by a cold step in its own way: the compute pool's CPU per step over
+/// [`POOL_OVERLAP`] ([`compute_work_ms`]; its threads wake and spin for work that does not
+/// come) and the training thread's CPU per step less its transfer (its own dispatch and
+/// spinning), the latter only while it is at least [`TRAIN_CARRIES`] of the pool's (below,
+/// the training thread dispatches and waits: its CPU is no reading of the step). The
+/// measurements behind the rule: `docs/calibration-notes.md`. `None` as for
+/// [`compute_work_ms`].
 pub fn hot_compute_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     let work = compute_work_ms(s, transfer_ms)?;
     let train: Vec<_> = s.machine.threads.iter().filter(|t| t.name == "train").collect();
@@ -254,9 +249,7 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
 /// process tree (its workers too) used `process_cpu_mean_pct` of a core over the run, so its
 /// CPU per image is that × the run's time / its images; less the loader's own CPU per image,
 /// the rest is the training loop's. A PyTorch script at one compute thread keeps one core busy
-/// in its loop body, not every free one: the assumption put a 0-worker torchvision run's
-/// compute at 2.68 ms of CPU per image on 2 cores where its process used 2.19 ms per image in
-/// all (loader 0.82), and predicted 2 workers at ≈570 images/s where they measured 732.
+/// in its loop body, not every free one (`docs/calibration-notes.md`).
 /// `None` without a process sample, images or time, or when the loader's CPU is all of it.
 pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
     let pct = f64::from(s.machine.process_cpu_mean_pct?);
@@ -275,8 +268,7 @@ pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
 ///   do not cover (`wait − B·L`) is the DataLoader's own work per batch (its iterator, the
 ///   sampler, what no stage times), which stays in the training process when workers load.
 ///   It also holds per-sample work no stage times, which would move to the workers: an
-///   over-estimate of the serial part (a torchvision script at 64×64: 3.4 ms here, 1.1–1.7 ms
-///   measured as the wait once 2 workers loaded);
+///   over-estimate of the serial part (`docs/calibration-notes.md`);
 /// - with workers, the typical (median) wait less what the workers' pace explains
 ///   (`B·L/workers − transfer − compute`, when positive): receiving a ready batch (unpickling
 ///   it out of shared memory) and the iteration. A loop that waits on slow workers has a
@@ -509,59 +501,139 @@ fn finite_pos(v: f64) -> Option<f64> {
     (v.is_finite() && v > 0.0).then_some(v)
 }
 
+/// The run's cores (logical: its own limit, else the machine's), its physical cores (at most
+/// those; all of them when not read), and the cores this process could use: what it uses plus
+/// what nobody uses, capped by its limit: the cores less the other programs' typical (median)
+/// load, so one busy moment does not move every prediction; the means where no series was kept.
+pub fn cores_of(s: &Summary) -> (f64, f64, f64) {
+    let m = &s.machine;
+    let cores = if s.settings.cores > 0 { s.settings.cores } else { m.cores.max(1) } as f64;
+    let free = match (m.other_cores_median, m.process_cpu_mean_pct, m.global_cpu_mean_pct) {
+        (Some(others), _, _) if m.cores > 0 => (m.cores as f64 - f64::from(others)).clamp(0.1, cores),
+        (None, Some(p), Some(g)) if m.cores > 0 => {
+            let idle = m.cores as f64 * (1.0 - f64::from(g) / 100.0).max(0.0);
+            (f64::from(p) / 100.0 + idle).clamp(0.1, cores)
+        }
+        _ => cores,
+    };
+    let physical = match m.physical_cores {
+        Some(n) if n > 0 => (n as f64).min(cores),
+        _ => cores,
+    };
+    (cores, physical, free)
+}
+
+/// The loader stages (`Stage::is_loader`) with at least one span, in pipeline order, each
+/// costed per image: its typical span ([`robust_ms`]: one slow file does not move it); `fetch`
+/// and `collate` are timed once per batch, so their cost per image is a span over the batch;
+/// a tf.data function's runs are an element's or a whole batch's, so what they cost an image
+/// is their total over the images of the sampled steps. The on-CPU share where measured, else
+/// assumed from the name (read off-CPU, the others on-CPU).
+pub fn loader_costs(s: &Summary) -> Vec<StageCost> {
+    Stage::ALL
+        .iter()
+        .filter(|x| x.is_loader())
+        .filter_map(|&stage| {
+            let x = measured(s, stage)?;
+            let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
+            let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
+            let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
+            let per_span =
+                if matches!(stage, Stage::Fetch | Stage::Collate) { s.settings.batch_size.max(1) as f64 } else { 1.0 };
+            let wall = match traced_images(s) {
+                Some(images) if stage == Stage::Transform => x.total_ms / images,
+                _ => robust_ms(x) / per_span,
+            };
+            Some(StageCost {
+                stage,
+                wall_ms: wall,
+                on_cpu_ms: wall * share,
+                core_wait_ms: wall * waiting,
+                measured: x.on_cpu.is_some(),
+                queue_measured: x.on_cpu.is_some() && x.core_wait.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// Images per step as trained: the batch size, or fewer where the data set (or each epoch's
+/// last batch) is smaller: 24 images at batch 32 train 24 a step, and the compute's rate is
+/// 24 over the step, not 32.
+pub fn trained_batch(s: &Summary) -> f64 {
+    let nominal = s.settings.batch_size.max(1) as f64;
+    if s.steps > 0 && s.images > 0 {
+        (s.images as f64 / s.steps as f64).min(nominal)
+    } else {
+        nominal
+    }
+}
+
+/// A part of the step (`stage`, `split_ms` in the split), ms: the steady state's; over the
+/// whole run (no change of workers), its trimmed mean, which leaves a one-off first step and
+/// the odd preempted one out.
+pub fn step_part(s: &Summary, stage: Stage, split_ms: f64) -> f64 {
+    match (s.split.from_step, measured(s, stage)) {
+        (None, Some(x)) => robust_ms(x).min(split_ms.max(0.0)),
+        _ => split_ms.max(0.0),
+    }
+}
+
+/// CPU device, a loop that waits for data ([`MODERATE_WAIT_SHARE`]): the step a change that
+/// feeds it faster gets ([`hot_compute_ms`]): steps that wait compute cold (the pool's threads
+/// wake, caches refill) and behind the loader's threads. Not while other programs hold
+/// [`OTHER_CORES`]: they keep taking what they took, and the step measured stays.
+pub fn fed_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, transfer_ms: f64) -> Option<f64> {
+    let waits = s.split.wait_share >= MODERATE_WAIT_SHARE;
+    (cpu_device && waits && others_cores < OTHER_CORES).then(|| hot_compute_ms(s, transfer_ms)).flatten()
+}
+
+/// The compute step a change would get, ms, and the share of the measured step it is (what
+/// the compute's CPU per image, measured cold too, shrinks by): the fed step
+/// ([`fed_compute_ms`]) where shorter than the step measured ([`step_part`]), else that and 1.
+pub fn compute_step(s: &Summary, cpu_device: bool, others_cores: f64, transfer_ms: f64) -> (f64, f64) {
+    let measured_ms = step_part(s, Stage::Compute, s.split.compute_ms);
+    match fed_compute_ms(s, cpu_device, others_cores, transfer_ms).filter(|&w| w < measured_ms) {
+        Some(fed) => (fed, fed / measured_ms),
+        None => (measured_ms, 1.0),
+    }
+}
+
+/// CPU device, other programs holding [`OTHER_CORES`]: the compute's slow steps (its p95), ms,
+/// when slower than `compute_ms` (see [`Pipeline::compute_slow_ms`]).
+pub fn slow_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, compute_ms: f64) -> Option<f64> {
+    measured(s, Stage::Compute)
+        .map(|x| x.p95_ms)
+        .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms)
+}
+
+/// The training process's serial work per batch ([`main_per_batch_ms`]) where it receives its
+/// batches: pipeprof's own loader hands them over an in-process channel, without a copy; a
+/// framework's workers are processes whose batches the training process receives; tf.data
+/// hands its batches over inside the step's own graph, from its own threads. `busy_ms`: the
+/// step's transfer and compute.
+pub fn serial_main_ms(s: &Summary, loader_wall_ms: f64, batch: f64, busy_ms: f64) -> f64 {
+    let st = &s.settings;
+    let receives = (st.workers == 0 || !st.framework.is_empty()) && !st.tf_data;
+    if !receives {
+        return 0.0;
+    }
+    let wait_p50 = measured(s, Stage::Wait).map_or(s.split.wait_ms, |w| w.p50_ms);
+    main_per_batch_ms(st.workers, s.split.wait_ms, wait_p50, loader_wall_ms, batch, busy_ms)
+}
+
 impl Pipeline {
+    /// The pipeline a run's summary describes, part by part: its cores ([`cores_of`]), its
+    /// loader's stages per image ([`loader_costs`]), the images a step trains
+    /// ([`trained_batch`]), the compute's CPU, the step's parts ([`step_part`], the fed step
+    /// [`compute_step`], the slow steps [`slow_compute_ms`]), the training process's serial
+    /// work ([`serial_main_ms`]) and how its workers start ([`worker_start_ms`]).
     pub fn from_summary(s: &Summary) -> Pipeline {
         let st = &s.settings;
         let m = &s.machine;
-        let cores = if st.cores > 0 { st.cores } else { m.cores.max(1) } as f64;
-        // Cores this process could use = what it uses + what nobody uses, capped by its limit:
-        // the cores minus the other programs' typical (median) load, so one busy moment does
-        // not move every prediction; the means where no series was kept.
-        let free_cores = match (m.other_cores_median, m.process_cpu_mean_pct, m.global_cpu_mean_pct) {
-            (Some(others), _, _) if m.cores > 0 => (m.cores as f64 - f64::from(others)).clamp(0.1, cores),
-            (None, Some(p), Some(g)) if m.cores > 0 => {
-                let idle = m.cores as f64 * (1.0 - f64::from(g) / 100.0).max(0.0);
-                (f64::from(p) / 100.0 + idle).clamp(0.1, cores)
-            }
-            _ => cores,
-        };
-        // The loader stages (`Stage::is_loader`), in pipeline order, each costed per image;
-        // `fetch` and `collate` are timed once per batch, so their cost per image is a span
-        // over the batch.
-        let loader: Vec<StageCost> = Stage::ALL
-            .iter()
-            .filter(|x| x.is_loader())
-            .filter_map(|&stage| {
-                let x = measured(s, stage)?;
-                let assumed = if stage == Stage::Read { 0.0 } else { 1.0 };
-                let share = x.on_cpu.unwrap_or(assumed).clamp(0.0, 1.0);
-                let waiting = x.core_wait.unwrap_or(0.0).clamp(0.0, 1.0 - share);
-                // The typical image's cost: one slow file does not move it.
-                let per_span =
-                    if matches!(stage, Stage::Fetch | Stage::Collate) { st.batch_size.max(1) as f64 } else { 1.0 };
-                let wall = match traced_images(s) {
-                    // A tf.data function's runs are an element's or a whole batch's: what they
-                    // cost an image is their total over the images of the sampled steps.
-                    Some(images) if stage == Stage::Transform => x.total_ms / images,
-                    _ => robust_ms(x) / per_span,
-                };
-                Some(StageCost {
-                    stage,
-                    wall_ms: wall,
-                    on_cpu_ms: wall * share,
-                    core_wait_ms: wall * waiting,
-                    measured: x.on_cpu.is_some(),
-                    queue_measured: x.on_cpu.is_some() && x.core_wait.is_some(),
-                })
-            })
-            .collect();
+        let (cores, physical_cores, free_cores) = cores_of(s);
+        let loader = loader_costs(s);
         let cpu_device = trains_on_cpu(s);
-        // Images per step as trained: the batch size, or fewer where the data set (or each
-        // epoch's last batch) is smaller: 24 images at batch 32 train 24 a step, and the
-        // compute's rate is 24 over the step, not 32.
-        let nominal = st.batch_size.max(1) as f64;
-        let batch = if s.steps > 0 && s.images > 0 { (s.images as f64 / s.steps as f64).min(nominal) } else { nominal };
-        let optimizer_ms = measured(s, Stage::Optimizer).map(|x| x.mean_ms);
+        let batch = trained_batch(s);
         let mut compute_cpu_ms_per_image = if cpu_device {
             // The compute pool and the train thread: their mean CPU use × the step time.
             let cores_used: f64 = m
@@ -581,88 +653,37 @@ impl Pipeline {
         } else {
             0.0
         };
-        // The step's parts from the steady state; over the whole run (no change of workers),
-        // trimmed means, which leave a one-off first step and the odd preempted one out.
-        let step_part = |stage: Stage, split_ms: f64| match (s.split.from_step, measured(s, stage)) {
-            (None, Some(x)) => robust_ms(x).min(split_ms.max(0.0)),
-            _ => split_ms.max(0.0),
-        };
-        let mut compute_ms = step_part(Stage::Compute, s.split.compute_ms);
+        let transfer_ms = step_part(s, Stage::Transfer, s.split.transfer_ms);
         let others_cores = (cores - free_cores).max(0.0);
-        if cpu_device && s.split.wait_share >= super::thresholds::MODERATE_WAIT_SHARE && others_cores < OTHER_CORES {
-            // Steps that wait for data compute cold (the pool's threads wake, caches refill) and
-            // behind the loader's threads: a change that feeds the loop faster gets the hot
-            // step, about the compute's own CPU time per step. Not while other programs hold
-            // cores: they keep taking what they took, and the step measured stays.
-            if let Some(work) = hot_compute_ms(s, step_part(Stage::Transfer, s.split.transfer_ms)) {
-                if work < compute_ms {
-                    // Its CPU per image was measured cold too: it shrinks with the step.
-                    compute_cpu_ms_per_image *= work / compute_ms;
-                    compute_ms = work;
-                }
-            }
-        }
-        let compute_slow_ms = measured(s, Stage::Compute)
-            .map(|x| x.p95_ms)
-            .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms);
-        let physical_cores = match m.physical_cores {
-            Some(n) if n > 0 => (n as f64).min(cores),
-            _ => cores,
-        };
+        let (compute_ms, cold) = compute_step(s, cpu_device, others_cores, transfer_ms);
+        compute_cpu_ms_per_image *= cold;
         let loader_wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
-        let transfer_ms = step_part(Stage::Transfer, s.split.transfer_ms);
-        // pipeprof's own loader hands its batches over an in-process channel, without a copy;
-        // a framework's workers are processes whose batches the training process receives.
-        // tf.data hands its batches over inside the step's own graph, from its own threads.
-        let receives = (st.workers == 0 || !st.framework.is_empty()) && !st.tf_data;
-        let main_per_batch_ms = if !receives {
-            0.0
-        } else {
-            main_per_batch_ms(
-                st.workers,
-                s.split.wait_ms,
-                measured(s, Stage::Wait).map_or(s.split.wait_ms, |w| w.p50_ms),
-                loader_wall,
-                batch,
-                transfer_ms + compute_ms,
-            )
-        };
-        // pipeprof's own loader keeps its threads; a PyTorch DataLoader restarts its workers
-        // every epoch unless told otherwise.
-        let persistent = st.persistent_workers.unwrap_or(true);
-        let epoch_batches =
-            (st.images > 0 && s.split.startup_wait_ms > 0.0).then(|| (st.images as f64 / nominal).ceil());
-        let worker_start_ms =
-            worker_start_ms(st.workers, s.split.startup_wait_ms, loader_wall, batch, cpu_cores(cores, physical_cores));
+        let k = cpu_cores(cores, physical_cores);
         let mut p = Pipeline {
-            // tf.data's map runs beside the step on its own threads, as many as the cores
-            // (AUTOTUNE's parallelism): never loading in turn with the step.
+            // tf.data's map runs beside the step on its own threads (AUTOTUNE's parallelism).
             workers: if st.tf_data { cores } else { st.workers.max(1) as f64 },
             in_process: st.workers == 0 && !st.tf_data,
             cores,
             physical_cores,
             free_cores,
-            main_per_batch_ms,
-            persistent,
-            epoch_batches,
-            // Only where the run's first wait was measured: a run without one says nothing
-            // of what starting costs.
+            main_per_batch_ms: serial_main_ms(s, loader_wall, batch, transfer_ms + compute_ms),
+            persistent: st.persistent_workers.unwrap_or(true),
+            epoch_batches: (st.images > 0 && s.split.startup_wait_ms > 0.0)
+                .then(|| (st.images as f64 / st.batch_size.max(1) as f64).ceil()),
             run_batches: (s.steps > 0 && s.split.startup_wait_ms > 0.0).then_some(s.steps as f64),
-            worker_start_ms,
+            worker_start_ms: worker_start_ms(st.workers, s.split.startup_wait_ms, loader_wall, batch, k),
             cpu_device,
             batch,
             loader,
             transfer_ms,
             compute_ms,
-            optimizer_ms,
+            optimizer_ms: measured(s, Stage::Optimizer).map(|x| x.mean_ms),
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
             compute_wait_others_ms: 0.0,
-            compute_slow_ms,
+            compute_slow_ms: slow_compute_ms(s, cpu_device, others_cores, compute_ms),
         };
-        if cpu_device {
-            p.compute_wait_others_ms = compute_core_wait(s, &p, compute_ms);
-        }
+        p.compute_wait_others_ms = if cpu_device { compute_core_wait(s, &p, compute_ms) } else { 0.0 };
         p
     }
 

@@ -1,5 +1,6 @@
 //! The straggler verdict of a distributed run: which rank sets the pace, with evidence and
-//! advice for that rank. Pure: per-rank lines in, a verdict out.
+//! advice for that rank. Pure: per-rank lines in, a verdict out. [`decide`] reads the numbers
+//! into a typed [`Decision`]; [`Decision::verdict`] puts it into words.
 //!
 //! # The rule
 //! Ranks that synchronise every step (PyTorch DDP: the gradients' all-reduce ends every
@@ -28,6 +29,7 @@
 //! the longest data wait and their own waiting for the others. The verdict says which.
 
 use crate::aggregate::ranks::RankLine;
+use crate::units::pct;
 use serde::{Deserialize, Serialize};
 
 /// Steps a rank needs before it is judged.
@@ -81,50 +83,175 @@ pub struct RanksVerdict {
     pub sync_wait_ms: Vec<(u32, f64)>,
 }
 
-fn pct(x: f64) -> String {
-    format!("{:.0}%", x * 100.0)
+/// Who sets the pace, and why: the rule's outcome, before any words.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace<'a> {
+    /// The ranks do not step together: `slow` has the longest mean step, `fast` the shortest;
+    /// `waiting_for_data`: `slow` waits for data a larger share of its step than `fast` by at
+    /// least [`STRAGGLER_STEP_SHARE`] (else it is computing).
+    Apart { slow: &'a RankLine, fast: &'a RankLine, waiting_for_data: bool },
+    /// `straggler`'s input pipeline: it waits longest for data, `spread_ms` per step more than
+    /// the rank that waits least; `in_all_reduce`, the other rank that waits least for data,
+    /// spends the difference in the all-reduce.
+    Input { straggler: &'a RankLine, in_all_reduce: Option<&'a RankLine>, spread_ms: f64 },
+    /// `straggler`'s compute: it waits least in the measured all-reduce, the others up to
+    /// `most_sync_ms` per step.
+    Compute { straggler: &'a RankLine, most_sync_ms: f64 },
+    /// No straggler: the ranks keep pace.
+    Together,
+}
+
+/// The straggler decision and what it rests on: the ranks judged, the least and most
+/// waiting for data, and each rank's all-reduce wait with how it was found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision<'a> {
+    pub pace: Pace<'a>,
+    /// The ranks judged (at least two), in the order given.
+    pub ranks: Vec<&'a RankLine>,
+    /// The ranks that wait least and most for data (the first of equals).
+    pub least: &'a RankLine,
+    pub most: &'a RankLine,
+    pub sync: SyncSource,
+    /// Each judged rank's wait in the all-reduce per step, ms: (rank, ms); empty for
+    /// [`SyncSource::None`].
+    pub sync_wait_ms: Vec<(u32, f64)>,
 }
 
 /// Judges the ranks; `None` with fewer than two ranks of [`RANK_MIN_STEPS`] steps.
 pub fn judge(lines: &[RankLine]) -> Option<RanksVerdict> {
+    decide(lines).map(|d| d.verdict())
+}
+
+/// The rank with the largest (`max`) or the smallest `f`; ties go to the first (the lower
+/// rank, as the lines come).
+fn pick<'a>(ranks: &[&'a RankLine], f: impl Fn(&RankLine) -> f64, max: bool) -> Option<&'a RankLine> {
+    ranks.iter().copied().reduce(|a, b| {
+        let (x, y) = (f(a), f(b));
+        if (max && y > x) || (!max && y < x) {
+            b
+        } else {
+            a
+        }
+    })
+}
+
+/// Each rank's all-reduce wait per step, in the ranks' order: measured from the backward
+/// spans when every rank has them and their spread holds the sync (at least
+/// [`MEASURED_SYNC_SHARE`] of the data waits' `data_spread`), else inferred from the data
+/// waits (`most_wait_ms` less each rank's).
+fn sync_waits(ranks: &[&RankLine], most_wait_ms: f64, data_spread: f64) -> (SyncSource, Vec<f64>) {
+    let backward: Option<Vec<f64>> = ranks.iter().map(|l| l.backward_ms).collect();
+    let measured = backward.and_then(|b| {
+        let min = b.iter().copied().fold(f64::INFINITY, f64::min);
+        let waits: Vec<f64> = b.iter().map(|x| x - min).collect();
+        let spread = waits.iter().copied().fold(0.0, f64::max);
+        (spread >= MEASURED_SYNC_SHARE * data_spread).then_some(waits)
+    });
+    match measured {
+        Some(w) => (SyncSource::Measured, w),
+        None => (SyncSource::Inferred, ranks.iter().map(|l| most_wait_ms - l.wait_ms).collect()),
+    }
+}
+
+/// The rule (see the module docs), on the ranks with [`RANK_MIN_STEPS`] steps and a
+/// measured step; `None` with fewer than two. Pure.
+pub fn decide(lines: &[RankLine]) -> Option<Decision<'_>> {
     let ranks: Vec<&RankLine> =
         lines.iter().filter(|l| l.steps >= RANK_MIN_STEPS && l.step_ms.is_finite() && l.step_ms > 0.0).collect();
     if ranks.len() < 2 {
         return None;
     }
-    let by = |f: &dyn Fn(&RankLine) -> f64, max: bool| {
-        let pick = ranks.iter().copied().reduce(|a, b| {
-            let (x, y) = (f(a), f(b));
-            // Ties go to the lower rank.
-            if (max && y > x) || (!max && y < x) {
-                b
-            } else {
-                a
-            }
-        });
-        pick
-    };
-    let slow = by(&|l| l.step_ms, true)?;
-    let fast = by(&|l| l.step_ms, false)?;
+    let (slow, fast) = (pick(&ranks, |l| l.step_ms, true)?, pick(&ranks, |l| l.step_ms, false)?);
+    let (most, least) = (pick(&ranks, |l| l.wait_ms, true)?, pick(&ranks, |l| l.wait_ms, false)?);
+    if slow.step_ms > fast.step_ms * (1.0 + SYNC_STEP_SPREAD) {
+        let waiting_for_data = slow.wait_share > fast.wait_share + STRAGGLER_STEP_SHARE;
+        let pace = Pace::Apart { slow, fast, waiting_for_data };
+        return Some(Decision { pace, ranks, least, most, sync: SyncSource::None, sync_wait_ms: vec![] });
+    }
     let mean_step = ranks.iter().map(|l| l.step_ms).sum::<f64>() / ranks.len() as f64;
     let matters = |d: f64| d >= STRAGGLER_MIN_MS && d >= STRAGGLER_STEP_SHARE * mean_step;
-    let synchronised = slow.step_ms <= fast.step_ms * (1.0 + SYNC_STEP_SPREAD);
-    if !synchronised {
-        let cause =
-            if slow.wait_share > fast.wait_share + STRAGGLER_STEP_SHARE { "waiting for data" } else { "computing" };
-        return Some(RanksVerdict {
-            straggler: Some(slow.rank),
-            cause: Some(Cause::Slowest),
-            synchronised: false,
-            headline: format!(
+    let data_spread = most.wait_ms - least.wait_ms;
+    let (sync, waits) = sync_waits(&ranks, most.wait_ms, data_spread);
+    let sync_wait_ms: Vec<(u32, f64)> = ranks.iter().zip(&waits).map(|(l, w)| (l.rank, *w)).collect();
+    let (lo, hi) = waits.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), w| (lo.min(*w), hi.max(*w)));
+    let pace = if matters(data_spread) {
+        let others: Vec<&RankLine> = ranks.iter().copied().filter(|l| l.rank != most.rank).collect();
+        Pace::Input { straggler: most, in_all_reduce: pick(&others, |l| l.wait_ms, false), spread_ms: data_spread }
+    } else if sync == SyncSource::Measured && matters(hi - lo) {
+        let pair = ranks.iter().zip(&waits).reduce(|a, b| if b.1 < a.1 { b } else { a });
+        Pace::Compute { straggler: pair.map(|(l, _)| *l)?, most_sync_ms: hi }
+    } else {
+        Pace::Together
+    };
+    Some(Decision { pace, ranks, least, most, sync, sync_wait_ms })
+}
+
+impl Decision<'_> {
+    /// The decision in words: the headline, the evidence and the advice for the straggler.
+    pub fn verdict(&self) -> RanksVerdict {
+        let (straggler, cause) = match self.pace {
+            Pace::Apart { slow, .. } => (Some(slow.rank), Some(Cause::Slowest)),
+            Pace::Input { straggler, .. } => (Some(straggler.rank), Some(Cause::Input)),
+            Pace::Compute { straggler, .. } => (Some(straggler.rank), Some(Cause::Compute)),
+            Pace::Together => (None, None),
+        };
+        RanksVerdict {
+            straggler,
+            cause,
+            synchronised: !matches!(self.pace, Pace::Apart { .. }),
+            headline: self.headline(),
+            evidence: self.evidence(),
+            advice: self.advice(),
+            sync: self.sync,
+            sync_wait_ms: self.sync_wait_ms.clone(),
+        }
+    }
+
+    /// `rank`'s all-reduce wait per step, ms (0 where not known).
+    fn sync_of(&self, rank: u32) -> f64 {
+        self.sync_wait_ms.iter().find(|(r, _)| *r == rank).map_or(0.0, |(_, w)| *w)
+    }
+
+    /// How the all-reduce wait was found, for the evidence.
+    fn how(&self) -> &'static str {
+        match self.sync {
+            SyncSource::Measured => {
+                "measured: its backward pass, which holds DDP's gradient all-reduce, is that much longer"
+            }
+            _ => "inferred: the ranks step together, so the difference in data wait is spent waiting for the others",
+        }
+    }
+
+    fn headline(&self) -> String {
+        match self.pace {
+            Pace::Apart { slow, fast, .. } => format!(
                 "rank {} is the slowest: {:.1} ms per step against {:.1} ms on rank {} (the ranks do not step together)",
                 slow.rank, slow.step_ms, fast.step_ms, fast.rank
             ),
-            evidence: vec![
+            Pace::Input { straggler: s, .. } => format!(
+                "rank {}'s input pipeline sets the pace: it waits for data {} of each step, the other ranks wait for it",
+                s.rank,
+                pct(s.wait_share)
+            ),
+            Pace::Compute { straggler: s, .. } => {
+                format!("rank {}'s compute sets the pace: the other ranks wait for it in the all-reduce", s.rank)
+            }
+            Pace::Together => format!(
+                "no straggler: the ranks keep pace (data wait {} to {} of each step)",
+                pct(self.least.wait_share),
+                pct(self.most.wait_share)
+            ),
+        }
+    }
+
+    fn evidence(&self) -> Vec<String> {
+        match self.pace {
+            Pace::Apart { slow, fast, waiting_for_data } => vec![
                 format!(
-                    "rank {} spends {} of its steps {cause} ({:.1} ms of {:.1} ms wait for data); rank {} {}",
+                    "rank {} spends {} of its steps {} ({:.1} ms of {:.1} ms wait for data); rank {} {}",
                     slow.rank,
-                    pct(if cause == "computing" { 1.0 - slow.wait_share } else { slow.wait_share }),
+                    pct(if waiting_for_data { slow.wait_share } else { 1.0 - slow.wait_share }),
+                    if waiting_for_data { "waiting for data" } else { "computing" },
                     slow.wait_ms,
                     slow.step_ms,
                     fast.rank,
@@ -133,47 +260,33 @@ pub fn judge(lines: &[RankLine]) -> Option<RanksVerdict> {
                 "the ranks' step times differ by more than a synchronised run allows: no all-reduce wait is claimed"
                     .to_string(),
             ],
-            advice: vec![format!(
-                "if the ranks should step together (DDP), check that rank {} trains the same model on the same batch size",
-                slow.rank
-            )],
-            sync: SyncSource::None,
-            sync_wait_ms: vec![],
-        });
-    }
-    let most = by(&|l| l.wait_ms, true)?;
-    let least = by(&|l| l.wait_ms, false)?;
-    let data_spread = most.wait_ms - least.wait_ms;
-    // The all-reduce wait: measured from the backward spans when every rank has them and they
-    // hold the sync, else inferred from the data waits.
-    let backward: Option<Vec<f64>> = ranks.iter().map(|l| l.backward_ms).collect();
-    let measured = backward.and_then(|b| {
-        let min = b.iter().copied().fold(f64::INFINITY, f64::min);
-        let waits: Vec<f64> = b.iter().map(|x| x - min).collect();
-        let spread = waits.iter().copied().fold(0.0, f64::max);
-        (spread >= MEASURED_SYNC_SHARE * data_spread).then_some(waits)
-    });
-    let (sync, waits) = match measured {
-        Some(w) => (SyncSource::Measured, w),
-        None => (SyncSource::Inferred, ranks.iter().map(|l| most.wait_ms - l.wait_ms).collect()),
-    };
-    let sync_wait_ms: Vec<(u32, f64)> = ranks.iter().zip(&waits).map(|(l, w)| (l.rank, *w)).collect();
-    let how = match sync {
-        SyncSource::Measured => {
-            "measured: its backward pass, which holds DDP's gradient all-reduce, is that much longer"
+            Pace::Input { straggler, in_all_reduce, .. } => self.input_evidence(straggler, in_all_reduce),
+            Pace::Compute { straggler: s, most_sync_ms } => vec![
+                format!(
+                    "data waits are alike ({} to {} of each step)",
+                    pct(self.least.wait_share),
+                    pct(self.most.wait_share)
+                ),
+                format!(
+                    "rank {} waits least in the all-reduce ({:.1} ms per step), the others up to {most_sync_ms:.1} ms ({})",
+                    s.rank,
+                    self.sync_of(s.rank),
+                    self.how()
+                ),
+            ],
+            Pace::Together => vec![],
         }
-        _ => "inferred: the ranks step together, so the difference in data wait is spent waiting for the others",
-    };
-    let sync_of = |rank: u32| sync_wait_ms.iter().find(|(r, _)| *r == rank).map_or(0.0, |(_, w)| *w);
-    if matters(data_spread) {
-        let s = most;
-        let others: Vec<String> = ranks
+    }
+
+    /// The straggler's data wait against the others', who waits in the all-reduce, and its
+    /// loader where the rank reported one.
+    fn input_evidence(&self, s: &RankLine, in_all_reduce: Option<&RankLine>) -> Vec<String> {
+        let others: Vec<String> = self
+            .ranks
             .iter()
             .filter(|l| l.rank != s.rank)
             .map(|l| format!("rank {} {}", l.rank, pct(l.wait_share)))
             .collect();
-        let waiting =
-            ranks.iter().filter(|l| l.rank != s.rank).copied().reduce(|a, b| if b.wait_ms < a.wait_ms { b } else { a });
         let mut evidence = vec![format!(
             "rank {} waits for data {} of each step ({:.1} ms of {:.1} ms), {}",
             s.rank,
@@ -182,11 +295,12 @@ pub fn judge(lines: &[RankLine]) -> Option<RanksVerdict> {
             s.step_ms,
             others.join(", ")
         )];
-        if let Some(w) = waiting {
+        if let Some(w) = in_all_reduce {
             evidence.push(format!(
-                "rank {} spends the difference waiting in the all-reduce: {:.1} ms per step ({how})",
+                "rank {} spends the difference waiting in the all-reduce: {:.1} ms per step ({})",
                 w.rank,
-                sync_of(w.rank)
+                self.sync_of(w.rank),
+                self.how()
             ));
         }
         if s.workers > 0 || s.loader_busy > 0.0 {
@@ -198,81 +312,35 @@ pub fn judge(lines: &[RankLine]) -> Option<RanksVerdict> {
                 pct(s.loader_busy)
             ));
         }
-        let gain = data_spread / s.step_ms.max(f64::MIN_POSITIVE);
-        let advice = vec![
-            format!(
-                "speed up rank {}'s input pipeline: every rank's step would shrink by up to {:.1} ms ({}), as the others \
-                 stop waiting for it",
-                s.rank,
-                data_spread,
-                pct(gain)
-            ),
-            format!(
-                "on rank {}: more DataLoader workers (now {}), or find what makes its data slower (its shard's files, \
-                 storage, a transform only it runs); with a DistributedSampler, check that the shards are alike",
-                s.rank, s.workers
-            ),
-        ];
-        return Some(RanksVerdict {
-            straggler: Some(s.rank),
-            cause: Some(Cause::Input),
-            synchronised: true,
-            headline: format!(
-                "rank {}'s input pipeline sets the pace: it waits for data {} of each step, the other ranks wait for it",
-                s.rank,
-                pct(s.wait_share)
-            ),
-            evidence,
-            advice,
-            sync,
-            sync_wait_ms,
-        });
+        evidence
     }
-    if sync == SyncSource::Measured {
-        let (lo, hi) = sync_wait_ms.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), (_, w)| (lo.min(*w), hi.max(*w)));
-        if matters(hi - lo) {
-            let s = ranks.iter().zip(&waits).reduce(|a, b| if b.1 < a.1 { b } else { a }).map(|(l, _)| *l)?;
-            return Some(RanksVerdict {
-                straggler: Some(s.rank),
-                cause: Some(Cause::Compute),
-                synchronised: true,
-                headline: format!("rank {}'s compute sets the pace: the other ranks wait for it in the all-reduce", s.rank),
-                evidence: vec![
-                    format!(
-                        "data waits are alike ({} to {} of each step)",
-                        pct(least.wait_share),
-                        pct(most.wait_share)
-                    ),
-                    format!(
-                        "rank {} waits least in the all-reduce ({:.1} ms per step), the others up to {:.1} ms ({how})",
-                        s.rank,
-                        sync_of(s.rank),
-                        hi
-                    ),
-                ],
-                advice: vec![format!(
-                    "look at rank {}'s device (GPU {}: its clocks, another process on it) and at anything only it computes",
-                    s.rank, s.local_rank
-                )],
-                sync,
-                sync_wait_ms,
-            });
+
+    fn advice(&self) -> Vec<String> {
+        match self.pace {
+            Pace::Apart { slow, .. } => vec![format!(
+                "if the ranks should step together (DDP), check that rank {} trains the same model on the same batch size",
+                slow.rank
+            )],
+            Pace::Input { straggler: s, spread_ms, .. } => vec![
+                format!(
+                    "speed up rank {}'s input pipeline: every rank's step would shrink by up to {spread_ms:.1} ms ({}), as the \
+                     others stop waiting for it",
+                    s.rank,
+                    pct(spread_ms / s.step_ms.max(f64::MIN_POSITIVE))
+                ),
+                format!(
+                    "on rank {}: more DataLoader workers (now {}), or find what makes its data slower (its shard's files, \
+                     storage, a transform only it runs); with a DistributedSampler, check that the shards are alike",
+                    s.rank, s.workers
+                ),
+            ],
+            Pace::Compute { straggler: s, .. } => vec![format!(
+                "look at rank {}'s device (GPU {}: its clocks, another process on it) and at anything only it computes",
+                s.rank, s.local_rank
+            )],
+            Pace::Together => vec![],
         }
     }
-    Some(RanksVerdict {
-        straggler: None,
-        cause: None,
-        synchronised: true,
-        headline: format!(
-            "no straggler: the ranks keep pace (data wait {} to {} of each step)",
-            pct(least.wait_share),
-            pct(most.wait_share)
-        ),
-        evidence: vec![],
-        advice: vec![],
-        sync,
-        sync_wait_ms,
-    })
 }
 
 #[cfg(test)]

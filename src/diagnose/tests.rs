@@ -1664,3 +1664,5 @@ fn a_tf_data_pipeline_loads_beside_the_step_never_in_turn_with_it() {
     assert!(model.starts_with("model: tf.data's parallel calls (2, one a core) supply"), "{model}");
     assert!(v.headline.contains("(transform, decode)"), "{}", v.headline);
 }
+
+mod text;

@@ -91,7 +91,7 @@ pub const BATCH_GROWTH: usize = 4;
 pub const MODEL_OFF_SHARE: f64 = 0.25;
 /// Training on the CPU with a framework's compute threads already on every core, more loader
 /// workers oversubscribe the cores: the capacity model's gain is an upper bound there (it
-/// shares the cores perfectly; OpenMP's spinning threads and the workers' hand-over do not),
-/// and runs measured 0.24–0.86× where it said 1.2–1.32×. Below this bound workers are not
-/// advised at all; above it they are advised with no number, for `--check-advice` to measure.
+/// shares the cores perfectly; OpenMP's spinning threads and the workers' hand-over do not;
+/// measured: `docs/calibration-notes.md`). Below this bound workers are not advised at all;
+/// above it they are advised with no number, for `--check-advice` to measure.
 pub const OVERSUBSCRIBED_TRY_GAIN: f64 = 1.25;

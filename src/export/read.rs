@@ -33,8 +33,8 @@ pub fn check_settings(s: &RunSettings) -> Result<(), String> {
 /// A summary read back: its settings and machine in range.
 pub fn check_summary(s: &Summary) -> Result<(), String> {
     check_settings(&s.settings)?;
-    crate::config::validate::in_range("ranks (lines)", s.ranks.len(), 0, crate::aggregate::ranks::MAX_RANKS)?;
-    crate::config::validate::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
+    crate::limits::in_range("ranks (lines)", s.ranks.len(), 0, crate::aggregate::ranks::MAX_RANKS)?;
+    crate::limits::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
 }
 
 /// A run read back from disk.
@@ -192,6 +192,10 @@ impl TraceSummary {
             s.skipped = w.skipped;
             s.rank = w.rank;
             s.ranks = w.ranks;
+            // The run's own timeline has every sample (a trace's GPU counters may be thinned).
+            if !w.timeline.is_empty() {
+                s.timeline = w.timeline;
+            }
             if capped {
                 s.stages = w.stages;
                 s.loader_busy = w.loader_busy;
@@ -460,7 +464,7 @@ mod tests {
         let (s, ..) = stream_trace(text.as_bytes()).unwrap().unwrap();
         let st = &s.settings;
         assert_eq!(
-            (st.model.as_str(), st.cores, st.framework.as_str(), st.batch_size, st.workers),
+            (&*st.model.name(), st.cores, st.framework.as_str(), st.batch_size, st.workers),
             ("train.py", 16, "pytorch", 64, 4)
         );
     }

@@ -130,7 +130,7 @@ fn program_label(model: &str) -> String {
 /// number and the whole run's carry `"all"`.
 pub fn render(s: &Scrape) -> String {
     let sum = &s.summary;
-    let labels = [(Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model)))];
+    let labels = [(Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model.name())))];
     let mut reg = Registry::with_prefix_and_labels("pipeprof", labels.into_iter());
     let run = if sum.ranks.is_empty() { RANK } else { ALL_RANKS };
     let split = &sum.split;

@@ -5,15 +5,14 @@ use crate::config::{ModelConfig, Workers};
 use crate::data::simulate::{Slow, Throttle};
 use crate::export::chrome::TraceLevel;
 use anyhow::bail;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// Largest event channel: 2^24 events × 48 bytes ≈ 800 MB, far past any need.
-pub const MAX_CHANNEL_CAPACITY: usize = 1 << 24;
 /// Highest sampling rate: the CPU figures refresh at most every 200 ms anyway.
 pub const MAX_SAMPLE_HZ: f64 = 1000.0;
 
 /// The options of one profiled run (the command line's `profile` flags).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub model: Option<PathBuf>,
     pub data: Option<PathBuf>,
@@ -27,6 +26,8 @@ pub struct Options {
     pub device: String,
     pub summary: Option<PathBuf>,
     pub trace: Option<PathBuf>,
+    /// `--html`: the report as an HTML page, written when the run ends.
+    pub html: Option<PathBuf>,
     pub trace_level: TraceLevel,
     pub sample_hz: f64,
     pub no_gpu: bool,
@@ -60,6 +61,7 @@ impl Default for Options {
             device: "cpu".into(),
             summary: None,
             trace: None,
+            html: None,
             trace_level: TraceLevel::default(),
             sample_hz: probes::sampler::DEFAULT_HZ,
             no_gpu: false,
@@ -90,21 +92,10 @@ impl Options {
 }
 
 impl Options {
-    /// Every number in its range; the message names the flag and the accepted range.
+    /// Every number the command line's definition does not range-check itself (clap checks
+    /// the counts: `--steps`, `--batch-size`, `--workers`, `--prefetch`, `--epochs`,
+    /// `--channel-capacity`) in its range; the message names the flag and the accepted range.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.steps == Some(0) {
-            bail!("--steps must be at least 1");
-        }
-        use crate::config::validate::{in_range, workers_in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH};
-        let counts = [
-            self.batch_size.map(|b| in_range("--batch-size", b, 1, MAX_BATCH_SIZE)),
-            self.prefetch.map(|p| in_range("--prefetch", p, 1, MAX_PREFETCH)),
-            self.epochs.map(|e| in_range("--epochs", e, 1, MAX_EPOCHS)),
-            self.workers.map(|w| workers_in_range("--workers", w)),
-        ];
-        if let Some(Err(m)) = counts.into_iter().flatten().find(Result::is_err) {
-            bail!(m);
-        }
         if !(self.sample_hz.is_finite() && self.sample_hz > 0.0 && self.sample_hz <= MAX_SAMPLE_HZ) {
             bail!("--sample-hz must be a positive number up to {MAX_SAMPLE_HZ}, got {}", self.sample_hz);
         }
@@ -114,10 +105,49 @@ impl Options {
         if let Some(a) = &self.metrics_listen {
             crate::metrics::check_listen(a, self.metrics_allow_remote)?;
         }
-        if !(1..=MAX_CHANNEL_CAPACITY).contains(&self.channel_capacity) {
-            bail!("--channel-capacity must be between 1 and {MAX_CHANNEL_CAPACITY}, got {}", self.channel_capacity);
-        }
         Ok(())
+    }
+
+    /// The command line that gives these options: `profile`, then each option not at its
+    /// default, in the command line's order. The one place options become flags: a
+    /// `--check-advice` follow-up's command line is its options, changed, through here.
+    pub fn to_args(&self) -> Vec<OsString> {
+        use crate::flags as f;
+        let d = Options::default();
+        let mut a = Args(vec!["profile".into()]);
+        a.value(f::MODEL, self.model.clone());
+        a.value(f::DATA, self.data.clone());
+        a.value(f::VAL_DATA, self.val_data.clone());
+        a.shown(f::EPOCHS, self.epochs);
+        a.shown(f::STEPS, self.steps);
+        a.shown(f::BATCH_SIZE, self.batch_size);
+        a.shown(f::WORKERS, self.workers);
+        a.shown(f::PREFETCH, self.prefetch);
+        a.shown(f::SEED, self.seed);
+        a.value(f::DEVICE, (self.device != d.device).then(|| self.device.clone()));
+        a.value(f::SUMMARY, self.summary.clone());
+        a.value(f::TRACE, self.trace.clone());
+        a.value(f::HTML, self.html.clone());
+        let level = match self.trace_level {
+            TraceLevel::Stage => "stage",
+            TraceLevel::Sample => "sample",
+        };
+        a.shown(f::TRACE_LEVEL, (self.trace_level != d.trace_level).then_some(level));
+        a.shown(f::SAMPLE_HZ, (self.sample_hz != d.sample_hz).then_some(self.sample_hz));
+        a.flag(f::NO_GPU, self.no_gpu);
+        a.shown(f::THROTTLE_READ, self.throttle_read.map(|t| t.spec()));
+        for s in &self.slow {
+            a.shown(f::SLOW, Some(s.spec()));
+        }
+        a.shown(f::PANIC_AT_STEP, self.panic_at_step);
+        a.shown(f::PANIC_IN_LOADER_AT_STEP, self.panic_in_loader_at_step);
+        a.flag(f::NO_TUI, self.no_tui);
+        a.flag(f::CHECK_ADVICE, self.check_advice);
+        a.shown(f::STALL_AFTER, self.stall_after);
+        a.value(f::METRICS_LISTEN, self.metrics_listen.clone());
+        a.flag(f::METRICS_ALLOW_REMOTE, self.metrics_allow_remote);
+        a.shown(f::CHANNEL_CAPACITY, (self.channel_capacity != d.channel_capacity).then_some(self.channel_capacity));
+        a.0
     }
 
     /// The command line's overrides of the model file's settings.
@@ -145,29 +175,56 @@ impl Options {
     }
 }
 
+/// A command line being written.
+struct Args(Vec<OsString>);
+
+impl Args {
+    /// `--NAME VALUE` when there is a value.
+    fn value(&mut self, name: &str, value: Option<impl Into<OsString>>) {
+        if let Some(v) = value {
+            self.0.push(crate::flags::long(name).into());
+            self.0.push(v.into());
+        }
+    }
+
+    /// `--NAME VALUE` with the value as it is shown (numbers, "auto", a simulation's spec).
+    fn shown(&mut self, name: &str, value: Option<impl std::fmt::Display>) {
+        self.value(name, value.map(|v| v.to_string()));
+    }
+
+    /// `--NAME` when set.
+    fn flag(&mut self, name: &str, set: bool) {
+        if set {
+            self.0.push(crate::flags::long(name).into());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn out_of_range_numbers_are_refused_with_the_flag_named() {
+        // The counts are range-checked by the command line's definition (see `commands`'
+        // tests); the rest here.
         let cases: Vec<(Options, &str)> = vec![
-            (Options { steps: Some(0), ..Options::default() }, "--steps"),
-            (Options { batch_size: Some(0), ..Options::default() }, "--batch-size"),
-            (Options { prefetch: Some(0), ..Options::default() }, "--prefetch"),
-            (Options { prefetch: Some(1 << 40), ..Options::default() }, "--prefetch"),
-            (Options { batch_size: Some(usize::MAX), ..Options::default() }, "--batch-size"),
-            (Options { epochs: Some(0), ..Options::default() }, "--epochs"),
-            (Options { workers: Some(Workers::Fixed(1 << 32)), ..Options::default() }, "--workers"),
             (Options { sample_hz: f64::NAN, ..Options::default() }, "--sample-hz"),
             (Options { sample_hz: 0.0, ..Options::default() }, "--sample-hz"),
             (Options { sample_hz: 1e300, ..Options::default() }, "--sample-hz"),
-            (Options { channel_capacity: 0, ..Options::default() }, "--channel-capacity"),
+            (Options { stall_after: Some(-1.0), ..Options::default() }, "--stall-after"),
         ];
         for (o, flag) in cases {
             let e = o.validate().map(|_| ()).expect_err(flag).to_string();
             assert!(e.contains(flag), "{e}");
         }
         assert!(Options::default().validate().is_ok());
+    }
+
+    #[test]
+    fn options_at_their_defaults_are_no_flags() {
+        assert_eq!(Options::default().to_args(), vec![OsString::from("profile")]);
+        let o = Options { workers: Some(Workers::Auto), no_gpu: true, ..Options::default() };
+        assert_eq!(o.to_args(), ["profile", "--workers", "auto", "--no-gpu"].map(OsString::from));
     }
 }

@@ -7,6 +7,7 @@ use crate::cache::DataSource;
 use crate::config::ModelConfig;
 use crate::data::demo::DemoSpec;
 use crate::data::{self, Dataset};
+use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ fn data_dir(opts: &Options) -> anyhow::Result<PathBuf> {
 }
 
 /// Opens the data, says what it found, and holds out the validation set.
-pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::Result<Prepared> {
+pub fn prepare(opts: &Options, cfg: &ModelConfig, model: &ModelSource) -> anyhow::Result<Prepared> {
     let dir = data_dir(opts)?;
     let src = DataSource::open(&dir)?;
     let mut ignored = None;
@@ -63,7 +64,7 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model_name: &str) -> anyhow::R
         }
         DataSource::Packed(p) => {
             let i = &cfg.input;
-            p.check_input(i.height as u32, i.width as u32, i.channels as u32, model_name)?;
+            p.check_input(i.height as u32, i.width as u32, i.channels as u32, model)?;
             if cfg.augment.is_on() || cfg.data.validation_split > 0.0 || opts.val_data.is_some() {
                 bail!(
                     "{}: [augment] and validation need the image folder (training from a packed cache supports neither yet): \
@@ -158,7 +159,7 @@ pub fn relabel_validation(mut v: Dataset, train: &Dataset) -> anyhow::Result<Dat
 pub fn settings(
     opts: &Options,
     cfg: &ModelConfig,
-    model_name: String,
+    model: ModelSource,
     data: &Prepared,
     workers: usize,
     cores: usize,
@@ -166,7 +167,7 @@ pub fn settings(
 ) -> RunSettings {
     let samples = data.train.samples();
     RunSettings {
-        model: model_name,
+        model,
         data: data.dir.display().to_string(),
         images: samples.len(),
         classes: samples.classes().to_vec(),

@@ -26,18 +26,17 @@
 //! SIGQUIT/USR1/USR2/ALRM end it as SIGTERM does; Ctrl-Z under `--once` stops pipeprof's job
 //! with the program ([`follow_job_control`]); pipeprof killed outright, the program gets SIGTERM.
 
-use crate::aggregate::{Aggregator, RunSettings};
+use crate::aggregate::RunSettings;
 use crate::diagnose::Diagnosed;
-use crate::export::chrome::ChromeTrace;
-use crate::export::Exporter;
-use crate::{progress, report, session, signal};
+use crate::session::{self, Out, Running, SecondInterrupt, Session, Stop, TraceSpec};
+use crate::{progress, report, signal};
 pub mod ending;
 
 use anyhow::{bail, Context};
 use ending::{outcome, sig_name, Act, Ending, Look, Outcome, Why};
 use probes::attach::accept::Acceptor;
 use probes::attach::wire;
-use probes::{Event, Probe};
+use probes::Probe;
 use std::ffi::OsString;
 use std::io::{BufReader, IsTerminal};
 use std::os::unix::fs::PermissionsExt;
@@ -50,9 +49,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
-/// Set by the first Python process of a run to its pid: processes that see another pid are
-/// its workers.
-pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
+// Set by the first Python process of a run to its pid: processes that see another pid are its
+// workers.
+use probes::env::MAIN_PID_ENV;
 
 /// The start-up hook Python children import (the same file the wheel ships).
 const SITECUSTOMIZE: &str = include_str!("../../python/pipeprof/_bootstrap/sitecustomize.py");
@@ -65,10 +64,9 @@ pub struct Options {
     /// No live view: a progress line, then the report (also off a terminal).
     pub once: bool,
     pub summary: Option<PathBuf>,
-    /// The summary was asked for (`--summary`): its path is said at the end. `--check-advice`'s
-    /// own copy, in a private folder removed after the re-runs, is not.
-    pub summary_asked: bool,
     pub trace: Option<PathBuf>,
+    /// `--html`: the report as an HTML page, written when the program ends.
+    pub html: Option<PathBuf>,
     pub sample_hz: f64,
     pub no_gpu: bool,
     /// After an interrupt was passed on: how long before the group gets SIGTERM.
@@ -114,6 +112,29 @@ struct Scratch {
     log: Option<PathBuf>,
     /// The run failed: its log stays, and its path is said.
     keep_log: bool,
+}
+
+impl Scratch {
+    /// The run's socket, listening, and the hook's folder, private to this user (issue 41 A:
+    /// a private fallback).
+    fn create() -> anyhow::Result<(Scratch, UnixListener)> {
+        let dir = probes::attach::run_dir()?;
+        let pid = std::process::id();
+        let scratch = Scratch {
+            socket: dir.join(format!("run-{pid}.sock")),
+            boot: dir.join(format!("run-{pid}-boot")),
+            log: None,
+            keep_log: false,
+        };
+        let _ = std::fs::remove_file(&scratch.socket);
+        let listener = UnixListener::bind(&scratch.socket)
+            .with_context(|| format!("cannot listen on {}", scratch.socket.display()))?;
+        std::fs::set_permissions(&scratch.socket, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot make {} private", scratch.socket.display()))?;
+        write_boot(&scratch.boot)
+            .with_context(|| format!("cannot write the start-up hook in {}", scratch.boot.display()))?;
+        Ok((scratch, listener))
+    }
 }
 
 impl Drop for Scratch {
@@ -339,7 +360,16 @@ fn own_terminal() -> bool {
     std::io::stdin().is_terminal() && unsafe { libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
-pub fn run(opts: &Options) -> anyhow::Result<i32> {
+/// How `pipeprof run` ended: the run's summary with its verdict, and the exit code (the
+/// program's).
+#[derive(Debug)]
+pub struct Ran {
+    pub done: Diagnosed,
+    pub code: i32,
+}
+
+/// Runs `pipeprof run`: the program, watched until it and its processes have ended.
+pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     let Some(first) = opts.command.first() else {
         bail!("nothing to run: give the command after --, e.g. `pipeprof run -- python train.py`")
     };
@@ -357,76 +387,135 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    let live = !opts.once && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-
-    // The socket and the hook's folder, private to this user (issue 41 A: a private fallback).
-    let dir = probes::attach::run_dir()?;
-    let pid = std::process::id();
-    let mut scratch = Scratch {
-        socket: dir.join(format!("run-{pid}.sock")),
-        boot: dir.join(format!("run-{pid}-boot")),
-        log: None,
-        keep_log: false,
+    let live = session::live_view(opts.once);
+    let (mut scratch, listener) = Scratch::create()?;
+    let mut running = start_session(opts, &program, &shown, live, metrics)?;
+    let feeds = Feeds::start(opts, listener, running.probe())?;
+    let take_terminal = !live && own_terminal();
+    let mut cmd = command(opts, &mut scratch, live, take_terminal)?;
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            feeds.stop();
+            let hint = if e.kind() == std::io::ErrorKind::NotFound { ": not found (is it on PATH?)" } else { "" };
+            bail!("cannot start `{}`{hint}: {e}", first.to_string_lossy());
+        }
     };
-    let _ = std::fs::remove_file(&scratch.socket);
-    let listener = UnixListener::bind(&scratch.socket)
-        .with_context(|| format!("cannot listen on {}", scratch.socket.display()))?;
-    std::fs::set_permissions(&scratch.socket, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("cannot make {} private", scratch.socket.display()))?;
-    write_boot(&scratch.boot)
-        .with_context(|| format!("cannot write the start-up hook in {}", scratch.boot.display()))?;
+    progress::say(&format!(
+        "pipeprof: running `{shown}` (pid {}){}",
+        child.id(),
+        scratch.log.as_ref().map(|l| format!("; its output goes to {}", l.display())).unwrap_or_default()
+    ));
+    let watch = Watch {
+        relays: feeds.relays.clone(),
+        out: running.out(),
+        stop: running.stop(),
+        stop_timeout: opts.stop_timeout,
+        shown: shown.clone(),
+        socket: scratch.socket.clone(),
+        take_terminal,
+    };
+    let waiter = spawn_waiter(watch, child, &running)?;
+    running.show();
+    let (status, end) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
+    let relays = feeds.stop();
+    let status = status.context("the program's end was not seen")?.context("cannot wait for the program")?;
+    let end = outcome(status, &program, end.interrupted(), end.killed());
+    // A failed run's log stays for the user to read; the others go with the run.
+    scratch.keep_log = matches!(end, Outcome::Failed { .. });
+    let why = match &end {
+        Outcome::Failed { why, .. } => Some(why.clone()),
+        _ => None,
+    };
+    let log = scratch.log.as_deref().map(|l| (l, scratch.keep_log));
+    let ran = finish(opts, running.finish(why), &end, &shown, log, &relays);
+    drop(scratch);
+    ran
+}
 
+/// The run's session, named for the program: a trace (and one per rank) if asked for, the
+/// summary file, `/metrics`, the live view when `live`. A second interrupt or a hang-up still
+/// ends the run here, through its one way out.
+fn start_session(
+    opts: &Options,
+    program: &str,
+    shown: &str,
+    live: bool,
+    metrics: Option<crate::metrics::Listener>,
+) -> anyhow::Result<Running> {
     let settings = RunSettings {
-        model: program.clone(),
+        model: crate::model_source::ModelSource::Program(program.to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..RunSettings::default()
     };
-    let agg = Aggregator::new(settings.clone());
-    let mut exporters: Vec<Box<dyn Exporter>> = Vec::new();
-    if let Some(p) = &opts.trace {
-        let mut t = ChromeTrace::create(p, &format!("pipeprof run: {shown}"), Default::default())
-            .with_context(|| format!("cannot create {}", p.display()))?;
-        t.settings(&settings)?;
-        exporters.push(Box::new(t));
-        // A distributed run's ranks also get a trace each, beside this one.
-        let mut per_rank =
-            crate::export::ranks::RankTraces::new(p, &format!("pipeprof run: {shown}"), Default::default());
-        per_rank.settings(&settings)?;
-        exporters.push(Box::new(per_rank));
+    let title = format!("pipeprof run: {shown}");
+    let trace =
+        opts.trace.as_deref().map(|path| TraceSpec { path, title: &title, level: Default::default(), per_rank: true });
+    Session::new(settings, SecondInterrupt::EndsTheRun)
+        .trace(trace)?
+        .summary(opts.summary.clone())
+        .metrics(metrics)
+        .no_tui(!live)
+        .start()
+}
+
+/// What feeds the run's channel besides its end: every process of the run, relayed through
+/// the accept thread, and the machine's samples.
+struct Feeds {
+    acceptor: Acceptor,
+    samplers: Option<probes::sampler::SamplerHandle>,
+    relays: Arc<Relays>,
+}
+
+impl Feeds {
+    fn start(opts: &Options, listener: UnixListener, probe: &Probe) -> anyhow::Result<Feeds> {
+        let relays = Arc::new(Relays { cap: connection_cap(raise_open_files()), ..Relays::default() });
+        let acceptor =
+            serve(listener, probe.clone(), relays.clone()).context("cannot start accepting the run's processes")?;
+        Ok(Feeds { acceptor, samplers: start_samplers(opts, probe), relays })
     }
 
-    let (probe, rx) = Probe::new(probes::DEFAULT_CAPACITY);
-    let relays = Arc::new(Relays { cap: connection_cap(raise_open_files()), ..Relays::default() });
-    let acceptor =
-        serve(listener, probe.clone(), relays.clone()).context("cannot start accepting the run's processes")?;
-    let samplers = probes::sampler::start(
-        probe.clone(),
-        probes::sampler::SamplerConfig {
-            hz: opts.sample_hz,
-            gpu: !opts.no_gpu,
-            // The GPU is the program's, its workers' and its ranks': every process below this one.
-            gpu_tree: true,
-            ..probes::sampler::SamplerConfig::default()
-        },
-    )
-    .map_err(|e| progress::warn(&format!("machine sampling is off: {e}")))
-    .ok();
+    /// Stops accepting and sampling; the relays say who connected.
+    fn stop(self) -> Arc<Relays> {
+        self.acceptor.stop();
+        if let Some(s) = self.samplers {
+            s.stop();
+        }
+        self.relays
+    }
+}
 
-    // The program, in a process group of its own.
-    let mut cmd = Command::new(first);
+/// Host and GPU sampling (the GPU is the program's, its workers' and its ranks': every process
+/// below this one), or a warning and none.
+fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::SamplerHandle> {
+    let cfg = probes::sampler::SamplerConfig {
+        hz: opts.sample_hz,
+        gpu: !opts.no_gpu,
+        gpu_tree: true,
+        ..probes::sampler::SamplerConfig::default()
+    };
+    probes::sampler::start(probe.clone(), cfg)
+        .map_err(|e| progress::warn(&format!("machine sampling is off: {e}")))
+        .ok()
+}
+
+/// The program, in a process group of its own, with the run's address and the start-up hook
+/// in its environment; its output in a private log while the live view holds the terminal, or
+/// the terminal itself when `take_terminal`.
+fn command(opts: &Options, scratch: &mut Scratch, live: bool, take_terminal: bool) -> anyhow::Result<Command> {
+    let pid = std::process::id();
+    let mut cmd = Command::new(&opts.command[0]);
     cmd.args(&opts.command[1..])
         .env(ADDRESS_ENV, &scratch.socket)
         .env(PARENT_PID_ENV, pid.to_string())
         .env_remove(MAIN_PID_ENV)
         .env("PYTHONPATH", python_path(&scratch.boot, std::env::var_os("PYTHONPATH")));
-    let take_terminal = !live && own_terminal();
     if live {
         let (f, path) = create_log(&std::env::temp_dir())
             .with_context(|| format!("cannot create the program's log in {}", std::env::temp_dir().display()))?;
         scratch.log = Some(path);
         cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f);
     }
-    let log = scratch.log.clone();
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -446,82 +535,33 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             Ok(())
         });
     }
-    // A second interrupt, a hang-up: the run still ends here, through the one way out below.
-    signal::end_through_the_run();
-    signal::install();
-    let child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            acceptor.stop();
-            if let Some(s) = samplers {
-                s.stop();
-            }
-            let hint = if e.kind() == std::io::ErrorKind::NotFound { ": not found (is it on PATH?)" } else { "" };
-            bail!("cannot start `{}`{hint}: {e}", first.to_string_lossy());
-        }
-    };
-    let child_pid = child.id() as libc::pid_t;
-    progress::say(&format!(
-        "pipeprof: running `{shown}` (pid {child_pid}){}",
-        log.as_ref().map(|l| format!("; its output goes to {}", l.display())).unwrap_or_default()
-    ));
+    Ok(cmd)
+}
 
-    let latest = session::latest(&agg);
-    let _metrics = session::serve_metrics(metrics, &latest);
-    let collector = {
-        let (latest, probe) = (latest.clone(), probe.clone());
-        std::thread::Builder::new()
-            .name("pp-collector".into())
-            .spawn(move || session::collect(rx, agg, exporters, &latest, &move || probe.dropped()))?
-    };
-
-    // Waits for the program and its processes, doing what the ending says at each look.
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    // What the waiter has to say while the live view holds the terminal waits for its end.
-    let held: Arc<Mutex<Vec<String>>> = Arc::default();
-    let waiter = {
-        let watch = Watch {
-            relays: relays.clone(),
-            held: held.clone(),
-            stop_timeout: opts.stop_timeout,
-            shown: shown.clone(),
-            socket: scratch.socket.clone(),
-            take_terminal,
-        };
-        let probe = probe.clone();
-        std::thread::Builder::new().name("pp-child".into()).spawn(move || {
-            let ended = watch.until_the_end(child, child_pid);
-            probe.send_blocking(Event::Finish);
-            let _ = done_tx.send(());
-            ended
-        })?
-    };
-    session::show(!live, &latest, &done_rx);
-    let (status, end) = waiter.join().map_err(|_| anyhow::anyhow!("the thread waiting for the program panicked"))?;
-    for line in held.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-        progress::say(&line);
-    }
-    acceptor.stop();
-    if let Some(s) = samplers {
-        s.stop();
-    }
-    let mut done = collector.join().map_err(|_| anyhow::anyhow!("the collector panicked"))?;
-    let status = status.context("the program's end was not seen")?.context("cannot wait for the program")?;
-    // Our own interrupt was passed on: the program's exit code says how it ended, not ours.
-    signal::clear();
-    let end = outcome(status, &program, end.interrupted(), end.killed());
-    // A failed run's log stays for the user to read; the others go with the run.
-    scratch.keep_log = matches!(end, Outcome::Failed { .. });
-    finish(opts, &mut done, &end, &shown, log.as_deref().map(|l| (l, scratch.keep_log)), &relays)?;
-    drop(scratch);
-    Ok(end.code())
+/// The thread waiting for the program and its processes (`pp-child`), doing what the ending
+/// says at each look; closes the run's events and fires the session's `done` at the end.
+#[allow(clippy::type_complexity)]
+fn spawn_waiter(
+    watch: Watch,
+    child: std::process::Child,
+    running: &Running,
+) -> std::io::Result<std::thread::JoinHandle<(Option<std::io::Result<ExitStatus>>, Ending)>> {
+    let (closer, done) = (running.closer(), running.done());
+    std::thread::Builder::new().name("pp-child".into()).spawn(move || {
+        let child_pid = child.id() as libc::pid_t;
+        let ended = watch.until_the_end(child, child_pid);
+        closer.close();
+        let _ = done.send(());
+        ended
+    })
 }
 
 /// What the thread waiting for the program needs.
 struct Watch {
     relays: Arc<Relays>,
-    /// Lines said while the live view holds the terminal, printed after it.
-    held: Arc<Mutex<Vec<String>>>,
+    /// Where its lines go (held while the live view holds the terminal).
+    out: Out,
+    stop: Stop,
     stop_timeout: Duration,
     shown: String,
     socket: PathBuf,
@@ -536,13 +576,6 @@ impl Watch {
         mut child: std::process::Child,
         child_pid: libc::pid_t,
     ) -> (Option<std::io::Result<ExitStatus>>, Ending) {
-        let say = |line: String| {
-            if crate::tui::is_active() {
-                self.held.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-            } else {
-                progress::say(&line);
-            }
-        };
         let started = Instant::now();
         let mut end = Ending::new(self.stop_timeout);
         let mut status: Option<std::io::Result<ExitStatus>> = None;
@@ -562,54 +595,64 @@ impl Watch {
             }
             if !socket_gone && std::fs::symlink_metadata(&self.socket).is_err() {
                 socket_gone = true;
-                say(format!(
+                self.out.say(format!(
                     "warning: the run's socket {} was removed (a temp cleaner?): processes started from \
                      now on cannot send their spans; the run goes on",
                     self.socket.display()
                 ));
             }
-            let last = self.relays.last_ns.load(Ordering::Relaxed);
-            let look = Look {
-                now: started.elapsed(),
-                // The live view's q stops the run like an interrupt.
-                interrupts: signal::interrupts().max(u32::from(signal::stopping())),
-                terminated: signal::terminating(),
-                hangup: signal::hung_up(),
-                exited: status.is_some(),
-                group_alive: group_alive(child_pid),
-                connected: self.relays.open.load(Ordering::SeqCst) > 0,
-                quiet_for: Duration::from_nanos(probes::clock::now_ns().saturating_sub(last)),
-            };
-            let mut finished = false;
-            for act in end.step(&look) {
-                match act {
-                    Act::PassOn(sig) => {
-                        // To the program, not its whole group: its own shutdown stops its
-                        // workers (a KeyboardInterrupt inside a multiprocessing worker that
-                        // is writing a result can hang Python's Pool at exit).
-                        // SAFETY: kill on the process we started, not yet reaped.
-                        unsafe { libc::kill(child_pid, sig) };
-                        say(format!(
-                            "pipeprof: interrupt passed to `{}`; if it has not ended in {} s \
-                             (--stop-timeout), its process group gets SIGTERM (an interrupt again does that now)",
-                            self.shown,
-                            self.stop_timeout.as_secs_f64()
-                        ));
-                    }
-                    Act::Group { sig, why } => {
-                        say(group_message(&self.shown, sig, why, self.stop_timeout));
-                        // SAFETY: kill on the process group we started.
-                        unsafe { libc::kill(-child_pid, sig) };
-                    }
-                    Act::Finish => finished = true,
-                }
-            }
-            if finished {
+            let look = self.look(started.elapsed(), status.is_some(), child_pid);
+            if self.act(end.step(&look), child_pid) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         (status, end)
+    }
+
+    /// What the ending decides on, now.
+    fn look(&self, now: Duration, exited: bool, child_pid: libc::pid_t) -> Look {
+        let last = self.relays.last_ns.load(Ordering::Relaxed);
+        Look {
+            now,
+            // The live view's q stops the run like an interrupt.
+            interrupts: self.stop.interrupts(),
+            terminated: self.stop.terminating(),
+            hangup: self.stop.hung_up(),
+            exited,
+            group_alive: group_alive(child_pid),
+            connected: self.relays.open.load(Ordering::SeqCst) > 0,
+            quiet_for: Duration::from_nanos(probes::clock::now_ns().saturating_sub(last)),
+        }
+    }
+
+    /// Does what the ending said; whether it said finish.
+    fn act(&self, acts: Vec<Act>, child_pid: libc::pid_t) -> bool {
+        let mut finished = false;
+        for act in acts {
+            match act {
+                Act::PassOn(sig) => {
+                    // To the program, not its whole group: its own shutdown stops its workers
+                    // (a KeyboardInterrupt inside a multiprocessing worker that is writing a
+                    // result can hang Python's Pool at exit).
+                    // SAFETY: kill on the process we started, not yet reaped.
+                    unsafe { libc::kill(child_pid, sig) };
+                    self.out.say(format!(
+                        "pipeprof: interrupt passed to `{}`; if it has not ended in {} s \
+                         (--stop-timeout), its process group gets SIGTERM (an interrupt again does that now)",
+                        self.shown,
+                        self.stop_timeout.as_secs_f64()
+                    ));
+                }
+                Act::Group { sig, why } => {
+                    self.out.say(group_message(&self.shown, sig, why, self.stop_timeout));
+                    // SAFETY: kill on the process group we started.
+                    unsafe { libc::kill(-child_pid, sig) };
+                }
+                Act::Finish => finished = true,
+            }
+        }
+        finished
     }
 }
 
@@ -646,31 +689,21 @@ fn group_message(shown: &str, sig: libc::c_int, why: Why, stop_timeout: Duration
     }
 }
 
-/// The summary file, the report, the program's fate. The file first: a closed stdout
-/// (`pipeprof run … | head`) or terminal must not cost it, and nothing printed can panic.
+/// The report and the program's fate, after the summary file (written by the session first:
+/// a closed stdout (`pipeprof run … | head`) or terminal must not cost it, and nothing printed
+/// can panic).
 fn finish(
     opts: &Options,
-    done: &mut Diagnosed,
+    fin: session::Finished,
     end: &Outcome,
     shown: &str,
     log: Option<(&Path, bool)>,
     relays: &Relays,
-) -> anyhow::Result<()> {
-    if let Outcome::Failed { why, .. } = end {
-        // What the program said (an exception) comes first; the exit status after it.
-        let said = done.summary.failed.take();
-        done.summary.failed = Some(match said {
-            Some(s) => format!("{s} ({why})"),
-            None => why.clone(),
-        });
-    }
-    let written = opts.summary.as_ref().map(|p| {
-        serde_json::to_string_pretty(&*done)
-            .map_err(anyhow::Error::from)
-            .and_then(|text| std::fs::write(p, text).map_err(anyhow::Error::from))
-            .with_context(|| format!("cannot write the summary to {}", p.display()))
-            .map(|()| p)
-    });
+) -> anyhow::Result<Ran> {
+    let session::Finished { mut done, failed, collector_died, written } = fin;
+    // What the program said (an exception) comes first; the exit status after it.
+    done.summary.failed = failed;
+    let html = opts.html.as_ref().map(|p| crate::html::write(p, &done, crate::html::Form::Page).map(|()| p));
     if let Some((log, kept)) = log {
         print_log_tail(log, kept);
     }
@@ -701,10 +734,14 @@ fn finish(
             .collect();
         progress::say(&format!("pipeprof: a trace per rank written to {}", files.join(", ")));
     }
-    if let Some(p) = written.transpose()?.filter(|_| opts.summary_asked) {
-        progress::say(&format!("pipeprof: summary written to {}", p.display()));
+    written?;
+    if let Some(p) = html.transpose()? {
+        crate::html::say_written(p);
     }
-    Ok(())
+    match collector_died {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(Ran { done, code: end.code() }),
+    }
 }
 
 /// The last lines the program printed while the live view had the terminal; where the whole

@@ -22,6 +22,8 @@
 //! against what the added workers could give: one worker added to N gives at most 1/N, so a
 //! fixed "a fifth faster" rule could never pass past 5 workers.)
 
+use crate::units::pct;
+
 /// Steps measured per decision (after the warm-up following each change).
 pub const WINDOW: usize = 6;
 /// Below this share of step time spent waiting, the loader keeps up.
@@ -82,10 +84,6 @@ pub struct AutoWorkers {
     blocked_ns: u64,
     busy_ns: u64,
     settled: bool,
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.0}%", x * 100.0)
 }
 
 fn mean(xs: &[(f64, f64)]) -> (f64, f64) {

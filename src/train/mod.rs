@@ -444,6 +444,17 @@ pub struct TrainOutcome {
     pub interrupted: bool,
 }
 
+/// The model for `cfg`'s layers and `classes` outputs, its weights seeded from the run's seed,
+/// and its optimizer.
+fn build(cfg: &ModelConfig, classes: usize, dev: &Device) -> anyhow::Result<(Cnn, Opt)> {
+    let vm = VarMap::new();
+    let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
+    let model = Cnn::new(cfg, classes, vb)?;
+    seed_weights(&vm, cfg.data.seed, dev)?;
+    let opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, vm.all_vars(), dev)?;
+    Ok((model, opt))
+}
+
 /// Trains until the loader's plan is done or `stop` is set. Steps are reported on `probe`.
 /// With `val`, a validation pass follows every epoch (and a run cut short by `--steps`).
 #[allow(clippy::too_many_arguments)]
@@ -457,15 +468,10 @@ pub fn train(
     stop: &AtomicBool,
     hooks: &Hooks,
 ) -> anyhow::Result<TrainOutcome> {
-    use crate::data::simulate::extra_for;
-    let slow_transfer = extra_for(&hooks.slow, probes::Stage::Transfer);
-    let slow_compute = extra_for(&hooks.slow, probes::Stage::Compute);
+    let slow = |stage| crate::data::simulate::extra_for(&hooks.slow, stage);
+    let (slow_transfer, slow_compute) = (slow(Stage::Transfer), slow(Stage::Compute));
     keep_freed_memory(dev);
-    let vm = VarMap::new();
-    let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
-    let model = Cnn::new(cfg, classes, vb)?;
-    seed_weights(&vm, cfg.data.seed, dev)?;
-    let mut opt = Opt::new(cfg.train.optimizer, cfg.train.learning_rate, vm.all_vars(), dev)?;
+    let (model, mut opt) = build(cfg, classes, dev)?;
     let (c, h, w) = (cfg.input.channels, cfg.input.height, cfg.input.width);
     let mut out = TrainOutcome::default();
     let mut k = 0u64;
@@ -482,10 +488,7 @@ pub fn train(
             break;
         }
         let queued = loader.queued() as u32;
-        let batch = {
-            let _g = info_span!("wait", step = k).entered();
-            loader.next_batch_until(stop)
-        };
+        let batch = info_span!("wait", step = k).in_scope(|| loader.next_batch_until(stop));
         let waited = step_start.elapsed();
         let Some(mut batch) = batch else {
             out.interrupted |= stop.load(Ordering::Relaxed);
@@ -504,29 +507,7 @@ pub fn train(
             panic!("--panic-at-step {}: injected panic (testing hook)", batch.step);
         }
         let n = batch.len();
-        let (xs, ys) = {
-            // `bytes` over the span's duration is the achieved host→device bandwidth.
-            let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
-            // A step timed layer by layer is timed on the host throughout (see compute_step).
-            let timed = timer.on() && !times_layers(batch.step);
-            let _g = host_span(timed, || info_span!("transfer", step = batch.step, bytes));
-            if timed {
-                timer.begin(Stage::Transfer, batch.step, bytes)?;
-            }
-            let xs = upload.pixels(&mut batch.pixels, (n, c, h, w), dev)?;
-            let ys = Tensor::from_vec(std::mem::take(&mut batch.labels), n, dev)?;
-            if timed {
-                timer.end(Stage::Transfer, batch.step)?;
-            } else {
-                // From pageable memory the copy may still be in flight when from_vec returns:
-                // always wait here (not only with GpuSync::Phase) so transfer is the whole copy.
-                dev.synchronize()?;
-            }
-            if let Some(s) = &slow_transfer {
-                s.apply();
-            }
-            (xs, ys)
-        };
+        let (xs, ys) = transfer(&mut batch, (c, h, w), dev, &mut upload, &mut timer, slow_transfer.as_ref())?;
         let (loss, correct) = compute_step(
             &model,
             &mut opt,
@@ -541,17 +522,7 @@ pub fn train(
         timer.send(probe, false)?;
         out.steps += 1;
         out.images += n as u64;
-        probe.send(Event::Step(StepRecord {
-            no_loss: false,
-            step: batch.step,
-            epoch: batch.epoch,
-            images: n as u32,
-            loss,
-            correct: correct as u32,
-            end_ns: clock::now_ns(),
-            queued,
-            validation: false,
-        }));
+        probe.send(step_event(&batch, n, (loss, correct), queued));
         if let Some(a) = auto.as_mut() {
             let now = loader.production();
             a.observe_loader(now.0.saturating_sub(produced.0), now.1.saturating_sub(produced.1));
@@ -566,6 +537,57 @@ pub fn train(
     // No more batches: the plan is done, or a worker died (then the run failed).
     loader.check()?;
     Ok(out)
+}
+
+/// The batch to the device (`transfer`): its pixels and labels as tensors, timed on the
+/// device when the timer is on, else on the host after a wait for the copy; then `slow`'s
+/// simulated extra time.
+fn transfer(
+    batch: &mut crate::data::Batch,
+    (c, h, w): (usize, usize, usize),
+    dev: &Device,
+    upload: &mut Upload,
+    timer: &mut DeviceTimer,
+    slow: Option<&crate::data::simulate::Slow>,
+) -> anyhow::Result<(Tensor, Tensor)> {
+    let n = batch.len();
+    // `bytes` over the span's duration is the achieved host→device bandwidth.
+    let bytes = batch_bytes(batch.pixels.len(), batch.labels.len());
+    // A step timed layer by layer is timed on the host throughout (see compute_step).
+    let timed = timer.on() && !times_layers(batch.step);
+    let _g = host_span(timed, || info_span!("transfer", step = batch.step, bytes));
+    if timed {
+        timer.begin(Stage::Transfer, batch.step, bytes)?;
+    }
+    let xs = upload.pixels(&mut batch.pixels, (n, c, h, w), dev)?;
+    let ys = Tensor::from_vec(std::mem::take(&mut batch.labels), n, dev)?;
+    if timed {
+        timer.end(Stage::Transfer, batch.step)?;
+    } else {
+        // From pageable memory the copy may still be in flight when from_vec returns: always
+        // wait here (not only with GpuSync::Phase) so transfer is the whole copy.
+        dev.synchronize()?;
+    }
+    if let Some(s) = slow {
+        s.apply();
+    }
+    Ok((xs, ys))
+}
+
+/// The record of the step of `batch` (its `n` images, gone to the device), sent once its loss
+/// is back.
+fn step_event(batch: &crate::data::Batch, n: usize, (loss, correct): (f32, f32), queued: u32) -> Event {
+    Event::Step(StepRecord {
+        no_loss: false,
+        step: batch.step,
+        epoch: batch.epoch,
+        images: n as u32,
+        loss,
+        correct: correct as u32,
+        end_ns: clock::now_ns(),
+        queued,
+        validation: false,
+    })
 }
 
 /// Steps between two steps timed layer by layer. Cutting the graph between layers copies each

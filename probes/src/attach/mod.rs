@@ -255,7 +255,7 @@ pub fn start(opts: Options, probe: Probe, rx: crossbeam_channel::Receiver<Event>
     if let Some(t) = &token {
         // Worker processes started from now on inherit it. Set before the server's threads
         // start; a program that reads the environment from other threads meanwhile is
-        // warned against in the README.
+        // warned against in docs/attach.md.
         std::env::set_var(wire::TOKEN_ENV, t);
     }
     let srv = server::Server::start_with_token(rx, probe.clone(), hello, token.clone())

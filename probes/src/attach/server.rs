@@ -51,6 +51,117 @@ struct Shared {
     last_gpu: Mutex<Option<Arc<Vec<u8>>>>,
 }
 
+/// An encoded frame, shared by every client's queue.
+type Encoded = Arc<Vec<u8>>;
+
+/// A connection thread, counted out however it ends.
+struct Active(Arc<Shared>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One accepted connection: its handshake read, then relayed (a worker process producing into
+/// this run) or served (a viewer), or refused.
+fn client(
+    mut conn: impl Conn,
+    shared: &Arc<Shared>,
+    hello: Option<Hello>,
+    probe: &Probe,
+    queue: (Sender<Encoded>, Receiver<Encoded>),
+) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+    let peer = wire::check_peer_hello_token(&mut conn, shared.token.as_deref());
+    if !matches!(peer, Ok(wire::Peer::Producer)) {
+        shared.producers.fetch_sub(1, Ordering::SeqCst);
+    }
+    match peer {
+        Ok(wire::Peer::Viewer) => view(conn, shared, hello, queue),
+        Ok(wire::Peer::Producer) => relay_producer(conn, shared, probe),
+        Err(e) => {
+            eprintln!("pipeprof probes: refused a connection: {e}");
+            if let Ok(mut st) = shared.stats.lock() {
+                st.bad_handshakes += 1;
+            }
+            conn.shutdown();
+        }
+    }
+}
+
+/// A worker process: it may stay quiet for long (no read timeout), and it is never joined at
+/// shutdown, so a live child cannot hold up the run's end.
+fn relay_producer(mut conn: impl Conn, shared: &Arc<Shared>, probe: &Probe) {
+    let _ = conn.set_read_timeout(None);
+    if let Ok(mut t) = shared.relay_threads.lock() {
+        t.push(std::thread::current().id());
+    }
+    // Checked after registering: `join` sets `stopping` before it reads the list, so a producer
+    // arriving during shutdown is either skipped or leaves.
+    if shared.stopping.load(Ordering::SeqCst) {
+        shared.producers.fetch_sub(1, Ordering::SeqCst);
+        conn.shutdown();
+        return;
+    }
+    let mut touched = Touch { inner: &mut conn, last: &shared.last_relay_ns };
+    let r = super::producer::relay(&mut std::io::BufReader::new(&mut touched), probe);
+    shared.producers.fetch_sub(1, Ordering::SeqCst);
+    if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
+        eprintln!("pipeprof probes: worker {} (pid {}) stopped sending: {e}", r.hello.program, r.hello.pid);
+    }
+    conn.shutdown();
+}
+
+/// A viewer: the greeting (with the threads named so far) and the last GPU sample, then every
+/// frame from its queue until it stops reading or the run ends.
+fn view(
+    mut conn: impl Conn,
+    shared: &Arc<Shared>,
+    hello: Option<Hello>,
+    (tx, rx): (Sender<Encoded>, Receiver<Encoded>),
+) {
+    let Some(mut hello) = hello else { return };
+    hello.threads = crate::layer::thread_names();
+    let hello = match wire::encode(&Frame::Hello(hello)) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("pipeprof probes: cannot greet a client: {e}");
+            conn.shutdown();
+            return;
+        }
+    };
+    if conn.write_all(&hello).is_err() {
+        return;
+    }
+    let last_gpu = shared.last_gpu.lock().ok().and_then(|g| g.clone());
+    if let Some(g) = last_gpu {
+        if conn.write_all(&g).is_err() {
+            return;
+        }
+    }
+    let mut clients = shared.clients.lock().unwrap_or_else(|e| e.into_inner());
+    let end = shared.end.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match end {
+        // The run ended before this viewer was registered: it gets the end, and goes.
+        Some(end) => {
+            drop(clients);
+            let _ = conn.write_all(&end);
+            conn.shutdown();
+            return;
+        }
+        None => clients.push(Client { tx }),
+    }
+    drop(clients);
+    for frame in rx.iter() {
+        if conn.write_all(&frame).is_err() {
+            break;
+        }
+    }
+    conn.shutdown();
+}
+
 /// A reader that notes when bytes last arrived.
 struct Touch<'a, R> {
     inner: R,
@@ -149,7 +260,7 @@ impl Server {
     }
 
     /// Serves one accepted connection on its own thread.
-    pub fn serve(&self, mut conn: impl Conn) {
+    pub fn serve(&self, conn: impl Conn) {
         if self.shared.stopping.load(Ordering::Relaxed) {
             conn.shutdown();
             return;
@@ -169,95 +280,8 @@ impl Server {
         let n = self.shared.connected.fetch_add(1, Ordering::Relaxed);
         self.shared.producers.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new().name(format!("pp-client-{n}")).spawn(move || {
-            // Counted out however the thread ends.
-            struct Active(Arc<Shared>);
-            impl Drop for Active {
-                fn drop(&mut self) {
-                    self.0.active.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
             let _active = Active(shared.clone());
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-            let peer = wire::check_peer_hello_token(&mut conn, shared.token.as_deref());
-            if !matches!(peer, Ok(wire::Peer::Producer)) {
-                shared.producers.fetch_sub(1, Ordering::SeqCst);
-            }
-            match peer {
-                Ok(wire::Peer::Viewer) => {}
-                Ok(wire::Peer::Producer) => {
-                    // A worker process: it may stay quiet for long (no read timeout), and it
-                    // is never joined at shutdown, so a live child cannot hold up the run's end.
-                    let _ = conn.set_read_timeout(None);
-                    if let Ok(mut t) = shared.relay_threads.lock() {
-                        t.push(std::thread::current().id());
-                    }
-                    // Checked after registering: `join` sets `stopping` before it reads the
-                    // list, so a producer arriving during shutdown is either skipped or leaves.
-                    if shared.stopping.load(Ordering::SeqCst) {
-                        shared.producers.fetch_sub(1, Ordering::SeqCst);
-                        conn.shutdown();
-                        return;
-                    }
-                    let mut touched = Touch { inner: &mut conn, last: &shared.last_relay_ns };
-                    let r = super::producer::relay(&mut std::io::BufReader::new(&mut touched), &probe);
-                    shared.producers.fetch_sub(1, Ordering::SeqCst);
-                    if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
-                        eprintln!(
-                            "pipeprof probes: worker {} (pid {}) stopped sending: {e}",
-                            r.hello.program, r.hello.pid
-                        );
-                    }
-                    conn.shutdown();
-                    return;
-                }
-                Err(e) => {
-                    eprintln!("pipeprof probes: refused a connection: {e}");
-                    if let Ok(mut st) = shared.stats.lock() {
-                        st.bad_handshakes += 1;
-                    }
-                    conn.shutdown();
-                    return;
-                }
-            }
-            let Some(mut hello) = hello else { return };
-            hello.threads = crate::layer::thread_names();
-            let hello = match wire::encode(&Frame::Hello(hello)) {
-                Ok(h) => h,
-                Err(e) => {
-                    eprintln!("pipeprof probes: cannot greet a client: {e}");
-                    conn.shutdown();
-                    return;
-                }
-            };
-            if conn.write_all(&hello).is_err() {
-                return;
-            }
-            let last_gpu = shared.last_gpu.lock().ok().and_then(|g| g.clone());
-            if let Some(g) = last_gpu {
-                if conn.write_all(&g).is_err() {
-                    return;
-                }
-            }
-            let mut clients = shared.clients.lock().unwrap_or_else(|e| e.into_inner());
-            let end = shared.end.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            match end {
-                // The run ended before this viewer was registered: it gets the end, and goes.
-                Some(end) => {
-                    drop(clients);
-                    let _ = conn.write_all(&end);
-                    conn.shutdown();
-                    return;
-                }
-                None => clients.push(Client { tx }),
-            }
-            drop(clients);
-            for frame in rx.iter() {
-                if conn.write_all(&frame).is_err() {
-                    break;
-                }
-            }
-            conn.shutdown();
+            client(conn, &shared, hello, &probe, (tx, rx));
         });
         if spawned.is_err() {
             self.shared.producers.fetch_sub(1, Ordering::SeqCst);

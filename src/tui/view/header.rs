@@ -38,7 +38,8 @@ pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
         tail = format!(" · {device} · {} workers ", set.workers);
         fixed = " pipeprof  ".len() + tail.chars().count() + width(&right);
     }
-    let model = if set.model.is_empty() { "-" } else { set.model.as_str() };
+    let name = set.model.name();
+    let model = if name.is_empty() { "-" } else { &name };
     let model = truncate_start(model, w.saturating_sub(fixed).max(8));
     let mut l1 = vec![
         Span::styled(" pipeprof  ", bar.add_modifier(Modifier::BOLD)),

@@ -1,6 +1,5 @@
-//! The collector side of a run, shared by `profile` and `attach`: drains events into the
-//! aggregate and the exporters, publishes snapshots with their verdict for the views, and
-//! pairs the final summary with its verdict.
+//! The collector: drains events into the aggregate and the exporters, publishes snapshots with
+//! their verdict for the views, and pairs the final summary with its verdict.
 
 use crate::aggregate::Aggregator;
 use crate::diagnose::{self, Diagnosed};
@@ -8,7 +7,6 @@ use crate::export::Exporter;
 use crate::tui::Live;
 use crossbeam_channel::Receiver;
 use probes::Event;
-use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,43 +107,4 @@ fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, dropped: &dyn Fn() ->
     // The lock is held only for the move, not while the snapshot is built.
     // A view that panicked while reading poisons the lock; the slot is still whole.
     *latest.lock().unwrap_or_else(|e| e.into_inner()) = Live { snap, verdict };
-}
-
-/// The live view on a terminal, else the progress line, until training ends.
-pub fn show(no_tui: bool, latest: &Latest, done: &Receiver<()>) {
-    // The live view needs a terminal to draw on and one to read keys from.
-    let tui = !no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    let summary = || Some(latest.lock().unwrap_or_else(|e| e.into_inner()).snap.summary.clone());
-    if tui {
-        if let Err(e) = crate::tui::run(latest.clone(), done.clone(), crate::signal::flag()) {
-            crate::progress::warn(&format!(
-                "the live view failed ({e}); showing progress instead (--no-tui skips the view)"
-            ));
-            crate::progress::watch(done, &summary);
-        }
-    } else {
-        crate::progress::watch(done, &summary);
-    }
-}
-
-/// Serves `/metrics` (when `--metrics-listen` gave a listener) from the latest publication
-/// until the returned guard drops. A scrape copies the summary under the lock (the collector
-/// holds it only to move a snapshot in) and renders outside it. A scrape that cannot be served
-/// is not worth stopping the run for: a warning, and the run goes on without it.
-pub fn serve_metrics(
-    listener: Option<crate::metrics::Listener>,
-    latest: &Latest,
-) -> Option<crate::metrics::serve::Serving> {
-    let latest = latest.clone();
-    listener?
-        .serve(std::sync::Arc::new(move || {
-            let l = latest.lock().unwrap_or_else(|e| e.into_inner());
-            crate::metrics::Scrape {
-                summary: l.snap.summary.clone(),
-                gpu: l.snap.gpu.last().cloned(),
-                verdict: l.verdict.clone(),
-            }
-        }))
-        .map_err(|e| crate::progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it")))
-        .ok()
 }

@@ -1,0 +1,229 @@
+//! The diagnosis's types: what limits a run, how much, the traps flagged, the advice with its
+//! typed change and predicted gain, and the verdict that holds them. Their words are in
+//! [`super::words`], [`super::evidence`] and [`super::advice`].
+
+use serde::{Deserialize, Serialize};
+
+/// What limits the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Limiter {
+    /// Storage: the loader waits on reads.
+    Io,
+    /// The loader's threads wait for a core that other programs hold.
+    Contention,
+    /// CPU decode / resize / augment in the loader.
+    Preprocess,
+    /// Host → device copies.
+    Transfer,
+    /// The model's own computation (GPU, or CPU when training on the CPU).
+    Compute,
+    /// Per-step fixed cost of a tiny model.
+    Overhead,
+    /// Nothing stands out.
+    Balanced,
+    /// Too few steps measured yet.
+    NotEnoughData { steps_needed: u64 },
+}
+
+/// How input-bound the run is, from the share of step time spent waiting for data
+/// (TensorFlow's profiler: ≥ 20% high, ≥ 5% moderate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Severity {
+    High,
+    Moderate,
+    Low,
+}
+
+/// The classic traps, flagged whatever the limiter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Flag {
+    /// A GPU is present but this process does not use it.
+    GpuUnused,
+    /// The data folder is on a network or FUSE filesystem.
+    NetworkStorage { fs_type: String },
+    /// The CPU is saturated: more workers will not help.
+    CpuSaturated,
+    /// Cores are idle while preprocessing limits.
+    TooFewWorkers { workers: usize, cores: usize },
+    /// Step time barely depends on work: per-step overhead dominates.
+    TinyModel,
+    /// Training on the CPU: compute and the loader share the same cores.
+    ComputeCompetesWithLoader,
+    /// A simulated slowdown (--throttle-read, --slow) is active.
+    Simulated { what: String },
+    /// Validation passes take a large share of the run's wall time.
+    ValidationHeavy { share: f64 },
+    /// The run's threads wait for a core this share of the time they are ready to run: other
+    /// programs (named, busiest first) hold the cores or, without `external`, the run's own
+    /// threads outnumber them.
+    CoreContention { share: f64, others: Vec<String>, external: bool },
+    /// The loss stopped being a number (NaN, ±inf): training diverged. The timings are still
+    /// measured right.
+    Diverged { first_nan: Option<u64>, first_inf: Option<u64> },
+    /// A stage has been open past the stall threshold: a read that does not return.
+    Stalled(crate::aggregate::Stall),
+}
+
+/// What an [`Advice`] changes, typed: views render it, `--check-advice` applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// `--workers N`.
+    Workers(usize),
+    /// `--batch-size N`.
+    BatchSize(usize),
+    /// `--prefetch N`.
+    Prefetch(usize),
+    /// Pack the data into a cache with `pipeprof cache`, then train from it.
+    Cache {
+        /// The model file whose input size the images are resized to.
+        model: String,
+        /// The image folder to pack.
+        data: String,
+    },
+    /// `--device D`.
+    UseDevice(String),
+    /// Pack decoded, resized samples into one memory-mapped file the program's own loader
+    /// reads (an attached program that is not a pipeprof `cnn.toml` run: no command for it).
+    PackOwnLoader,
+    /// A PyTorch or Keras program's image folder packed with `pipeprof pack` and read by
+    /// `pipeprof.data.PackedImageFolder` / `pipeprof.keras.packed_dataset` in place of
+    /// `ImageFolder` / `image_dataset_from_directory`. From the run's settings: `data` the folder
+    /// (empty when unknown), `height` × `width` the model's input (0 when unknown).
+    PackFolder { keras: bool, data: String, height: usize, width: usize },
+    /// Copy the data set off a network/FUSE mount to a local disk.
+    CopyLocal,
+    /// Stop, or lower the priority of, the programs that hold the cores.
+    FreeCores,
+    /// Resize the images offline to the model's input size.
+    PreResize { width: usize, height: usize },
+    /// Cheaper augmentation, or augmentation on the device.
+    CheaperAugment,
+    /// Send batches as u8, convert to f32 on the device.
+    U8Batches,
+    /// Advice read back from a summary file: only its command text was saved, so it is shown
+    /// as written and never applied.
+    Saved(Option<String>),
+    /// A change to the program's own code, in its framework's terms
+    /// (`DataLoader(..., num_workers=6)`): shown as written; pipeprof cannot apply it.
+    Code(String),
+    /// A change to the program's loader arguments (PyTorch `DataLoader`, Keras `PyDataset`),
+    /// shown as `code`; `pipeprof run --check-advice` applies `set` through the start-up hook.
+    Loader { code: String, set: LoaderKnobs },
+}
+
+/// Loader arguments a `pipeprof run` program's start-up hook can set without an edit to it
+/// (`pipeprof._override`); `None` leaves the program's own. Keras `PyDataset`: `num_workers`
+/// sets `workers` (with `use_multiprocessing`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderKnobs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_workers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistent_workers: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_factor: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_memory: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<usize>,
+}
+
+/// One concrete action with its predicted effect.
+///
+/// In JSON the change is written as the `command` it stands for (the summary's schema), and
+/// read back as [`Change::Saved`]: verdicts are recomputed from statistics, never from text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "AdviceJson", from = "AdviceJson")]
+pub struct Advice {
+    /// What to do, in words.
+    pub action: String,
+    /// The change that does it.
+    pub change: Change,
+    /// Predicted images/s after / before (e.g. 1.8 = 1.8× faster), when the model can say.
+    pub predicted_speedup: Option<f64>,
+    /// Why this should help, with the number behind the prediction.
+    pub reason: String,
+    /// What the predicted gain is measured against: today's measured rate and the model's rate
+    /// after the change. `None` for advice whose gain is not the capacity model's.
+    pub basis: Option<Basis>,
+}
+
+/// A predicted gain and what it stands on: `predicted_speedup` = `predicted` / `now`, never
+/// over the model's own estimate of today's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Basis {
+    /// Images/s measured now, over the steady state (steps `from_step`–`to_step`: after the
+    /// start-up and the last change of workers).
+    pub now: f64,
+    pub from_step: u64,
+    pub to_step: u64,
+    /// Images/s the model predicts after the change.
+    pub predicted: f64,
+    /// The model's own estimate of today's rate, images/s.
+    pub model_now: f64,
+    /// Where the model's estimate of today is off the measured rate by more than
+    /// [`MODEL_OFF_SHARE`](super::MODEL_OFF_SHARE): the gain as a range (low, high), whose ends read the prediction
+    /// against the measured rate and against the model's.
+    pub range: Option<(f64, f64)>,
+    /// The range takes in the compute's slow steps: other programs hold cores, and which
+    /// steps the scheduler slows is theirs to decide ([`widen_for_slow_steps`](super::widen_for_slow_steps)).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub slow_steps: bool,
+    /// The range is how much of compute grows with the batch, which one run on the CPU
+    /// cannot tell (from none of it to all of it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compute_split_unknown: bool,
+}
+/// [`Advice`] as the summary JSON stores it.
+#[derive(Serialize, Deserialize)]
+struct AdviceJson {
+    action: String,
+    command: Option<String>,
+    predicted_speedup: Option<f64>,
+    reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    basis: Option<Basis>,
+}
+
+impl From<Advice> for AdviceJson {
+    fn from(a: Advice) -> AdviceJson {
+        AdviceJson {
+            command: a.change.command(),
+            action: a.action,
+            predicted_speedup: a.predicted_speedup,
+            reason: a.reason,
+            basis: a.basis,
+        }
+    }
+}
+
+impl From<AdviceJson> for Advice {
+    fn from(a: AdviceJson) -> Advice {
+        Advice {
+            action: a.action,
+            change: Change::Saved(a.command),
+            predicted_speedup: a.predicted_speedup,
+            reason: a.reason,
+            basis: a.basis,
+        }
+    }
+}
+
+/// The diagnosis of one window (or the whole run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub limiter: Limiter,
+    pub severity: Severity,
+    /// One line: what limits the run and how much.
+    pub headline: String,
+    /// The 3–5 numbers that decided it, in words.
+    pub evidence: Vec<String>,
+    pub flags: Vec<Flag>,
+    /// Best first.
+    pub advice: Vec<Advice>,
+    /// Given early before [`MIN_STEPS`](super::MIN_STEPS) (≥ [`EARLY_STEPS`](super::EARLY_STEPS) steps of ≥ [`EARLY_STEP_MS`](super::EARLY_STEP_MS), or ≥
+    /// [`EARLY_MIN_STEPS`](super::EARLY_MIN_STEPS) steps and [`EARLY_TIME_MS`](super::EARLY_TIME_MS) measured): may change once the usual
+    /// window fills.
+    #[serde(default)]
+    pub provisional: bool,
+}
