@@ -143,9 +143,9 @@ class _Environment:
         path = os.environ.get("PYTHONPATH")
         pid = str(os.getpid())
         wanted = {
-            "PIPEPROF_PARENT": address,
-            "PIPEPROF_PARENT_PID": pid,
-            "PIPEPROF_MAIN_PID": pid,
+            _native.PARENT_ENV: address,
+            _native.PARENT_PID_ENV: pid,
+            _native.MAIN_PID_ENV: pid,
             "PYTHONPATH": boot + (os.pathsep + path if path else ""),
         }
         self.before = {k: os.environ.get(k) for k in wanted}
