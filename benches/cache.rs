@@ -46,9 +46,10 @@ fn main() {
     let r = build(&BuildOptions {
         data: dir.clone(),
         out: out.clone(),
-        height: 150,
-        width: 150,
+        size: pipeprof::cache::Size::Fixed { height: 150, width: 150 },
         channels: 3,
+        rules: pipeprof::data::scan::Rules::Pipeprof,
+        exact_decode: false,
         model: "bench".into(),
         workers: cores,
         progress: false,

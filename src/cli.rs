@@ -42,6 +42,54 @@ pub enum Command {
     DemoData(DemoArgs),
     /// Decode and resize every image once into one packed file; `profile --data FILE` trains from it.
     Cache(CacheArgs),
+    /// Pack an image folder into one file of decoded pixels that PyTorch and Keras read in one
+    /// line: `pipeprof.data.PackedImageFolder(OUT, transform=...)` in place of
+    /// `ImageFolder(DIR, ...)`, `pipeprof.keras.packed_dataset(OUT, ...)` in place of
+    /// `image_dataset_from_directory(DIR, ...)`.
+    ///
+    /// The images, classes and order are torchvision's ImageFolder(DIR)'s; pixels are RGB,
+    /// decoded and resized (bilinear, antialiased: PIL's Image.BILINEAR, as torchvision's
+    /// Resize) once, on every core. Without a size, every image must have the same size.
+    Pack(PackArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+#[command(group = clap::ArgGroup::new("stored_size").multiple(false))]
+pub struct PackArgs {
+    /// Image folder with one sub-folder per class.
+    #[arg(value_name = "DIR")]
+    pub data: PathBuf,
+    /// The packed file to write (replaced atomically; e.g. data.ppk).
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+    /// Store every image at S×S (or W×H: `--size 160x224` is 160 wide, 224 high), aspect not
+    /// kept, as torchvision's Resize((S, S)) / Resize((H, W)).
+    #[arg(long, value_name = "S|WxH", group = "stored_size", value_parser = parse_pack_size)]
+    pub size: Option<(u32, u32)>,
+    /// Store every image with its shorter side S, aspect kept, as torchvision's Resize(S).
+    #[arg(long, value_name = "S", group = "stored_size", value_parser = clap::value_parser!(u32).range(1..=MAX_SIDE as i64))]
+    pub shorter: Option<u32>,
+    /// Store every image at the size it has.
+    #[arg(long, group = "stored_size")]
+    pub as_stored: bool,
+    /// Decode threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+}
+
+/// The largest side `pack` stores an image at.
+pub const MAX_SIDE: u32 = 16384;
+
+/// `pack --size`: `S` (S×S) or `WxH` (as `demo-data --size`), each side 1 to [`MAX_SIDE`];
+/// returns (height, width).
+pub fn parse_pack_size(text: &str) -> Result<(u32, u32), String> {
+    if text.contains(['x', 'X', '×']) {
+        return parse_size(text).map(|(w, h)| (h, w));
+    }
+    match text.trim().parse::<u32>() {
+        Ok(v) if (1..=MAX_SIDE).contains(&v) => Ok((v, v)),
+        _ => Err(format!("size must be S (S×S pixels) or WxH, each 1–{MAX_SIDE}, e.g. 224 or 160x224, got {text:?}")),
+    }
 }
 
 #[derive(Debug, Args, Clone)]

@@ -1,7 +1,7 @@
 //! From the command line to the commands: each `cli` argument struct becomes the plain options
 //! its command takes, and the command runs. The only module that knows both sides.
 
-use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, ProfileArgs, ReportArgs, RunArgs};
+use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, PackArgs, ProfileArgs, ReportArgs, RunArgs};
 use crate::{attach, cache, check_advice, check_run, offline, profile, run as run_cmd};
 use std::path::Path;
 
@@ -54,6 +54,7 @@ fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
         Command::Attach(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
         Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
+        Command::Pack(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
         Command::DemoData(_) => (&None, &None, None, &None, &None),
     };
     let named = [
@@ -126,6 +127,7 @@ fn run_other(command: Command) -> anyhow::Result<()> {
         Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
         Command::Report(a) => offline::run(&report_options(a)),
         Command::Cache(a) => cache::run(&cache_options(a)),
+        Command::Pack(a) => cache::pack(&pack_options(a)),
         Command::DemoData(a) => demo_data(a),
     }
 }
@@ -199,6 +201,16 @@ fn report_options(a: ReportArgs) -> offline::Options {
 
 fn cache_options(a: CacheArgs) -> cache::CacheOptions {
     cache::CacheOptions { model: a.model, data: a.data, out: a.out, workers: a.workers, abort_after: a.abort_after }
+}
+
+fn pack_options(a: PackArgs) -> cache::PackOptions {
+    let size = match (a.size, a.shorter, a.as_stored) {
+        (Some((height, width)), _, _) => cache::Size::Fixed { height, width },
+        (_, Some(shorter), _) => cache::Size::Shorter { shorter },
+        (_, _, true) => cache::Size::AsStored,
+        _ => cache::Size::Common,
+    };
+    cache::PackOptions { data: a.data, out: a.out, size, workers: a.workers }
 }
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {

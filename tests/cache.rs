@@ -21,9 +21,10 @@ fn opts(data: &Path, out: &Path) -> BuildOptions {
     BuildOptions {
         data: data.to_path_buf(),
         out: out.to_path_buf(),
-        height: 32,
-        width: 32,
+        size: pipeprof::cache::Size::Fixed { height: 32, width: 32 },
         channels: 3,
+        rules: pipeprof::data::scan::Rules::Pipeprof,
+        exact_decode: false,
         model: "tiny.toml".into(),
         workers: 3,
         progress: false,
@@ -98,7 +99,7 @@ fn truncated_and_bit_flipped_caches_are_refused_naming_the_file_and_the_fix() {
     let e = Packed::open(&cut).unwrap_err();
     assert!(matches!(e, CacheError::Damaged { .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("cut.ppk") && msg.contains("truncated") && msg.contains("re-run `pipeprof cache"), "{msg}");
+    assert!(msg.contains("cut.ppk") && msg.contains("truncated") && msg.contains("re-run `pipeprof pack DIR"), "{msg}");
 
     // One pixel byte (image 5), then one metadata byte (the last byte of the file).
     for (at, want) in
@@ -119,10 +120,10 @@ fn truncated_and_bit_flipped_caches_are_refused_naming_the_file_and_the_fix() {
     let other = d.path().join("notes.ppk");
     std::fs::write(&other, "hello, not a cache at all").unwrap();
     assert!(matches!(Packed::open(&other), Err(CacheError::NotACache { .. })));
-    let mut v2 = bytes.clone();
-    v2[8] = 2;
-    std::fs::write(&other, &v2).unwrap();
-    assert!(Packed::open(&other).unwrap_err().to_string().contains("version 2"));
+    let mut v9 = bytes.clone();
+    v9[8] = 9;
+    std::fs::write(&other, &v9).unwrap();
+    assert!(Packed::open(&other).unwrap_err().to_string().contains("version 9, this pipeprof reads versions 1 to 2"));
 }
 
 #[test]

@@ -1,11 +1,14 @@
 //! Writing a cache: scan, decode + resize on every core, write in order to a temporary file,
 //! fsync, rename.
 
-use super::format::{fingerprint, relative, Header, Meta, HEADER_LEN, PIXELS_OFF, VERSION};
+use super::format::{
+    encode_index, fingerprint, relative, Entry, Header, Meta, Size, ENTRY_LEN, HEADER_LEN, PIXELS_OFF, VERSION,
+};
 use super::CacheError;
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
 use crate::data::image::{decode_for, Resizer};
-use crate::data::{scan, Dataset};
+use crate::data::scan::{scan_with, Rules};
+use crate::data::Dataset;
 use crate::model_source::ModelSource;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -23,10 +26,18 @@ pub struct BuildOptions {
     pub data: PathBuf,
     /// The cache file to write.
     pub out: PathBuf,
-    pub height: u32,
-    pub width: u32,
+    /// The size to store the images at.
+    pub size: Size,
+    /// 1 (luma) or 3 (RGB).
     pub channels: u32,
-    /// The model (stored by name, for the rebuild command in messages).
+    /// Which files, in which order: ImageFolder's for `pack`, pipeprof's loader's for `cache`.
+    pub rules: Rules,
+    /// Decode every image at full resolution before resizing, as PIL does (`pack`: pixels as
+    /// torchvision's). Off: a large JPEG is decoded at the loader's reduced DCT scale first, so
+    /// the pixels are bit for bit those `profile --data DIR` trains on (`cache`).
+    pub exact_decode: bool,
+    /// The model (stored by name, for the rebuild command in messages); none (an empty
+    /// program name) for `pack`.
     pub model: ModelSource,
     /// Decode threads.
     pub workers: usize,
@@ -52,6 +63,8 @@ pub struct BuildReport {
     /// Bytes of the written file.
     pub bytes: u64,
     pub secs: f64,
+    /// Every image's (height, width) when they are all the same, else None.
+    pub size: Option<(u32, u32)>,
 }
 
 /// The temporary file: removed on drop unless renamed into place.
@@ -103,24 +116,32 @@ fn remove_stale_temps(out: &Path) {
     }
 }
 
-type Decoded = Vec<Result<Vec<u8>, String>>;
+/// One image's u8 HWC pixels and its (height, width).
+type Image = (Vec<u8>, u32, u32);
+type Decoded = Vec<Result<Image, String>>;
 
-/// Decodes and resizes one sample to u8 HWC, exactly as the loader does before its f32
-/// conversion; the error text matches the loader's skip reasons.
-fn decode_one(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Vec<u8>, String> {
+/// Decodes and resizes one sample to u8 HWC at the size asked for (bilinear, antialiased:
+/// PIL's `Image.BILINEAR`); the error text matches the loader's skip reasons.
+fn decode_one(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Image, String> {
     let bytes = crate::data::loader::read_capped(path, crate::data::loader::MAX_IMAGE_BYTES)?;
     #[allow(clippy::panic)]
     if opts.panic_on.as_deref().is_some_and(|p| path.to_string_lossy().contains(p)) {
         panic!("test hook: the decoder panics on {}", path.display());
     }
-    let px = decode_for(&bytes, opts.channels as usize, opts.width, opts.height).map_err(|e| e.to_string())?;
-    resizer.resize_u8(&px, opts.width, opts.height).map(<[u8]>::to_vec).map_err(|e| e.to_string())
+    let (tw, th) = match opts.size {
+        Size::Fixed { height, width } if !opts.exact_decode => (width, height),
+        _ => (0, 0),
+    };
+    let px = decode_for(&bytes, opts.channels as usize, tw, th).map_err(|e| e.to_string())?;
+    let (h, w) = opts.size.output(px.height, px.width);
+    let out = resizer.resize_u8(&px, w, h).map(<[u8]>::to_vec).map_err(|e| e.to_string())?;
+    Ok((out, h, w))
 }
 
 /// [`decode_one`], with a panic in the decoder (a bug it has on some hostile file) caught:
 /// that sample is skipped and named, and the build goes on. Without this the panicking
 /// thread's chunk never reached the writer, which waited for it forever.
-fn decode_guarded(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Vec<u8>, String> {
+fn decode_guarded(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Image, String> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_one(path, opts, resizer))) {
         Ok(r) => r,
         Err(p) => {
@@ -135,7 +156,7 @@ fn decode_guarded(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Re
 /// complete and on disk.
 pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let t0 = Instant::now();
-    let ds = scan(&opts.data)?;
+    let ds = scan_with(&opts.data, opts.rules)?;
     if opts.progress {
         for p in &ds.problems {
             crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
@@ -152,10 +173,18 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     w.write_all(&vec![0u8; PIXELS_OFF as usize]).map_err(werr)?;
-    let meta = Meta { source, model: opts.model.clone(), classes: ds.classes.clone(), ..Meta::default() };
-    let mut out = Written { w, labels: Vec::new(), crcs: Vec::new(), meta };
-    let mut progress = Progress::new(opts.progress, ds.samples.len());
-    let written = write_pixels(opts, &ds, &mut out, &mut progress).map_err(werr);
+    let meta = Meta {
+        source,
+        model: opts.model.clone(),
+        classes: ds.classes.clone(),
+        rules: opts.rules,
+        size: opts.size,
+        ..Meta::default()
+    };
+    let mut out = Written { w, labels: Vec::new(), crcs: Vec::new(), entries: Vec::new(), meta };
+    let verb = if opts.model.is_empty() { "packing" } else { "caching" };
+    let mut progress = Progress::new(opts.progress, ds.samples.len(), verb);
+    let written = write_pixels(opts, &ds, &mut out, &mut progress, &tmp.path);
     progress.finish();
     written?;
     if out.labels.is_empty() {
@@ -179,12 +208,14 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
             let _ = d.sync_all();
         }
     }
+    let size = (header.0.height != 0).then_some((header.0.height, header.0.width));
     Ok(BuildReport {
         images: out.labels.len(),
         classes: ds.classes.clone(),
         skipped: out.meta.skipped,
         bytes: header.0.file_len,
         secs: t0.elapsed().as_secs_f64(),
+        size,
     })
 }
 
@@ -211,11 +242,19 @@ struct Written {
     w: std::io::BufWriter<File>,
     labels: Vec<u32>,
     crcs: Vec<u32>,
+    entries: Vec<Entry>,
     meta: Meta,
 }
 
 /// Decodes every sample on `opts.workers` threads and writes the pixels in sample order.
-fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: &mut Progress) -> std::io::Result<()> {
+fn write_pixels(
+    opts: &BuildOptions,
+    ds: &Dataset,
+    out: &mut Written,
+    progress: &mut Progress,
+    tmp: &Path,
+) -> Result<(), CacheError> {
+    let werr = |source| CacheError::Write { path: tmp.to_path_buf(), source };
     let chunks = ds.samples.len().div_ceil(CHUNK);
     let workers = opts.workers.clamp(1, chunks.max(1));
     let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
@@ -226,16 +265,19 @@ fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: 
         let task_tx = task_tx;
         for t in 0..workers {
             let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
-            std::thread::Builder::new().name(format!("cache-{t}")).spawn_scoped(s, move || {
-                let mut resizer = Resizer::new();
-                for c in task_rx.iter() {
-                    let part = &ds.samples[c * CHUNK..((c + 1) * CHUNK).min(ds.samples.len())];
-                    let decoded = part.iter().map(|x| decode_guarded(&x.path, opts, &mut resizer)).collect();
-                    if done_tx.send((c, decoded)).is_err() {
-                        return;
+            std::thread::Builder::new()
+                .name(format!("cache-{t}"))
+                .spawn_scoped(s, move || {
+                    let mut resizer = Resizer::new();
+                    for c in task_rx.iter() {
+                        let part = &ds.samples[c * CHUNK..((c + 1) * CHUNK).min(ds.samples.len())];
+                        let decoded = part.iter().map(|x| decode_guarded(&x.path, opts, &mut resizer)).collect();
+                        if done_tx.send((c, decoded)).is_err() {
+                            return;
+                        }
                     }
-                }
-            })?;
+                })
+                .map_err(werr)?;
         }
         drop(done_tx);
         // At most 2 × workers chunks decoded ahead of the writer.
@@ -250,7 +292,10 @@ fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: 
             let Ok((c, decoded)) = done_rx.recv() else { break };
             ready.insert(c, decoded);
             while let Some(decoded) = ready.remove(&next_write) {
-                write_chunk(opts, ds, next_write * CHUNK, decoded, out, progress)?;
+                write_chunk(opts, ds, next_write * CHUNK, decoded, out, progress).map_err(|e| match e {
+                    ChunkError::Io(e) => werr(e),
+                    ChunkError::Cache(e) => *e,
+                })?;
                 next_write += 1;
                 if next_task < chunks {
                     let _ = task_tx.send(next_task);
@@ -262,6 +307,34 @@ fn write_pixels(opts: &BuildOptions, ds: &Dataset, out: &mut Written, progress: 
     })
 }
 
+/// Why a chunk was not written: the file, or the data (sizes that differ without a size).
+enum ChunkError {
+    Io(std::io::Error),
+    Cache(Box<CacheError>),
+}
+
+impl From<std::io::Error> for ChunkError {
+    fn from(e: std::io::Error) -> Self {
+        ChunkError::Io(e)
+    }
+}
+
+/// With no size asked for, an image whose size is not the first one's: nothing can be written.
+fn size_differs(ds: &Dataset, out: &Written, path: &Path, h: u32, w: u32) -> Option<ChunkError> {
+    let first = out.entries.first()?;
+    if (first.height, first.width) == (h, w) {
+        return None;
+    }
+    let which = format!(
+        "{} is {}×{}, {} is {w}×{h}",
+        clean_name(&out.meta.names[0], MAX_NAME),
+        first.width,
+        first.height,
+        clean_name(&relative(&ds.root, path).display().to_string(), MAX_NAME)
+    );
+    Some(ChunkError::Cache(Box::new(CacheError::MixedSizes { dir: ds.root.clone(), which })))
+}
+
 /// Writes one decoded chunk (samples from `base` on), skipping what failed with a warning.
 fn write_chunk(
     opts: &BuildOptions,
@@ -270,17 +343,26 @@ fn write_chunk(
     decoded: Decoded,
     out: &mut Written,
     progress: &mut Progress,
-) -> std::io::Result<()> {
+) -> Result<(), ChunkError> {
     for (k, r) in decoded.into_iter().enumerate() {
         let sample = &ds.samples[base + k];
         match r {
-            Ok(px) => {
+            Ok((px, height, width)) => {
+                if opts.size == Size::Common {
+                    if let Some(e) = size_differs(ds, out, &sample.path, height, width) {
+                        return Err(e);
+                    }
+                }
+                let offset = out.entries.last().map_or(PIXELS_OFF, |e| {
+                    e.offset + u64::from(e.height) * u64::from(e.width) * u64::from(opts.channels)
+                });
                 out.w.write_all(&px)?;
                 out.crcs.push(crc32fast::hash(&px));
                 out.labels.push(sample.label);
+                out.entries.push(Entry { offset, height, width });
                 out.meta.names.push(relative(&ds.root, &sample.path).display().to_string());
                 if opts.fail_after == Some(out.labels.len()) {
-                    return Err(std::io::Error::other("test hook: simulated failure mid-write"));
+                    return Err(std::io::Error::other("test hook: simulated failure mid-write").into());
                 }
                 if opts.abort_after == Some(out.labels.len()) {
                     let _ = out.w.flush();
@@ -297,20 +379,30 @@ fn write_chunk(
     Ok(())
 }
 
-/// Appends labels, checksums and metadata; returns the header and its encoded bytes (with the
-/// CRC over header, labels, checksums and metadata), to be written at offset 0.
+/// Appends labels, checksums, the index and the metadata; returns the header and its encoded
+/// bytes (with the CRC over header, labels, checksums, index and metadata), to be written at
+/// offset 0.
 fn write_index(opts: &BuildOptions, fp: u64, out: &mut Written) -> std::io::Result<(Header, [u8; HEADER_LEN])> {
-    let image_len = opts.height as u64 * opts.width as u64 * opts.channels as u64;
-    let labels_off = PIXELS_OFF + out.labels.len() as u64 * image_len;
+    let end = out
+        .entries
+        .last()
+        .map_or(PIXELS_OFF, |e| e.offset + u64::from(e.height) * u64::from(e.width) * u64::from(opts.channels));
+    let first = out.entries.first().map(|e| (e.height, e.width)).unwrap_or_default();
+    let same = out.entries.iter().all(|e| (e.height, e.width) == first);
+    let (height, width) = if same { first } else { (0, 0) };
     let labels_b: Vec<u8> = out.labels.iter().flat_map(|l| l.to_le_bytes()).collect();
     let crcs_b: Vec<u8> = out.crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
-    let meta_b = out.meta.encode();
+    let index_b = encode_index(&out.entries);
+    debug_assert_eq!(index_b.len(), out.entries.len() * ENTRY_LEN);
+    let meta_b = out.meta.encode_json();
+    let labels_off = end;
     let crcs_off = labels_off + labels_b.len() as u64;
-    let meta_off = crcs_off + crcs_b.len() as u64;
+    let index_off = crcs_off + crcs_b.len() as u64;
+    let meta_off = index_off + index_b.len() as u64;
     let header = Header {
         version: VERSION,
-        height: opts.height,
-        width: opts.width,
+        height,
+        width,
         channels: opts.channels,
         count: out.labels.len() as u64,
         fingerprint: fp,
@@ -320,16 +412,14 @@ fn write_index(opts: &BuildOptions, fp: u64, out: &mut Written) -> std::io::Resu
         meta_off,
         meta_len: meta_b.len() as u64,
         file_len: meta_off + meta_b.len() as u64,
+        index_off,
     };
-    for part in [&labels_b, &crcs_b, &meta_b] {
-        out.w.write_all(part)?;
-    }
-    let zero_crc = header.encode(0);
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&Header::crc_input(&zero_crc));
-    hasher.update(&labels_b);
-    hasher.update(&crcs_b);
-    hasher.update(&meta_b);
+    hasher.update(&Header::crc_input(&header.encode(0)));
+    for part in [&labels_b, &crcs_b, &index_b, &meta_b] {
+        out.w.write_all(part)?;
+        hasher.update(part);
+    }
     let head = header.encode(hasher.finalize());
     Ok((header, head))
 }
@@ -348,19 +438,21 @@ struct Progress {
     line: Option<crate::progress::Line>,
     total: usize,
     t0: Instant,
+    verb: &'static str,
 }
 
 impl Progress {
-    fn new(on: bool, total: usize) -> Progress {
+    fn new(on: bool, total: usize, verb: &'static str) -> Progress {
         let line = on.then(|| crate::progress::Line::new(std::time::Duration::from_secs(5)));
-        Progress { line, total, t0: Instant::now() }
+        Progress { line, total, t0: Instant::now(), verb }
     }
 
     fn update(&mut self, done: usize, skipped: usize) {
         let Some(line) = &mut self.line else { return };
         let secs = self.t0.elapsed().as_secs_f64().max(1e-9);
         let text = format!(
-            "caching {done}/{} images ({:.0}%) · {skipped} skipped · {:.0} images/s",
+            "{} {done}/{} images ({:.0}%) · {skipped} skipped · {:.0} images/s",
+            self.verb,
             self.total,
             100.0 * done as f64 / self.total.max(1) as f64,
             done as f64 / secs

@@ -1,5 +1,7 @@
-//! The on-disk layout: header and metadata encoding, and the source fingerprint. Pure.
+//! The on-disk layout: header and metadata encoding, the per-image index, and the source
+//! fingerprint. Pure. docs/packed-format.md documents it for readers written without pipeprof.
 
+use crate::data::scan::Rules;
 use crate::data::Dataset;
 use crate::model_source::ModelSource;
 use std::os::unix::ffi::OsStrExt;
@@ -8,8 +10,13 @@ use std::path::{Path, PathBuf};
 
 /// First 8 bytes of every cache (PNG-style: catches text-mode and 7-bit transfers).
 pub const MAGIC: [u8; 8] = *b"\x89PPK\r\n\x1a\n";
-/// Format version this build reads and writes.
-pub const VERSION: u32 = 1;
+/// Format version this build writes. Version 1 (no per-image index, binary metadata) is still
+/// read.
+pub const VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_READ: u32 = 1;
+/// Bytes of one per-image index entry (v2): pixel offset u64, height u32, width u32.
+pub const ENTRY_LEN: usize = 16;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 128;
 /// Where the pixels start: page-aligned.
@@ -21,6 +28,7 @@ const CRC_AT: usize = HEADER_LEN - 4;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Header {
     pub version: u32,
+    /// Every image's height and width; both 0 when the sizes vary (v2: see the index).
     pub height: u32,
     pub width: u32,
     pub channels: u32,
@@ -32,10 +40,12 @@ pub struct Header {
     pub meta_off: u64,
     pub meta_len: u64,
     pub file_len: u64,
+    /// v2: where the per-image index starts (count × [`ENTRY_LEN`] bytes); 0 in v1.
+    pub index_off: u64,
 }
 
 impl Header {
-    /// Bytes of one image.
+    /// Bytes of one image when all have the header's size (0 when they vary).
     pub fn image_len(&self) -> u64 {
         self.height as u64 * self.width as u64 * self.channels as u64
     }
@@ -62,6 +72,7 @@ impl Header {
             self.meta_off,
             self.meta_len,
             self.file_len,
+            self.index_off,
         ] {
             put(&v.to_le_bytes());
         }
@@ -91,8 +102,44 @@ impl Header {
             meta_off: u64_at(64),
             meta_len: u64_at(72),
             file_len: u64_at(80),
+            index_off: u64_at(88),
         };
         (h, u32_at(CRC_AT))
+    }
+
+    /// Where the per-image index is and its length (v1 has none: empty, just after the header).
+    pub fn index_section(&self) -> (u64, u64) {
+        if self.version == 1 {
+            (HEADER_LEN as u64, 0)
+        } else {
+            (self.index_off, self.count.saturating_mul(ENTRY_LEN as u64))
+        }
+    }
+
+    /// Why this header cannot describe a file of `len` bytes: a section outside it, or an
+    /// impossible image shape. (The index itself is checked by [`decode_index`].)
+    pub fn check_layout(&self, len: u64) -> Result<(), String> {
+        let n = self.count;
+        let v1 = self.version == 1;
+        let (index_at, index_len) = self.index_section();
+        let sections = [
+            ("pixels", self.pixels_off, if v1 { n.checked_mul(self.image_len()) } else { Some(0) }),
+            ("labels", self.labels_off, n.checked_mul(4)),
+            ("checksums", self.crcs_off, n.checked_mul(4)),
+            ("index", index_at, n.checked_mul(ENTRY_LEN as u64).map(|_| index_len)),
+            ("metadata", self.meta_off, Some(self.meta_len)),
+        ];
+        for (name, off, size) in sections {
+            if size.and_then(|s| s.checked_add(off)).is_none_or(|end| end > len) || off < HEADER_LEN as u64 {
+                return Err(format!("the {name} section lies outside the file"));
+            }
+        }
+        // v2 says 0×0 when the images' sizes vary (the index has each).
+        let sized = self.image_len() != 0 || (!v1 && self.height == 0 && self.width == 0);
+        if !sized || !matches!(self.channels, 1 | 3) {
+            return Err(format!("impossible image shape {}×{}×{}", self.height, self.width, self.channels));
+        }
+        Ok(())
     }
 
     /// The header bytes with a zero CRC field, for computing the CRC.
@@ -103,19 +150,92 @@ impl Header {
     }
 }
 
+/// The size the images were stored at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum Size {
+    /// Every image resized to height × width, aspect not kept (torchvision's `Resize((h, w))`).
+    Fixed { height: u32, width: u32 },
+    /// The shorter side resized to this, aspect kept (torchvision's `Resize(s)`).
+    Shorter { shorter: u32 },
+    /// Not resized.
+    AsStored,
+    /// Not resized, and every image must have the first one's size (`pack` without a size).
+    #[default]
+    Common,
+}
+
+impl Size {
+    /// (height, width) stored for an image of `height` × `width`: torchvision's
+    /// `_compute_resized_output_size` for `Shorter` (the long side `int(s * long / short)`).
+    pub fn output(self, height: u32, width: u32) -> (u32, u32) {
+        match self {
+            Size::Fixed { height, width } => (height, width),
+            Size::Shorter { shorter } => {
+                let (short, long) = if width <= height { (width, height) } else { (height, width) };
+                let new_long = (u64::from(shorter) * u64::from(long)) as f64 / f64::from(short.max(1));
+                let new_long = (new_long as u32).max(1);
+                if width <= height {
+                    (new_long, shorter)
+                } else {
+                    (shorter, new_long)
+                }
+            }
+            Size::AsStored | Size::Common => (height, width),
+        }
+    }
+
+    /// The `pipeprof pack` flag that asks for this size.
+    pub fn flag(self) -> String {
+        match self {
+            Size::Fixed { height, width } if height == width => format!("--size {height}"),
+            Size::Fixed { height, width } => format!("--size {height}x{width}"),
+            Size::Shorter { shorter } => format!("--shorter {shorter}"),
+            Size::AsStored => "--as-stored".into(),
+            Size::Common => String::new(),
+        }
+    }
+}
+
 /// What the cache knows about where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Meta {
     /// The source folder, absolute.
     pub source: PathBuf,
-    /// The model given to `pipeprof cache` (or the built-in), stored by its name.
+    /// The model given to `pipeprof cache` (or the built-in), stored by its name; none (an
+    /// empty program name) for `pipeprof pack`.
     pub model: ModelSource,
     pub classes: Vec<String>,
     /// Each stored image's path relative to the source, in storage order.
     pub names: Vec<String>,
     /// Files skipped at build time: (path, reason).
     pub skipped: Vec<(String, String)>,
+    /// Which files the scan took (v1: pipeprof's).
+    pub rules: Rules,
+    /// The size asked for (v1: fixed at the header's size).
+    pub size: Size,
 }
+
+/// The JSON metadata block of a v2 file, as docs/packed-format.md lists it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MetaJson {
+    format: String,
+    source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+    layout: Rules,
+    size: Size,
+    resample: String,
+    classes: Vec<String>,
+    names: Vec<String>,
+    skipped: Vec<(String, String)>,
+}
+
+/// The `format` field of the JSON metadata.
+pub const FORMAT_NAME: &str = "pipeprof-packed-images";
+/// How images were resized: PIL's `Image.BILINEAR` (a triangle filter widened by the scale
+/// when shrinking, i.e. antialiased), which torchvision's `Resize` uses on PIL images.
+pub const RESAMPLE: &str = "bilinear";
 
 fn put_bytes(o: &mut Vec<u8>, b: &[u8]) {
     o.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -145,6 +265,37 @@ impl<'a> Cursor<'a> {
 }
 
 impl Meta {
+    /// The v2 metadata: UTF-8 JSON.
+    pub fn encode_json(&self) -> Vec<u8> {
+        let j = MetaJson {
+            format: FORMAT_NAME.into(),
+            source: self.source.to_string_lossy().into_owned(),
+            model: (!self.model.is_empty()).then(|| self.model.name().into_owned()),
+            layout: self.rules,
+            size: self.size,
+            resample: RESAMPLE.into(),
+            classes: self.classes.clone(),
+            names: self.names.clone(),
+            skipped: self.skipped.clone(),
+        };
+        serde_json::to_vec(&j).unwrap_or_default()
+    }
+
+    /// The v2 metadata; `None` when it does not parse or is not this format's.
+    pub fn decode_json(b: &[u8]) -> Option<Meta> {
+        let j: MetaJson = serde_json::from_slice(b).ok()?;
+        (j.format == FORMAT_NAME).then(|| Meta {
+            source: PathBuf::from(j.source),
+            model: j.model.map(|m| ModelSource::from_name(&m)).unwrap_or_default(),
+            classes: j.classes,
+            names: j.names,
+            skipped: j.skipped,
+            rules: j.layout,
+            size: j.size,
+        })
+    }
+
+    /// The v1 metadata (binary, length-prefixed strings).
     pub fn encode(&self) -> Vec<u8> {
         let mut o = Vec::new();
         put_bytes(&mut o, self.source.as_os_str().as_bytes());
@@ -186,8 +337,71 @@ impl Meta {
         for _ in 0..n {
             skipped.push((c.string()?, c.string()?));
         }
-        Some(Meta { source, model, classes, names, skipped })
+        Some(Meta { source, model, classes, names, skipped, ..Meta::default() })
     }
+}
+
+/// Where one image's pixels are and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub offset: u64,
+    pub height: u32,
+    pub width: u32,
+}
+
+/// The v2 index bytes.
+pub fn encode_index(entries: &[Entry]) -> Vec<u8> {
+    let mut o = Vec::with_capacity(entries.len() * ENTRY_LEN);
+    for e in entries {
+        o.extend_from_slice(&e.offset.to_le_bytes());
+        o.extend_from_slice(&e.height.to_le_bytes());
+        o.extend_from_slice(&e.width.to_le_bytes());
+    }
+    o
+}
+
+/// The index of a file whose header says `h`: read from `bytes` (v2) or made from the fixed
+/// stride (v1). Why not, when an entry is impossible: images must follow each other from
+/// `pixels_off` without gaps, each with a non-zero size, the header's size when it has one,
+/// the last ending by `labels_off`.
+pub fn decode_index(h: &Header, bytes: &[u8]) -> Result<Vec<Entry>, String> {
+    let c = u64::from(h.channels);
+    let entries: Vec<Entry> = if h.version == 1 {
+        (0..h.count)
+            .map(|i| Entry { offset: h.pixels_off + i * h.image_len(), height: h.height, width: h.width })
+            .collect()
+    } else {
+        bytes
+            .chunks_exact(ENTRY_LEN)
+            .map(|b| {
+                let mut o = [0u8; 8];
+                o.copy_from_slice(&b[..8]);
+                let u = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+                Entry { offset: u64::from_le_bytes(o), height: u(8), width: u(12) }
+            })
+            .collect()
+    };
+    if entries.len() as u64 != h.count {
+        return Err(format!("the index has {} entries for {} images", entries.len(), h.count));
+    }
+    let mut next = h.pixels_off;
+    for (i, e) in entries.iter().enumerate() {
+        let fixed = h.height != 0 || h.width != 0;
+        if e.height == 0 || e.width == 0 || (fixed && (e.height, e.width) != (h.height, h.width)) {
+            return Err(format!("image {i} has an impossible size {}×{}", e.height, e.width));
+        }
+        if e.offset != next {
+            return Err(format!("image {i} does not start where image {} ends", i.saturating_sub(1)));
+        }
+        next = (u64::from(e.height) * u64::from(e.width))
+            .checked_mul(c)
+            .and_then(|n| n.checked_add(next))
+            .ok_or_else(|| format!("image {i} is larger than any file"))?;
+    }
+    if next > h.labels_off {
+        return Err("the pixels run past the labels".into());
+    }
+    Ok(entries)
 }
 
 /// FNV-1a, 64 bits: stable across Rust versions and platforms (std's hasher is not promised
@@ -245,6 +459,7 @@ mod tests {
             meta_off: 3,
             meta_len: 4,
             file_len: 5,
+            index_off: 6,
         };
         let b = h.encode(0x1234_5678);
         assert_eq!(&b[..8], &MAGIC);
@@ -260,10 +475,111 @@ mod tests {
             classes: vec!["cat".into(), "dög".into()],
             names: vec!["cat/1.jpg".into()],
             skipped: vec![("dög/x.png".into(), "empty file (0 bytes)".into())],
+            ..Meta::default()
         };
         let b = m.encode();
-        assert_eq!(Meta::decode(&b), Some(m));
+        assert_eq!(Meta::decode(&b), Some(m.clone()));
         assert_eq!(Meta::decode(&b[..b.len() - 1]), None);
         assert_eq!(Meta::decode(&[0xFF; 3]), None);
+        // v2: JSON, with the layout and size.
+        let m =
+            Meta { rules: Rules::ImageFolder, size: Size::Shorter { shorter: 64 }, model: ModelSource::default(), ..m };
+        let j = m.encode_json();
+        assert_eq!(Meta::decode_json(&j), Some(m));
+        let v: serde_json::Value = serde_json::from_slice(&j).unwrap_or_default();
+        assert_eq!(v["size"], serde_json::json!({"mode": "shorter", "shorter": 64}));
+        assert_eq!(
+            (v["layout"].as_str(), v["resample"].as_str(), v.get("model")),
+            (Some("imagefolder"), Some("bilinear"), None)
+        );
+        assert_eq!(Meta::decode_json(&j[..j.len() - 1]), None);
+        assert_eq!(Meta::decode_json(br#"{"format": "other"}"#), None);
+    }
+
+    #[test]
+    fn a_header_must_place_every_section_inside_the_file() {
+        // 2 images of 2×2×3 at 4096, then labels, checksums, index (v2), metadata of 10 bytes.
+        let good = Header {
+            version: 2,
+            height: 2,
+            width: 2,
+            channels: 3,
+            count: 2,
+            pixels_off: PIXELS_OFF,
+            labels_off: PIXELS_OFF + 24,
+            crcs_off: PIXELS_OFF + 32,
+            index_off: PIXELS_OFF + 40,
+            meta_off: PIXELS_OFF + 72,
+            meta_len: 10,
+            ..Header::default()
+        };
+        let len = PIXELS_OFF + 82;
+        assert_eq!(good.check_layout(len), Ok(()));
+        let table: [(Header, &str); 6] = [
+            (Header { meta_len: 11, ..good.clone() }, "metadata section"),
+            (Header { index_off: len - 8, ..good.clone() }, "index section"),
+            (Header { labels_off: 7, ..good.clone() }, "labels section"),
+            (Header { count: u64::MAX, ..good.clone() }, "labels section"),
+            (Header { channels: 4, ..good.clone() }, "impossible image shape"),
+            (Header { height: 0, ..good.clone() }, "impossible image shape"),
+        ];
+        for (h, want) in table {
+            assert!(h.check_layout(len).unwrap_err().contains(want), "{h:?}");
+        }
+        // Sizes that vary: 0×0 is allowed in v2 only.
+        assert_eq!(Header { height: 0, width: 0, ..good.clone() }.check_layout(len), Ok(()));
+        let v1 = Header { version: 1, height: 0, width: 0, ..good };
+        assert!(v1.check_layout(len).unwrap_err().contains("impossible image shape"));
+    }
+
+    #[test]
+    fn shorter_side_sizes_are_torchvisions() {
+        // (image h, w, S) → torchvision.transforms.Resize(S)'s output (h, w).
+        let table = [
+            ((100, 200), 50, (50, 100)),
+            ((200, 100), 50, (100, 50)),
+            ((3, 10), 2, (2, 6)), // int(2 * 10 / 3) = int(6.67) = 6: truncated, not rounded
+            ((480, 640), 224, (224, 298)),
+            ((77, 77), 32, (32, 32)),
+            ((1, 1000), 1, (1, 1000)),
+        ];
+        for ((h, w), s, want) in table {
+            assert_eq!(Size::Shorter { shorter: s }.output(h, w), want, "{h}×{w} → {s}");
+        }
+        assert_eq!(Size::Fixed { height: 20, width: 30 }.output(7, 9), (20, 30));
+        assert_eq!(Size::AsStored.output(7, 9), (7, 9));
+    }
+
+    #[test]
+    fn the_index_must_describe_contiguous_images_inside_the_pixels() {
+        let h = Header {
+            version: 2,
+            channels: 3,
+            count: 2,
+            pixels_off: PIXELS_OFF,
+            labels_off: PIXELS_OFF + 12 + 24,
+            ..Header::default()
+        };
+        let good =
+            [Entry { offset: PIXELS_OFF, height: 2, width: 2 }, Entry { offset: PIXELS_OFF + 12, height: 2, width: 4 }];
+        assert_eq!(decode_index(&h, &encode_index(&good)), Ok(good.to_vec()));
+        let gap = [good[0], Entry { offset: PIXELS_OFF + 13, ..good[1] }];
+        let empty = [good[0], Entry { height: 0, ..good[1] }];
+        let long = [good[0], Entry { width: 5, ..good[1] }];
+        for (bad, why) in [
+            (&gap[..], "does not start"),
+            (&empty[..], "impossible size"),
+            (&long[..], "run past"),
+            (&good[..1], "1 entries for 2"),
+        ] {
+            let e = decode_index(&h, &encode_index(bad)).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        // A header size is every image's size.
+        let fixed = Header { height: 2, width: 2, ..h.clone() };
+        assert!(decode_index(&fixed, &encode_index(&good)).unwrap_err().contains("image 1"));
+        // v1: made from the stride.
+        let v1 = Header { version: 1, height: 2, width: 2, count: 2, labels_off: PIXELS_OFF + 24, ..h };
+        assert_eq!(decode_index(&v1, &[]).map(|e| e[1].offset), Ok(PIXELS_OFF + 12));
     }
 }

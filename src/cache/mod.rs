@@ -1,19 +1,26 @@
-//! The packed cache (`pipeprof cache`): every usable image decoded and resized once, stored as
-//! u8 pixels at the model's input size in one file that training reads image by image.
+//! The packed file (`pipeprof pack`, and `pipeprof cache` for a cnn.toml model): every usable
+//! image decoded once and stored as u8 pixels, at one size or at each image's own, in one file
+//! that training reads image by image — pipeprof's loop (`profile --data FILE`), PyTorch
+//! (`pipeprof.data.PackedImageFolder`) and Keras (`pipeprof.keras.packed_dataset`).
 //!
-//! # File format, version 1 (little-endian)
+//! # File format, version 2 (little-endian; docs/packed-format.md has every field)
 //!
 //! ```text
-//! [0, 128)            header: magic "\x89PPK\r\n\x1a\n", version, H, W, C, image count,
-//!                     source fingerprint, offsets and lengths of the sections below, file
-//!                     length, and a CRC-32 over the header, labels, checksums and metadata
-//! [4096, +n·H·W·C)    pixels: image i is H·W·C u8 bytes, HWC interleaved, at 4096 + i·H·W·C
-//!                     (page-aligned start; the stride is fixed, so no per-image offsets)
+//! [0, 128)            header: magic "\x89PPK\r\n\x1a\n", version, H, W (0 when sizes vary), C,
+//!                     image count, source fingerprint, offsets and lengths of the sections
+//!                     below, file length, and a CRC-32 over the header, labels, checksums,
+//!                     index and metadata
+//! [4096, …)           pixels: each image H·W·C u8 bytes, HWC interleaved, one after another
 //! labels_off          n × u32 class labels
 //! crcs_off            n × u32 CRC-32 of each image's pixels
-//! meta_off            source folder, model, class names, each image's path (relative to the
-//!                     source), files skipped at build time with their reasons
+//! index_off           n × (u64 offset, u32 height, u32 width)
+//! meta_off            JSON: source folder, layout (which files, in which order), size asked
+//!                     for, resample filter, class names, each image's path relative to the
+//!                     source, files skipped at build time with their reasons
 //! ```
+//!
+//! Version 1 (written before `pack`) had no index (a fixed stride from H·W·C) and a binary
+//! metadata block; it is still read.
 //!
 //! Pixels come first so the file is written in one pass while images are decoded; the index
 //! and metadata follow, and the header is written last. The writer goes to a temporary name in
@@ -21,8 +28,8 @@
 //!
 //! The source fingerprint is a 64-bit FNV-1a hash over (relative path, size, mtime) of every
 //! image file the scan found, in scan order: adding, removing, renaming or touching a file
-//! changes it. Opening a cache whose source folder still exists re-scans it and refuses a
-//! mismatch (stale); every checksum is verified at open (damaged).
+//! changes it. Opening a cache whose source folder still exists re-scans it (with the layout's
+//! rules) and refuses a mismatch (stale); every checksum is verified at open (damaged).
 
 mod build;
 mod format;
@@ -30,7 +37,7 @@ mod open;
 mod source;
 
 pub use build::{build, BuildOptions, BuildReport};
-pub use format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, PIXELS_OFF, VERSION};
+pub use format::{fingerprint, Entry, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, PIXELS_OFF, VERSION};
 pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
@@ -53,7 +60,7 @@ pub enum CacheError {
     )]
     NotACache { path: PathBuf, rerun: String },
     #[error(
-        "{path} is cache format version {found}, this pipeprof reads version {VERSION}: rebuild it with `{rerun}`"
+        "{path} is packed format version {found}, this pipeprof reads versions {OLDEST_READ} to {VERSION}: rebuild it with `{rerun}`"
     )]
     Version { path: PathBuf, found: u32, rerun: String },
     #[error("{path} is damaged ({what}): it was not used; delete it and re-run `{rerun}`")]
@@ -66,14 +73,40 @@ pub enum CacheError {
     #[error("{path} holds {cache} images but the model's [input] is {model} ({which} differ): re-run `{rerun}` with this model")]
     Shape { path: PathBuf, cache: String, model: String, which: String, rerun: String },
     #[error(
+        "{path} holds images of different sizes (packed with --shorter or --as-stored); the model's [input] is {height}×{width} (H×W): pack it for pipeprof's own loop with `pipeprof pack DIR {} --size {width}x{height}`",
+        shown(path)
+    )]
+    Varying { path: PathBuf, height: u32, width: u32 },
+    #[error(
+        "the images in {} differ in size ({which}): choose the size to store them at: --size 224 (every image 224×224, as torchvision's Resize((224, 224))), --shorter 256 (the shorter side 256, as Resize(256)), or --as-stored; nothing was written",
+        shown(dir)
+    )]
+    MixedSizes {
+        dir: PathBuf,
+        /// "a.jpg is 8×6, b.png is 10×20": the first image and the first of another size.
+        which: String,
+    },
+    #[error(
         "no usable images in {dir}: all {skipped} files were skipped (see the warnings above); nothing was written"
     )]
     NoUsable { dir: PathBuf, skipped: usize },
 }
 
-/// The command that rebuilds `out` from `source` with `model` (`-` parts when unknown; no
-/// `--model` for the built-in, `pipeprof cache`'s default).
-pub fn rerun_command(model: Option<&ModelSource>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
+/// The command that rebuilds `out` as `meta` says it was made: `pipeprof pack` (no model) or
+/// `pipeprof cache`; with no metadata (a damaged file), `pipeprof pack` with placeholders.
+pub fn rerun_command(meta: Option<&Meta>, out: &std::path::Path) -> String {
+    match meta {
+        Some(m) if !m.model.is_empty() => cache_command(Some(&m.model), Some(&m.source), out),
+        Some(m) => {
+            format!("pipeprof pack {} {} {}", shown(&m.source), shown(out), m.size.flag()).trim_end().to_string()
+        }
+        None => format!("pipeprof pack DIR {} --size S", shown(out)),
+    }
+}
+
+/// The `pipeprof cache` command that rebuilds `out` from `source` with `model` (placeholders
+/// when unknown; no `--model` for the built-in, `pipeprof cache`'s default).
+pub fn cache_command(model: Option<&ModelSource>, source: Option<&std::path::Path>, out: &std::path::Path) -> String {
     let model = match model {
         Some(ModelSource::BuiltIn) => String::new(),
         Some(m) if m.is_empty() => String::new(),
@@ -98,41 +131,69 @@ pub struct CacheOptions {
     pub abort_after: Option<usize>,
 }
 
-/// `pipeprof cache`.
-pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
-    let (cfg, model) = crate::config::load_model(args.model.as_deref())?;
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if let Some(w) = args.workers {
+/// What `pipeprof pack` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct PackOptions {
+    /// The image folder (one sub-folder per class).
+    pub data: PathBuf,
+    pub out: PathBuf,
+    pub size: Size,
+    /// Decode threads; None = one per core.
+    pub workers: Option<usize>,
+}
+
+/// Decode threads: `asked`, range-checked, or one per core.
+fn threads(asked: Option<usize>) -> anyhow::Result<usize> {
+    if let Some(w) = asked {
         use crate::limits::{in_range, MAX_WORKERS};
         in_range("--workers", w, 1, MAX_WORKERS).map_err(anyhow::Error::msg)?;
     }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    Ok(asked.unwrap_or(cores).max(1))
+}
+
+/// `pipeprof pack`: the folder as torchvision's ImageFolder sees it, RGB, at the size asked
+/// for, each image decoded at full resolution first (as PIL does).
+pub fn pack(args: &PackOptions) -> anyhow::Result<()> {
     let opts = BuildOptions {
         data: args.data.clone(),
         out: args.out.clone(),
-        height: cfg.input.height as u32,
-        width: cfg.input.width as u32,
-        channels: cfg.input.channels as u32,
-        model,
-        workers: args.workers.unwrap_or(cores).max(1),
+        size: args.size,
+        channels: 3,
+        rules: crate::data::scan::Rules::ImageFolder,
+        exact_decode: true,
+        model: ModelSource::default(),
+        workers: threads(args.workers)?,
         progress: true,
         fail_after: None,
-        abort_after: args.abort_after,
+        abort_after: None,
         panic_on: None,
     };
-    let r = build(&opts).with_context(|| format!("pipeprof cache: {} was not written", args.out.display()))?;
-    // The summary line and the command to train from it: stderr first, then stdout, each
-    // written so that a closed pipe (`| head -0`) costs nothing (the cache is written).
+    let r = build(&opts).with_context(|| format!("pipeprof pack: {} was not written", args.out.display()))?;
+    let size = match (r.size, args.size) {
+        (Some((h, w)), _) => format!("{h}×{w}×3"),
+        (None, Size::Shorter { shorter }) => format!("shorter side {shorter}, 3 channels"),
+        (None, _) => "sizes as stored, 3 channels".into(),
+    };
+    summarise("packed", &r, &size, &args.data, &args.out, opts.workers);
+    let out = args.out.display().to_string();
+    crate::progress::out(&format!(
+        "read it: pipeprof.data.PackedImageFolder({out:?}, transform=...) in place of ImageFolder(DIR, ...); \
+         Keras: pipeprof.keras.packed_dataset({out:?}, batch_size=32)\n"
+    ));
+    Ok(())
+}
+
+/// The summary line and the skipped files, on stderr, each written so that a closed pipe
+/// (`| head -0`) costs nothing (the file is written).
+fn summarise(verb: &str, r: &BuildReport, size: &str, data: &std::path::Path, out: &std::path::Path, workers: usize) {
     crate::progress::say(&format!(
-        "pipeprof: cached {} images ({}×{}×{}, {:.1} MB) from {} in {:.1} s with {} threads → {}",
+        "pipeprof: {verb} {} images ({size}, {:.1} MB) from {} in {:.1} s with {workers} threads → {}",
         r.images,
-        opts.height,
-        opts.width,
-        opts.channels,
         r.bytes as f64 / 1e6,
-        args.data.display(),
+        data.display(),
         r.secs,
-        opts.workers,
-        args.out.display()
+        out.display()
     ));
     if !r.skipped.is_empty() {
         crate::progress::say(&format!("skipped files: {}", r.skipped.len()));
@@ -141,6 +202,31 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
             crate::progress::say(&format!("  {}: {}", clean_name(p, MAX_PATH_SHOWN), clean_name(why, MAX_PATH_SHOWN)));
         }
     }
+}
+
+/// `pipeprof cache`: `pack` at the model's input size and channels, the files pipeprof's own
+/// loader takes (its scan rules, its reduced-scale JPEG decode), so `profile --data FILE` trains
+/// on the pixels `profile --data DIR` would.
+pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
+    let (cfg, model) = crate::config::load_model(args.model.as_deref())?;
+    let (height, width) = (cfg.input.height as u32, cfg.input.width as u32);
+    let opts = BuildOptions {
+        data: args.data.clone(),
+        out: args.out.clone(),
+        size: Size::Fixed { height, width },
+        channels: cfg.input.channels as u32,
+        rules: crate::data::scan::Rules::Pipeprof,
+        exact_decode: false,
+        model,
+        workers: threads(args.workers)?,
+        progress: true,
+        fail_after: None,
+        abort_after: args.abort_after,
+        panic_on: None,
+    };
+    let r = build(&opts).with_context(|| format!("pipeprof cache: {} was not written", args.out.display()))?;
+    let size = format!("{height}×{width}×{}", opts.channels);
+    summarise("cached", &r, &size, &args.data, &args.out, opts.workers);
     crate::progress::out(&format!(
         "train from it: pipeprof profile {}--data {}\n",
         model_flag(args),
@@ -176,11 +262,11 @@ mod tests {
             (None, "pipeprof cache --model cnn.toml --data /data/imgs --out /tmp/x.ppk"),
         ];
         for (model, want) in table {
-            assert_eq!(rerun_command(model.as_ref(), data, out), want, "{model:?}");
+            assert_eq!(cache_command(model.as_ref(), data, out), want, "{model:?}");
         }
         // A cache written before the type (its model saved as the built-in's name) reads back
         // as the built-in.
         let saved = ModelSource::from_name("built-in examples/cnn.toml");
-        assert_eq!(rerun_command(Some(&saved), data, out), "pipeprof cache --data /data/imgs --out /tmp/x.ppk");
+        assert_eq!(cache_command(Some(&saved), data, out), "pipeprof cache --data /data/imgs --out /tmp/x.ppk");
     }
 }

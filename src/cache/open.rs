@@ -6,7 +6,7 @@
 //! open, so an image rewritten in place is skipped with why, never trained on. Memory stays one
 //! image per loader thread whatever the cache's size.
 
-use super::format::{fingerprint, Header, Meta, HEADER_LEN, MAGIC, VERSION};
+use super::format::{decode_index, fingerprint, Entry, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, VERSION};
 use super::{rerun_command, CacheError};
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME};
 use crate::model_source::ModelSource;
@@ -26,6 +26,8 @@ pub struct Packed {
     labels: Vec<u32>,
     /// Each image's checksum, verified at open and again at every read.
     crcs: Vec<u32>,
+    /// Where each image is and its size.
+    entries: Vec<Entry>,
     /// The command that rebuilds it, for messages.
     rerun: String,
     /// Whether the source folder was there to be compared with (else staleness is unknown).
@@ -57,7 +59,7 @@ impl Packed {
         let read_err = |source| CacheError::Read { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(read_err)?;
         let len = file.metadata().map_err(read_err)?.len();
-        let generic = rerun_command(None, None, path);
+        let generic = rerun_command(None, path);
         let damaged = |what: String, rerun: &str| CacheError::Damaged {
             path: path.to_path_buf(),
             what,
@@ -76,50 +78,43 @@ impl Packed {
             ));
         }
         let (h, stored_crc) = Header::decode(&head);
-        if h.version != VERSION {
+        if !(OLDEST_READ..=VERSION).contains(&h.version) {
             return Err(CacheError::Version { path: path.to_path_buf(), found: h.version, rerun: generic });
         }
         if h.file_len != len {
             let how = if len < h.file_len { "truncated" } else { "longer than written" };
             return Err(damaged(format!("{how}: {len} bytes, the header says {}", h.file_len), &generic));
         }
-        let n = h.count;
-        let sections = [
-            ("pixels", h.pixels_off, n.checked_mul(h.image_len())),
-            ("labels", h.labels_off, n.checked_mul(4)),
-            ("checksums", h.crcs_off, n.checked_mul(4)),
-            ("metadata", h.meta_off, Some(h.meta_len)),
-        ];
-        for (name, off, size) in sections {
-            if size.and_then(|s| s.checked_add(off)).is_none_or(|end| end > len) || off < HEADER_LEN as u64 {
-                return Err(damaged(format!("the {name} section lies outside the file"), &generic));
-            }
-        }
-        if h.image_len() == 0 || !matches!(h.channels, 1 | 3) {
-            return Err(damaged(format!("impossible image shape {}×{}×{}", h.height, h.width, h.channels), &generic));
-        }
+        h.check_layout(len).map_err(|what| damaged(what, &generic))?;
+        let (n, v1, (index_at, index_len)) = (h.count, h.version == 1, h.index_section());
         // A read that fails now (the file shrank since its length was taken) is a read error.
         let labels_b = read_at(&file, h.labels_off, n * 4).map_err(read_err)?;
         let crcs_b = read_at(&file, h.crcs_off, n * 4).map_err(read_err)?;
+        let index_b = read_at(&file, index_at, index_len).map_err(read_err)?;
         let meta_b = read_at(&file, h.meta_off, h.meta_len).map_err(read_err)?;
         let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&Header::crc_input(&head));
-        hasher.update(&labels_b);
-        hasher.update(&crcs_b);
-        hasher.update(&meta_b);
+        for part in [&Header::crc_input(&head)[..], &labels_b, &crcs_b, &index_b, &meta_b] {
+            hasher.update(part);
+        }
         if hasher.finalize() != stored_crc {
             return Err(damaged("header checksum mismatch".into(), &generic));
         }
-        let Some(meta) = Meta::decode(&meta_b) else {
+        let meta = if v1 {
+            Meta::decode(&meta_b).map(|m| Meta { size: Size::Fixed { height: h.height, width: h.width }, ..m })
+        } else {
+            Meta::decode_json(&meta_b)
+        };
+        let Some(meta) = meta else {
             return Err(damaged("unreadable metadata".into(), &generic));
         };
-        let rerun = rerun_command(Some(&meta.model), Some(&meta.source), path);
+        let rerun = rerun_command(Some(&meta), path);
         let labels = u32s(&labels_b);
         if meta.names.len() as u64 != n || labels.iter().any(|l| *l as usize >= meta.classes.len()) {
             return Err(damaged("index does not match the metadata".into(), &rerun));
         }
+        let entries = decode_index(&h, &index_b).map_err(|what| damaged(what, &rerun))?;
         let crcs = u32s(&crcs_b);
-        if let Some(bad) = first_bad_image(&file, &h, &crcs).map_err(read_err)? {
+        if let Some(bad) = first_bad_image(&file, &h, &entries, &crcs).map_err(read_err)? {
             let name = clean_name(&meta.names[bad], MAX_NAME);
             return Err(damaged(format!("checksum mismatch in image {bad} ({name})"), &rerun));
         }
@@ -127,16 +122,16 @@ impl Packed {
         if source_checked {
             check_fresh(path, &meta, &h, &rerun)?;
         }
-        Ok(Packed { file, header: h, meta, path: path.to_path_buf(), labels, crcs, rerun, source_checked })
+        Ok(Packed { file, header: h, meta, path: path.to_path_buf(), labels, crcs, entries, rerun, source_checked })
     }
 
     /// Image `i`'s u8 HWC pixels, read into `buf` and checked against its checksum; why not
     /// when the file changed since it was opened (truncated, or rewritten in place): that
     /// image is skipped, never trained on. Panics if `i` ≥ [`Self::len`].
     pub fn read_pixels(&self, i: usize, buf: &mut Vec<u8>) -> Result<(), String> {
-        let n = self.header.image_len();
-        buf.resize(n as usize, 0);
-        let what = match self.file.read_exact_at(buf, self.header.pixels_off + i as u64 * n) {
+        let e = self.entries[i];
+        buf.resize(self.entry_len(&e) as usize, 0);
+        let what = match self.file.read_exact_at(buf, e.offset) {
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "it is shorter now".to_string(),
             Err(e) => e.to_string(),
             Ok(()) if crc32fast::hash(buf) != self.crcs[i] => "this image's bytes differ".to_string(),
@@ -155,9 +150,22 @@ impl Packed {
         self.read_pixels(i, &mut b).map(|()| b)
     }
 
+    /// Bytes of the image `e` describes.
+    fn entry_len(&self, e: &Entry) -> u64 {
+        u64::from(e.height) * u64::from(e.width) * u64::from(self.header.channels)
+    }
+
+    /// Image `i`'s (height, width).
+    pub fn size_of(&self, i: usize) -> (u32, u32) {
+        (self.entries[i].height, self.entries[i].width)
+    }
+
     /// Refuses a cache whose images are not the model's input size.
     pub fn check_input(&self, height: u32, width: u32, channels: u32, model: &ModelSource) -> Result<(), CacheError> {
         let h = &self.header;
+        if h.height == 0 {
+            return Err(CacheError::Varying { path: self.path.clone(), height, width });
+        }
         let mut which = Vec::new();
         if h.height != height {
             which.push("height");
@@ -176,7 +184,7 @@ impl Packed {
             cache: format!("{}×{}×{} (H×W×C)", h.height, h.width, h.channels),
             model: format!("{height}×{width}×{channels}"),
             which: which.join(" and "),
-            rerun: rerun_command(Some(model), Some(&self.meta.source), &self.path),
+            rerun: super::cache_command(Some(model), Some(&self.meta.source), &self.path),
         })
     }
 
@@ -188,7 +196,7 @@ impl Packed {
         self.header.count == 0
     }
 
-    /// (height, width, channels).
+    /// (height, width, channels); height and width are 0 when the images' sizes vary.
     pub fn shape(&self) -> (u32, u32, u32) {
         (self.header.height, self.header.width, self.header.channels)
     }
@@ -230,28 +238,39 @@ impl Packed {
 }
 
 /// The first image whose CRC does not match, checked on every core, each thread reading its
-/// share a few MB at a time.
-fn first_bad_image(file: &File, h: &Header, crcs: &[u32]) -> std::io::Result<Option<usize>> {
-    let n = h.image_len();
-    let per_read = (VERIFY_CHUNK / n).max(1) as usize;
+/// share a few MB at a time (images are contiguous: [`decode_index`] checked).
+fn first_bad_image(file: &File, h: &Header, entries: &[Entry], crcs: &[u32]) -> std::io::Result<Option<usize>> {
+    let c = u64::from(h.channels);
+    let len = |e: &Entry| u64::from(e.height) * u64::from(e.width) * c;
     let threads = std::thread::available_parallelism().map(|t| t.get()).unwrap_or(1).min(crcs.len().max(1));
     let per = crcs.len().div_ceil(threads).max(1);
-    let check = |start: usize, part: &[u32]| -> std::io::Result<Option<usize>> {
+    let check = |start: usize, part: &[Entry]| -> std::io::Result<Option<usize>> {
         let mut buf = Vec::new();
-        for (c, group) in part.chunks(per_read).enumerate() {
-            let first = start + c * per_read;
-            buf.resize(group.len() * n as usize, 0);
-            file.read_exact_at(&mut buf, h.pixels_off + first as u64 * n)?;
-            let bad = buf.chunks_exact(n as usize).zip(group).position(|(px, crc)| crc32fast::hash(px) != *crc);
-            if let Some(k) = bad {
-                return Ok(Some(first + k));
+        let mut first = 0;
+        while first < part.len() {
+            // As many whole images as fit in VERIFY_CHUNK, at least one.
+            let (mut end, mut bytes) = (first, 0);
+            while end < part.len() && (end == first || bytes + len(&part[end]) <= VERIFY_CHUNK) {
+                bytes += len(&part[end]);
+                end += 1;
             }
+            buf.resize(bytes as usize, 0);
+            file.read_exact_at(&mut buf, part[first].offset)?;
+            let mut at = 0usize;
+            for (k, e) in part[first..end].iter().enumerate() {
+                let n = len(e) as usize;
+                if crc32fast::hash(&buf[at..at + n]) != crcs[start + first + k] {
+                    return Ok(Some(start + first + k));
+                }
+                at += n;
+            }
+            first = end;
         }
         Ok(None)
     };
     std::thread::scope(|s| {
         let handles: Vec<_> =
-            crcs.chunks(per).enumerate().map(|(t, part)| s.spawn(move || check(t * per, part))).collect();
+            entries.chunks(per).enumerate().map(|(t, part)| s.spawn(move || check(t * per, part))).collect();
         let mut first_bad: Option<usize> = None;
         for (t, h) in handles.into_iter().enumerate() {
             // A panicked checker counts as a mismatch at its first image: never use unchecked data.
@@ -271,8 +290,8 @@ fn check_fresh(path: &Path, meta: &Meta, h: &Header, rerun: &str) -> Result<(), 
         what,
         rerun: rerun.to_string(),
     };
-    let ds =
-        crate::data::scan(&meta.source).map_err(|e| stale(format!("the folder cannot be scanned any more ({e})")))?;
+    let ds = crate::data::scan::scan_with(&meta.source, meta.rules)
+        .map_err(|e| stale(format!("the folder cannot be scanned any more ({e})")))?;
     if fingerprint(&ds) != h.fingerprint {
         let then = meta.names.len() + meta.skipped.len();
         let now = ds.samples.len();

@@ -27,6 +27,12 @@ impl SampleSource for Packed {
     }
     fn check(&self, cfg: &LoaderConfig) -> Result<(), String> {
         let want = (cfg.height, cfg.width, cfg.channels as u32);
+        if self.shape().0 == 0 {
+            return Err(format!(
+                "{} holds images of different sizes, the loader wants {want:?} (H, W, C) for all",
+                self.path().display()
+            ));
+        }
         if self.shape() != want {
             return Err(format!(
                 "{} holds {:?} (H, W, C) images, the loader wants {want:?}",

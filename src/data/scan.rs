@@ -9,6 +9,27 @@ use std::path::{Path, PathBuf};
 /// list, plus GIF (its first frame).
 pub const EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp", "gif"];
 
+/// torchvision's `IMG_EXTENSIONS`: a name is an image when its lower-cased form ends with one.
+pub const IMAGEFOLDER_EXTENSIONS: [&str; 9] =
+    [".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"];
+
+/// Which files make the data set, and in what order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rules {
+    /// pipeprof's own loader: [`EXTENSIONS`] (GIF too), names starting with `.` skipped, a
+    /// class folder without images left out, files sorted by path, each folder entered once.
+    #[default]
+    Pipeprof,
+    /// `torchvision.datasets.ImageFolder(DIR)`'s: [`IMAGEFOLDER_EXTENSIONS`], hidden names
+    /// included, every class folder a class (one without images too, so the indices are
+    /// `find_classes`'), files in the order `sorted(os.walk(class_dir))` then `sorted(fnames)`
+    /// gives: by their folder's path, then by name (bytes, which is code-point order for
+    /// UTF-8). A folder reached twice through links is walked twice, as `os.walk` does; only a
+    /// link back into its own ancestors (a loop) is not entered.
+    ImageFolder,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
     #[error("data folder {0} does not exist: pass --data DIR with one sub-folder per class (or run `pipeprof demo-data DIR`)")]
@@ -88,18 +109,51 @@ fn hidden(name: &std::ffi::OsStr) -> bool {
     name.to_string_lossy().starts_with('.')
 }
 
-fn has_image_extension(path: &Path) -> bool {
-    path.extension()
-        .map(|e| {
-            let e = e.to_string_lossy().to_ascii_lowercase();
-            EXTENSIONS.contains(&e.as_str())
-        })
-        .unwrap_or(false)
+impl Rules {
+    /// Whether an entry with this name is looked at.
+    fn sees(self, name: &std::ffi::OsStr) -> bool {
+        self == Rules::ImageFolder || !hidden(name)
+    }
+
+    /// Whether a file with this path is an image under these rules.
+    fn is_image(self, path: &Path) -> bool {
+        match self {
+            Rules::Pipeprof => path
+                .extension()
+                .map(|e| EXTENSIONS.contains(&e.to_string_lossy().to_ascii_lowercase().as_str()))
+                .unwrap_or(false),
+            Rules::ImageFolder => path.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy().to_lowercase();
+                IMAGEFOLDER_EXTENSIONS.iter().any(|e| n.ends_with(e))
+            }),
+        }
+    }
+
+    /// Sorts one class's files into this order.
+    fn sort(self, files: &mut [PathBuf]) {
+        use std::os::unix::ffi::OsStrExt;
+        match self {
+            Rules::Pipeprof => files.sort(),
+            Rules::ImageFolder => files.sort_by(|a, b| {
+                let key = |p: &PathBuf| {
+                    let dir = p.parent().map(|d| d.as_os_str().as_bytes().to_vec()).unwrap_or_default();
+                    (dir, p.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default())
+                };
+                key(a).cmp(&key(b))
+            }),
+        }
+    }
 }
 
-/// Scans `root`: each non-hidden sub-folder is a class; images are found recursively inside
-/// it, following symlinks but never entering a folder twice (no infinite walk through loops).
+/// Scans `root` with pipeprof's own [`Rules::Pipeprof`]: each non-hidden sub-folder is a
+/// class; images are found recursively inside it, following symlinks but never entering a
+/// folder twice (no infinite walk through loops).
 pub fn scan(root: &Path) -> Result<Dataset, ScanError> {
+    scan_with(root, Rules::Pipeprof)
+}
+
+/// Scans `root` with `rules` (see [`Rules`]).
+pub fn scan_with(root: &Path, rules: Rules) -> Result<Dataset, ScanError> {
     let meta = fs::metadata(root).map_err(|_| ScanError::Missing(root.to_path_buf()))?;
     if !meta.is_dir() {
         return Err(ScanError::NotADir(root.to_path_buf()));
@@ -109,7 +163,7 @@ pub fn scan(root: &Path) -> Result<Dataset, ScanError> {
     let entries = fs::read_dir(root).map_err(|source| ScanError::List { path: root.to_path_buf(), source })?;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if hidden(&name) {
+        if !rules.sees(&name) {
             continue;
         }
         let path = entry.path();
@@ -127,12 +181,14 @@ pub fn scan(root: &Path) -> Result<Dataset, ScanError> {
     visited.insert((meta.dev(), meta.ino()));
     for (name, dir) in &class_dirs {
         let mut files = Vec::new();
-        walk(dir, &mut visited, &mut files, &mut ds);
+        walk(dir, rules, &mut visited, &mut files, &mut ds);
         if files.is_empty() {
             ds.empty_classes.push(name.clone());
-            continue;
+            if rules == Rules::Pipeprof {
+                continue;
+            }
         }
-        files.sort();
+        rules.sort(&mut files);
         let label = ds.classes.len() as u32;
         ds.classes.push(name.clone());
         ds.samples.extend(files.into_iter().map(|path| Sample { path, label }));
@@ -143,7 +199,9 @@ pub fn scan(root: &Path) -> Result<Dataset, ScanError> {
     Ok(ds)
 }
 
-fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>, ds: &mut Dataset) {
+/// Collects the images under `dir`. `visited`: the folders entered so far (pipeprof's rules:
+/// each folder once) or the folders above this one (ImageFolder's: only loops are refused).
+fn walk(dir: &Path, rules: Rules, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>, ds: &mut Dataset) {
     let meta = match fs::metadata(dir) {
         Ok(m) => m,
         Err(e) => {
@@ -151,7 +209,8 @@ fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>,
             return;
         }
     };
-    if !visited.insert((meta.dev(), meta.ino())) {
+    let key = (meta.dev(), meta.ino());
+    if !visited.insert(key) {
         ds.problems.push(ScanProblem {
             path: dir.to_path_buf(),
             reason: "folder already visited (symlink loop or duplicate link): not entered again".into(),
@@ -166,18 +225,18 @@ fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>,
         }
     };
     for entry in entries.flatten() {
-        if hidden(&entry.file_name()) {
+        if !rules.sees(&entry.file_name()) {
             continue;
         }
         let path = entry.path();
         match fs::metadata(&path) {
-            Ok(m) if m.is_dir() => walk(&path, visited, files, ds),
+            Ok(m) if m.is_dir() => walk(&path, rules, visited, files, ds),
             // A FIFO, socket or device named like an image: reading it may never return.
-            Ok(m) if has_image_extension(&path) && !m.is_file() => ds.problems.push(ScanProblem {
+            Ok(m) if rules.is_image(&path) && !m.is_file() => ds.problems.push(ScanProblem {
                 path,
                 reason: "not a regular file (a FIFO, socket or device): skipped, reading it may never return".into(),
             }),
-            Ok(_) if has_image_extension(&path) => files.push(path),
+            Ok(_) if rules.is_image(&path) => files.push(path),
             Ok(_) => {
                 ds.ignored += 1;
                 let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy().to_lowercase()));
@@ -185,5 +244,47 @@ fn walk(dir: &Path, visited: &mut HashSet<(u64, u64)>, files: &mut Vec<PathBuf>,
             }
             Err(e) => ds.problems.push(ScanProblem { path, reason: format!("broken link or unreadable: {e}") }),
         }
+    }
+    if rules == Rules::ImageFolder {
+        visited.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_names_are_images_under_each_rules() {
+        // (name, pipeprof's loader, ImageFolder's)
+        let table = [
+            ("a.jpg", true, true),
+            ("a.JPEG", true, true),
+            ("a.gif", true, false),
+            ("a.webp", true, true),
+            ("a.txt", false, false),
+            (".jpg", false, true), // no extension to Path, ends with ".jpg" to Python
+            ("jpg", false, false),
+            ("a.tar.png", true, true),
+            ("a.png.txt", false, false),
+        ];
+        for (name, own, imagefolder) in table {
+            let p = Path::new("/d/c").join(name);
+            assert_eq!((Rules::Pipeprof.is_image(&p), Rules::ImageFolder.is_image(&p)), (own, imagefolder), "{name}");
+        }
+    }
+
+    #[test]
+    fn imagefolder_order_is_by_folder_path_then_name() {
+        let mut files: Vec<PathBuf> =
+            ["c/z.png", "c/sub/c/a.png", "c/sub-x/a.png", "c/sub/b.png", "c/.h.png", "c/B.png"]
+                .map(PathBuf::from)
+                .into();
+        Rules::ImageFolder.sort(&mut files);
+        let want = ["c/.h.png", "c/B.png", "c/z.png", "c/sub/b.png", "c/sub-x/a.png", "c/sub/c/a.png"];
+        assert_eq!(files, want.map(PathBuf::from));
+        Rules::Pipeprof.sort(&mut files);
+        let want = ["c/.h.png", "c/B.png", "c/sub/b.png", "c/sub/c/a.png", "c/sub-x/a.png", "c/z.png"];
+        assert_eq!(files, want.map(PathBuf::from));
     }
 }

@@ -56,6 +56,7 @@ impl Change {
                 flags::with_value(flags::OUT, CACHE_FILE)
             )),
             Change::UseDevice(d) => Some(flags::with_value(flags::DEVICE, d)),
+            Change::PackFolder { keras, data, height, width } => Some(pack_lines(*keras, data, *height, *width)),
             Change::CopyLocal
             | Change::PackOwnLoader
             | Change::FreeCores
@@ -66,6 +67,38 @@ impl Change {
             Change::Code(c) | Change::Loader { code: c, .. } => Some(c.clone()),
         }
     }
+}
+
+/// `pipeprof pack DIR data.ppk --size S`, then the reader in place of the folder reader, for
+/// a PyTorch (`keras` false) or Keras program; `DIR` and `S` where the run did not say.
+fn pack_lines(keras: bool, data: &str, height: usize, width: usize) -> String {
+    let size = match (height, width) {
+        (0, _) | (_, 0) => "S".to_string(),
+        (h, w) if h == w => h.to_string(),
+        (h, w) => format!("{w}x{h}"),
+    };
+    let (dir, py) = if data.is_empty() {
+        ("DIR".to_string(), "DIR".to_string())
+    } else {
+        let clean = crate::aggregate::settings::clean_name(data, crate::aggregate::settings::MAX_PATH_SHOWN);
+        (shell_word(&clean), format!("{clean:?}"))
+    };
+    let pack = format!("pipeprof pack {dir} {CACHE_FILE} --size {size}");
+    if keras {
+        format!("{pack}, then pipeprof.keras.packed_dataset(\"{CACHE_FILE}\", ...) in place of image_dataset_from_directory({py}, ...)")
+    } else {
+        format!(
+            "{pack}, then pipeprof.data.PackedImageFolder(\"{CACHE_FILE}\", transform=...) in place of ImageFolder({py}, ...)"
+        )
+    }
+}
+
+/// `text` as one shell word: as it is when it is plain, else in single quotes.
+fn shell_word(text: &str) -> String {
+    if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c)) {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 impl Facts<'_> {
@@ -323,14 +356,28 @@ impl Facts<'_> {
             .map(|x| x.wall_ms)
             .sum();
         let st = &self.s.settings;
-        // `pipeprof cache` packs for a cnn.toml run; an attached program (a Rust or Python loop
-        // of its own) gets the same idea for its own loader, with no command to copy.
-        let (action, change) = match st.model.cnn_toml() {
-            Some(model) => (
+        // `pipeprof cache` packs for a cnn.toml run; a PyTorch or Keras program gets `pipeprof
+        // pack` and the reader to use in place of its own; another attached program (a Rust or
+        // Python loop of its own) the same idea for its own loader, with no command to copy.
+        let framework = super::frameworks::Framework::of(&st.framework);
+        let (action, change) = match (st.model.cnn_toml(), framework) {
+            (Some(model), _) => (
                 "pack the decoded, resized images into one local memory-mapped cache",
                 Change::Cache { model: model.display().to_string(), data: st.data.clone() },
             ),
-            None => (
+            (None, Some(fw)) => {
+                let keras = fw == super::frameworks::Framework::Keras;
+                let [_, height, width] = st.input;
+                (
+                    if keras {
+                        "pack the image folder once into one memory-mapped file and read it with pipeprof.keras.packed_dataset (the same batches, labels and class_names)"
+                    } else {
+                        "pack the image folder once into one memory-mapped file and read it with PackedImageFolder (ImageFolder's classes and order; your transforms still apply)"
+                    },
+                    Change::PackFolder { keras, data: st.data.clone(), height, width },
+                )
+            }
+            (None, None) => (
                 "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it",
                 Change::PackOwnLoader,
             ),

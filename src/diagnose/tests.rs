@@ -1016,6 +1016,30 @@ fn an_attached_program_gets_cache_advice_for_its_own_loader_not_a_pipeprof_comma
     assert!(io_bound().verdict().advice.iter().any(|a| matches!(a.change, Change::Cache { .. })));
 }
 
+#[test]
+fn a_pytorch_or_keras_program_is_told_the_pack_command_and_the_reader_line() {
+    // (framework, data folder, input C×H×W, the command shown)
+    let table = [
+        ("pytorch", "/mnt/drive/imgs", [3, 224, 224], "pipeprof pack /mnt/drive/imgs data.ppk --size 224, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/mnt/drive/imgs\", ...)"),
+        ("keras", "/content/drive/My Drive/pets", [3, 160, 128], "pipeprof pack '/content/drive/My Drive/pets' data.ppk --size 128x160, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(\"/content/drive/My Drive/pets\", ...)"),
+        ("keras", "", [0, 0, 0], "pipeprof pack DIR data.ppk --size S, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(DIR, ...)"),
+    ];
+    for (fw, data, input, want) in table {
+        let mut b = io_bound();
+        b.0.settings.model = "train.py".into();
+        b.0.settings.framework = fw.into();
+        b.0.settings.data = data.into();
+        b.0.settings.input = input;
+        let v = b.verdict();
+        let pack = v.advice.iter().find(|a| matches!(a.change, Change::PackFolder { .. }));
+        let pack = pack.unwrap_or_else(|| panic!("{fw}: {v:#?}"));
+        assert_eq!(pack.change.command().as_deref(), Some(want), "{fw}");
+        // The prediction is the one the cache advice has for pipeprof's own loop.
+        assert!(pack.predicted_speedup.is_some_and(|g| g > 1.0), "{pack:#?}");
+        assert!(!v.advice.iter().any(|a| matches!(a.change, Change::Cache { .. } | Change::PackOwnLoader)), "{fw}");
+    }
+}
+
 // ---- how a run ended ----
 
 #[test]

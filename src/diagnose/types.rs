@@ -85,6 +85,11 @@ pub enum Change {
     /// Pack decoded, resized samples into one memory-mapped file the program's own loader
     /// reads (an attached program that is not a pipeprof `cnn.toml` run: no command for it).
     PackOwnLoader,
+    /// A PyTorch or Keras program's image folder packed with `pipeprof pack` and read by
+    /// `pipeprof.data.PackedImageFolder` / `pipeprof.keras.packed_dataset` in place of
+    /// `ImageFolder` / `image_dataset_from_directory`. From the run's settings: `data` the folder
+    /// (empty when unknown), `height` × `width` the model's input (0 when unknown).
+    PackFolder { keras: bool, data: String, height: usize, width: usize },
     /// Copy the data set off a network/FUSE mount to a local disk.
     CopyLocal,
     /// Stop, or lower the priority of, the programs that hold the cores.
