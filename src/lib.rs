@@ -5,30 +5,26 @@
 //! [`export`], then [`html`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
 //! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
 //! [`session`] (the one run pipeline), [`progress`], [`signal`], [`flags`] and [`units`].
+//!
+//! Three crates (ARCHITECTURE.md): `pipeprof-core` (the pure profiler: units to diagnose),
+//! `pipeprof-trainer` (the candle trainer: data, cache, train, progress) and this one, the
+//! views and commands. Their modules are re-exported here, so `crate::aggregate` inside and
+//! `pipeprof::aggregate` outside read as when all was one crate.
 
-pub mod aggregate;
+pub use pipeprof_core::{aggregate, config, diagnose, flags, limits, model_source, signal, units};
+pub use pipeprof_trainer::{cache, data, progress, train};
+
 pub mod attach;
-pub mod cache;
 pub mod check_advice;
 pub mod check_run;
 pub mod cli;
 pub mod commands;
-pub mod config;
-pub mod data;
-pub mod diagnose;
 pub mod export;
-pub mod flags;
 pub mod html;
-pub mod limits;
 pub mod metrics;
-pub mod model_source;
 pub mod offline;
 pub mod profile;
-pub mod progress;
 pub mod report;
 pub mod run;
 pub mod session;
-pub mod signal;
-pub mod train;
 pub mod tui;
-pub mod units;

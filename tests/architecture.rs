@@ -1,10 +1,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The import graph follows the data flow (ARCHITECTURE.md): every module of `src/` has a
-//! layer, and may use only modules of lower layers. This test reads the sources and fails,
-//! naming the file and the import, when a module looks up.
+//! The import graph follows the data flow (ARCHITECTURE.md): every module of the three crates
+//! (`core/src`, `trainer/src`, `src`) has a layer, and may use only modules of lower layers.
+//! This test reads the sources and fails, naming the file and the import, when a module looks
+//! up. Cargo enforces the crate boundaries on top: `pipeprof-core` cannot use the trainer or
+//! the binary (checked below through `cargo tree`, with candle), the trainer not the binary.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace's crates whose modules the layer table covers, bottom first: (name, src).
+/// A module's name is its path inside its crate; `lib.rs` and `main.rs` are no module.
+fn layered_crates() -> [(&'static str, PathBuf); 3] {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    [("pipeprof-core", root.join("core/src")), ("pipeprof-trainer", root.join("trainer/src")), ("pipeprof", root.join("src"))]
+}
 
 /// Layers, bottom first. Modules in one layer may not use each other.
 const LAYERS: &[&[&str]] = &[
@@ -25,12 +35,26 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
 }
 
-/// `crate::a`, and every `b` in `crate::{a, b::c}`, used in `text`.
+/// `crate::a`, and every `b` in `crate::{a, b::c}`, used in `text`; the same through the
+/// lower crates' names (`pipeprof_core::a`), which are one layer table with this one.
 fn crate_imports(text: &str) -> Vec<String> {
     let mut out = Vec::new();
+    for prefix in ["crate::", "pipeprof_core::", "pipeprof_trainer::"] {
+        imports_after(text, prefix, &mut out);
+    }
+    out.retain(|m| !m.is_empty());
+    out
+}
+
+/// The module names written right after each `prefix` in `text`, into `out`.
+fn imports_after(text: &str, prefix: &str, out: &mut Vec<String>) {
     let mut rest = text;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
+    while let Some(i) = rest.find(prefix) {
+        let starts_word = rest[..i].chars().next_back().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        rest = &rest[i + prefix.len()..];
+        if !starts_word {
+            continue;
+        }
         if let Some(group) = rest.strip_prefix('{') {
             let end = group.find('}').unwrap_or(group.len());
             for item in group[..end].split(',') {
@@ -41,8 +65,6 @@ fn crate_imports(text: &str) -> Vec<String> {
             out.push(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
         }
     }
-    out.retain(|m| !m.is_empty());
-    out
 }
 
 fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -58,32 +80,44 @@ fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 
 #[test]
 fn every_module_has_a_layer_and_imports_only_lower_layers() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut wrong: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for f in &files {
-        let rel = f.strip_prefix(&src).expect("under src");
-        let first = rel.components().next().expect("a file").as_os_str().to_string_lossy().into_owned();
-        let module = first.trim_end_matches(".rs").to_string();
-        if module == "lib" || module == "main" {
-            continue;
-        }
-        let Some(own) = layer_of(&module) else {
-            wrong.entry(rel.display().to_string()).or_default().push(format!("module {module} has no layer"));
-            continue;
-        };
-        let text = std::fs::read_to_string(f).expect("readable");
-        for used in crate_imports(&text) {
-            if used == module {
+    // Each top-level module and the crate it lives in: one name, one crate.
+    let mut homes: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (krate, src) in layered_crates() {
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        assert!(!files.is_empty(), "{} has no sources", src.display());
+        for f in &files {
+            let shown = f.strip_prefix(root).expect("under the workspace").display().to_string();
+            let rel = f.strip_prefix(&src).expect("under src");
+            let first = rel.components().next().expect("a file").as_os_str().to_string_lossy().into_owned();
+            let module = first.trim_end_matches(".rs").to_string();
+            if module == "lib" || module == "main" {
                 continue;
             }
-            match layer_of(&used) {
-                Some(l) if l < own => {}
-                _ => wrong.entry(rel.display().to_string()).or_default().push(format!("uses crate::{used}")),
+            let crates = homes.entry(module.clone()).or_default();
+            if !crates.contains(&krate) {
+                crates.push(krate);
+            }
+            let Some(own) = layer_of(&module) else {
+                wrong.entry(shown).or_default().push(format!("module {module} has no layer"));
+                continue;
+            };
+            let text = std::fs::read_to_string(f).expect("readable");
+            for used in crate_imports(&text) {
+                if used == module {
+                    continue;
+                }
+                match layer_of(&used) {
+                    Some(l) if l < own => {}
+                    _ => wrong.entry(shown.clone()).or_default().push(format!("uses crate::{used}")),
+                }
             }
         }
     }
+    homes.retain(|_, crates| crates.len() > 1);
+    assert!(homes.is_empty(), "a module name in two crates (the layer table is one table): {homes:?}");
     assert!(wrong.is_empty(), "imports that look up (see ARCHITECTURE.md): {wrong:#?}");
 }
 
@@ -91,13 +125,58 @@ fn every_module_has_a_layer_and_imports_only_lower_layers() {
 fn the_import_reader_sees_groups_and_paths() {
     let t = "use crate::{aggregate::Summary, diagnose};\nlet x = crate::units::ms(1.0);";
     assert_eq!(crate_imports(t), ["aggregate", "diagnose", "units"]);
+    let t = "use pipeprof_core::{config, limits::MAX_WORKERS};\nlet d = pipeprof_trainer::data::demo;";
+    assert_eq!(crate_imports(t), ["config", "limits", "data"]);
+    assert!(crate_imports("my_pipeprof_core::x; supercrate::y").is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
-// Import circles: no two modules of `src/` or `probes/src` may use each other, directly or
-// through others. A module is a file (`aggregate/machine.rs` is `aggregate::machine`); a use is
-// any path to another module (`use` statements, re-exports followed to where the item is
-// defined, and inline `crate::`, `super::`, `child::` paths), test code and comments left out.
+// The crates' own dependencies: what a `pipeprof-core` user builds.
+
+/// Every package `krate` builds with for this machine (normal and build dependencies, not its
+/// tests'), by name: `cargo tree`'s own resolution, so features and the lock file count.
+fn dependencies_of(krate: &str) -> Vec<String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["tree", "--offline", "-e", "normal,build", "--prefix", "none", "--format", "{p}", "-p", krate])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(out.status.success(), "cargo tree -p {krate}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Packages the pure profiler must never build with: the candle trainer's and the views'
+/// heavy dependencies, and the crates above it.
+const NOT_IN_CORE: &[&str] = &["candle-core", "candle-nn", "gemm", "image", "ratatui", "crossterm", "pipeprof-trainer", "pipeprof"];
+
+#[test]
+fn the_core_crate_builds_without_candle_and_without_the_crates_above_it() {
+    let core = dependencies_of("pipeprof-core");
+    assert!(core.iter().any(|n| n == "pipeprof-probes"), "the reader sees core's dependencies: {core:?}");
+    let wrong: Vec<&String> = core.iter().filter(|n| NOT_IN_CORE.contains(&n.as_str())).collect();
+    assert!(wrong.is_empty(), "pipeprof-core depends on {wrong:?} (keep candle, views and the upper crates out of it)");
+    // The same reader does see them where they belong.
+    let trainer = dependencies_of("pipeprof-trainer");
+    for (name, want) in [("candle-core", true), ("pipeprof-core", true), ("ratatui", false), ("pipeprof", false)] {
+        assert_eq!(trainer.iter().any(|n| n == name), want, "pipeprof-trainer and {name}: {trainer:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import circles: no two modules of one crate (`core/src`, `trainer/src`, `src`, `probes/src`)
+// may use each other, directly or through others. A module is a file (`aggregate/machine.rs` is
+// `aggregate::machine`); a use is any path to another module (`use` statements, re-exports
+// followed to where the item is defined, and inline `crate::`, `super::`, `child::` paths), test
+// code and comments left out.
 // A module may always use its ancestors (its parent declared it): those edges are not counted.
 
 /// Circles that exist on main and are another engineer's to remove, with who removes them.
@@ -448,7 +527,11 @@ fn circles(graph: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String
 fn no_module_uses_a_module_that_uses_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found: Vec<(Vec<String>, String)> = Vec::new();
-    for (prefix, src) in [("", root.join("src")), ("probes::", root.join("probes/src"))] {
+    // One graph per crate: a circle between crates cannot build (Cargo refuses a dependency
+    // cycle), so every circle lies inside one. Module names are unique across the three
+    // layered crates (checked above), so they need no prefix.
+    let crates = layered_crates().map(|(_, src)| ("", src));
+    for (prefix, src) in crates.into_iter().chain([("probes::", root.join("probes/src"))]) {
         let graph = graph_of(&crate_modules(&src));
         for group in circles(&graph) {
             // How the group's modules use each other, one path per use.

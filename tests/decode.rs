@@ -3,7 +3,7 @@
 //! and the scaled JPEG decode against a full decode + resize.
 
 use pipeprof::data::image::{
-    decode, decode_for, decode_for_keeping_gray, decode_for_reusing, DecodeWarning, ImageError, Resizer,
+    decode, decode_for, decode_for_keeping_gray, decode_for_reusing, DecodeWarning, ImageError, Resizer, LIBJPEG,
 };
 use pipeprof::data::scan;
 use std::fs;
@@ -88,7 +88,7 @@ fn hostile_tree_each_entry_has_its_expected_outcome() {
                 assert!(matches!(e, ImageError::Truncated(_)), "{name}: {e:?}");
                 assert!(e.to_string().starts_with("truncated"), "{name}: {e}");
             }
-            "no_eoi.jpg" if !cfg!(pipeprof_libjpeg) => {
+            "no_eoi.jpg" if !LIBJPEG => {
                 // Without libjpeg there is no telling a cut scan from a lost marker: refused.
                 assert!(matches!(got, Err(ImageError::Truncated(_))), "{name}: {got:?}");
             }
@@ -123,7 +123,7 @@ fn scaled_jpeg_decode_matches_full_decode_and_resize() {
     let scaled = decode_for(&bytes, 3, 150, 150).unwrap();
     let full = decode(&bytes, 3).unwrap();
     assert_eq!((full.width, full.height), (1200, 800));
-    if cfg!(pipeprof_libjpeg) {
+    if LIBJPEG {
         // 800 / 4 = 200 ≥ 150 but 800 / 8 = 100 < 150: a quarter of each side.
         assert_eq!((scaled.width, scaled.height), (300, 200));
     }
@@ -172,7 +172,7 @@ fn a_grayscale_jpeg_kept_as_luma_resizes_to_the_same_planes_as_its_rgb_replica()
         let mut want = vec![0f32; 3 * plane];
         rz.resize_into(&rgb, side, side, &mut want).unwrap();
         let kept = decode_for_keeping_gray(file, side, side, Vec::new()).unwrap();
-        if cfg!(pipeprof_libjpeg) {
+        if LIBJPEG {
             assert_eq!(kept.channels, if std::ptr::eq(file, &bytes) { 1 } else { 3 });
         }
         let mut got = vec![-1f32; 3 * plane];

@@ -6,7 +6,8 @@ pub mod kernels;
 pub mod layerwise;
 pub mod model;
 pub mod optim;
-pub mod shapes;
+/// Shape inference is pure (no tensor), so it lives with the schema in pipeprof-core.
+pub use crate::config::shapes;
 pub mod staging;
 pub mod transfer;
 

@@ -1,9 +1,10 @@
 //! `cnn.toml`: a Keras-like model and training description.
 //!
 //! Every section and key has a default except `[[layers]]`. Unknown keys are errors that
-//! name the file, line and column. Values are range-checked in [`validate`]; shapes are inferred
-//! beside the model, in `train::shapes`.
+//! name the file, line and column. Values are range-checked in [`validate`]; each layer's shape
+//! and parameter count are inferred in [`shapes`] (pure, no tensor; `train::shapes` re-exports it).
 
+pub mod shapes;
 pub mod validate;
 
 use crate::model_source::ModelSource;
@@ -12,7 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The model used when no `--model` is given (the same text as `examples/cnn.toml`).
-pub const DEFAULT_MODEL: &str = include_str!("../../examples/cnn.toml");
+pub const DEFAULT_MODEL: &str = include_str!("../../../examples/cnn.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

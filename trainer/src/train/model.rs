@@ -219,10 +219,10 @@ mod tests {
             cfg.infer_shapes(classes).unwrap().iter().map(|l| l.params).sum::<usize>()
         };
         // 784·128 + 128 + 128·10 + 10 with 10 classes: 784-128-10.
-        let mlp = include_str!("../../examples/mlp_mnist.toml");
+        let mlp = include_str!("../../../examples/mlp_mnist.toml");
         assert_eq!(params(mlp, 10), 101_770);
         // conv 3→32, conv 32→64, dense 36·36·64→512, dense 512→2.
-        let large = include_str!("../../examples/cnn_large.toml");
+        let large = include_str!("../../../examples/cnn_large.toml");
         assert_eq!(params(large, 2), 896 + 18_496 + 42_467_840 + 1_026);
     }
 

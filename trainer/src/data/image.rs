@@ -9,6 +9,10 @@ use fast_image_resize as fr;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader};
 use std::io::Cursor;
 
+/// Whether this build decodes JPEGs through libjpeg-turbo (scaled decode): `cfg(pipeprof_libjpeg)`,
+/// which build.rs sets for this crate only, readable by the crates and tests above it.
+pub const LIBJPEG: bool = cfg!(pipeprof_libjpeg);
+
 /// Images above this many pixels are refused from their header (decompression bombs).
 pub const MAX_PIXELS: u64 = 64 * 1024 * 1024;
 

@@ -1,0 +1,11 @@
+//! pipeprof-trainer: the candle trainer and its input pipeline: the loader ([`data`]), the
+//! packed cache ([`cache`]), the model and training loop ([`train`]) and the progress line
+//! ([`progress`]). Built on `pipeprof-core`, whose modules it re-exports so that `crate::config`
+//! and the like read as they did when all was one crate.
+
+pub use pipeprof_core::{aggregate, config, limits, model_source, units};
+
+pub mod cache;
+pub mod data;
+pub mod progress;
+pub mod train;
