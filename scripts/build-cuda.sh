@@ -159,7 +159,7 @@ LIBRARY_PATH=$(
 )${LIBRARY_PATH:+:$LIBRARY_PATH}
 export LIBRARY_PATH
 
-# The scaled JPEG decode (libjpeg-turbo) is linked in statically by build.rs, as in every other
+# The scaled JPEG decode (libjpeg-turbo) is linked in statically by trainer/build.rs, as in every other
 # build: the GPU machine needs no libjpeg, and the build that most needs a fast loader has it.
 # PIPEPROF_NO_LIBJPEG=1 still turns it off (the image crate decodes at full size).
 if [[ ${PIPEPROF_NO_LIBJPEG:-0} == 0 ]]; then

@@ -7,7 +7,7 @@
 # (python/pipeprof.data/scripts/): pip installs it on the environment's PATH as it is, so
 # `pipeprof` runs native code directly (no Python start-up in front of it, signals reach it
 # unchanged), and `python -m pipeprof` finds it there. libjpeg is linked into it statically
-# (build.rs), so it needs only the C library; this script checks that, and that its glibc
+# (trainer/build.rs), so it needs only the C library; this script checks that, and that its glibc
 # symbols are no newer than the wheel's manylinux tag.
 #
 # Prints the wheel's path last. Uses target/wheel-venv for maturin (made here if missing).

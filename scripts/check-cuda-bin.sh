@@ -49,7 +49,7 @@ for lib in "${needed[@]}"; do [[ $lib == libcuda.so.1 ]] && cuda=1; done
 # libjpeg-turbo inside (its own error message is in the binary), and not as a shared library.
 if [[ -z ${PIPEPROF_NO_LIBJPEG:-} ]]; then
     found=$(strings "$BIN" | grep -c 'Premature end of JPEG file' || true)
-    [[ $found -gt 0 ]] || die "$BIN has no libjpeg-turbo in it: was libjpeg.a found? (build.rs warns when not)"
+    [[ $found -gt 0 ]] || die "$BIN has no libjpeg-turbo in it: was libjpeg.a found? (trainer/build.rs warns when not)"
 fi
 glibc=$(objdump -T "$BIN" | sed -n 's/.*GLIBC_\([0-9.]*\).*/\1/p' | sort -V | tail -n1)
 size=$(stat -c %s "$BIN")

@@ -13,7 +13,11 @@ use std::process::Command;
 /// A module's name is its path inside its crate; `lib.rs` and `main.rs` are no module.
 fn layered_crates() -> [(&'static str, PathBuf); 3] {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    [("pipeprof-core", root.join("core/src")), ("pipeprof-trainer", root.join("trainer/src")), ("pipeprof", root.join("src"))]
+    [
+        ("pipeprof-core", root.join("core/src")),
+        ("pipeprof-trainer", root.join("trainer/src")),
+        ("pipeprof", root.join("src")),
+    ]
 }
 
 /// Layers, bottom first. Modules in one layer may not use each other.
@@ -156,7 +160,8 @@ fn dependencies_of(krate: &str) -> Vec<String> {
 
 /// Packages the pure profiler must never build with: the candle trainer's and the views'
 /// heavy dependencies, and the crates above it.
-const NOT_IN_CORE: &[&str] = &["candle-core", "candle-nn", "gemm", "image", "ratatui", "crossterm", "pipeprof-trainer", "pipeprof"];
+const NOT_IN_CORE: &[&str] =
+    &["candle-core", "candle-nn", "gemm", "image", "ratatui", "crossterm", "pipeprof-trainer", "pipeprof"];
 
 #[test]
 fn the_core_crate_builds_without_candle_and_without_the_crates_above_it() {
