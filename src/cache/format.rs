@@ -185,11 +185,12 @@ impl Size {
         }
     }
 
-    /// The `pipeprof pack` flag that asks for this size.
+    /// The `pipeprof pack` flag that asks for this size (`--size` takes width × height, as
+    /// `demo-data --size`).
     pub fn flag(self) -> String {
         match self {
             Size::Fixed { height, width } if height == width => format!("--size {height}"),
-            Size::Fixed { height, width } => format!("--size {height}x{width}"),
+            Size::Fixed { height, width } => format!("--size {width}x{height}"),
             Size::Shorter { shorter } => format!("--shorter {shorter}"),
             Size::AsStored => "--as-stored".into(),
             Size::Common => String::new(),
