@@ -160,6 +160,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     if let Some(e) = empty_class_refusal(&ds, opts.rules) {
         return Err(e);
     }
+    if crate::signal::stopping() {
+        return Err(CacheError::Interrupted { out: opts.out.clone() });
+    }
     if opts.progress {
         for p in &ds.problems {
             crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
