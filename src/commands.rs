@@ -354,7 +354,8 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).expect("sub");
         let inputs = [saved.clone()];
         // (outputs, inputs, the refusal's start)
-        let table: [(&[(&str, &Path)], &[std::path::PathBuf], Option<&str>); 6] = [
+        type Case<'a> = (&'a [(&'a str, &'a Path)], &'a [std::path::PathBuf], Option<&'a str>);
+        let table: [Case; 6] = [
             (&[("--html", &saved)], &inputs, Some("--html")),
             (&[("--html", &link)], &inputs, Some("--html")),
             (&[("--summary", &new), ("--html", &also_new)], &[], Some("--html")),
