@@ -157,12 +157,21 @@ fn decode_guarded(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Re
 pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let t0 = Instant::now();
     let ds = scan_with(&opts.data, opts.rules)?;
+    if let Some(e) = empty_class_refusal(&ds, opts.rules) {
+        return Err(e);
+    }
+    if crate::signal::stopping() {
+        return Err(CacheError::Interrupted { out: opts.out.clone() });
+    }
     if opts.progress {
         for p in &ds.problems {
             crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
         }
         for c in &ds.empty_classes {
-            crate::progress::warn(&crate::data::scan::empty_class_warning(&ds.root, c));
+            crate::progress::warn(&match opts.rules {
+                Rules::Keras => crate::data::scan::kept_empty_class_warning(&ds.root, c),
+                _ => crate::data::scan::empty_class_warning(&ds.root, c),
+            });
         }
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
@@ -170,6 +179,11 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     remove_stale_temps(&opts.out);
     let (file, path) = create_temp(&opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
     let tmp = Temp { path, keep: false };
+    // A second interrupt exits at once, without unwinding: the temporary goes with it.
+    let doomed = tmp.path.clone();
+    crate::signal::on_abort(Box::new(move || {
+        let _ = std::fs::remove_file(&doomed);
+    }));
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     w.write_all(&vec![0u8; PIXELS_OFF as usize]).map_err(werr)?;
@@ -186,6 +200,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let mut progress = Progress::new(opts.progress, ds.samples.len(), verb);
     let written = write_pixels(opts, &ds, &mut out, &mut progress, &tmp.path);
     progress.finish();
+    // Interrupted: `tmp` drops on the way out and removes the temporary.
     written?;
     if out.labels.is_empty() {
         return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: out.meta.skipped.len() });
@@ -217,6 +232,26 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         secs: t0.elapsed().as_secs_f64(),
         size,
     })
+}
+
+/// ImageFolder's rules and a class folder without images: torchvision's `ImageFolder(DIR)`
+/// raises `FileNotFoundError` on it, so no pack that claims its classes can hold it.
+fn empty_class_refusal(ds: &Dataset, rules: Rules) -> Option<CacheError> {
+    if rules != Rules::ImageFolder {
+        return None;
+    }
+    let first = ds.empty_classes.first()?;
+    let more = match ds.empty_classes.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more: {})", clean_name(&ds.empty_classes[1..].join(", "), MAX_PATH_SHOWN)),
+    };
+    let hint = if ds.empty_classes.iter().any(|c| c.starts_with('.')) {
+        "; for Keras, `--layout keras` skips hidden folders (such as Jupyter's .ipynb_checkpoints) as \
+         image_dataset_from_directory does"
+    } else {
+        ""
+    };
+    Some(CacheError::EmptyClass { folder: ds.root.join(first), more, hint: hint.into() })
 }
 
 /// Every image was decoded: a class none of whose images made it is known now.
@@ -289,6 +324,10 @@ fn write_pixels(
         let mut ready: BTreeMap<usize, Decoded> = BTreeMap::new();
         let mut next_write = 0;
         while next_write < chunks {
+            // Ctrl-C (or SIGTERM): stop between chunks; the caller's temporary is removed.
+            if crate::signal::stopping() {
+                return Err(CacheError::Interrupted { out: opts.out.clone() });
+            }
             let Ok((c, decoded)) = done_rx.recv() else { break };
             ready.insert(c, decoded);
             while let Some(decoded) = ready.remove(&next_write) {
