@@ -3,7 +3,7 @@
 //! ([`progress`]). Built on `pipeprof-core`, whose modules it re-exports so that `crate::config`
 //! and the like read as they did when all was one crate.
 
-pub use pipeprof_core::{aggregate, config, limits, model_source, units};
+pub use pipeprof_core::{aggregate, config, limits, model_source, signal, units};
 
 pub mod cache;
 pub mod data;
