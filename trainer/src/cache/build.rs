@@ -164,15 +164,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         return Err(CacheError::Interrupted { out: opts.out.clone() });
     }
     if opts.progress {
-        for p in &ds.problems {
-            crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
-        }
-        for c in &ds.empty_classes {
-            crate::progress::warn(&match opts.rules {
-                Rules::Keras => crate::data::scan::kept_empty_class_warning(&ds.root, c),
-                _ => crate::data::scan::empty_class_warning(&ds.root, c),
-            });
-        }
+        warn_scan_problems(&ds, opts.rules);
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
@@ -214,15 +206,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     file.write_all(&header.1).map_err(werr)?;
     file.sync_all().map_err(werr)?;
     drop(file);
-    std::fs::rename(&tmp.path, &opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
-    let mut tmp = tmp;
-    tmp.keep = true;
-    // The rename is durable once the folder's entry is on disk too.
-    if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
+    rename_durably(tmp, &opts.out)?;
     let size = (header.0.height != 0).then_some((header.0.height, header.0.width));
     Ok(BuildReport {
         images: out.labels.len(),
@@ -252,6 +236,32 @@ fn empty_class_refusal(ds: &Dataset, rules: Rules) -> Option<CacheError> {
         ""
     };
     Some(CacheError::EmptyClass { folder: ds.root.join(first), more, hint: hint.into() })
+}
+
+/// The scan's unreadable entries and empty classes, as warnings.
+fn warn_scan_problems(ds: &Dataset, rules: Rules) {
+    for p in &ds.problems {
+        crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
+    }
+    for c in &ds.empty_classes {
+        crate::progress::warn(&match rules {
+            Rules::Keras => crate::data::scan::kept_empty_class_warning(&ds.root, c),
+            _ => crate::data::scan::empty_class_warning(&ds.root, c),
+        });
+    }
+}
+
+/// The complete temporary file to its final name `out`, kept from then on; the rename is
+/// durable once the folder's entry is on disk too.
+fn rename_durably(mut tmp: Temp, out: &Path) -> Result<(), CacheError> {
+    std::fs::rename(&tmp.path, out).map_err(|source| CacheError::Write { path: out.to_path_buf(), source })?;
+    tmp.keep = true;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
 }
 
 /// Every image was decoded: a class none of whose images made it is known now.
