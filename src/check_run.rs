@@ -19,7 +19,7 @@
 
 use crate::aggregate::Summary;
 use crate::check_advice::{self, FollowUp, Measured, INTERRUPTED, MAX_FOLLOW_UPS};
-use crate::diagnose::{Change, LoaderKnobs, Verdict};
+use crate::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -45,9 +45,9 @@ pub struct Options {
 pub enum DataMove {
     /// A copy of the folder on the local disk, read as the folder was.
     Copy,
-    /// The file `pipeprof pack` makes of it at `height` × `width` (0: as stored), read by
-    /// `PackedImageFolder` / `packed_dataset`.
-    Pack { height: usize, width: usize },
+    /// The file `pipeprof pack` makes of it at `size` (the advice's; as stored where the run
+    /// did not say), read by `PackedImageFolder` / `packed_dataset`.
+    Pack { size: PackSize },
 }
 
 /// A re-run: its row, the arguments it sets (none: the baseline) and where it reads its images.
@@ -93,17 +93,13 @@ fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMov
     }
     match &a.change {
         Change::CopyLocal => Some(("copy the folder to a local temporary folder".into(), DataMove::Copy)),
-        Change::PackFolder { keras, height, width, .. } => {
+        Change::PackFolder { keras, size, .. } => {
             let reader = if *keras { "pipeprof.keras.packed_dataset" } else { "PackedImageFolder" };
-            let size = match (*height, *width) {
-                (0, _) | (_, 0) => "as stored".to_string(),
-                (h, w) if h == w => format!("{h}"),
-                (h, w) => format!("{w}x{h}"),
+            let size = match size {
+                PackSize::Unknown => PackSize::AsStored,
+                s => *s,
             };
-            Some((
-                format!("pipeprof pack (size {size}), read by {reader}"),
-                DataMove::Pack { height: *height, width: *width },
-            ))
+            Some((format!("pipeprof pack {}, read by {reader}", size.flag()), DataMove::Pack { size }))
         }
         _ => None,
     }
@@ -233,14 +229,10 @@ fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Re
             let (copy, _) = check_advice::copy_local(data, tmp)?;
             (copy, RedirectKind::Folder, "the copy")
         }
-        DataMove::Pack { height, width } => {
+        DataMove::Pack { size } => {
             let out = tmp.join("data.ppk");
             let mut c = std::process::Command::new(exe);
-            c.arg("pack").arg(data).arg(&out);
-            match (height, width) {
-                (0, _) | (_, 0) => c.arg("--as-stored"),
-                (h, w) => c.arg("--size").arg(format!("{w}x{h}")),
-            };
+            c.arg("pack").arg(data).arg(&out).args(size.flag().split(' '));
             let o = c
                 .stdin(std::process::Stdio::null())
                 .output()
@@ -404,7 +396,7 @@ mod tests {
     }
 
     fn pack(h: usize, w: usize) -> Change {
-        Change::PackFolder { keras: false, data: "/mnt/d".into(), height: h, width: w }
+        Change::PackFolder { keras: false, data: "/mnt/d".into(), size: PackSize::Exact { height: h, width: w } }
     }
 
     #[test]
@@ -425,18 +417,25 @@ mod tests {
         // Three loader changes at most; the copy and the pack once each, whatever the cap.
         assert_eq!(
             moves,
-            [None, None, Some(DataMove::Copy), None, None, Some(DataMove::Pack { height: 64, width: 64 })]
+            [
+                None,
+                None,
+                Some(DataMove::Copy),
+                None,
+                None,
+                Some(DataMove::Pack { size: PackSize::Exact { height: 64, width: 64 } })
+            ]
         );
         assert_eq!(p[2].row.predicted, Some(8.0));
         assert_eq!(p[2].row.label, "copy the folder to a local temporary folder");
-        assert_eq!(p[5].row.label, "pipeprof pack (size 64), read by PackedImageFolder");
+        assert_eq!(p[5].row.label, "pipeprof pack --size 64, read by PackedImageFolder");
         assert!(p.iter().all(|r| r.moves.is_none() || r.set.is_none()), "a data move sets no loader argument");
         // A program that never named its folder: nothing to redirect.
         assert!(plan(&v, "").iter().all(|r| r.moves.is_none()));
-        let keras = moved(Change::PackFolder { keras: true, data: "d".into(), height: 0, width: 0 }, 3.0);
+        let keras = moved(Change::PackFolder { keras: true, data: "d".into(), size: PackSize::Unknown }, 3.0);
         assert_eq!(
             plan(&verdict(vec![keras]), "d")[1].row.label,
-            "pipeprof pack (size as stored), read by pipeprof.keras.packed_dataset"
+            "pipeprof pack --as-stored, read by pipeprof.keras.packed_dataset"
         );
     }
 

@@ -10,6 +10,7 @@ use std::path::Path;
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
     let checked = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p));
+    let checked = checked.and_then(|()| distinct_files(&outputs(&command), inputs(&command)));
     if let Err(why) = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err)) {
         // A usage error, as clap's are: nothing has started.
         crate::progress::say(&format!("error: {why}"));
@@ -67,6 +68,47 @@ fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
     let stdout = |flag: &str, p: &Path| flag.starts_with("--html") && p == Path::new("-");
     let report = matches!(command, Command::Report(_));
     named.into_iter().filter_map(|(flag, p)| Some((flag, p?))).filter(|(f, p)| !(report && stdout(f, p))).collect()
+}
+
+/// The files a command reads that an output could overwrite: `report`'s saved runs.
+fn inputs(command: &Command) -> &[std::path::PathBuf] {
+    match command {
+        Command::Report(a) => &a.files,
+        _ => &[],
+    }
+}
+
+/// Refuses two outputs that name one file (`--summary s --html s`: the page overwrote the
+/// summary), and an output that names an input (`report s.json --html s.json` replaced the
+/// saved run with its page), before anything starts. Links and `..` are followed.
+fn distinct_files(outputs: &[(&str, &Path)], inputs: &[std::path::PathBuf]) -> Result<(), String> {
+    let files: Vec<_> =
+        outputs.iter().filter(|(_, p)| *p != Path::new("-")).map(|&(f, p)| (f, p, one_name(p))).collect();
+    for (i, (flag, p, name)) in files.iter().enumerate() {
+        if let Some((other, ..)) = files[..i].iter().find(|(_, _, n)| n == name) {
+            return Err(format!("{flag} {}: is also the {other} file; name two different files", p.display()));
+        }
+        if inputs.iter().any(|input| one_name(input) == *name) {
+            return Err(format!(
+                "{flag} {}: is the file being read; writing there would replace it: name another file",
+                p.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One name for the file `path` names, whether it exists or not: resolved whole when it does
+/// (a link to it is it), else its folder resolved and its own name kept.
+fn one_name(path: &Path) -> Option<std::path::PathBuf> {
+    if let Ok(p) = path.canonicalize() {
+        return Some(p);
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Some(dir.canonicalize().ok()?.join(path.file_name()?))
 }
 
 /// `--html -` where stdout is the program's and the report's own (`run`, `profile`, `attach`).
@@ -296,5 +338,34 @@ mod tests {
         assert!(most.is_ok(), "{most:?}");
         let e = Cli::try_parse_from(["pipeprof", "demo-data", "d", "--per-class", "1000001"]).unwrap_err();
         assert!(e.to_string().contains("--per-class"), "{e}");
+    }
+
+    #[test]
+    fn outputs_that_name_one_file_or_an_input_are_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let saved = dir.path().join("keep.json");
+        std::fs::write(&saved, "{}").expect("saved run");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&saved, &link).expect("link");
+        let new = dir.path().join("new.html");
+        let also_new = dir.path().join("sub/../new.html");
+        std::fs::create_dir(dir.path().join("sub")).expect("sub");
+        let inputs = [saved.clone()];
+        // (outputs, inputs, the refusal's start)
+        let table: [(&[(&str, &Path)], &[std::path::PathBuf], Option<&str>); 6] = [
+            (&[("--html", &saved)], &inputs, Some("--html")),
+            (&[("--html", &link)], &inputs, Some("--html")),
+            (&[("--summary", &new), ("--html", &also_new)], &[], Some("--html")),
+            (&[("--summary", &new), ("--html", Path::new("-"))], &[], None),
+            (&[("--summary", &new), ("--trace", &saved)], &[], None),
+            (&[("--html", Path::new("-")), ("--html-fragment", Path::new("-"))], &[], None),
+        ];
+        for (outs, ins, refused) in table {
+            let got = distinct_files(outs, ins);
+            match refused {
+                Some(flag) => assert!(got.as_ref().is_err_and(|e| e.starts_with(flag)), "{outs:?}: {got:?}"),
+                None => assert_eq!(got, Ok(()), "{outs:?}"),
+            }
+        }
     }
 }

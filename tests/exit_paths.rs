@@ -139,7 +139,8 @@ fn two_interrupts_1ms_apart_are_one_and_leave_a_strictly_loadable_trace() {
 fn a_second_interrupt_after_the_grace_period_exits_at_once_with_trace_and_summary_closed() {
     let r = setup();
     // A step that takes 20 s: the first interrupt cannot finish the run before the second.
-    let child = start(&r, &["--steps", "100000000", "--slow", "compute=+20s"]);
+    let page = r.summary.with_file_name("report.html");
+    let child = start(&r, &["--steps", "100000000", "--slow", "compute=+20s", "--html", page.to_str().unwrap()]);
     // Loader spans on disk: the loader runs, and the loop's first step (20 s) is under way
     // (the loop's own spans are sent in batches, later).
     wait_for_span(&r.trace, "read");
@@ -156,6 +157,10 @@ fn a_second_interrupt_after_the_grace_period_exits_at_once_with_trace_and_summar
     assert!(evs.iter().any(|e| e["name"] == "settings"));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&r.summary).unwrap()).unwrap();
     assert!(s["failed"].as_str().unwrap().contains("interrupted twice"), "{s}");
+    // The page too, from the same snapshot and saying so (an earlier run's page would have
+    // stayed, looking current).
+    let html = std::fs::read_to_string(&page).expect("the HTML page is written on the way out");
+    assert!(html.contains("interrupted twice"), "{}", &html[..html.len().min(2000)]);
 }
 
 #[test]

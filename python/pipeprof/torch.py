@@ -127,7 +127,65 @@ def loader_settings(loader, device=None):
     classes = _texts(_read(ds, "classes"), 10000)
     if classes is not None:
         settings["classes"] = classes
+    if _is_folder_reader(ds):
+        settings["folder_dataset"] = True
+        resize = _leading_resize(_read(ds, "transform"))
+        if resize is not None:
+            settings["leading_resize"] = resize
     return settings
+
+
+def _is_folder_reader(ds):
+    """Whether ``ds`` is torchvision's ``ImageFolder``/``DatasetFolder`` as
+    ``PackedImageFolder`` replaces it: the default loader (PIL, RGB), the image extensions,
+    the class listing and file walk of the library's own (a subclass that overrides them, a
+    custom ``loader`` or ``is_valid_file``, is the program's own reader). torchvision is only
+    looked at when the program imported it."""
+    import sys
+
+    folder = sys.modules.get("torchvision.datasets.folder")
+    if folder is None:
+        return False
+    try:
+        base = folder.DatasetFolder
+        return (
+            isinstance(ds, base)
+            and _read(ds, "loader") is folder.default_loader
+            and tuple(_read(ds, "extensions") or ()) == tuple(folder.IMG_EXTENSIONS)
+            and type(ds).find_classes is base.find_classes
+            and type(ds).make_dataset is base.make_dataset
+        )
+    except Exception:
+        return False
+
+
+def _leading_resize(transform):
+    """The bilinear ``Resize`` a torchvision transform (or its ``Compose``) begins with, as the
+    run's ``leading_resize`` setting: ``{"shorter": S}`` for ``Resize(S)``, ``{"exact":
+    {"height": H, "width": W}}`` for ``Resize((H, W))``; None for anything else (a crop first,
+    another interpolation, a ``max_size``)."""
+    first = transform
+    if type(first).__name__ == "Compose":
+        steps = _read(first, "transforms")
+        if not isinstance(steps, (list, tuple)) or not steps:
+            return None
+        first = steps[0]
+    if type(first).__name__ != "Resize" or not type(first).__module__.startswith("torchvision.transforms"):
+        return None
+    interpolation = _read(first, "interpolation")
+    mode = getattr(interpolation, "value", interpolation)
+    if mode not in ("bilinear", 2) or _read(first, "max_size") is not None or _read(first, "antialias") is False:
+        return None
+    size = _read(first, "size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = [size]
+    if not isinstance(size, (list, tuple)) or not all(isinstance(v, int) and v > 0 for v in size):
+        return None
+    if len(size) == 1:
+        return {"shorter": size[0]}
+    if len(size) == 2:
+        return {"exact": {"height": size[0], "width": size[1]}}
+    return None
 
 
 class ProfiledLoader:

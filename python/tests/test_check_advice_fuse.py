@@ -19,7 +19,7 @@ from test_keras_tf import tf_python
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_torchvision.py"
 COPY_ROW = "copy the folder to a local temporary folder"
-PACK_ROW = "pipeprof pack (size 64), read by PackedImageFolder"
+PACK_ROW = "pipeprof pack --size 64, read by PackedImageFolder"
 
 
 def fingerprint(root):

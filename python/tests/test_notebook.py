@@ -211,6 +211,8 @@ def assert_profiled_cell(cell, summary, *, error=None):
     assert len(reports) == 1, cell.outputs
     page = html.unescape(html.unescape(reports[0].data["text/html"]))
     assert summary["verdict"]["headline"] in page, page[:2000]
+    # The HTML report's own fragment, its charts drawn as SVG: not the <pre> fallback.
+    assert 'class="pipeprof"' in page and "<svg" in page, page[:2000]
     assert "── pipeprof report" in reports[0].data["text/plain"][:200], reports[0].data["text/plain"][:200]
     lines = live_lines(cell)
     assert len(lines) == 1, cell.outputs

@@ -467,10 +467,16 @@ impl MachineAgg {
                 continue;
             }
             let acc = self.threads.entry(t.tid).or_default();
-            if acc.name != t.name {
+            let renamed = acc.name != t.name;
+            if renamed {
                 acc.name.clone_from(&t.name);
             }
-            acc.role = t.role;
+            // A sample that could not read the role (its table was busy) says Other: it never
+            // takes back the role an earlier sample read. A reused thread id (a new name) is a
+            // new thread and takes its own.
+            if renamed || t.role != ThreadRole::Other {
+                acc.role = t.role;
+            }
             acc.cpu.push(t.cpu_pct as f64);
             acc.cpu_ns = t.cpu_ns;
             if t.sched_ns.is_some() {
@@ -992,5 +998,26 @@ mod tests {
             });
         }
         assert_eq!(a.summary().threads.len(), MAX_THREADS);
+    }
+
+    #[test]
+    fn a_sample_without_the_role_keeps_the_role_read_before_and_a_reused_id_takes_its_own() {
+        let sample = |name: &str, role| HostSample {
+            threads: vec![ThreadCpu { tid: 9, name: name.into(), cpu_pct: 1.0, cpu_ns: 1, role, ..Default::default() }],
+            ..HostSample::default()
+        };
+        let role_now = |a: &MachineAgg| a.summary().threads[0].role;
+        let mut a = MachineAgg::default();
+        // (thread name, the sample's role, the summary's role after it)
+        let table = [
+            ("loader-2", ThreadRole::loader(2), ThreadRole::loader(2)),
+            ("loader-2", ThreadRole::Other, ThreadRole::loader(2)),
+            ("pt_main_thread", ThreadRole::Other, ThreadRole::Other),
+            ("pt_main_thread", ThreadRole::Train, ThreadRole::Train),
+        ];
+        for (name, role, want) in table {
+            a.push_host(&sample(name, role));
+            assert_eq!(role_now(&a), want, "{name} {role:?}");
+        }
     }
 }

@@ -93,6 +93,15 @@ pub struct RunSettings {
     /// (`num_parallel_calls`), not loader workers.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tf_data: bool,
+    /// The program's dataset is torchvision's `ImageFolder`/`DatasetFolder` with its default
+    /// loader and class listing: what `pipeprof.data.PackedImageFolder` replaces as it is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub folder_dataset: bool,
+    /// The resize the program's transforms begin with (a bilinear `Resize`), when they do: the
+    /// size `pipeprof pack` stores, so that the program's own resize becomes a no-op and its
+    /// later transforms (a crop) see the pixels they saw before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leading_resize: Option<LeadingResize>,
     /// Class names of the loader's transforms pipeprof does not classify, timed as the
     /// `transform` stage (the program's own code).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -101,6 +110,25 @@ pub struct RunSettings {
     /// are kept.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
+}
+
+/// A leading resize of the program's transforms: torchvision's `Resize(S)` (the shorter side
+/// to S, aspect kept) or `Resize((H, W))`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LeadingResize {
+    Shorter(usize),
+    Exact { height: usize, width: usize },
+}
+
+impl LeadingResize {
+    /// Its smallest and largest side, for the range check.
+    fn sides(self) -> (usize, usize) {
+        match self {
+            LeadingResize::Shorter(s) => (s, s),
+            LeadingResize::Exact { height, width } => (height.min(width), height.max(width)),
+        }
+    }
 }
 
 /// What TensorFlow's sampled host trace covered.
@@ -160,6 +188,8 @@ impl RunSettings {
             in_range("settings.params", self.params, 0, MAX_PARAMS),
             in_range("settings.input", self.input.iter().copied().max().unwrap_or(0), 0, MAX_INPUT_SIDE),
             in_range("settings.classes", self.classes.len(), 0, MAX_CLASSES),
+            in_range("settings.leading_resize", self.leading_resize.map_or(1, |r| r.sides().0), 1, MAX_INPUT_SIDE),
+            in_range("settings.leading_resize", self.leading_resize.map_or(1, |r| r.sides().1), 1, MAX_INPUT_SIDE),
         ];
         checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
     }

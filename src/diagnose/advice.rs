@@ -5,7 +5,7 @@
 use super::classify::{Facts, OverheadWhy};
 use super::model::{per_s, Pipeline, LOCAL_READ_MS};
 use super::thresholds::*;
-use super::{Advice, Basis, Change, Flag, Limiter};
+use super::{Advice, Basis, Change, Flag, Limiter, PackSize};
 use crate::flags;
 use crate::units::{ms_spaced as ms, pct, rate};
 use probes::stage::Stage;
@@ -60,7 +60,7 @@ impl Change {
                 flags::with_value(flags::OUT, CACHE_FILE)
             )),
             Change::UseDevice(d) => Some(flags::with_value(flags::DEVICE, d)),
-            Change::PackFolder { keras, data, height, width } => Some(pack_lines(*keras, data, *height, *width)),
+            Change::PackFolder { keras, data, size } => Some(pack_lines(*keras, data, *size)),
             Change::CopyLocal
             | Change::PackOwnLoader
             | Change::FreeCores
@@ -74,20 +74,15 @@ impl Change {
 }
 
 /// `pipeprof pack DIR data.ppk --size S`, then the reader in place of the folder reader, for
-/// a PyTorch (`keras` false) or Keras program; `DIR` and `S` where the run did not say.
-fn pack_lines(keras: bool, data: &str, height: usize, width: usize) -> String {
-    let size = match (height, width) {
-        (0, _) | (_, 0) => "S".to_string(),
-        (h, w) if h == w => h.to_string(),
-        (h, w) => format!("{w}x{h}"),
-    };
+/// a PyTorch (`keras` false) or Keras program; `DIR` where the run did not say.
+fn pack_lines(keras: bool, data: &str, size: PackSize) -> String {
     let (dir, py) = if data.is_empty() {
         ("DIR".to_string(), "DIR".to_string())
     } else {
         let clean = crate::aggregate::settings::clean_name(data, crate::aggregate::settings::MAX_PATH_SHOWN);
-        (shell_word(&clean), format!("{clean:?}"))
+        (shell_word(&clean), python_str(&clean))
     };
-    let pack = format!("pipeprof pack {dir} {CACHE_FILE} --size {size}");
+    let pack = format!("pipeprof pack {dir} {CACHE_FILE} {}", size.flag());
     if keras {
         format!("{pack}, then pipeprof.keras.packed_dataset(\"{CACHE_FILE}\", ...) in place of image_dataset_from_directory({py}, ...)")
     } else {
@@ -95,6 +90,40 @@ fn pack_lines(keras: bool, data: &str, height: usize, width: usize) -> String {
             "{pack}, then pipeprof.data.PackedImageFolder(\"{CACHE_FILE}\", transform=...) in place of ImageFolder({py}, ...)"
         )
     }
+}
+
+/// What a pack stores for this program: Keras's `image_size` is the model's input (what
+/// `image_dataset_from_directory` resizes to); PyTorch's is its transforms' leading resize,
+/// else the images as stored.
+fn pack_size(keras: bool, st: &crate::aggregate::RunSettings) -> PackSize {
+    use crate::aggregate::settings::LeadingResize;
+    let [_, height, width] = st.input;
+    match (keras, st.leading_resize) {
+        (true, _) if height == 0 || width == 0 => PackSize::Unknown,
+        (true, _) => PackSize::Exact { height, width },
+        (false, Some(LeadingResize::Shorter(s))) => PackSize::Shorter(s),
+        (false, Some(LeadingResize::Exact { height, width })) => PackSize::Exact { height, width },
+        (false, None) => PackSize::AsStored,
+    }
+}
+
+/// `text` as a Python string literal: `"…"` with `\\` and `"` escaped, letters of any script
+/// kept, and every other character that is not printable ASCII (a combining accent of a
+/// decomposed name, a no-break or zero-width space) escaped as Python reads it (`\uXXXX`,
+/// `\UXXXXXXXX`): Rust's `{:?}` writes `\u{301}`, which Python refuses.
+fn python_str(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (' '..='~').contains(&c) || c.is_alphanumeric() => out.push(c),
+            c if (c as u32) <= 0xFFFF => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// `text` as one shell word: as it is when it is plain, else in single quotes.
@@ -360,48 +389,51 @@ impl Facts<'_> {
         if !self.samples_from_files() {
             return None;
         }
-        let after = self.p.cached();
-        let (gain, basis) = self.gain(&after)?;
-        let cold = self.reads_cold();
-        let gone: f64 = self
-            .p
-            .loader
-            .iter()
-            .filter(|x| matches!(x.stage, Stage::Read | Stage::Decode | Stage::Resize))
-            .map(|x| x.wall_ms)
-            .sum();
         let st = &self.s.settings;
         // `pipeprof cache` packs for a cnn.toml run; a PyTorch or Keras program gets `pipeprof
-        // pack` and the reader to use in place of its own; another attached program (a Rust or
-        // Python loop of its own) the same idea for its own loader, with no command to copy.
+        // pack` and the reader to use in place of its own (a PyTorch one only when its dataset
+        // is torchvision's folder reader: PackedImageFolder replaces nothing else); another
+        // program (its own Dataset, a Rust or Python loop of its own) the same idea for its own
+        // loader, with no command to copy.
         let framework = super::frameworks::Framework::of(&st.framework);
         let (action, change) = match (st.model.cnn_toml(), framework) {
             (Some(model), _) => (
                 "pack the decoded, resized images into one local memory-mapped cache",
                 Change::Cache { model: model.display().to_string(), data: st.data.clone() },
             ),
-            (None, Some(fw)) => {
+            (None, Some(fw)) if fw == super::frameworks::Framework::Keras || st.folder_dataset => {
                 let keras = fw == super::frameworks::Framework::Keras;
-                let [_, height, width] = st.input;
                 (
                     if keras {
                         "pack the image folder once into one memory-mapped file and read it with pipeprof.keras.packed_dataset (the same batches, labels and class_names)"
                     } else {
                         "pack the image folder once into one memory-mapped file and read it with PackedImageFolder (ImageFolder's classes and order; your transforms still apply)"
                     },
-                    Change::PackFolder { keras, data: st.data.clone(), height, width },
+                    Change::PackFolder { keras, data: st.data.clone(), size: pack_size(keras, st) },
                 )
             }
-            (None, None) => (
+            _ => (
                 "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it",
                 Change::PackOwnLoader,
             ),
         };
+        let keeps_resize = matches!(change, Change::PackFolder { size: PackSize::AsStored, .. });
+        let after = if keeps_resize { self.p.packed_as_stored() } else { self.p.cached() };
+        let (gain, basis) = self.gain(&after)?;
+        let cold = self.reads_cold();
+        let removed: &[Stage] =
+            if keeps_resize { &[Stage::Read, Stage::Decode] } else { &[Stage::Read, Stage::Decode, Stage::Resize] };
+        let gone: f64 = self.p.loader.iter().filter(|x| removed.contains(&x.stage)).map(|x| x.wall_ms).sum();
+        let (what, still) = if keeps_resize {
+            ("removes read and decode", "; your transforms still resize the images, stored as they are")
+        } else {
+            ("removes read, decode and resize", "")
+        };
         let reason = if cold {
-            format!("removes read, decode and resize ({} per image) for a memory copy; {COLD_NO_NUMBER}", ms(gone))
+            format!("{what} ({} per image) for a memory copy{still}; {COLD_NO_NUMBER}", ms(gone))
         } else {
             format!(
-                "removes read, decode and resize ({} per image) for a memory copy: the loader could supply {}, training takes {}",
+                "{what} ({} per image) for a memory copy{still}: the loader could supply {}, training takes {}",
                 ms(gone),
                 rate(after.capacity().loader()),
                 rate(self.cap.compute)

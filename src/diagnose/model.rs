@@ -788,6 +788,13 @@ impl Pipeline {
     /// Decoded, resized images packed in one local memory-mapped file: read is a copy, decode
     /// and resize are gone; augment stays.
     pub fn cached(&self) -> Pipeline {
+        self.packed_as_stored().map_stage(Stage::Resize, StageCost::vanish)
+    }
+
+    /// Images packed as they are stored: read is a copy, decode is gone, the program's own
+    /// resize stays. The copy is priced at the model's input size: a stored image is larger,
+    /// but copying even a 12-megapixel one costs a small fraction of decoding it.
+    pub fn packed_as_stored(&self) -> Pipeline {
         let copy_ms = self.input_bytes / CACHE_BYTES_PER_S * 1000.0;
         self.clone()
             .map_stage(Stage::Read, |x| {
@@ -796,7 +803,6 @@ impl Pipeline {
                 x.core_wait_ms = 0.0;
             })
             .map_stage(Stage::Decode, StageCost::vanish)
-            .map_stage(Stage::Resize, StageCost::vanish)
     }
 
     /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.

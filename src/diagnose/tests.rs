@@ -1018,26 +1018,42 @@ fn an_attached_program_gets_cache_advice_for_its_own_loader_not_a_pipeprof_comma
 
 #[test]
 fn a_pytorch_or_keras_program_is_told_the_pack_command_and_the_reader_line() {
-    // (framework, data folder, input C×H×W, the command shown)
+    use crate::aggregate::settings::LeadingResize;
+    // (framework, data folder, input C×H×W, the PyTorch transforms' leading resize, the
+    // command shown, whether the program's resize stays)
     let table = [
-        ("pytorch", "/mnt/drive/imgs", [3, 224, 224], "pipeprof pack /mnt/drive/imgs data.ppk --size 224, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/mnt/drive/imgs\", ...)"),
-        ("keras", "/content/drive/My Drive/pets", [3, 160, 128], "pipeprof pack '/content/drive/My Drive/pets' data.ppk --size 128x160, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(\"/content/drive/My Drive/pets\", ...)"),
-        ("keras", "", [0, 0, 0], "pipeprof pack DIR data.ppk --size S, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(DIR, ...)"),
+        ("pytorch", "/mnt/drive/imgs", [3, 224, 224], Some(LeadingResize::Exact { height: 224, width: 224 }), "pipeprof pack /mnt/drive/imgs data.ppk --size 224, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/mnt/drive/imgs\", ...)", false),
+        // Resize(256) then CenterCrop(224): the pack keeps the shorter side at 256, the crop
+        // still sees what it saw; the model's 224 would squash and up-scale.
+        ("pytorch", "/data/train", [3, 224, 224], Some(LeadingResize::Shorter(256)), "pipeprof pack /data/train data.ppk --shorter 256, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/data/train\", ...)", false),
+        // RandomResizedCrop first: it must crop from the image as stored.
+        ("pytorch", "/data/train", [3, 224, 224], None, "pipeprof pack /data/train data.ppk --as-stored, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/data/train\", ...)", true),
+        // A decomposed (macOS) name: a literal Python reads.
+        ("pytorch", "/data/Cafe\u{301}", [3, 64, 64], Some(LeadingResize::Shorter(64)), "pipeprof pack '/data/Cafe\u{301}' data.ppk --shorter 64, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/data/Cafe\\u0301\", ...)", false),
+        ("keras", "/content/drive/My Drive/pets", [3, 160, 128], None, "pipeprof pack '/content/drive/My Drive/pets' data.ppk --size 128x160, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(\"/content/drive/My Drive/pets\", ...)", false),
+        ("keras", "", [0, 0, 0], None, "pipeprof pack DIR data.ppk --size S, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(DIR, ...)", false),
     ];
-    for (fw, data, input, want) in table {
+    for (fw, data, input, resize, want, keeps_resize) in table {
         // Reads that do not block most of the loader's time: the gain has its number (see
-        // the next test for reads that do).
+        // a_framework_program_whose_reads_block_gets_copy_and_pack_advice_with_no_number).
         let mut b = preprocess_one_worker();
         b.0.settings.model = "train.py".into();
         b.0.settings.framework = fw.into();
         b.0.settings.data = data.into();
         b.0.settings.input = input;
+        b.0.settings.folder_dataset = fw == "pytorch";
+        b.0.settings.leading_resize = resize;
         let v = b.verdict();
         let pack = v.advice.iter().find(|a| matches!(a.change, Change::PackFolder { .. }));
         let pack = pack.unwrap_or_else(|| panic!("{fw}: {v:#?}"));
         assert_eq!(pack.change.command().as_deref(), Some(want), "{fw}");
-        // The prediction is the one the cache advice has for pipeprof's own loop.
         assert!(pack.predicted_speedup.is_some_and(|g| g > 1.0), "{pack:#?}");
+        assert_eq!(
+            pack.reason.contains("your transforms still resize the images, stored as they are"),
+            keeps_resize,
+            "{}",
+            pack.reason
+        );
         assert!(!v.advice.iter().any(|a| matches!(a.change, Change::Cache { .. } | Change::PackOwnLoader)), "{fw}");
     }
 }
@@ -1056,6 +1072,7 @@ fn a_framework_program_whose_reads_block_gets_copy_and_pack_advice_with_no_numbe
     for (fw, b, numbers) in table {
         let mut b = b.fs(FsKind::Fuse, "fuse");
         b.0.settings.framework = fw.into();
+        b.0.settings.folder_dataset = fw == "pytorch";
         let v = b.verdict();
         let moves: Vec<&Advice> = v
             .advice
@@ -1073,6 +1090,37 @@ fn a_framework_program_whose_reads_block_gets_copy_and_pack_advice_with_no_numbe
             }
         }
     }
+}
+
+#[test]
+fn a_pytorch_dataset_that_is_not_torchvisions_folder_reader_gets_no_pack_command() {
+    // A CSV dataset, Food101(root=…), an ImageFolder with its own loader: the folder the run
+    // names is not what PackedImageFolder reads.
+    let mut b = io_bound();
+    b.0.settings.model = "train.py".into();
+    b.0.settings.framework = "pytorch".into();
+    b.0.settings.data = "data".into();
+    let v = b.verdict();
+    assert!(!v.advice.iter().any(|a| matches!(a.change, Change::PackFolder { .. })), "{v:#?}");
+    assert!(v.advice.iter().any(|a| a.change == Change::PackOwnLoader), "{v:#?}");
+}
+
+#[test]
+fn packing_as_stored_predicts_less_than_packing_at_the_resize_it_replaces() {
+    use crate::aggregate::settings::LeadingResize;
+    let gain = |resize| {
+        // Reads that do not block most of the loader's time: the gain has its number.
+        let mut b = preprocess_one_worker();
+        b.0.settings.model = "train.py".into();
+        b.0.settings.framework = "pytorch".into();
+        b.0.settings.folder_dataset = true;
+        b.0.settings.leading_resize = resize;
+        let v = b.verdict();
+        let pack = v.advice.iter().find(|a| matches!(a.change, Change::PackFolder { .. }));
+        pack.and_then(|a| a.predicted_speedup).unwrap_or_else(|| panic!("{v:#?}"))
+    };
+    let (exact, stored) = (gain(Some(LeadingResize::Shorter(224))), gain(None));
+    assert!(stored <= exact, "as stored ×{stored} against at the resize ×{exact}");
 }
 
 // ---- how a run ended ----
@@ -1516,8 +1564,13 @@ fn mnist_in_memory() -> B {
 }
 
 /// An ImageFolder of photos on the training thread: read, decode, resize, augment.
+/// torchvision's ImageFolder whose transforms begin with `Resize(32)`.
 fn folder_on_training_thread() -> B {
-    torch_cpu(&[("read", 0.2, 0.5), ("decode", 3.0, 1.0), ("resize", 1.0, 1.0), ("augment", 0.8, 1.0)], 40.0, 30.0)
+    let mut b =
+        torch_cpu(&[("read", 0.2, 0.5), ("decode", 3.0, 1.0), ("resize", 1.0, 1.0), ("augment", 0.8, 1.0)], 40.0, 30.0);
+    b.0.settings.folder_dataset = true;
+    b.0.settings.leading_resize = Some(crate::aggregate::settings::LeadingResize::Shorter(32));
+    b
 }
 
 #[test]

@@ -88,8 +88,8 @@ pub enum Change {
     /// A PyTorch or Keras program's image folder packed with `pipeprof pack` and read by
     /// `pipeprof.data.PackedImageFolder` / `pipeprof.keras.packed_dataset` in place of
     /// `ImageFolder` / `image_dataset_from_directory`. From the run's settings: `data` the folder
-    /// (empty when unknown), `height` × `width` the model's input (0 when unknown).
-    PackFolder { keras: bool, data: String, height: usize, width: usize },
+    /// (empty when unknown), `size` what the pixels are stored at.
+    PackFolder { keras: bool, data: String, size: PackSize },
     /// Copy the data set off a network/FUSE mount to a local disk.
     CopyLocal,
     /// Stop, or lower the priority of, the programs that hold the cores.
@@ -109,6 +109,40 @@ pub enum Change {
     /// A change to the program's loader arguments (PyTorch `DataLoader`, Keras `PyDataset`),
     /// shown as `code`; `pipeprof run --check-advice` applies `set` through the start-up hook.
     Loader { code: String, set: LoaderKnobs },
+}
+
+/// The size `pipeprof pack` stores the pixels at, as the program would see them before its
+/// own transforms go on: a Keras program's `image_size` (what `image_dataset_from_directory`
+/// resizes to), a PyTorch program's leading `Resize`, else the images as stored (a program
+/// that crops first, `RandomResizedCrop`, must crop from the full image).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PackSize {
+    /// `--size W×H` (`--size S` when square).
+    Exact { height: usize, width: usize },
+    /// `--shorter S`: torchvision's `Resize(S)`.
+    Shorter(usize),
+    /// `--as-stored`: the program's own resize stays.
+    AsStored,
+    /// The run did not say: `--size S` for the user to fill in.
+    Unknown,
+}
+
+impl PackSize {
+    /// The `pipeprof pack` flag that stores this size.
+    pub fn flag(self) -> String {
+        match self {
+            PackSize::Exact { height, width } if height == width => format!("--size {height}"),
+            PackSize::Exact { height, width } => format!("--size {width}x{height}"),
+            PackSize::Shorter(s) => format!("--shorter {s}"),
+            PackSize::AsStored => "--as-stored".into(),
+            PackSize::Unknown => "--size S".into(),
+        }
+    }
+
+    /// Whether the program's own resize is left with nothing to do on the stored pixels.
+    pub fn replaces_resize(self) -> bool {
+        !matches!(self, PackSize::AsStored)
+    }
 }
 
 /// Loader arguments a `pipeprof run` program's start-up hook can set without an edit to it

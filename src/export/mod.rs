@@ -19,14 +19,21 @@ pub fn create_beside(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// Replaces `path` with `text` through a temporary file of an unpredictable name in the same
-/// folder, created exclusive and private, then renamed over it (never a fixed `X.tmp` that a
-/// planted link could redirect).
+/// folder, created exclusive, then renamed over it (never a fixed `X.tmp` that a planted link
+/// could redirect). A replaced file keeps its permissions; a new one gets what `fs::write`
+/// would give it (0666 less the umask), not the temporary's private 0600: a report is made to
+/// be shared.
 pub fn replace_file(path: &Path, text: &[u8]) -> std::io::Result<PathBuf> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::Builder::new().prefix(".pipeprof-").suffix(".tmp").tempfile_in(dir)?;
+    use std::os::unix::fs::PermissionsExt;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pipeprof-")
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
     std::io::Write::write_all(&mut tmp, text)?;
     // Keep the replaced file's permissions (the temporary one is 0600).
     if let Ok(m) = std::fs::metadata(path) {
@@ -81,5 +88,20 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp") && e.file_name() != "t.repair.tmp")
             .collect();
         assert!(left.is_empty(), "no temporary file is left");
+    }
+
+    #[test]
+    fn a_new_file_gets_the_mode_fs_write_gives_and_a_replaced_one_keeps_its_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        let plain = dir.path().join("plain.html");
+        std::fs::write(&plain, "x").expect("plain");
+        let new = dir.path().join("report.html");
+        replace_file(&new, b"page").expect("new");
+        assert_eq!(mode(&new), mode(&plain), "as fs::write under the same umask");
+        std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        replace_file(&new, b"page 2").expect("replace");
+        assert_eq!(mode(&new), 0o640);
     }
 }

@@ -162,7 +162,7 @@ impl Session {
         let collector = spawn_collector(rx, self.agg, self.exporters, &latest, &probe, self.detect_fs)?;
         let (guard, failure) = self.trace.unzip();
         if self.second == SecondInterrupt::ExitsAtOnce {
-            on_abort(guard, self.summary.clone(), latest.clone());
+            on_abort(guard, self.summary.clone(), self.html.clone(), latest.clone());
         }
         let metrics = serve_metrics(self.metrics, &latest);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
@@ -201,8 +201,8 @@ fn spawn_collector(
 }
 
 /// What an immediate exit writes first: the trace's closing bytes (through the guard, whatever
-/// the collector is doing) and the summary of the last published snapshot.
-fn on_abort(trace: Option<TraceGuard>, summary: Option<SummaryFile>, latest: Latest) {
+/// the collector is doing), then the summary and the HTML page of the last published snapshot.
+fn on_abort(trace: Option<TraceGuard>, summary: Option<SummaryFile>, page: Option<PathBuf>, latest: Latest) {
     signal::on_abort(Box::new(move || {
         if let Some(g) = &trace {
             if let Err(e) = g.close_now() {
@@ -211,9 +211,7 @@ fn on_abort(trace: Option<TraceGuard>, summary: Option<SummaryFile>, latest: Lat
                 ));
             }
         }
-        if let Some(file) = &summary {
-            summary::write_on_abort(file, &latest);
-        }
+        summary::write_on_abort(summary.as_ref(), page.as_deref(), &latest);
     }));
 }
 

@@ -53,19 +53,29 @@ pub fn failed_field(said: Option<&str>, why: Option<&str>) -> Option<String> {
     }
 }
 
-/// The summary an immediate exit (a second interrupt, after the grace period) writes: the last
-/// published snapshot's, marked. Never waits on the lock: a busy slot means no summary file,
-/// and says so.
-pub fn write_on_abort(file: &SummaryFile, latest: &super::Latest) {
+/// The summary and the HTML page an immediate exit (a second interrupt, after the grace period)
+/// writes: the last published snapshot's, marked. Never waits on the lock: a busy slot means
+/// neither is written, and says so.
+pub fn write_on_abort(file: Option<&SummaryFile>, page: Option<&Path>, latest: &super::Latest) {
+    if file.is_none() && page.is_none() {
+        return;
+    }
     let Ok(live) = latest.try_lock() else {
-        progress::warn("exiting at once: the summary was being updated, so no summary file was written");
+        progress::warn("exiting at once: the summary was being updated, so no summary file or page was written");
         return;
     };
     let done = Diagnosed::new(live.snap.summary.clone());
     drop(live);
     let why = "interrupted twice: exited at once, the summary covers the last snapshot";
-    if let Err(e) = file.write(&done, Some(why)) {
-        progress::warn(&format!("exiting at once: {e:#}"));
+    if let Some(file) = file {
+        if let Err(e) = file.write(&done, Some(why)) {
+            progress::warn(&format!("exiting at once: {e:#}"));
+        }
+    }
+    if let Some(page) = page {
+        if let Err(e) = super::write_page(page, &done, Some(why)) {
+            progress::warn(&format!("exiting at once: {e:#}"));
+        }
     }
 }
 

@@ -264,6 +264,8 @@ fn scenarios() -> Vec<(&'static str, B)> {
             b.0.settings.model = "train.py".into();
             b.0.settings.persistent_workers = Some(false);
             b.0.settings.prefetch_factor = Some(2);
+            // An ImageFolder whose transforms crop first: packed as stored.
+            b.0.settings.folder_dataset = true;
             b.0.epochs = vec![crate::aggregate::EpochSummary::default(); 3];
             b.0.split.startup_wait_ms = 1500.0;
             b.0.images = 50 * 32;
