@@ -72,9 +72,33 @@ pub struct PackArgs {
     /// Store every image at the size it has.
     #[arg(long, group = "stored_size")]
     pub as_stored: bool,
+    /// Whose files, classes and order to pack: torchvision's ImageFolder(DIR)'s (hidden class
+    /// folders kept, .tif/.webp/.ppm/.pgm read, GIF not) or Keras's
+    /// image_dataset_from_directory(DIR)'s (hidden class folders skipped, only .bmp .gif .jpeg
+    /// .jpg .png). pipeprof.keras.packed_dataset reads only a keras-layout file.
+    #[arg(long, value_enum, default_value_t = PackLayout::Imagefolder)]
+    pub layout: PackLayout,
     /// Decode threads (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+}
+
+/// `pack --layout`: whose folder rules the packed file follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PackLayout {
+    /// torchvision.datasets.ImageFolder (PyTorch: pipeprof.data.PackedImageFolder).
+    Imagefolder,
+    /// keras.utils.image_dataset_from_directory (pipeprof.keras.packed_dataset).
+    Keras,
+}
+
+impl From<PackLayout> for crate::data::scan::Rules {
+    fn from(l: PackLayout) -> Self {
+        match l {
+            PackLayout::Imagefolder => crate::data::scan::Rules::ImageFolder,
+            PackLayout::Keras => crate::data::scan::Rules::Keras,
+        }
+    }
 }
 
 /// The largest side `pack` stores an image at.

@@ -245,14 +245,16 @@ fn cache_options(a: CacheArgs) -> cache::CacheOptions {
     cache::CacheOptions { model: a.model, data: a.data, out: a.out, workers: a.workers, abort_after: a.abort_after }
 }
 
-fn pack_options(a: PackArgs) -> cache::PackOptions {
+/// `pipeprof pack`'s flags as the command's options (public for the tests that round-trip a
+/// rebuild command through the parser).
+pub fn pack_options(a: PackArgs) -> cache::PackOptions {
     let size = match (a.size, a.shorter, a.as_stored) {
         (Some((height, width)), _, _) => cache::Size::Fixed { height, width },
         (_, Some(shorter), _) => cache::Size::Shorter { shorter },
         (_, _, true) => cache::Size::AsStored,
         _ => cache::Size::Common,
     };
-    cache::PackOptions { data: a.data, out: a.out, size, workers: a.workers }
+    cache::PackOptions { data: a.data, out: a.out, size, layout: a.layout.into(), workers: a.workers }
 }
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
@@ -352,7 +354,8 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).expect("sub");
         let inputs = [saved.clone()];
         // (outputs, inputs, the refusal's start)
-        let table: [(&[(&str, &Path)], &[std::path::PathBuf], Option<&str>); 6] = [
+        type Case<'a> = (&'a [(&'a str, &'a Path)], &'a [std::path::PathBuf], Option<&'a str>);
+        let table: [Case; 6] = [
             (&[("--html", &saved)], &inputs, Some("--html")),
             (&[("--html", &link)], &inputs, Some("--html")),
             (&[("--summary", &new), ("--html", &also_new)], &[], Some("--html")),

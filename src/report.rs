@@ -1,6 +1,9 @@
 //! The plain end-of-run report (for terminals, pipes and CI logs).
 
+use crate::aggregate::machine::MachineSummary;
+use crate::aggregate::ranks::RankLine;
 use crate::aggregate::Summary;
+use crate::diagnose::ranks::RanksVerdict;
 use crate::diagnose::{Limiter, Verdict};
 use crate::units::{ms, pct};
 use probes::Stage;
@@ -495,33 +498,7 @@ fn render_machine(o: &mut String, s: &Summary) {
     if m.host_samples == 0 {
         let _ = writeln!(o, "  host     not sampled (run too short or sampling off)");
     } else {
-        let _ = writeln!(
-            o,
-            "  CPU      this process {} (peak {}; 100% = one core) · machine {} of {} cores · busiest core {}, idlest {}",
-            opt_pct(m.process_cpu_mean_pct),
-            opt_pct(m.process_cpu_peak_pct),
-            opt_pct(m.global_cpu_mean_pct),
-            m.cores,
-            opt_pct(m.busiest_core_mean_pct),
-            opt_pct(m.idlest_core_mean_pct)
-        );
-        let _ =
-            writeln!(o, "  memory   RSS peak {}", m.rss_peak_bytes.map(|b| mb(b as f64)).unwrap_or_else(|| "-".into()));
-        let reads = match m.read_bytes_per_s_mean {
-            Some(r) => format!("{}/s from storage", mb(r)),
-            None => "storage reads not measurable here".into(),
-        };
-        let calls =
-            m.syscall_read_bytes_per_s_mean.map(|r| format!(" · {}/s through read calls", mb(r))).unwrap_or_default();
-        let iowait = m.iowait_mean_pct.map(|w| format!(" · iowait {w:.1}%")).unwrap_or_default();
-        let _ = writeln!(o, "  storage  {reads}{calls}{iowait}");
-        let threads: Vec<String> = crate::aggregate::machine::threads_by_worker(m)
-            .into_iter()
-            .map(|(name, pct)| format!("{name} {pct:.0}%"))
-            .collect();
-        if !threads.is_empty() {
-            let _ = writeln!(o, "  threads  {}", threads.join(", "));
-        }
+        render_host(o, m);
     }
     if let Some(fs) = &s.data_fs {
         let _ = writeln!(
@@ -533,6 +510,41 @@ fn render_machine(o: &mut String, s: &Summary) {
             if fs.kind.is_remote_or_fuse() { ": every read may be a network round trip" } else { "" }
         );
     }
+    render_gpus(o, m);
+}
+
+/// The host's lines: CPU, memory, storage, and the loader's threads' CPU.
+fn render_host(o: &mut String, m: &MachineSummary) {
+    let _ = writeln!(
+        o,
+        "  CPU      this process {} (peak {}; 100% = one core) · machine {} of {} cores · busiest core {}, idlest {}",
+        opt_pct(m.process_cpu_mean_pct),
+        opt_pct(m.process_cpu_peak_pct),
+        opt_pct(m.global_cpu_mean_pct),
+        m.cores,
+        opt_pct(m.busiest_core_mean_pct),
+        opt_pct(m.idlest_core_mean_pct)
+    );
+    let _ = writeln!(o, "  memory   RSS peak {}", m.rss_peak_bytes.map(|b| mb(b as f64)).unwrap_or_else(|| "-".into()));
+    let reads = match m.read_bytes_per_s_mean {
+        Some(r) => format!("{}/s from storage", mb(r)),
+        None => "storage reads not measurable here".into(),
+    };
+    let calls =
+        m.syscall_read_bytes_per_s_mean.map(|r| format!(" · {}/s through read calls", mb(r))).unwrap_or_default();
+    let iowait = m.iowait_mean_pct.map(|w| format!(" · iowait {w:.1}%")).unwrap_or_default();
+    let _ = writeln!(o, "  storage  {reads}{calls}{iowait}");
+    let threads: Vec<String> = crate::aggregate::machine::threads_by_worker(m)
+        .into_iter()
+        .map(|(name, pct)| format!("{name} {pct:.0}%"))
+        .collect();
+    if !threads.is_empty() {
+        let _ = writeln!(o, "  threads  {}", threads.join(", "));
+    }
+}
+
+/// A line per GPU (utilisation, memory, PCIe, who uses it), or why there is none.
+fn render_gpus(o: &mut String, m: &MachineSummary) {
     match &m.gpu_status {
         None => {
             let _ = writeln!(o, "  GPU      not sampled (--no-gpu)");
@@ -623,27 +635,35 @@ pub fn render_ranks(s: &Summary) -> String {
         );
     }
     if s.ranks.len() <= RANK_COLUMNS {
-        let mut head = format!("  {:<12}", "mean by rank");
-        for l in &s.ranks {
-            let _ = write!(head, " {:>10}", format!("rank {}", l.rank));
-        }
-        let _ = writeln!(o, "{}", head.trim_end());
-        for st in Stage::ALL {
-            let cells: Vec<Option<f64>> = s
-                .ranks
-                .iter()
-                .map(|l| l.stages.iter().find(|x| x.stage == st && x.count > 0).map(|x| x.mean_ms))
-                .collect();
-            if cells.iter().all(Option::is_none) {
-                continue;
-            }
-            let mut row = format!("  {:<12}", st.name());
-            for c in cells {
-                let _ = write!(row, " {:>10}", c.map(ms).unwrap_or_else(|| "-".into()));
-            }
-            let _ = writeln!(o, "{row}");
-        }
+        render_rank_columns(&mut o, &s.ranks);
     }
+    render_straggler(&mut o, verdict);
+    o
+}
+
+/// Each stage's mean by rank, a column per rank; stages no rank ran left out.
+fn render_rank_columns(o: &mut String, ranks: &[RankLine]) {
+    let mut head = format!("  {:<12}", "mean by rank");
+    for l in ranks {
+        let _ = write!(head, " {:>10}", format!("rank {}", l.rank));
+    }
+    let _ = writeln!(o, "{}", head.trim_end());
+    for st in Stage::ALL {
+        let cells: Vec<Option<f64>> =
+            ranks.iter().map(|l| l.stages.iter().find(|x| x.stage == st && x.count > 0).map(|x| x.mean_ms)).collect();
+        if cells.iter().all(Option::is_none) {
+            continue;
+        }
+        let mut row = format!("  {:<12}", st.name());
+        for c in cells {
+            let _ = write!(row, " {:>10}", c.map(ms).unwrap_or_else(|| "-".into()));
+        }
+        let _ = writeln!(o, "{row}");
+    }
+}
+
+/// The straggler verdict: which rank, its headline, evidence and advice; or why none.
+fn render_straggler(o: &mut String, verdict: Option<RanksVerdict>) {
     match verdict {
         None => {
             let _ = writeln!(
@@ -670,7 +690,6 @@ pub fn render_ranks(s: &Summary) -> String {
             }
         }
     }
-    o
 }
 
 #[cfg(test)]

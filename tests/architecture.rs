@@ -105,11 +105,12 @@ fn the_import_reader_sees_groups_and_paths() {
 /// is gone (so the list stays true).
 const ALLOWED_CIRCLES: &[(&[&str], &str)] = &[];
 
-/// Code with comments removed and string and character literals emptied.
+/// Code with comments removed and string and character literals emptied (the lines they
+/// spanned kept).
 fn code_only(text: &str) -> String {
     let c: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
-    let mut i = 0;
+    let (mut i, mut newlines) = (0, 0);
     while i < c.len() {
         match (c[i], c.get(i + 1).copied()) {
             ('/', Some('/')) => {
@@ -130,6 +131,7 @@ fn code_only(text: &str) -> String {
                             break;
                         }
                     } else {
+                        newlines += usize::from(c[i] == '\n');
                         i += 1;
                     }
                 }
@@ -146,6 +148,7 @@ fn code_only(text: &str) -> String {
                 while i < c.len()
                     && !(c[i] == '"' && c[i + 1..].iter().take(hashes).filter(|x| **x == '#').count() == hashes)
                 {
+                    newlines += usize::from(c[i] == '\n');
                     i += 1;
                 }
                 i += 1 + hashes;
@@ -154,6 +157,7 @@ fn code_only(text: &str) -> String {
             ('"', _) => {
                 i += 1;
                 while i < c.len() && c[i] != '"' {
+                    newlines += usize::from(c[i] == '\n');
                     i += if c[i] == '\\' { 2 } else { 1 };
                 }
                 i += 1;
@@ -172,6 +176,8 @@ fn code_only(text: &str) -> String {
                 i += 1;
             }
         }
+        // The lines a removed comment or literal spanned, kept so that line counts stay true.
+        out.extend(std::iter::repeat_n('\n', std::mem::take(&mut newlines)));
     }
     out
 }
@@ -214,31 +220,35 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
     (out, test_mods)
 }
 
-/// One crate's file modules (`aggregate::machine`; the root is ``): their code, test-only
-/// modules left out.
-fn crate_modules(src: &Path) -> BTreeMap<String, String> {
+/// One crate's files, each with its module (`aggregate::machine`; the root and `main.rs` are
+/// ``) and its code, test-only module files and `#[cfg(test)]` items left out.
+fn crate_files(src: &Path) -> Vec<(std::path::PathBuf, String, String)> {
     let mut files = Vec::new();
     sources(src, &mut files);
-    let mut all = BTreeMap::new();
+    let mut all = Vec::new();
     let mut tests = Vec::new();
     for f in files {
         let rel = f.strip_prefix(src).expect("under src");
         let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
         let file = parts.pop().expect("a file");
         let stem = file.trim_end_matches(".rs");
-        if parts.is_empty() && stem == "main" {
-            continue; // The binary: a crate of its own.
-        }
-        if stem != "mod" && stem != "lib" {
+        if stem != "mod" && stem != "lib" && !(parts.is_empty() && stem == "main") {
             parts.push(stem.to_string());
         }
         let module = parts.join("::");
         let (code, test_mods) = without_tests(&code_only(&std::fs::read_to_string(&f).expect("readable")));
         tests.extend(test_mods.into_iter().map(|t| join(&module, &t)));
-        all.insert(module, code);
+        all.push((f, module, code));
     }
-    all.retain(|m, _| !tests.iter().any(|t| m == t || m.starts_with(&format!("{t}::"))));
+    all.retain(|(_, m, _)| !tests.iter().any(|t| m == t || m.starts_with(&format!("{t}::"))));
     all
+}
+
+/// One crate's file modules (`aggregate::machine`; the root is ``): their code, test-only
+/// modules left out.
+fn crate_modules(src: &Path) -> BTreeMap<String, String> {
+    let main = src.join("main.rs");
+    crate_files(src).into_iter().filter(|(f, _, _)| *f != main).map(|(_, m, code)| (m, code)).collect()
 }
 
 fn join(module: &str, child: &str) -> String {
@@ -493,4 +503,94 @@ fn the_circle_reader_follows_uses_groups_and_reexports_and_skips_tests_and_comme
     assert_eq!(circles(&graph), [["a::inner", "b", "c"]]);
     assert_eq!(without_tests("x; #[cfg(test)]\nmod tests;\ny").1, ["tests"]);
     assert_eq!(code_only("let c = '\"'; // crate::x\nlet s = r#\"super::y\"#;"), "let c = ; \nlet s = \"\";");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Function length: no function of a crate's own code (tests left out) is longer than
+// `MAX_FN_LINES` lines, from the line of its `fn` to the line of its closing brace.
+
+/// Every crate's source root. Roots that do not exist (yet) are skipped; `src` must exist.
+const CRATE_SOURCES: &[&str] = &["src", "core/src", "trainer/src", "probes/src", "probes/fake_nvml/src", "python/src"];
+
+const MAX_FN_LINES: usize = 80;
+
+/// The functions of `code` (as `code_only` and `without_tests` left it) longer than `limit`
+/// lines: each name with its length.
+fn long_functions(code: &str, limit: usize) -> Vec<(String, usize)> {
+    let b = code.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("fn ").map(|i| i + from) {
+        from = at + 3;
+        if at > 0 && ident(b[at - 1]) {
+            continue;
+        }
+        let name: String = code[from..].trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            continue; // A function pointer type: `fn(u32) -> u32`.
+        }
+        // The body's `{`, or the `;` of a declaration, outside the signature's brackets.
+        let mut depth = 0i32;
+        let Some(open) = (from..b.len()).find(|&i| {
+            match b[i] {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                _ => {}
+            }
+            depth == 0 && (b[i] == b'{' || b[i] == b';')
+        }) else {
+            break;
+        };
+        if b[open] == b';' {
+            continue;
+        }
+        let lines = code[at..item_end(code, open)].matches('\n').count() + 1;
+        if lines > limit {
+            out.push((name, lines));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_over_80_lines_outside_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(root.join("src").is_dir(), "the main crate's src/ is where CRATE_SOURCES says");
+    let mut long = Vec::new();
+    for src in CRATE_SOURCES.iter().map(|s| root.join(s)).filter(|s| s.is_dir()) {
+        for (file, _, code) in crate_files(&src) {
+            let rel = file.strip_prefix(root).expect("under the repository").display().to_string();
+            long.extend(
+                long_functions(&code, MAX_FN_LINES).into_iter().map(|(f, n)| format!("{rel}: fn {f}: {n} lines")),
+            );
+        }
+    }
+    assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines; split them into named parts:\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_length_reader_counts_lines_of_code_and_skips_tests() {
+    let body = |n: usize| "    step();\n".repeat(n);
+    let source = format!(
+        "fn short() {{\n{}}}\n\
+         /// A doc comment.\npub(crate) fn long<T: Fn(u32) -> u32>(f: T) -> [u8; 4]\nwhere T: Copy\n{{\n{}    let s = \"}}\n\n\";\n    /* }}\n */\n}}\n\
+         type P = fn(u32) -> u32;\nfn declared();\n\
+         #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n\
+         impl X {{\n    fn method(&self) {{\n{}    }}\n}}\n",
+        body(3),
+        body(6),
+        body(20),
+        body(9)
+    );
+    let code = without_tests(&code_only(&source)).0;
+    // `long`: its two signature lines, `{`, six steps, a string of three lines, a comment of
+    // two, `}`; `method`: its line, nine steps, `}`.
+    let want = [("long", 2 + 1 + 6 + 3 + 2 + 1), ("method", 11)];
+    assert_eq!(long_functions(&code, 5), want.map(|(f, n)| (f.to_string(), n)));
+    assert_eq!(long_functions(&code, 11), [("long".to_string(), 15)]);
+    assert!(
+        long_functions(&code_only(&source), 11).iter().any(|(f, _)| f == "long_test"),
+        "test code counts before without_tests"
+    );
 }

@@ -4,7 +4,8 @@
 //! (python/tests/test_packed.py compares with torchvision itself.)
 
 mod common;
-use common::{pipeprof, text};
+use common::{output_within, pipeprof, text};
+use std::io::{BufRead, Read};
 
 use pipeprof::cache::{build, BuildOptions, Header, Meta, Packed, Size, PIXELS_OFF};
 use pipeprof::data::scan::Rules;
@@ -39,7 +40,7 @@ fn pack_opts(data: &Path, out: &Path, size: Size) -> BuildOptions {
 
 /// A folder where ImageFolder's rules and pipeprof's loader's differ: a hidden class, a hidden
 /// file, a GIF, upper-case extensions, nested folders whose path order is not their string
-/// order, a class folder without images, a non-ASCII name.
+/// order, a non-ASCII name.
 fn odd_folder(root: &Path) {
     let c = [9, 99, 199];
     png(&root.join(".hidden_cls/a.png"), 8, 8, c);
@@ -52,8 +53,6 @@ fn odd_folder(root: &Path) {
     std::fs::write(root.join("Bee/notes.txt"), "not an image").unwrap();
     image::RgbaImage::from_pixel(8, 8, image::Rgba([1, 2, 3, 255])).save(root.join("Bee/anim.gif")).unwrap();
     png(&root.join("ant/1.png"), 8, 8, c);
-    std::fs::create_dir_all(root.join("empty")).unwrap();
-    std::fs::write(root.join("empty/readme.txt"), "no images here").unwrap();
     png(&root.join("zebra/é.png"), 8, 8, c);
     png(&root.join("zebra/z.png"), 8, 8, c);
 }
@@ -66,8 +65,8 @@ fn pack_takes_imagefolders_classes_files_and_order() {
     let out = d.path().join("x.ppk");
     build(&pack_opts(&data, &out, Size::Fixed { height: 4, width: 4 })).unwrap();
     let p = Packed::open(&out).unwrap();
-    // find_classes: every folder, hidden and empty ones too, sorted by name.
-    assert_eq!(p.classes(), [".hidden_cls", "Bee", "ant", "empty", "zebra"]);
+    // find_classes: every folder, hidden ones too, sorted by name.
+    assert_eq!(p.classes(), [".hidden_cls", "Bee", "ant", "zebra"]);
     let names: Vec<&str> = (0..p.len()).map(|i| p.name(i)).collect();
     // sorted(os.walk(class)) orders folders by path string ("sub-x" < "sub/c"), files by name
     // within; hidden files count, GIF and .txt do not.
@@ -85,7 +84,7 @@ fn pack_takes_imagefolders_classes_files_and_order() {
         "zebra/é.png",
     ];
     assert_eq!(names, want);
-    assert_eq!(p.labels(), [0, 1, 1, 1, 1, 1, 1, 1, 2, 4, 4]);
+    assert_eq!(p.labels(), [0, 1, 1, 1, 1, 1, 1, 1, 2, 3, 3]);
 
     // pipeprof's own loader's rules (what `cache` packs) differ on each point.
     let own = pipeprof::data::scan(&data).unwrap();
@@ -276,4 +275,160 @@ fn the_pack_command_writes_and_refuses_with_reasons() {
     std::fs::write(&out, &b).unwrap();
     let msg = Packed::open(&out).unwrap_err().to_string();
     assert!(msg.contains("header checksum") && msg.contains("pipeprof pack DIR"), "{msg}");
+}
+
+#[test]
+fn keras_layout_takes_image_dataset_from_directorys_classes_files_and_order() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("imgs");
+    odd_folder(&data);
+    // Jupyter's checkpoints folder, empty: no class to Keras (ImageFolder's rules refuse it:
+    // see the next test).
+    std::fs::create_dir_all(data.join(".ipynb_checkpoints")).unwrap();
+    png(&data.join("zebra/y.tif.png"), 8, 8, [1, 1, 1]);
+    std::fs::write(data.join("zebra/w.webp"), b"RIFF not read by Keras").unwrap();
+    // A link to a folder inside a class: os.walk without followlinks does not enter it.
+    std::os::unix::fs::symlink(data.join("Bee/sub"), data.join("ant/linked")).unwrap();
+    let out = d.path().join("k.ppk");
+    let mut o = pack_opts(&data, &out, Size::Fixed { height: 4, width: 4 });
+    o.rules = Rules::Keras;
+    build(&o).unwrap();
+    let p = Packed::open(&out).unwrap();
+    // sorted(os.listdir(DIR)), folders only, names starting with "." left out.
+    assert_eq!(p.classes(), ["Bee", "ant", "zebra"]);
+    let names: Vec<&str> = (0..p.len()).map(|i| p.name(i)).collect();
+    // sorted(os.walk(class), key=root), then sorted(files); .bmp .gif .jpeg .jpg .png only
+    // (the GIF in, the .webp out); hidden files inside a class kept.
+    let want = [
+        "Bee/.h.jpg",
+        "Bee/a b.JPEG",
+        "Bee/anim.gif",
+        "Bee/x.PNG",
+        "Bee/z.jpg",
+        "Bee/sub/b.png",
+        "Bee/sub-x/a.png",
+        "Bee/sub/c/a.png",
+        "ant/1.png",
+        "zebra/y.tif.png",
+        "zebra/z.png",
+        "zebra/é.png",
+    ];
+    assert_eq!(names, want);
+    assert_eq!(p.labels(), [0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 2, 2]);
+    assert_eq!(p.meta().rules, Rules::Keras);
+    let bytes = std::fs::read(&out).unwrap();
+    let h = p.header();
+    let json = &bytes[h.meta_off as usize..(h.meta_off + h.meta_len) as usize];
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+    assert_eq!(v["layout"], "keras");
+    // A damaged or stale file names the command that re-packs it with the same layout.
+    assert!(pipeprof::cache::rerun_command(Some(p.meta()), &out).ends_with("--size 4 --layout keras"));
+}
+
+#[test]
+fn an_empty_class_folder_is_refused_under_imagefolders_rules_and_kept_under_keras() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("d");
+    png(&data.join("cat/a.png"), 4, 4, [1, 2, 3]);
+    png(&data.join("dog/c.png"), 4, 4, [3, 2, 1]);
+    std::fs::create_dir_all(data.join(".ipynb_checkpoints")).unwrap();
+    std::fs::create_dir_all(data.join("empty")).unwrap();
+    std::fs::write(data.join("empty/notes.txt"), "no images here").unwrap();
+    let out = d.path().join("x.ppk");
+    let (i, o) = (data.to_str().unwrap(), out.to_str().unwrap());
+    let r = pipeprof(&["pack", i, o, "--size", "4"]);
+    let err = text(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    // The first folder named, the other counted, why, and what to do.
+    assert!(err.contains(&format!("{}/.ipynb_checkpoints (and 1 more: empty)", data.display())), "{err}");
+    assert!(err.contains("raises FileNotFoundError") && err.contains("--layout keras"), "{err}");
+    assert!(!err.contains("left out of the classes"), "{err}");
+    assert!(!out.exists());
+    // Keras's rules: the hidden folder is no class, the empty one is (as Keras keeps it).
+    std::fs::remove_dir(data.join(".ipynb_checkpoints")).unwrap();
+    let r = pipeprof(&["pack", i, o, "--size", "4", "--layout", "keras"]);
+    let err = text(&r.stderr);
+    assert!(r.status.success() && err.contains("Keras keeps it as a class too"), "{err}");
+    assert_eq!(Packed::open(&out).unwrap().classes(), ["cat", "dog", "empty"]);
+    assert!(text(&r.stdout).contains("pipeprof.keras.packed_dataset("), "{}", text(&r.stdout));
+}
+
+#[test]
+fn the_rebuild_command_in_messages_parses_back_to_the_same_size_and_layout() {
+    use clap::Parser;
+    let out = Path::new("/tmp/x.ppk");
+    let table = [
+        (Size::Fixed { height: 224, width: 224 }, Rules::ImageFolder, "--size 224"),
+        (Size::Fixed { height: 224, width: 160 }, Rules::ImageFolder, "--size 160x224"),
+        (Size::Fixed { height: 3, width: 600 }, Rules::Keras, "--size 600x3 --layout keras"),
+        (Size::Shorter { shorter: 256 }, Rules::ImageFolder, "--shorter 256"),
+        (Size::AsStored, Rules::Keras, "--as-stored --layout keras"),
+        (Size::Common, Rules::ImageFolder, ""),
+    ];
+    for (size, rules, flags) in table {
+        let meta = Meta { source: "/data/imgs".into(), size, rules, ..Meta::default() };
+        let cmd = pipeprof::cache::rerun_command(Some(&meta), out);
+        assert_eq!(cmd, format!("pipeprof pack /data/imgs /tmp/x.ppk {flags}").trim_end(), "{size:?}");
+        let cli = pipeprof::cli::Cli::try_parse_from(cmd.split_whitespace()).unwrap();
+        let Some(pipeprof::cli::Command::Pack(a)) = cli.command else { panic!("{cmd}: not pack") };
+        let opts = pipeprof::commands::pack_options(a);
+        assert_eq!((opts.size, opts.layout), (size, rules), "{cmd}");
+    }
+}
+
+/// Kills the child on every path out of a test (no process left holding the build lock).
+struct KillOnDrop(libc::pid_t);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the child this test started (already reaped: ESRCH, harmless).
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+#[test]
+fn ctrl_c_during_pack_removes_the_temporary_and_exits_130() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("imgs");
+    // Files that fail to decode, each a warning line: more lines than a pipe holds (64 KiB),
+    // so pack blocks on stderr while the test does not read it, and cannot finish before the
+    // signal comes. The first warning says the temporary file is being written.
+    std::fs::create_dir_all(data.join("c")).unwrap();
+    for k in 0..4000 {
+        std::fs::write(data.join(format!("c/not-really-an-image-{k:05}.png")), b"not a png").unwrap();
+    }
+    let out = d.path().join("big.ppk");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .args(["pack", data.to_str().unwrap(), out.to_str().unwrap(), "--size", "8", "--workers", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(child.id() as libc::pid_t);
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("skipped") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "pack ended before writing: {line}");
+    }
+    let temps = |want: &str| -> Vec<String> {
+        let names =
+            std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned());
+        names.filter(|n| n.starts_with(want)).collect()
+    };
+    assert_eq!(temps(".big.ppk.tmp-").len(), 1, "the temporary is being written");
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(guard.0, libc::SIGINT) };
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let r = output_within(child, std::time::Duration::from_secs(120), "pack after Ctrl-C");
+    let rest = rest.join().unwrap();
+    let last = rest.lines().last().unwrap_or_default().to_string();
+    assert_eq!(r.status.code(), Some(130), "{last}");
+    assert!(last.contains("pipeprof pack: interrupted") && last.contains("was not written"), "{last}");
+    assert_eq!(temps(".big.ppk"), Vec::<String>::new(), "no temporary left");
+    assert!(!out.exists());
 }

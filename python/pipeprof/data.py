@@ -9,8 +9,15 @@
 ``classes``, ``class_to_idx``, ``samples``, ``targets`` and the order are those of
 ``torchvision.datasets.ImageFolder`` on the folder packed; an item is ``(PIL RGB image,
 target)`` (a CHW uint8 tensor with ``as_tensor=True``), so the program's transforms still apply.
-The pixels are mapped (``numpy.memmap``), opened on first use in each process: safe in
-DataLoader workers whether they are forked or spawned (pickling carries the path, not the map).
+The file is opened once and kept open; its pixels are mapped (``numpy.memmap``) from that
+open file on first use in each process: a forked DataLoader worker maps the very file the
+dataset read its index and targets from, even if another file has taken its name since. A
+spawned worker (pickling carries the path and the file's identity, not the map) opens the path
+again and refuses it, with :class:`PackedFileError`, if it is not the same file any more.
+
+The readers do not look at the folder that was packed: a file packed before images were added,
+removed or changed there still reads as it was packed (run ``pipeprof pack`` again after such
+changes; ``pipeprof profile --data FILE`` does check).
 
 The format is documented in docs/packed-format.md; :class:`PackedFile` is the reader.
 """
@@ -21,6 +28,7 @@ import json
 import operator
 import os
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -46,13 +54,31 @@ class PackedFileError(ValueError):
     command that rebuilds it."""
 
 
+#: The layout of a file whose metadata names none (written before layouts were recorded).
+DEFAULT_LAYOUT = "imagefolder"
+
+
 class PackedFile:
     """One packed file: its header, labels, index and metadata read and checked (header CRC)
-    at open, its pixels mapped on the first :meth:`image` in each process."""
+    at open, the file kept open, its pixels mapped from it on the first :meth:`image` in each
+    process.
+
+    ``layout`` says whose folder rules chose the files, classes and order: ``"imagefolder"``
+    (torchvision's, ``pipeprof pack``'s default), ``"keras"`` (``pipeprof pack --layout
+    keras``: ``image_dataset_from_directory``'s) or ``"pipeprof"`` (``pipeprof cache``)."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
         self._load()
+
+    @property
+    def layout(self):
+        return self.meta.get("layout", DEFAULT_LAYOUT)
+
+    def command(self, layout=None):
+        """The ``pipeprof pack`` command that packs this file's folder again, with ``layout``
+        (default: the file's own)."""
+        return self._command(getattr(self, "meta", None) or {}, layout)
 
     def _fail(self, what):
         return PackedFileError(f"{self.path}: {what}: rebuild it with `{self.rebuild}`")
@@ -60,7 +86,10 @@ class PackedFile:
     @property
     def rebuild(self):
         """The command that rebuilds this file (placeholders where the metadata is unknown)."""
-        meta = getattr(self, "meta", None) or {}
+        return self._command(getattr(self, "meta", None) or {}, None)
+
+    def _command(self, meta, layout):
+        layout = layout or meta.get("layout", DEFAULT_LAYOUT)
         size = meta.get("size") or {}
         h, w = size.get("height"), size.get("width")
         flag = {
@@ -68,35 +97,50 @@ class PackedFile:
             "shorter": lambda: f"--shorter {size.get('shorter')}",
             "as-stored": lambda: "--as-stored",
         }.get(size.get("mode"), lambda: "--size S")()
-        return f"pipeprof pack {meta.get('source', 'DIR')} {self.path} {flag}".rstrip()
+        tail = " --layout keras" if layout == "keras" else ""
+        return f"pipeprof pack {meta.get('source', 'DIR')} {self.path} {flag}".rstrip() + tail
 
     def _load(self):
-        with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(HEADER_LEN)
-            if len(head) < 8 or head[:8] != MAGIC:
-                raise PackedFileError(f"{self.path}: not a pipeprof packed file (no PPK magic bytes): make one with `pipeprof pack DIR {self.path} --size S`")
-            if len(head) < HEADER_LEN:
-                raise self._fail(f"damaged (truncated: {size} bytes, shorter than the {HEADER_LEN}-byte header)")
-            (version, h, w, c, n, _fp, pixels_off, labels_off, crcs_off, meta_off, meta_len, file_len, index_off) = _HEADER.unpack_from(head, 8)
-            if version != VERSION:
-                older = "an older pipeprof (`pipeprof cache`)" if version < VERSION else "a newer pipeprof"
-                raise self._fail(f"packed format version {version}, written by {older}; this reader reads version {VERSION}")
-            if file_len != size:
-                how = "truncated" if size < file_len else "longer than written"
-                raise self._fail(f"damaged ({how}: {size} bytes, the header says {file_len})")
-            sections = [("labels", labels_off, 4 * n), ("checksums", crcs_off, 4 * n), ("index", index_off, ENTRY.itemsize * n), ("metadata", meta_off, meta_len)]
-            parts = []
-            for name, off, length in sections:
-                if off < HEADER_LEN or off + length > size:
-                    raise self._fail(f"damaged (the {name} section lies outside the file)")
-                f.seek(off)
-                parts.append(f.read(length))
+        f = open(self.path, "rb")
+        try:
+            self._read(f)
+        except BaseException:
+            f.close()
+            raise
+        # Kept open: every process maps the pixels of this file, whatever the path names later.
+        self._file = f
+        st = os.fstat(f.fileno())
+        self._identity = (st.st_dev, st.st_ino, st.st_size, self._crc)
+        self._map, self._pid = None, os.getpid()
+
+    def _read(self, f):
+        """Reads and checks the header, labels, checksums, index and metadata of open file ``f``."""
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(HEADER_LEN)
+        if len(head) < 8 or head[:8] != MAGIC:
+            raise PackedFileError(f"{self.path}: not a pipeprof packed file (no PPK magic bytes): make one with `pipeprof pack DIR {self.path} --size S`")
+        if len(head) < HEADER_LEN:
+            raise self._fail(f"damaged (truncated: {size} bytes, shorter than the {HEADER_LEN}-byte header)")
+        (version, h, w, c, n, _fp, pixels_off, labels_off, crcs_off, meta_off, meta_len, file_len, index_off) = _HEADER.unpack_from(head, 8)
+        if version != VERSION:
+            older = "an older pipeprof (`pipeprof cache`)" if version < VERSION else "a newer pipeprof"
+            raise self._fail(f"packed format version {version}, written by {older}; this reader reads version {VERSION}")
+        if file_len != size:
+            how = "truncated" if size < file_len else "longer than written"
+            raise self._fail(f"damaged ({how}: {size} bytes, the header says {file_len})")
+        sections = [("labels", labels_off, 4 * n), ("checksums", crcs_off, 4 * n), ("index", index_off, ENTRY.itemsize * n), ("metadata", meta_off, meta_len)]
+        parts = []
+        for name, off, length in sections:
+            if off < HEADER_LEN or off + length > size:
+                raise self._fail(f"damaged (the {name} section lies outside the file)")
+            f.seek(off)
+            parts.append(f.read(length))
         crc = zlib.crc32(head[:_CRC_AT] + b"\0\0\0\0")
         for p in parts:
             crc = zlib.crc32(p, crc)
         if crc != struct.unpack_from("<I", head, _CRC_AT)[0]:
             raise self._fail("damaged (header checksum mismatch)")
+        self._crc, self._head = crc, head
         labels_b, crcs_b, index_b, meta_b = parts
         try:
             self.meta = json.loads(meta_b.decode("utf-8"))
@@ -110,7 +154,6 @@ class PackedFile:
         self.channels, self.height, self.width = c, h, w
         self.pixels_off, self.pixels_end = pixels_off, labels_off
         self._check(n)
-        self._map, self._pid = None, None
 
     def _check(self, n):
         """The index must describe images one after another inside the pixel section."""
@@ -125,13 +168,29 @@ class PackedFile:
     def __len__(self):
         return len(self.labels)
 
+    def _changed(self):
+        return PackedFileError(
+            f"{self.path}: the file changed since it was opened (replaced or rewritten): its index and "
+            "targets no longer describe its pixels; open it again (re-create the dataset and the DataLoader)"
+        )
+
     def _pixels(self):
-        """The pixel section, mapped once per process (a forked worker maps its own)."""
+        """The pixel section, mapped from the file opened at load, once per process: a forked
+        worker maps the same file through the inherited descriptor, after checking that it was
+        not rewritten in place (its length and header as read at open)."""
         if self._map is None or self._pid != os.getpid():
+            fd = self._file.fileno()
+            if self._pid != os.getpid() and (os.fstat(fd).st_size != self._identity[2] or os.pread(fd, HEADER_LEN, 0) != self._head):
+                raise self._changed()
             length = self.pixels_end - self.pixels_off
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.pixels_off, shape=(length,))
+            self._map = np.memmap(self._file, dtype=np.uint8, mode="r", offset=self.pixels_off, shape=(length,))
             self._pid = os.getpid()
         return self._map
+
+    def close(self):
+        """Closes the file (and drops the map): later reads fail."""
+        self._map = None
+        self._file.close()
 
     def image(self, i):
         """Image ``i`` as a read-only (height, width, channels) uint8 array (a view of the map)."""
@@ -156,12 +215,16 @@ class PackedFile:
         return whole.reshape(len(self), self.height, self.width, self.channels)[np.asarray(indices)]
 
     def __getstate__(self):
-        # The map is never pickled: a spawned worker opens its own.
-        return {"path": self.path}
+        # Neither the map nor the open file is pickled: a spawned worker opens the path again,
+        # and the identity tells it whether that is still the file read here.
+        return {"path": self.path, "identity": self._identity}
 
     def __setstate__(self, state):
         self.path = state["path"]
         self._load()
+        if "identity" in state and tuple(state["identity"]) != self._identity:
+            self.close()
+            raise self._changed()
 
 
 class PackedImageFolder:
@@ -175,6 +238,13 @@ class PackedImageFolder:
 
     def __init__(self, path, transform=None, target_transform=None, as_tensor=False):
         self.file = PackedFile(path)
+        if self.file.layout != DEFAULT_LAYOUT:
+            warnings.warn(
+                f"{self.file.path} was packed with --layout {self.file.layout}: its classes, files and order are "
+                f"not torchvision ImageFolder's (Keras's skip hidden class folders and read only .bmp .gif .jpeg "
+                f".jpg .png); for PyTorch, pack it with `{self.file.command('imagefolder')}`",
+                stacklevel=2,
+            )
         self.transform = transform
         self.target_transform = target_transform
         self.as_tensor = as_tensor

@@ -662,7 +662,7 @@ def packed_dataset(
     max_queue_size=10,
 ):
     """What ``keras.utils.image_dataset_from_directory(DIR, ...)`` returns, read from the file
-    ``pipeprof pack DIR OUT`` wrote: batches of float32 images (batch, height, width, 3) in
+    ``pipeprof pack DIR OUT --layout keras`` wrote: batches of float32 images (batch, height, width, 3) in
     0–255 and their labels (``label_mode`` "int": int32, "categorical": one-hot, "binary":
     float32 (batch, 1), None: images only), with ``class_names`` and ``file_paths``.
 
@@ -672,12 +672,23 @@ def packed_dataset(
     (``tf.image.resize`` / ``keras.ops.image.resize`` with ``interpolation``, as Keras does).
     ``validation_split`` and ``subset`` ("training", "validation", "both") split as Keras does:
     the same seed gives the same split of the same files. Shuffling reshuffles every epoch.
+
+    The file must be packed with Keras's folder rules (``pipeprof pack DIR OUT --layout
+    keras``); another layout is refused with :class:`pipeprof.data.PackedFileError`. The
+    source folder is not looked at: re-pack after changing it.
     """
-    from pipeprof.data import PackedFile
+    from pipeprof.data import PackedFile, PackedFileError
 
     if label_mode not in _LABEL_MODES:
         raise ValueError(f"label_mode must be one of {_LABEL_MODES}, got {label_mode!r}")
     f = PackedFile(path)
+    if f.layout != "keras":
+        f.close()
+        raise PackedFileError(
+            f"{f.path} was packed with the {f.layout} layout, not Keras's: image_dataset_from_directory "
+            "skips hidden class folders, reads only .bmp .gif .jpeg .jpg .png and orders them its own way, "
+            f"so the classes, labels and files would differ; re-pack it with `{f.command('keras')}`"
+        )
     if label_mode == "binary" and len(f.classes) != 2:
         raise ValueError(f"label_mode='binary' needs 2 classes; {f.path} has {len(f.classes)}")
     if image_size is None and not f.height:

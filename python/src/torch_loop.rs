@@ -117,6 +117,58 @@ struct Counters {
     dist_countdown: u64,
 }
 
+/// A new step, counted when its batch is taken: its number and epoch, whether it is the first
+/// training batch, the training pass's last, and whether to ask now if the program is
+/// distributed.
+struct NewStep {
+    step: u64,
+    epoch: i64,
+    first: bool,
+    last: bool,
+    ask: bool,
+}
+
+impl Counters {
+    /// A batch taken from the iterator at address `it` for a new step.
+    fn new_step(&mut self, it: usize, validation: bool) -> NewStep {
+        let step = self.step;
+        self.step += 1;
+        let first = !validation && !self.input_sent;
+        self.input_sent |= first;
+        // The training iterator's batches (by address: it is alive, it gave this batch).
+        let mut last = false;
+        if let Some(ti) = self.train_iter.as_mut().filter(|ti| !validation && ti.addr == it) {
+            ti.batches += 1;
+            last = ti.len == Some(ti.batches);
+        }
+        let mut ask = false;
+        if !validation && self.distributed.is_none() {
+            ask = self.dist_countdown == 0;
+            self.dist_countdown = if ask { DIST_CHECK_EVERY } else { self.dist_countdown - 1 };
+        }
+        NewStep { step, epoch: self.epoch, first, last, ask }
+    }
+
+    /// Whether training step `step` of `epoch` is sampled (`last`: its pass's last step), and
+    /// whether the hooks go in (`Some(true)`) or out (`Some(false)`) for it.
+    fn sample(&mut self, step: u64, epoch: i64, last: bool) -> (bool, Option<bool>) {
+        let due = self.sample_epoch != Some(epoch) || step >= self.sample_step;
+        if due {
+            self.sample_step = step + LOSS_EVERY;
+            self.sample_epoch = Some(epoch);
+        }
+        // A pass's last step too: the loss the program ends its pass with.
+        let sample = due || last;
+        // Under DDP every step's backward is timed: its all-reduce is where a rank waits.
+        let want = sample || self.distributed == Some(true) || self.keep;
+        let flip = (want != self.armed).then(|| {
+            self.armed = want;
+            want
+        });
+        (sample, flip)
+    }
+}
+
 /// The training loop's hooks, made once by `_torch_loop.install` with what they call.
 #[pyclass(module = "pipeprof._native", frozen)]
 pub struct Loop {
@@ -379,48 +431,11 @@ impl Loop {
     fn opened(&self, py: Python<'_>, it: &Bound<'_, PyAny>, batch: &Bound<'_, PyAny>, t_call: u64, validation: bool) {
         let t_body = now();
         let made = FETCH.with(|f| f.borrow_mut().held.take());
-        let (step, epoch, first, last, ask) = {
-            let mut c = self.counters();
-            let step = c.step;
-            c.step += 1;
-            let first = !validation && !c.input_sent;
-            c.input_sent |= first;
-            // The training iterator's batches (by address: it is alive, it gave this batch).
-            let at = it.as_ptr() as usize;
-            let mut last = false;
-            if let Some(ti) = c.train_iter.as_mut().filter(|ti| !validation && ti.addr == at) {
-                ti.batches += 1;
-                last = ti.len == Some(ti.batches);
-            }
-            let mut ask = false;
-            if !validation && c.distributed.is_none() {
-                ask = c.dist_countdown == 0;
-                c.dist_countdown = if ask { DIST_CHECK_EVERY } else { c.dist_countdown - 1 };
-            }
-            (step, c.epoch, first, last, ask)
-        };
+        let NewStep { step, epoch, first, last, ask } = self.counters().new_step(it.as_ptr() as usize, validation);
         if ask {
             self.check_distributed(py);
         }
-        let (sampled, flip) = if validation {
-            (false, None)
-        } else {
-            let mut c = self.counters();
-            let due = c.sample_epoch != Some(epoch) || step >= c.sample_step;
-            if due {
-                c.sample_step = step + LOSS_EVERY;
-                c.sample_epoch = Some(epoch);
-            }
-            // A pass's last step too: the loss the program ends its pass with.
-            let sample = due || last;
-            // Under DDP every step's backward is timed: its all-reduce is where a rank waits.
-            let want = sample || c.distributed == Some(true) || c.keep;
-            let flip = (want != c.armed).then(|| {
-                c.armed = want;
-                want
-            });
-            (sample, flip)
-        };
+        let (sampled, flip) = if validation { (false, None) } else { self.counters().sample(step, epoch, last) };
         if let Some(on) = flip {
             self.put_hooks(py, on);
         }

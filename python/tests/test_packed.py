@@ -155,7 +155,7 @@ def test_dataloader_workers_see_every_sample_once(packed, context):
     ds[0]  # the parent maps the file first: a forked worker must map its own
     # Pickled (spawn), the file is its path: the copy maps its own.
     assert pickle.loads(pickle.dumps(ds.file)).__dict__.keys() >= {"path", "meta"}
-    assert ds.file.__getstate__() == {"path": str(packed)}
+    assert ds.file.__getstate__()["path"] == str(packed) and ds.file.__getstate__().keys() == {"path", "identity"}
     assert pickle.loads(pickle.dumps(ds)).file._map is None
     loader = DataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context=context, shuffle=False)
     xs, ys = zip(*loader)
@@ -256,10 +256,10 @@ def run_script(python, backend, code, *args):
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
     """A folder Keras and torchvision index alike (JPEG and PNG, no hidden names), its images
-    all 40×40, packed as stored."""
+    all 40×40, packed as stored with Keras's layout."""
     root = tmp_path_factory.mktemp("shapes")
     subprocess.run([pipeprof_bin(), "demo-data", str(root / "imgs"), "--classes", "3", "--per-class", "10", "--size", "40x40"], check=True, capture_output=True, timeout=HANG_S)
-    pack(root / "imgs", root / "data.ppk")
+    pack(root / "imgs", root / "data.ppk", "--layout", "keras")
     return root / "imgs", root / "data.ppk"
 
 
@@ -361,3 +361,135 @@ def test_keras_reader_on_tensorflow_is_what_image_dataset_from_directory_gives(s
     # (PIL, and pack, the accurate one), so those are a few levels apart.
     png = [i for i, f in enumerate(p["files"]) if f.endswith(".png")]
     assert png and np.array_equal(np.asarray(p["first"])[png], np.asarray(k["first"])[png])
+
+
+def two_packs(tmp_path):
+    """Two packed files of 6 images each, 8×8, whose pixels and targets differ."""
+    out = []
+    for k, classes in enumerate([("x", "y"), ("p", "q", "r")]):
+        src = tmp_path / f"src{k}"
+        for i in range(6):
+            d = src / classes[i % len(classes)]
+            d.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8), (40 * i + k, 255 - 30 * i, 100 * k)).save(d / f"{i}.png")
+        pack(src, tmp_path / f"{k}.ppk", "--size", "8")
+        out.append(tmp_path / f"{k}.ppk")
+    return out
+
+
+def test_a_forked_worker_reads_the_file_opened_even_after_it_was_replaced(tmp_path):
+    a, b = two_packs(tmp_path)
+    keep = tmp_path / "a-copy.ppk"
+    keep.write_bytes(a.read_bytes())
+    want = PackedImageFolder(keep, as_tensor=True)
+    ds = PackedImageFolder(a, as_tensor=True)
+    os.replace(b, a)
+    loader = DataLoader(ds, batch_size=6, num_workers=1, multiprocessing_context="fork", shuffle=False)
+    [(x, y)] = list(loader)
+    assert y.tolist() == ds.targets == want.targets
+    assert torch.equal(x, torch.stack([want[i][0] for i in range(len(want))])), "the pixels of the file the targets came from"
+
+
+def test_a_spawned_worker_refuses_a_file_replaced_since_it_was_opened(tmp_path, capfd):
+    a, b = two_packs(tmp_path)
+    ds = PackedImageFolder(a, as_tensor=True)
+    os.replace(b, a)
+    with pytest.raises(PackedFileError, match=r"0\.ppk: the file changed since it was opened"):
+        pickle.loads(pickle.dumps(ds))
+    loader = DataLoader(ds, batch_size=6, num_workers=1, multiprocessing_context="spawn", shuffle=False)
+    with pytest.raises((RuntimeError, PackedFileError)) as e:
+        list(loader)
+    # The worker's error reaches the parent, or its stderr when it died unpickling the dataset.
+    assert "changed since it was opened" in str(e.value) + capfd.readouterr().err
+    # Unchanged, a spawned copy is the same file.
+    c = PackedImageFolder(a)
+    assert pickle.loads(pickle.dumps(c)).targets == c.targets
+
+
+def test_keras_reader_refuses_a_file_packed_with_imagefolders_layout_and_torch_warns_on_keras(tmp_path, packed):
+    import pipeprof.keras as pk
+
+    with pytest.raises(PackedFileError) as e:
+        pk.packed_dataset(packed)
+    msg = str(e.value)
+    assert str(packed) in msg and "imagefolder layout" in msg and f"pipeprof pack {PackedFile(packed).meta['source']} {packed} --size 32 --layout keras" in msg, msg
+    out = tmp_path / "k.ppk"
+    pack(REPRO_LIKE(tmp_path / "d"), out, "--size", "8", "--layout", "keras")
+    with pytest.warns(UserWarning, match=r"k\.ppk was packed with --layout keras.*--size 8`"):
+        ds = PackedImageFolder(out)
+    assert ds.classes == ["cat", "dog"]
+
+
+def REPRO_LIKE(root):
+    """The reviewer's folder and more: an empty Jupyter checkpoints folder, a GIF (Keras reads
+    it, ImageFolder does not), a WebP and a TIFF (the other way round), hidden files and
+    nested folders inside a class, upper-case extensions."""
+    (root / ".ipynb_checkpoints").mkdir(parents=True)
+    files = ["cat/a.png", "cat/b.jpg", "cat/.c.png", "cat/sub/x.JPEG", "cat/sub-x/y.bmp", "dog/c.png", "dog/d.gif", "dog/e.webp", "dog/f.tif", "dog/G.PNG"]
+    for i, name in enumerate(files):
+        fmt = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".bmp": "BMP", ".gif": "GIF", ".webp": "WEBP", ".tif": "TIFF"}[Path(name.lower()).suffix]
+        picture(root / name, 12, 10, i, fmt=fmt)
+    return root
+
+
+KERAS_INDEX = """
+    import json, sys
+    import numpy as np
+    from keras.src.utils import dataset_utils, image_dataset_utils
+    import pipeprof.keras as pk
+    path, folder = sys.argv[1], sys.argv[2]
+    out = {}
+    for shuffle in (False, True):
+        paths, labels, classes = dataset_utils.index_directory(folder, "inferred", formats=image_dataset_utils.ALLOWLIST_FORMATS, shuffle=shuffle, seed=7, verbose=False)
+        d = pk.packed_dataset(path, shuffle=shuffle, seed=7, batch_size=100)
+        x, y = d[0]
+        out[shuffle] = {"keras": [classes, paths, labels.tolist()], "packed": [d.class_names, d.file_paths, np.asarray(y).tolist() if not shuffle else None]}
+    print(json.dumps(out))
+"""
+
+
+def test_keras_layout_is_keras_index_directorys_classes_labels_and_order(tmp_path):
+    folder = REPRO_LIKE(tmp_path / "d")
+    out = tmp_path / "k.ppk"
+    pack(folder, out, "--size", "8", "--layout", "keras")
+    got = run_script(sys.executable, "jax", KERAS_INDEX, out, folder)
+    real = os.path.realpath(folder)
+    for shuffle in ("false", "true"):
+        (k_classes, k_paths, k_labels), (p_classes, p_paths, p_labels) = got[shuffle]["keras"], got[shuffle]["packed"]
+        assert p_classes == k_classes == ["cat", "dog"]
+        assert rel(p_paths, real) == rel(k_paths, str(folder)), shuffle
+        if p_labels is not None:
+            assert p_labels == k_labels
+    assert "dog/d.gif" in rel(got["false"]["packed"][1], real) and not any(p.endswith((".webp", ".tif")) for p in got["false"]["packed"][1])
+    assert got["false"]["keras"][2] == [0] * 5 + [1] * 3
+
+
+TF_REPRO = """
+    import json, sys
+    import numpy as np
+    import keras
+    import pipeprof.keras as pk
+    path, folder = sys.argv[1], sys.argv[2]
+    out = {}
+    for name, make in [("packed", lambda **k: pk.packed_dataset(path, **k)), ("keras", lambda **k: keras.utils.image_dataset_from_directory(folder, image_size=(8, 8), **k))]:
+        d = make(shuffle=False, batch_size=100)
+        s = make(seed=3, batch_size=100)
+        out[name] = {"class_names": d.class_names, "files": d.file_paths, "labels": [int(v) for _, y in d for v in y.numpy()], "shuffled": s.file_paths}
+    print(json.dumps(out))
+"""
+
+
+def test_keras_layout_is_image_dataset_from_directorys_on_the_reviewers_folder():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as t:
+        folder = REPRO_LIKE(Path(t) / "d")
+        out = Path(t) / "k.ppk"
+        pack(folder, out, "--size", "8", "--layout", "keras")
+        both = run_script(tf_python(), "tensorflow", TF_REPRO, out, folder)
+        p, k = both["packed"], both["keras"]
+        assert p["class_names"] == k["class_names"] == ["cat", "dog"]
+        assert p["labels"] == k["labels"] == [0] * 5 + [1] * 3
+        real = os.path.realpath(folder)
+        assert rel(p["files"], real) == rel(k["files"], str(folder))
+        assert rel(p["shuffled"], real) == rel(k["shuffled"], str(folder)), "the same seed, the same order"

@@ -157,19 +157,25 @@ fn decode_guarded(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Re
 pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let t0 = Instant::now();
     let ds = scan_with(&opts.data, opts.rules)?;
+    if let Some(e) = empty_class_refusal(&ds, opts.rules) {
+        return Err(e);
+    }
+    if crate::signal::stopping() {
+        return Err(CacheError::Interrupted { out: opts.out.clone() });
+    }
     if opts.progress {
-        for p in &ds.problems {
-            crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
-        }
-        for c in &ds.empty_classes {
-            crate::progress::warn(&crate::data::scan::empty_class_warning(&ds.root, c));
-        }
+        warn_scan_problems(&ds, opts.rules);
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
     remove_stale_temps(&opts.out);
     let (file, path) = create_temp(&opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
     let tmp = Temp { path, keep: false };
+    // A second interrupt exits at once, without unwinding: the temporary goes with it.
+    let doomed = tmp.path.clone();
+    crate::signal::on_abort(Box::new(move || {
+        let _ = std::fs::remove_file(&doomed);
+    }));
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     w.write_all(&vec![0u8; PIXELS_OFF as usize]).map_err(werr)?;
@@ -186,6 +192,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let mut progress = Progress::new(opts.progress, ds.samples.len(), verb);
     let written = write_pixels(opts, &ds, &mut out, &mut progress, &tmp.path);
     progress.finish();
+    // Interrupted: `tmp` drops on the way out and removes the temporary.
     written?;
     if out.labels.is_empty() {
         return Err(CacheError::NoUsable { dir: opts.data.clone(), skipped: out.meta.skipped.len() });
@@ -199,15 +206,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     file.write_all(&header.1).map_err(werr)?;
     file.sync_all().map_err(werr)?;
     drop(file);
-    std::fs::rename(&tmp.path, &opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
-    let mut tmp = tmp;
-    tmp.keep = true;
-    // The rename is durable once the folder's entry is on disk too.
-    if let Some(dir) = opts.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
+    rename_durably(tmp, &opts.out)?;
     let size = (header.0.height != 0).then_some((header.0.height, header.0.width));
     Ok(BuildReport {
         images: out.labels.len(),
@@ -217,6 +216,52 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         secs: t0.elapsed().as_secs_f64(),
         size,
     })
+}
+
+/// ImageFolder's rules and a class folder without images: torchvision's `ImageFolder(DIR)`
+/// raises `FileNotFoundError` on it, so no pack that claims its classes can hold it.
+fn empty_class_refusal(ds: &Dataset, rules: Rules) -> Option<CacheError> {
+    if rules != Rules::ImageFolder {
+        return None;
+    }
+    let first = ds.empty_classes.first()?;
+    let more = match ds.empty_classes.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more: {})", clean_name(&ds.empty_classes[1..].join(", "), MAX_PATH_SHOWN)),
+    };
+    let hint = if ds.empty_classes.iter().any(|c| c.starts_with('.')) {
+        "; for Keras, `--layout keras` skips hidden folders (such as Jupyter's .ipynb_checkpoints) as \
+         image_dataset_from_directory does"
+    } else {
+        ""
+    };
+    Some(CacheError::EmptyClass { folder: ds.root.join(first), more, hint: hint.into() })
+}
+
+/// The scan's unreadable entries and empty classes, as warnings.
+fn warn_scan_problems(ds: &Dataset, rules: Rules) {
+    for p in &ds.problems {
+        crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
+    }
+    for c in &ds.empty_classes {
+        crate::progress::warn(&match rules {
+            Rules::Keras => crate::data::scan::kept_empty_class_warning(&ds.root, c),
+            _ => crate::data::scan::empty_class_warning(&ds.root, c),
+        });
+    }
+}
+
+/// The complete temporary file to its final name `out`, kept from then on; the rename is
+/// durable once the folder's entry is on disk too.
+fn rename_durably(mut tmp: Temp, out: &Path) -> Result<(), CacheError> {
+    std::fs::rename(&tmp.path, out).map_err(|source| CacheError::Write { path: out.to_path_buf(), source })?;
+    tmp.keep = true;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
 }
 
 /// Every image was decoded: a class none of whose images made it is known now.
@@ -289,6 +334,10 @@ fn write_pixels(
         let mut ready: BTreeMap<usize, Decoded> = BTreeMap::new();
         let mut next_write = 0;
         while next_write < chunks {
+            // Ctrl-C (or SIGTERM): stop between chunks; the caller's temporary is removed.
+            if crate::signal::stopping() {
+                return Err(CacheError::Interrupted { out: opts.out.clone() });
+            }
             let Ok((c, decoded)) = done_rx.recv() else { break };
             ready.insert(c, decoded);
             while let Some(decoded) = ready.remove(&next_write) {

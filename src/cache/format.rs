@@ -185,11 +185,12 @@ impl Size {
         }
     }
 
-    /// The `pipeprof pack` flag that asks for this size.
+    /// The `pipeprof pack` flag that asks for this size (`--size` takes width × height, as
+    /// `demo-data --size`).
     pub fn flag(self) -> String {
         match self {
             Size::Fixed { height, width } if height == width => format!("--size {height}"),
-            Size::Fixed { height, width } => format!("--size {height}x{width}"),
+            Size::Fixed { height, width } => format!("--size {width}x{height}"),
             Size::Shorter { shorter } => format!("--shorter {shorter}"),
             Size::AsStored => "--as-stored".into(),
             Size::Common => String::new(),
@@ -223,12 +224,18 @@ struct MetaJson {
     source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     model: Option<String>,
+    /// A file written without it (none of pipeprof's) reads as ImageFolder's, `pack`'s default.
+    #[serde(default = "imagefolder")]
     layout: Rules,
     size: Size,
     resample: String,
     classes: Vec<String>,
     names: Vec<String>,
     skipped: Vec<(String, String)>,
+}
+
+fn imagefolder() -> Rules {
+    Rules::ImageFolder
 }
 
 /// The `format` field of the JSON metadata.
@@ -485,7 +492,7 @@ mod tests {
         let m =
             Meta { rules: Rules::ImageFolder, size: Size::Shorter { shorter: 64 }, model: ModelSource::default(), ..m };
         let j = m.encode_json();
-        assert_eq!(Meta::decode_json(&j), Some(m));
+        assert_eq!(Meta::decode_json(&j), Some(m.clone()));
         let v: serde_json::Value = serde_json::from_slice(&j).unwrap_or_default();
         assert_eq!(v["size"], serde_json::json!({"mode": "shorter", "shorter": 64}));
         assert_eq!(
@@ -493,6 +500,17 @@ mod tests {
             (Some("imagefolder"), Some("bilinear"), None)
         );
         assert_eq!(Meta::decode_json(&j[..j.len() - 1]), None);
+        // Keras's layout round-trips; a file that names none is ImageFolder's.
+        let k = Meta { rules: Rules::Keras, ..m.clone() };
+        let kj = k.encode_json();
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&kj).unwrap_or_default()["layout"], "keras");
+        assert_eq!(Meta::decode_json(&kj), Some(k));
+        let mut v = v;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("layout");
+        }
+        let without = serde_json::to_vec(&v).unwrap_or_default();
+        assert_eq!(Meta::decode_json(&without).map(|m| m.rules), Some(Rules::ImageFolder));
         assert_eq!(Meta::decode_json(br#"{"format": "other"}"#), None);
     }
 

@@ -42,8 +42,8 @@ pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
 use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
+use crate::data::scan::Rules;
 use crate::model_source::ModelSource;
-use anyhow::Context;
 use std::path::PathBuf;
 
 /// Why a cache cannot be written or used. Every message names the file and what to do.
@@ -90,6 +90,20 @@ pub enum CacheError {
         "no usable images in {dir}: all {skipped} files were skipped (see the warnings above); nothing was written"
     )]
     NoUsable { dir: PathBuf, skipped: usize },
+    #[error(
+        "class folder {}{more} has no image ImageFolder reads ({}): torchvision's ImageFolder(DIR) raises FileNotFoundError on it too; nothing was written: add images to it or remove it{hint}",
+        shown(folder),
+        crate::data::scan::IMAGEFOLDER_EXTENSIONS.join(" ")
+    )]
+    EmptyClass {
+        folder: PathBuf,
+        /// " (and 2 more: a, b)" or nothing.
+        more: String,
+        /// What to do for Keras when a hidden folder is among them, or nothing.
+        hint: String,
+    },
+    #[error("interrupted: {} was not written (nothing was left behind)", shown(out))]
+    Interrupted { out: PathBuf },
 }
 
 /// The command that rebuilds `out` as `meta` says it was made: `pipeprof pack` (no model) or
@@ -98,7 +112,9 @@ pub fn rerun_command(meta: Option<&Meta>, out: &std::path::Path) -> String {
     match meta {
         Some(m) if !m.model.is_empty() => cache_command(Some(&m.model), Some(&m.source), out),
         Some(m) => {
-            format!("pipeprof pack {} {} {}", shown(&m.source), shown(out), m.size.flag()).trim_end().to_string()
+            let layout = if m.rules == Rules::Keras { " --layout keras" } else { "" };
+            let cmd = format!("pipeprof pack {} {} {}", shown(&m.source), shown(out), m.size.flag());
+            format!("{}{layout}", cmd.trim_end())
         }
         None => format!("pipeprof pack DIR {} --size S", shown(out)),
     }
@@ -132,12 +148,14 @@ pub struct CacheOptions {
 }
 
 /// What `pipeprof pack` was asked for.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PackOptions {
     /// The image folder (one sub-folder per class).
     pub data: PathBuf,
     pub out: PathBuf,
     pub size: Size,
+    /// Whose files, classes and order: ImageFolder's (the default) or Keras's.
+    pub layout: Rules,
     /// Decode threads; None = one per core.
     pub workers: Option<usize>,
 }
@@ -152,15 +170,32 @@ fn threads(asked: Option<usize>) -> anyhow::Result<usize> {
     Ok(asked.unwrap_or(cores).max(1))
 }
 
-/// `pipeprof pack`: the folder as torchvision's ImageFolder sees it, RGB, at the size asked
-/// for, each image decoded at full resolution first (as PIL does).
+/// [`build`] with Ctrl-C handled: an interrupt stops the writing, the temporary is removed,
+/// and `None` comes back (the process then exits 128 + the signal, as shells expect).
+fn build_interruptible(opts: &BuildOptions, verb: &str) -> anyhow::Result<Option<BuildReport>> {
+    crate::signal::install();
+    match build(opts) {
+        Ok(r) => Ok(Some(r)),
+        Err(e @ CacheError::Interrupted { .. }) => {
+            crate::progress::say(&format!("pipeprof {verb}: {e}"));
+            Ok(None)
+        }
+        Err(e) => {
+            Err(anyhow::Error::new(e).context(format!("pipeprof {verb}: {} was not written", opts.out.display())))
+        }
+    }
+}
+
+/// `pipeprof pack`: the folder as torchvision's ImageFolder (or Keras's
+/// `image_dataset_from_directory`, `--layout keras`) sees it, RGB, at the size asked for, each
+/// image decoded at full resolution first (as PIL does).
 pub fn pack(args: &PackOptions) -> anyhow::Result<()> {
     let opts = BuildOptions {
         data: args.data.clone(),
         out: args.out.clone(),
         size: args.size,
         channels: 3,
-        rules: crate::data::scan::Rules::ImageFolder,
+        rules: args.layout,
         exact_decode: true,
         model: ModelSource::default(),
         workers: threads(args.workers)?,
@@ -169,7 +204,7 @@ pub fn pack(args: &PackOptions) -> anyhow::Result<()> {
         abort_after: None,
         panic_on: None,
     };
-    let r = build(&opts).with_context(|| format!("pipeprof pack: {} was not written", args.out.display()))?;
+    let Some(r) = build_interruptible(&opts, "pack")? else { return Ok(()) };
     let size = match (r.size, args.size) {
         (Some((h, w)), _) => format!("{h}×{w}×3"),
         (None, Size::Shorter { shorter }) => format!("shorter side {shorter}, 3 channels"),
@@ -177,10 +212,16 @@ pub fn pack(args: &PackOptions) -> anyhow::Result<()> {
     };
     summarise("packed", &r, &size, &args.data, &args.out, opts.workers);
     let out = args.out.display().to_string();
-    crate::progress::out(&format!(
-        "read it: pipeprof.data.PackedImageFolder({out:?}, transform=...) in place of ImageFolder(DIR, ...); \
-         Keras: pipeprof.keras.packed_dataset({out:?}, batch_size=32)\n"
-    ));
+    crate::progress::out(&match args.layout {
+        Rules::Keras => format!(
+            "read it: pipeprof.keras.packed_dataset({out:?}, batch_size=32) in place of \
+             keras.utils.image_dataset_from_directory(DIR, ...)\n"
+        ),
+        _ => format!(
+            "read it: pipeprof.data.PackedImageFolder({out:?}, transform=...) in place of ImageFolder(DIR, ...); \
+             for Keras, pack with --layout keras (its files, classes and order)\n"
+        ),
+    });
     Ok(())
 }
 
@@ -224,7 +265,7 @@ pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
         abort_after: args.abort_after,
         panic_on: None,
     };
-    let r = build(&opts).with_context(|| format!("pipeprof cache: {} was not written", args.out.display()))?;
+    let Some(r) = build_interruptible(&opts, "cache")? else { return Ok(()) };
     let size = format!("{height}×{width}×{}", opts.channels);
     summarise("cached", &r, &size, &args.data, &args.out, opts.workers);
     crate::progress::out(&format!(

@@ -51,6 +51,34 @@ fn read_at(file: &File, off: u64, size: u64) -> std::io::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// The header of `file` (`len` bytes, read from `path`): its bytes, decoded, and its stored
+/// checksum; an error when it is not a cache, of a version not read here, or its lengths do
+/// not fit the file.
+fn read_header(file: &File, len: u64, path: &Path) -> Result<([u8; HEADER_LEN], Header, u32), CacheError> {
+    let generic = rerun_command(None, path);
+    let damaged = |what: String| CacheError::Damaged { path: path.to_path_buf(), what, rerun: generic.clone() };
+    let mut head = [0u8; HEADER_LEN];
+    let got = read_at(file, 0, len.min(HEADER_LEN as u64))
+        .map_err(|source| CacheError::Read { path: path.to_path_buf(), source })?;
+    head[..got.len()].copy_from_slice(&got);
+    if got.len() < 8 || head[..8] != MAGIC {
+        return Err(CacheError::NotACache { path: path.to_path_buf(), rerun: generic });
+    }
+    if got.len() < HEADER_LEN {
+        return Err(damaged(format!("truncated: {len} bytes, shorter than the {HEADER_LEN}-byte header")));
+    }
+    let (h, stored_crc) = Header::decode(&head);
+    if !(OLDEST_READ..=VERSION).contains(&h.version) {
+        return Err(CacheError::Version { path: path.to_path_buf(), found: h.version, rerun: generic });
+    }
+    if h.file_len != len {
+        let how = if len < h.file_len { "truncated" } else { "longer than written" };
+        return Err(damaged(format!("{how}: {len} bytes, the header says {}", h.file_len)));
+    }
+    h.check_layout(len).map_err(damaged)?;
+    Ok((head, h, stored_crc))
+}
+
 impl Packed {
     /// Opens `path`: magic, version, lengths, header CRC, every image's CRC, and — when the
     /// source folder still exists — its fingerprint. Anything wrong is an error naming the
@@ -65,27 +93,7 @@ impl Packed {
             what,
             rerun: rerun.to_string(),
         };
-        let mut head = [0u8; HEADER_LEN];
-        let got = read_at(&file, 0, len.min(HEADER_LEN as u64)).map_err(read_err)?;
-        head[..got.len()].copy_from_slice(&got);
-        if got.len() < 8 || head[..8] != MAGIC {
-            return Err(CacheError::NotACache { path: path.to_path_buf(), rerun: generic });
-        }
-        if got.len() < HEADER_LEN {
-            return Err(damaged(
-                format!("truncated: {len} bytes, shorter than the {HEADER_LEN}-byte header"),
-                &generic,
-            ));
-        }
-        let (h, stored_crc) = Header::decode(&head);
-        if !(OLDEST_READ..=VERSION).contains(&h.version) {
-            return Err(CacheError::Version { path: path.to_path_buf(), found: h.version, rerun: generic });
-        }
-        if h.file_len != len {
-            let how = if len < h.file_len { "truncated" } else { "longer than written" };
-            return Err(damaged(format!("{how}: {len} bytes, the header says {}", h.file_len), &generic));
-        }
-        h.check_layout(len).map_err(|what| damaged(what, &generic))?;
+        let (head, h, stored_crc) = read_header(&file, len, path)?;
         let (n, v1, (index_at, index_len)) = (h.count, h.version == 1, h.index_section());
         // A read that fails now (the file shrank since its length was taken) is a read error.
         let labels_b = read_at(&file, h.labels_off, n * 4).map_err(read_err)?;

@@ -80,44 +80,44 @@ impl ModelConfig {
             return bad(m);
         }
         for (i, l) in self.layers.iter().enumerate() {
-            let n = i + 1;
-            match l {
-                LayerSpec::Conv2d { filters, kernel_size, strides, .. } => {
-                    let checks = [
-                        in_range(&format!("layer {n} (conv2d): filters"), *filters, 1, MAX_UNITS),
-                        in_range(&format!("layer {n} (conv2d): kernel_size"), *kernel_size, 1, MAX_KERNEL),
-                        in_range(&format!("layer {n} (conv2d): strides"), *strides, 1, MAX_KERNEL),
-                    ];
-                    if let Some(Err(m)) = checks.into_iter().find(Result::is_err) {
-                        return bad(m);
-                    }
-                }
-                LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
-                    let kind = l.kind();
-                    let checks = [
-                        in_range(&format!("layer {n} ({kind}): pool_size"), *pool_size, 1, MAX_KERNEL),
-                        in_range(&format!("layer {n} ({kind}): strides"), strides.unwrap_or(1), 1, MAX_KERNEL),
-                    ];
-                    if let Some(Err(m)) = checks.into_iter().find(Result::is_err) {
-                        return bad(m);
-                    }
-                }
-                LayerSpec::Dense { units: Units::Fixed(u), .. } if !(1..=MAX_UNITS).contains(u) => {
-                    return bad(format!("layer {n} (dense): units must be between 1 and {MAX_UNITS}, got {u}"));
-                }
-                LayerSpec::Dropout { rate } => {
-                    if !(rate.is_finite() && (0.0..1.0).contains(rate)) {
-                        return bad(format!("layer {n} (dropout): rate must be in [0, 1), got {rate}"));
-                    }
-                }
-                LayerSpec::Dense { activation: Activation::Softmax, .. } if n != self.layers.len() => {
-                    return bad(format!(
-                        "layer {n} (dense): softmax is only supported on the last layer, where it is folded into the loss"
-                    ));
-                }
-                LayerSpec::Flatten {} | LayerSpec::Dense { .. } => {}
+            if let Err(m) = l.validate(i + 1, i + 1 == self.layers.len()) {
+                return bad(m);
             }
         }
         Ok(())
+    }
+}
+
+impl LayerSpec {
+    /// The checks of layer `n` (from 1); `last` when it is the model's last layer.
+    fn validate(&self, n: usize, last: bool) -> Result<(), String> {
+        match self {
+            LayerSpec::Conv2d { filters, kernel_size, strides, .. } => {
+                let checks = [
+                    in_range(&format!("layer {n} (conv2d): filters"), *filters, 1, MAX_UNITS),
+                    in_range(&format!("layer {n} (conv2d): kernel_size"), *kernel_size, 1, MAX_KERNEL),
+                    in_range(&format!("layer {n} (conv2d): strides"), *strides, 1, MAX_KERNEL),
+                ];
+                checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+            }
+            LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
+                let kind = self.kind();
+                let checks = [
+                    in_range(&format!("layer {n} ({kind}): pool_size"), *pool_size, 1, MAX_KERNEL),
+                    in_range(&format!("layer {n} ({kind}): strides"), strides.unwrap_or(1), 1, MAX_KERNEL),
+                ];
+                checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+            }
+            LayerSpec::Dense { units: Units::Fixed(u), .. } if !(1..=MAX_UNITS).contains(u) => {
+                Err(format!("layer {n} (dense): units must be between 1 and {MAX_UNITS}, got {u}"))
+            }
+            LayerSpec::Dropout { rate } if !(rate.is_finite() && (0.0..1.0).contains(rate)) => {
+                Err(format!("layer {n} (dropout): rate must be in [0, 1), got {rate}"))
+            }
+            LayerSpec::Dense { activation: Activation::Softmax, .. } if !last => Err(format!(
+                "layer {n} (dense): softmax is only supported on the last layer, where it is folded into the loss"
+            )),
+            LayerSpec::Flatten {} | LayerSpec::Dense { .. } | LayerSpec::Dropout { .. } => Ok(()),
+        }
     }
 }

@@ -252,6 +252,24 @@ impl SkipLog {
     fn new(samples: usize) -> SkipLog {
         SkipLog { seen: Mutex::default(), ok: (0..samples).map(|_| AtomicBool::new(false)).collect() }
     }
+
+    /// Sample `i` loaded.
+    fn loaded(&self, i: u32) {
+        if let Some(ok) = self.ok.get(i as usize) {
+            ok.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Sample `i` failed for `reason`: reported on `probe` the first time only.
+    fn failed(&self, i: u32, src: &dyn SampleSource, reason: String, probe: &Probe) {
+        let first = self.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
+        if first {
+            probe.send_blocking(Event::Skipped {
+                path: src.name(i as usize).into_boxed_str(),
+                reason: reason.into_boxed_str(),
+            });
+        }
+    }
 }
 
 /// The workers' batch-making time, summed over workers and generations (the send to the
@@ -261,6 +279,18 @@ impl SkipLog {
 struct Production {
     busy_ns: AtomicU64,
     blocked_ns: AtomicU64,
+}
+
+impl Production {
+    /// A batch made between two [`thread_clocks`] readings: its time, and the part of it
+    /// blocked (off-CPU and not waiting for a core).
+    fn add(&self, t0: (u64, u64, u64), t1: (u64, u64, u64)) {
+        let busy = t1.0.saturating_sub(t0.0);
+        let on_cpu = t1.1.saturating_sub(t0.1).min(busy);
+        let queued = t1.2.saturating_sub(t0.2).min(busy - on_cpu);
+        self.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        self.blocked_ns.fetch_add(busy - on_cpu - queued, Ordering::Relaxed);
+    }
 }
 
 pub struct Loader {
@@ -582,29 +612,14 @@ fn worker(
             });
             match loaded {
                 Ok(()) => {
-                    if let Some(ok) = skips.ok.get(i as usize) {
-                        ok.store(true, Ordering::Relaxed);
-                    }
+                    skips.loaded(i);
                     labels.push(src.label(i as usize))
                 }
-                Err(reason) => {
-                    let first = skips.seen.lock().map(|mut s| s.insert(i)).unwrap_or(true);
-                    if first {
-                        probe.send_blocking(Event::Skipped {
-                            path: src.name(i as usize).into_boxed_str(),
-                            reason: reason.into_boxed_str(),
-                        });
-                    }
-                }
+                Err(reason) => skips.failed(i, src, reason, probe),
             }
         }
         pixels.truncate(labels.len() * per_image);
-        let t1 = thread_clocks();
-        let busy = t1.0.saturating_sub(t0.0);
-        let on_cpu = t1.1.saturating_sub(t0.1).min(busy);
-        let queued = t1.2.saturating_sub(t0.2).min(busy - on_cpu);
-        production.busy_ns.fetch_add(busy, Ordering::Relaxed);
-        production.blocked_ns.fetch_add(busy - on_cpu - queued, Ordering::Relaxed);
+        production.add(t0, thread_clocks());
         let batch = Batch { step, epoch, pixels, labels, home: Home(Some(pool.clone())) };
         if tx.send(batch).is_err() {
             return;

@@ -13,6 +13,10 @@ pub const EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "png", "ppm", "pgm", "bmp", "
 pub const IMAGEFOLDER_EXTENSIONS: [&str; 9] =
     [".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"];
 
+/// Keras's `image_dataset_utils.ALLOWLIST_FORMATS`: a name is an image when its lower-cased
+/// form ends with one (a GIF is read as its first frame).
+pub const KERAS_EXTENSIONS: [&str; 5] = [".bmp", ".gif", ".jpeg", ".jpg", ".png"];
+
 /// Which files make the data set, and in what order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -28,6 +32,12 @@ pub enum Rules {
     /// UTF-8). A folder reached twice through links is walked twice, as `os.walk` does; only a
     /// link back into its own ancestors (a loop) is not entered.
     ImageFolder,
+    /// `keras.utils.image_dataset_from_directory(DIR)`'s (`index_directory`): class folders
+    /// whose names start with `.` skipped (Jupyter's `.ipynb_checkpoints`), hidden names inside
+    /// a class kept, [`KERAS_EXTENSIONS`], every class folder a class (one without images too),
+    /// files in `sorted(os.walk(class_dir))` then `sorted(files)` order (as ImageFolder's), and
+    /// a link to a folder inside a class not entered (`follow_links=False`).
+    Keras,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,14 +115,53 @@ pub fn empty_class_warning(root: &Path, class: &str) -> String {
     )
 }
 
+/// Python's `name.lower().endswith(exts)`.
+fn ends_with_any(path: &Path, exts: &[&str]) -> bool {
+    path.file_name().is_some_and(|n| {
+        let n = n.to_string_lossy().to_lowercase();
+        exts.iter().any(|e| n.ends_with(e))
+    })
+}
+
+/// The warning for a class folder without images that Keras keeps as a class: a model trained
+/// on it has an output it never sees.
+pub fn kept_empty_class_warning(root: &Path, class: &str) -> String {
+    format!(
+        "class folder {} has no {} image: Keras keeps it as a class too (a model has an output it never sees); \
+         add images or remove the folder",
+        crate::aggregate::settings::shown(&root.join(class)),
+        KERAS_EXTENSIONS.join("/")
+    )
+}
+
 fn hidden(name: &std::ffi::OsStr) -> bool {
     name.to_string_lossy().starts_with('.')
 }
 
 impl Rules {
-    /// Whether an entry with this name is looked at.
+    /// Whether an entry with this name inside a class folder is looked at.
     fn sees(self, name: &std::ffi::OsStr) -> bool {
+        self != Rules::Pipeprof || !hidden(name)
+    }
+
+    /// Whether a folder with this name in the data folder is a class.
+    fn sees_class(self, name: &std::ffi::OsStr) -> bool {
         self == Rules::ImageFolder || !hidden(name)
+    }
+
+    /// Whether a link to a folder inside a class folder is entered (Keras's `os.walk` without
+    /// `followlinks` lists it and does not enter it).
+    fn follows_links(self) -> bool {
+        self != Rules::Keras
+    }
+
+    /// The name `pipeprof pack --layout` takes and the packed file's metadata stores.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rules::Pipeprof => "pipeprof",
+            Rules::ImageFolder => "imagefolder",
+            Rules::Keras => "keras",
+        }
     }
 
     /// Whether a file with this path is an image under these rules.
@@ -122,10 +171,8 @@ impl Rules {
                 .extension()
                 .map(|e| EXTENSIONS.contains(&e.to_string_lossy().to_ascii_lowercase().as_str()))
                 .unwrap_or(false),
-            Rules::ImageFolder => path.file_name().is_some_and(|n| {
-                let n = n.to_string_lossy().to_lowercase();
-                IMAGEFOLDER_EXTENSIONS.iter().any(|e| n.ends_with(e))
-            }),
+            Rules::ImageFolder => ends_with_any(path, &IMAGEFOLDER_EXTENSIONS),
+            Rules::Keras => ends_with_any(path, &KERAS_EXTENSIONS),
         }
     }
 
@@ -134,7 +181,7 @@ impl Rules {
         use std::os::unix::ffi::OsStrExt;
         match self {
             Rules::Pipeprof => files.sort(),
-            Rules::ImageFolder => files.sort_by(|a, b| {
+            Rules::ImageFolder | Rules::Keras => files.sort_by(|a, b| {
                 let key = |p: &PathBuf| {
                     let dir = p.parent().map(|d| d.as_os_str().as_bytes().to_vec()).unwrap_or_default();
                     (dir, p.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default())
@@ -163,7 +210,7 @@ pub fn scan_with(root: &Path, rules: Rules) -> Result<Dataset, ScanError> {
     let entries = fs::read_dir(root).map_err(|source| ScanError::List { path: root.to_path_buf(), source })?;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if !rules.sees(&name) {
+        if !rules.sees_class(&name) {
             continue;
         }
         let path = entry.path();
@@ -229,7 +276,9 @@ fn walk(dir: &Path, rules: Rules, visited: &mut HashSet<(u64, u64)>, files: &mut
             continue;
         }
         let path = entry.path();
+        let link = entry.file_type().is_ok_and(|t| t.is_symlink());
         match fs::metadata(&path) {
+            Ok(m) if m.is_dir() && link && !rules.follows_links() => {}
             Ok(m) if m.is_dir() => walk(&path, rules, visited, files, ds),
             // A FIFO, socket or device named like an image: reading it may never return.
             Ok(m) if rules.is_image(&path) && !m.is_file() => ds.problems.push(ScanProblem {
@@ -245,7 +294,7 @@ fn walk(dir: &Path, rules: Rules, visited: &mut HashSet<(u64, u64)>, files: &mut
             Err(e) => ds.problems.push(ScanProblem { path, reason: format!("broken link or unreadable: {e}") }),
         }
     }
-    if rules == Rules::ImageFolder {
+    if rules != Rules::Pipeprof {
         visited.remove(&key);
     }
 }
@@ -256,21 +305,43 @@ mod tests {
 
     #[test]
     fn which_names_are_images_under_each_rules() {
-        // (name, pipeprof's loader, ImageFolder's)
+        // (name, pipeprof's loader, ImageFolder's, Keras's)
         let table = [
-            ("a.jpg", true, true),
-            ("a.JPEG", true, true),
-            ("a.gif", true, false),
-            ("a.webp", true, true),
-            ("a.txt", false, false),
-            (".jpg", false, true), // no extension to Path, ends with ".jpg" to Python
-            ("jpg", false, false),
-            ("a.tar.png", true, true),
-            ("a.png.txt", false, false),
+            ("a.jpg", true, true, true),
+            ("a.JPEG", true, true, true),
+            ("a.gif", true, false, true),
+            ("a.webp", true, true, false),
+            ("a.tif", true, true, false),
+            ("a.ppm", true, true, false),
+            ("a.BMP", true, true, true),
+            ("a.txt", false, false, false),
+            (".jpg", false, true, true), // no extension to Path, ends with ".jpg" to Python
+            ("jpg", false, false, false),
+            ("a.tar.png", true, true, true),
+            ("a.png.txt", false, false, false),
         ];
-        for (name, own, imagefolder) in table {
+        for (name, own, imagefolder, keras) in table {
             let p = Path::new("/d/c").join(name);
-            assert_eq!((Rules::Pipeprof.is_image(&p), Rules::ImageFolder.is_image(&p)), (own, imagefolder), "{name}");
+            let got = (Rules::Pipeprof.is_image(&p), Rules::ImageFolder.is_image(&p), Rules::Keras.is_image(&p));
+            assert_eq!(got, (own, imagefolder, keras), "{name}");
+        }
+    }
+
+    #[test]
+    fn which_folders_are_classes_and_which_names_are_seen_under_each_rules() {
+        // (rules, a hidden class folder is a class, a hidden name inside a class is seen,
+        // a link to a folder inside a class is entered)
+        let hidden = std::ffi::OsStr::new(".ipynb_checkpoints");
+        for (rules, class, inside, links) in [
+            (Rules::Pipeprof, false, false, true),
+            (Rules::ImageFolder, true, true, true),
+            (Rules::Keras, false, true, false),
+        ] {
+            assert_eq!(
+                (rules.sees_class(hidden), rules.sees(hidden), rules.follows_links()),
+                (class, inside, links),
+                "{rules:?}"
+            );
         }
     }
 

@@ -82,7 +82,10 @@ fn pack_lines(keras: bool, data: &str, size: PackSize) -> String {
         let clean = crate::aggregate::settings::clean_name(data, crate::aggregate::settings::MAX_PATH_SHOWN);
         (shell_word(&clean), python_str(&clean))
     };
-    let pack = format!("pipeprof pack {dir} {CACHE_FILE} {}", size.flag());
+    // Keras lists a folder its own way (no hidden classes, its extensions): the pack takes its
+    // rules, and packed_dataset reads only such a file.
+    let layout = if keras { " --layout keras" } else { "" };
+    let pack = format!("pipeprof pack {dir} {CACHE_FILE} {}{layout}", size.flag());
     if keras {
         format!("{pack}, then pipeprof.keras.packed_dataset(\"{CACHE_FILE}\", ...) in place of image_dataset_from_directory({py}, ...)")
     } else {

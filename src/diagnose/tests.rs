@@ -1030,8 +1030,8 @@ fn a_pytorch_or_keras_program_is_told_the_pack_command_and_the_reader_line() {
         ("pytorch", "/data/train", [3, 224, 224], None, "pipeprof pack /data/train data.ppk --as-stored, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/data/train\", ...)", true),
         // A decomposed (macOS) name: a literal Python reads.
         ("pytorch", "/data/Cafe\u{301}", [3, 64, 64], Some(LeadingResize::Shorter(64)), "pipeprof pack '/data/Cafe\u{301}' data.ppk --shorter 64, then pipeprof.data.PackedImageFolder(\"data.ppk\", transform=...) in place of ImageFolder(\"/data/Cafe\\u0301\", ...)", false),
-        ("keras", "/content/drive/My Drive/pets", [3, 160, 128], None, "pipeprof pack '/content/drive/My Drive/pets' data.ppk --size 128x160, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(\"/content/drive/My Drive/pets\", ...)", false),
-        ("keras", "", [0, 0, 0], None, "pipeprof pack DIR data.ppk --size S, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(DIR, ...)", false),
+        ("keras", "/content/drive/My Drive/pets", [3, 160, 128], None, "pipeprof pack '/content/drive/My Drive/pets' data.ppk --size 128x160 --layout keras, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(\"/content/drive/My Drive/pets\", ...)", false),
+        ("keras", "", [0, 0, 0], None, "pipeprof pack DIR data.ppk --size S --layout keras, then pipeprof.keras.packed_dataset(\"data.ppk\", ...) in place of image_dataset_from_directory(DIR, ...)", false),
     ];
     for (fw, data, input, resize, want, keeps_resize) in table {
         // Reads that do not block most of the loader's time: the gain has its number (see

@@ -13,7 +13,8 @@
 use super::Exporter;
 use crate::aggregate::RunSettings;
 use crate::diagnose::{Diagnosed, Verdict};
-use probes::{Event, SpanRecord, Stage, ThreadRole, NONE};
+use probes::sample::{GpuSample, HostSample};
+use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use serde_json::json;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -218,6 +219,88 @@ impl<W: Write + Send> ChromeTrace<W> {
     }
 }
 
+/// The events that are more than one line of trace.
+impl<W: Write + Send> ChromeTrace<W> {
+    /// A thread's name and sort index: the training loop's track first, the others in the
+    /// order they came.
+    fn thread(&mut self, id: u32, name: &str, role: ThreadRole) -> std::io::Result<()> {
+        let sort = if role == ThreadRole::Train { 0 } else { id as i64 };
+        let pid = self.pid;
+        self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":id,"args":{"sort_index":sort}}))?;
+        let mut args = json!({ "name": name });
+        if !role.is_other() {
+            // For `pipeprof report` on the trace: viewers show the name.
+            args["role"] = serde_json::to_value(role).map_err(std::io::Error::other)?;
+        }
+        self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":args}))
+    }
+
+    /// A training step: its counters, the rate since the last step, and a mark when the loss
+    /// is not finite.
+    fn step(&mut self, st: &StepRecord) -> std::io::Result<()> {
+        let rate = match self.last_step_end {
+            Some(prev) if st.end_ns > prev => st.images as f64 * 1e9 / (st.end_ns - prev) as f64,
+            _ => 0.0,
+        };
+        self.last_step_end = Some(st.end_ns);
+        self.last_ts = self.last_ts.max(st.end_ns);
+        self.counter(
+            "step",
+            st.end_ns,
+            json!({"step": st.step, "epoch": st.epoch, "images": st.images, "loss": st.loss,
+                   "correct": st.correct, "batches_ready": st.queued}),
+        )?;
+        self.counter("images/s", st.end_ns, json!({ "images/s": rate }))?;
+        if !st.loss.is_finite() {
+            let word = probes::nonfinite::word(f64::from(st.loss)).unwrap_or("NaN");
+            self.instant("loss not finite", st.end_ns, json!({"step": st.step, "loss": word}))?;
+        }
+        Ok(())
+    }
+
+    /// A host sample's counters, then a flush: host samples come at 5 Hz, a good pace for
+    /// making the file durable.
+    fn host(&mut self, h: &HostSample) -> std::io::Result<()> {
+        self.last_ts = self.last_ts.max(h.t_ns);
+        self.counter("CPU %", h.t_ns, json!({"process": h.process_cpu_pct, "machine": h.global_cpu_pct}))?;
+        self.counter("RSS MB", h.t_ns, json!({ "rss": h.rss_bytes as f64 / 1e6 }))?;
+        if let Some(r) = h.read_bytes_per_s {
+            self.counter(
+                "storage MB/s",
+                h.t_ns,
+                json!({"read": r / 1e6, "write": h.write_bytes_per_s.unwrap_or(0.0) / 1e6}),
+            )?;
+        }
+        self.out.flush()
+    }
+
+    /// A counter per GPU with what it measured, and a mark when GPU sampling is off.
+    fn gpu(&mut self, g: &GpuSample) -> std::io::Result<()> {
+        for d in &g.devices {
+            let mut args = serde_json::Map::new();
+            if let Some(u) = d.util_pct {
+                args.insert("util %".into(), u.into());
+            }
+            if let Some(m) = d.mem_used_bytes {
+                args.insert("memory GB".into(), (m as f64 / 1e9).into());
+            }
+            if let Some(r) = d.pcie_rx_bytes_per_s {
+                args.insert("PCIe to GPU MB/s".into(), (r / 1e6).into());
+            }
+            if let Some(t) = d.pcie_tx_bytes_per_s {
+                args.insert("PCIe from GPU MB/s".into(), (t / 1e6).into());
+            }
+            if !args.is_empty() {
+                self.counter(&format!("GPU {}", d.index), g.t_ns, serde_json::Value::Object(args))?;
+            }
+        }
+        if let Some(reason) = g.status.off_reason() {
+            self.instant("GPU sampling off", g.t_ns, json!({ "reason": reason }))?;
+        }
+        Ok(())
+    }
+}
+
 impl<W: Write + Send> Exporter for ChromeTrace<W> {
     fn settings(&mut self, s: &RunSettings) -> std::io::Result<()> {
         let mut args = serde_json::to_value(s).map_err(std::io::Error::other)?;
@@ -235,79 +318,15 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 }
             }
             Event::Span(s) => self.span(s)?,
-            Event::Thread { id, name, role } => {
-                // The training loop's track first, the others in the order they came.
-                let sort = if *role == ThreadRole::Train { 0 } else { *id as i64 };
-                let pid = self.pid;
-                self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":id,"args":{"sort_index":sort}}))?;
-                let mut args = json!({ "name": name });
-                if !role.is_other() {
-                    // For `pipeprof report` on the trace: viewers show the name.
-                    args["role"] = serde_json::to_value(role).map_err(std::io::Error::other)?;
-                }
-                self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":args}))?;
-            }
-            Event::Step(st) if !st.validation => {
-                let rate = match self.last_step_end {
-                    Some(prev) if st.end_ns > prev => st.images as f64 * 1e9 / (st.end_ns - prev) as f64,
-                    _ => 0.0,
-                };
-                self.last_step_end = Some(st.end_ns);
-                self.last_ts = self.last_ts.max(st.end_ns);
-                self.counter(
-                    "step",
-                    st.end_ns,
-                    json!({"step": st.step, "epoch": st.epoch, "images": st.images, "loss": st.loss,
-                           "correct": st.correct, "batches_ready": st.queued}),
-                )?;
-                self.counter("images/s", st.end_ns, json!({ "images/s": rate }))?;
-                if !st.loss.is_finite() {
-                    let word = probes::nonfinite::word(f64::from(st.loss)).unwrap_or("NaN");
-                    self.instant("loss not finite", st.end_ns, json!({"step": st.step, "loss": word}))?;
-                }
-            }
+            Event::Thread { id, name, role } => self.thread(*id, name, *role)?,
+            Event::Step(st) if !st.validation => self.step(st)?,
             Event::Step(_) => {}
             Event::Skipped { path, reason } => {
                 let t = self.last_ts;
                 self.instant("skipped file", t, json!({"path": path, "reason": reason}))?;
             }
-            Event::Host(h) => {
-                self.last_ts = self.last_ts.max(h.t_ns);
-                self.counter("CPU %", h.t_ns, json!({"process": h.process_cpu_pct, "machine": h.global_cpu_pct}))?;
-                self.counter("RSS MB", h.t_ns, json!({ "rss": h.rss_bytes as f64 / 1e6 }))?;
-                if let Some(r) = h.read_bytes_per_s {
-                    self.counter(
-                        "storage MB/s",
-                        h.t_ns,
-                        json!({"read": r / 1e6, "write": h.write_bytes_per_s.unwrap_or(0.0) / 1e6}),
-                    )?;
-                }
-                // Host samples come at 5 Hz: a good pace for making the file durable.
-                self.out.flush()?;
-            }
-            Event::Gpu(g) => {
-                for d in &g.devices {
-                    let mut args = serde_json::Map::new();
-                    if let Some(u) = d.util_pct {
-                        args.insert("util %".into(), u.into());
-                    }
-                    if let Some(m) = d.mem_used_bytes {
-                        args.insert("memory GB".into(), (m as f64 / 1e9).into());
-                    }
-                    if let Some(r) = d.pcie_rx_bytes_per_s {
-                        args.insert("PCIe to GPU MB/s".into(), (r / 1e6).into());
-                    }
-                    if let Some(t) = d.pcie_tx_bytes_per_s {
-                        args.insert("PCIe from GPU MB/s".into(), (t / 1e6).into());
-                    }
-                    if !args.is_empty() {
-                        self.counter(&format!("GPU {}", d.index), g.t_ns, serde_json::Value::Object(args))?;
-                    }
-                }
-                if let Some(reason) = g.status.off_reason() {
-                    self.instant("GPU sampling off", g.t_ns, json!({ "reason": reason }))?;
-                }
-            }
+            Event::Host(h) => self.host(h)?,
+            Event::Gpu(g) => self.gpu(g)?,
             Event::Stalled { thread, stage, file, open_ns, abandoned } => {
                 let t = self.last_ts;
                 let args = json!({"thread": thread, "stage": stage.name(), "file": file,

@@ -296,18 +296,7 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
     match (ph, name) {
         ("X", _) => {
             let Some(stage) = Stage::from_name(name) else { return false };
-            let a = &e["args"];
-            agg.push(&Event::Span(SpanRecord {
-                stage,
-                thread: e["tid"].as_u64().unwrap_or(0) as u32,
-                start_ns: ns(&e["ts"]),
-                dur_ns: ns(&e["dur"]),
-                cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
-                queue_ns: a.get("core_wait_us").map(ns).unwrap_or(NONE),
-                step: num(a, "step"),
-                sample: num(a, "sample"),
-                bytes: num(a, "bytes"),
-            }));
+            agg.push(&Event::Span(span_record(stage, e)));
         }
         ("M", "thread_name") => {
             let id = e["tid"].as_u64().unwrap_or(0) as u32;
@@ -318,47 +307,9 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
                 agg.push(&Event::Thread { id, name: n, role });
             }
         }
-        ("C", "step") => {
-            let a = &e["args"];
-            agg.push(&Event::Step(StepRecord {
-                no_loss: false,
-                step: num(a, "step"),
-                epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
-                images: a["images"].as_u64().unwrap_or(0) as u32,
-                // A trace leaves a NaN or inf loss out of its counter.
-                loss: a["loss"].as_f64().map_or(f32::NAN, |l| l as f32),
-                correct: a["correct"].as_u64().unwrap_or(0) as u32,
-                end_ns: ns(&e["ts"]),
-                queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
-                validation: false,
-            }));
-        }
-        ("C", "CPU %") | ("C", "RSS MB") => {
-            let t = ns(&e["ts"]);
-            let h = host.entry(t).or_insert_with(|| HostSample { t_ns: t, ..Default::default() });
-            let a = &e["args"];
-            if name == "CPU %" {
-                h.process_cpu_pct = a["process"].as_f64().unwrap_or(0.0) as f32;
-                h.global_cpu_pct = a["machine"].as_f64().unwrap_or(0.0) as f32;
-            } else {
-                h.rss_bytes = (a["rss"].as_f64().unwrap_or(0.0) * 1e6) as u64;
-            }
-        }
-        ("C", n) if n.starts_with("GPU ") => {
-            let a = &e["args"];
-            let index = n[4..].parse().unwrap_or(0);
-            agg.push(&Event::Gpu(Box::new(GpuSample {
-                t_ns: ns(&e["ts"]),
-                status: GpuStatus::Ok,
-                devices: vec![GpuDevice {
-                    index,
-                    name: format!("GPU {index}"),
-                    util_pct: a["util %"].as_f64().map(|v| v as f32),
-                    mem_used_bytes: a["memory GB"].as_f64().map(|v| (v * 1e9) as u64),
-                    ..Default::default()
-                }],
-            })));
-        }
+        ("C", "step") => agg.push(&Event::Step(step_record(e))),
+        ("C", "CPU %") | ("C", "RSS MB") => host_counter(host, name, e),
+        ("C", n) if n.starts_with("GPU ") => agg.push(&Event::Gpu(Box::new(gpu_sample(n, e)))),
         ("i", "GPU sampling off") => {
             let reason = e["args"]["reason"].as_str().unwrap_or("off").to_string();
             agg.push(&Event::Gpu(Box::new(GpuSample::off(ns(&e["ts"]), reason))));
@@ -371,6 +322,69 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
         _ => {}
     }
     false
+}
+
+/// A stage span from its `X` event.
+fn span_record(stage: Stage, e: &Value) -> SpanRecord {
+    let a = &e["args"];
+    SpanRecord {
+        stage,
+        thread: e["tid"].as_u64().unwrap_or(0) as u32,
+        start_ns: ns(&e["ts"]),
+        dur_ns: ns(&e["dur"]),
+        cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
+        queue_ns: a.get("core_wait_us").map(ns).unwrap_or(NONE),
+        step: num(a, "step"),
+        sample: num(a, "sample"),
+        bytes: num(a, "bytes"),
+    }
+}
+
+/// A training step from its `step` counter.
+fn step_record(e: &Value) -> StepRecord {
+    let a = &e["args"];
+    StepRecord {
+        no_loss: false,
+        step: num(a, "step"),
+        epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
+        images: a["images"].as_u64().unwrap_or(0) as u32,
+        // A trace leaves a NaN or inf loss out of its counter.
+        loss: a["loss"].as_f64().map_or(f32::NAN, |l| l as f32),
+        correct: a["correct"].as_u64().unwrap_or(0) as u32,
+        end_ns: ns(&e["ts"]),
+        queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
+        validation: false,
+    }
+}
+
+/// A `CPU %` or `RSS MB` counter into the host sample of its timestamp.
+fn host_counter(host: &mut std::collections::BTreeMap<u64, HostSample>, name: &str, e: &Value) {
+    let t = ns(&e["ts"]);
+    let h = host.entry(t).or_insert_with(|| HostSample { t_ns: t, ..Default::default() });
+    let a = &e["args"];
+    if name == "CPU %" {
+        h.process_cpu_pct = a["process"].as_f64().unwrap_or(0.0) as f32;
+        h.global_cpu_pct = a["machine"].as_f64().unwrap_or(0.0) as f32;
+    } else {
+        h.rss_bytes = (a["rss"].as_f64().unwrap_or(0.0) * 1e6) as u64;
+    }
+}
+
+/// One GPU's sample from its `GPU N` counter.
+fn gpu_sample(counter: &str, e: &Value) -> GpuSample {
+    let a = &e["args"];
+    let index = counter[4..].parse().unwrap_or(0);
+    GpuSample {
+        t_ns: ns(&e["ts"]),
+        status: GpuStatus::Ok,
+        devices: vec![GpuDevice {
+            index,
+            name: format!("GPU {index}"),
+            util_pct: a["util %"].as_f64().map(|v| v as f32),
+            mem_used_bytes: a["memory GB"].as_f64().map(|v| (v * 1e9) as u64),
+            ..Default::default()
+        }],
+    }
 }
 
 /// Loads a trace or a summary JSON. A trace as pipeprof writes it is read as a stream.

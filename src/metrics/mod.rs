@@ -133,6 +133,34 @@ pub fn render(s: &Scrape) -> String {
     let labels = [(Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model.name())))];
     let mut reg = Registry::with_prefix_and_labels("pipeprof", labels.into_iter());
     let run = if sum.ranks.is_empty() { RANK } else { ALL_RANKS };
+    let rows = rows(sum, run);
+    step_metrics(&mut reg, &rows);
+    gauges(
+        &mut reg,
+        "queue_batches_ready",
+        "Mean batches waiting in the prefetch queue when a step took its batch",
+        &[(rank(run), sum.mean_queued)],
+    );
+    stage_metrics(&mut reg, &rows);
+    if let Some(g) = &s.gpu {
+        gpu_metrics(&mut reg, g, run);
+    }
+    counters(&mut reg, "events_dropped", "Events dropped on a full channel", &[(rank(run), sum.events_dropped)]);
+    let current = limiter_label(s.verdict.as_ref().map(|v| &v.limiter));
+    let limiter: Vec<_> = LIMITERS
+        .iter()
+        .map(|l| (vec![("rank", run.to_string()), ("limiter", l.to_string())], if *l == current { 1.0 } else { 0.0 }))
+        .collect();
+    gauges(&mut reg, "limiter", "What limits the run now: 1 for the verdict's limiter, 0 for the others", &limiter);
+    rank_metrics(&mut reg, sum);
+    let mut out = String::with_capacity(4096);
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}
+
+/// The whole run's row (`rank` = `run`), then one per rank of a distributed run.
+fn rows<'a>(sum: &'a Summary, run: &str) -> Vec<Row<'a>> {
     let split = &sum.split;
     let mut rows = vec![Row {
         rank: run.to_string(),
@@ -154,21 +182,25 @@ pub fn render(s: &Scrape) -> String {
         loader_busy: l.loader_busy,
         stages: &l.stages,
     }));
+    rows
+}
+
+/// Step time, waiting share, rate, steps, images and the loader's busy share, one series
+/// per row.
+fn step_metrics(reg: &mut Registry, rows: &[Row]) {
     let each = |f: &dyn Fn(&Row) -> f64| -> Vec<(Labels, f64)> { rows.iter().map(|r| (rank(&r.rank), f(r))).collect() };
-    gauges(&mut reg, "step_seconds", "Mean training step time", &each(&|r| r.step_ms / 1e3));
-    gauges(&mut reg, "wait_share", "Share of step time spent waiting for data (0-1)", &each(&|r| r.wait_share));
-    gauges(&mut reg, "images_per_second", "Images trained per second over the run", &each(&|r| r.images_per_s));
+    gauges(reg, "step_seconds", "Mean training step time", &each(&|r| r.step_ms / 1e3));
+    gauges(reg, "wait_share", "Share of step time spent waiting for data (0-1)", &each(&|r| r.wait_share));
+    gauges(reg, "images_per_second", "Images trained per second over the run", &each(&|r| r.images_per_s));
     let count =
         |f: &dyn Fn(&Row) -> u64| -> Vec<(Labels, u64)> { rows.iter().map(|r| (rank(&r.rank), f(r))).collect() };
-    counters(&mut reg, "steps", "Training steps seen", &count(&|r| r.steps));
-    counters(&mut reg, "images", "Images trained", &count(&|r| r.images));
-    gauges(&mut reg, "loader_busy_share", "Loader threads' busy share (0-1)", &each(&|r| r.loader_busy));
-    gauges(
-        &mut reg,
-        "queue_batches_ready",
-        "Mean batches waiting in the prefetch queue when a step took its batch",
-        &[(rank(run), sum.mean_queued)],
-    );
+    counters(reg, "steps", "Training steps seen", &count(&|r| r.steps));
+    counters(reg, "images", "Images trained", &count(&|r| r.images));
+    gauges(reg, "loader_busy_share", "Loader threads' busy share (0-1)", &each(&|r| r.loader_busy));
+}
+
+/// Per stage of each row that ran: p50, p95 and the on-CPU share where measured.
+fn stage_metrics(reg: &mut Registry, rows: &[Row]) {
     let per_stage = |f: &dyn Fn(&crate::aggregate::StageSummary) -> Option<f64>| -> Vec<(Labels, f64)> {
         rows.iter()
             .flat_map(|r| {
@@ -178,54 +210,43 @@ pub fn render(s: &Scrape) -> String {
             })
             .collect()
     };
-    gauges(&mut reg, "stage_p50_seconds", "Median span time per stage", &per_stage(&|x| Some(x.p50_ms / 1e3)));
-    gauges(&mut reg, "stage_p95_seconds", "95th percentile span time per stage", &per_stage(&|x| Some(x.p95_ms / 1e3)));
+    gauges(reg, "stage_p50_seconds", "Median span time per stage", &per_stage(&|x| Some(x.p50_ms / 1e3)));
+    gauges(reg, "stage_p95_seconds", "95th percentile span time per stage", &per_stage(&|x| Some(x.p95_ms / 1e3)));
     gauges(
-        &mut reg,
+        reg,
         "stage_on_cpu_share",
         "On-CPU share of a stage's wall time (0-1), where measured",
         &per_stage(&|x| x.on_cpu),
     );
-    if let Some(g) = &s.gpu {
-        let on = |i: usize| vec![("rank", run.to_string()), ("gpu", i.to_string())];
-        let util: Vec<_> =
-            g.util_pct.iter().enumerate().filter_map(|(i, u)| u.map(|u| (on(i), f64::from(u) / 100.0))).collect();
-        let mem: Vec<_> =
-            g.mem_used_bytes.iter().enumerate().filter_map(|(i, m)| m.map(|m| (on(i), m as f64))).collect();
-        gauges(&mut reg, "gpu_utilization_ratio", "GPU utilisation at the last sample (0-1)", &util);
-        gauges(&mut reg, "gpu_memory_used_bytes", "GPU memory used at the last sample", &mem);
-    }
-    counters(&mut reg, "events_dropped", "Events dropped on a full channel", &[(rank(run), sum.events_dropped)]);
-    let current = limiter_label(s.verdict.as_ref().map(|v| &v.limiter));
-    let limiter: Vec<_> = LIMITERS
+}
+
+/// Each GPU's utilisation and memory at the last sample.
+fn gpu_metrics(reg: &mut Registry, g: &GpuPoint, run: &str) {
+    let on = |i: usize| vec![("rank", run.to_string()), ("gpu", i.to_string())];
+    let util: Vec<_> =
+        g.util_pct.iter().enumerate().filter_map(|(i, u)| u.map(|u| (on(i), f64::from(u) / 100.0))).collect();
+    let mem: Vec<_> = g.mem_used_bytes.iter().enumerate().filter_map(|(i, m)| m.map(|m| (on(i), m as f64))).collect();
+    gauges(reg, "gpu_utilization_ratio", "GPU utilisation at the last sample (0-1)", &util);
+    gauges(reg, "gpu_memory_used_bytes", "GPU memory used at the last sample", &mem);
+}
+
+/// A distributed run's straggler mark and all-reduce wait per rank, when its ranks were
+/// judged.
+fn rank_metrics(reg: &mut Registry, sum: &Summary) {
+    let Some(v) = crate::diagnose::ranks::judge(&sum.ranks) else { return };
+    let straggler: Vec<_> = sum
+        .ranks
         .iter()
-        .map(|l| (vec![("rank", run.to_string()), ("limiter", l.to_string())], if *l == current { 1.0 } else { 0.0 }))
+        .map(|l| (rank(&l.rank.to_string()), if v.straggler == Some(l.rank) { 1.0 } else { 0.0 }))
         .collect();
-    gauges(&mut reg, "limiter", "What limits the run now: 1 for the verdict's limiter, 0 for the others", &limiter);
-    if let Some(v) = crate::diagnose::ranks::judge(&sum.ranks) {
-        let straggler: Vec<_> = sum
-            .ranks
-            .iter()
-            .map(|l| (rank(&l.rank.to_string()), if v.straggler == Some(l.rank) { 1.0 } else { 0.0 }))
-            .collect();
-        gauges(
-            &mut reg,
-            "straggler",
-            "1 for the rank that sets a distributed run's pace, 0 for the others",
-            &straggler,
-        );
-        let waits: Vec<_> = v.sync_wait_ms.iter().map(|(r, w)| (rank(&r.to_string()), w / 1e3)).collect();
-        gauges(
-            &mut reg,
-            "allreduce_wait_seconds",
-            "Mean wait per step in the gradients' all-reduce, measured or inferred",
-            &waits,
-        );
-    }
-    let mut out = String::with_capacity(4096);
-    // Writing into a String cannot fail.
-    let _ = encode(&mut out, &reg);
-    out
+    gauges(reg, "straggler", "1 for the rank that sets a distributed run's pace, 0 for the others", &straggler);
+    let waits: Vec<_> = v.sync_wait_ms.iter().map(|(r, w)| (rank(&r.to_string()), w / 1e3)).collect();
+    gauges(
+        reg,
+        "allreduce_wait_seconds",
+        "Mean wait per step in the gradients' all-reduce, measured or inferred",
+        &waits,
+    );
 }
 
 #[cfg(test)]

@@ -173,67 +173,11 @@ impl AutoWorkers {
                 format!("with {cur} the training loop waits {} of each step (< {}): enough", pct(share), pct(ENOUGH)),
             );
         }
-        if let Some(b) = self.before {
-            let gain = b.step / step;
-            let possible = possible_gain(b.workers, b.step, b.wait, cur);
-            let helped = (gain - 1.0) / (possible - 1.0).max(f64::MIN_POSITIVE);
-            let moved = format!(
-                "going from {} to {cur} workers moved the step time from {:.1} to {:.1} ms (×{gain:.2} of a possible ×{possible:.2})",
-                b.workers,
-                b.step / 1e6,
-                step / 1e6
-            );
-            if helped < BACK_BELOW {
-                let why = if cur > self.max {
-                    "the storage serves no more in parallel"
-                } else {
-                    "the limit is elsewhere (the CPU, or the main process taking batches in)"
-                };
-                self.current = b.workers;
-                return self.settle(b.workers, format!("{moved}: no faster, {why}, back to {}", b.workers));
-            }
-            if helped < GROW_FROM {
-                return self.settle(
-                    cur,
-                    format!("{moved}: more workers give less and less (the main process, shared cores or memory limit them), staying at {cur}"),
-                );
-            }
+        if let Some(settled) = self.judge_last_change(step) {
+            return settled;
         }
         if cur >= self.max {
-            let cap = io_cap(self.max);
-            return match self.blocked_share() {
-                Some(bl) if bl >= IO_BLOCKED && cur < cap => {
-                    let next = (cur * 2).min(cap);
-                    self.grow(next, step, wait);
-                    Decision::Set {
-                        workers: next,
-                        reason: format!(
-                            "every core has a worker ({cur}) but they are blocked {} of their time (waiting on storage needs no core) and the loop waits {} of each step: trying {next} (at most {cap})",
-                            pct(bl),
-                            pct(share)
-                        ),
-                    }
-                }
-                bl => {
-                    let why = match bl {
-                        Some(bl) if bl >= IO_BLOCKED => format!("; at the cap of {cap} for I/O"),
-                        Some(bl) => {
-                            format!(
-                                "; the workers are blocked only {} of their time: more would wait for a core",
-                                pct(bl)
-                            )
-                        }
-                        None => String::new(),
-                    };
-                    self.settle(
-                        cur,
-                        format!(
-                            "every core has a worker ({cur}); the loop still waits {} of each step{why}",
-                            pct(share)
-                        ),
-                    )
-                }
-            };
+            return self.at_every_core(share, step, wait);
         }
         let next = if share >= DOUBLE_FROM {
             cur * 2
@@ -247,6 +191,72 @@ impl AutoWorkers {
         Decision::Set {
             workers: next,
             reason: format!("with {cur} the training loop waited {} of each step: trying {next}", pct(share)),
+        }
+    }
+
+    /// After a change: settles when it helped too little of what it could (back to the workers
+    /// before when it did not help at all); `None` when growing may go on.
+    fn judge_last_change(&mut self, step: f64) -> Option<Decision> {
+        let b = self.before?;
+        let cur = self.current;
+        let gain = b.step / step;
+        let possible = possible_gain(b.workers, b.step, b.wait, cur);
+        let helped = (gain - 1.0) / (possible - 1.0).max(f64::MIN_POSITIVE);
+        let moved = format!(
+            "going from {} to {cur} workers moved the step time from {:.1} to {:.1} ms (×{gain:.2} of a possible ×{possible:.2})",
+            b.workers,
+            b.step / 1e6,
+            step / 1e6
+        );
+        if helped < BACK_BELOW {
+            let why = if cur > self.max {
+                "the storage serves no more in parallel"
+            } else {
+                "the limit is elsewhere (the CPU, or the main process taking batches in)"
+            };
+            self.current = b.workers;
+            return Some(self.settle(b.workers, format!("{moved}: no faster, {why}, back to {}", b.workers)));
+        }
+        if helped < GROW_FROM {
+            return Some(self.settle(
+                cur,
+                format!("{moved}: more workers give less and less (the main process, shared cores or memory limit them), staying at {cur}"),
+            ));
+        }
+        None
+    }
+
+    /// Every core has a worker: more only when they are blocked on I/O (waiting on storage
+    /// needs no core), up to the I/O cap; settle otherwise.
+    fn at_every_core(&mut self, share: f64, step: f64, wait: f64) -> Decision {
+        let cur = self.current;
+        let cap = io_cap(self.max);
+        match self.blocked_share() {
+            Some(bl) if bl >= IO_BLOCKED && cur < cap => {
+                let next = (cur * 2).min(cap);
+                self.grow(next, step, wait);
+                Decision::Set {
+                    workers: next,
+                    reason: format!(
+                        "every core has a worker ({cur}) but they are blocked {} of their time (waiting on storage needs no core) and the loop waits {} of each step: trying {next} (at most {cap})",
+                        pct(bl),
+                        pct(share)
+                    ),
+                }
+            }
+            bl => {
+                let why = match bl {
+                    Some(bl) if bl >= IO_BLOCKED => format!("; at the cap of {cap} for I/O"),
+                    Some(bl) => {
+                        format!("; the workers are blocked only {} of their time: more would wait for a core", pct(bl))
+                    }
+                    None => String::new(),
+                };
+                self.settle(
+                    cur,
+                    format!("every core has a worker ({cur}); the loop still waits {} of each step{why}", pct(share)),
+                )
+            }
         }
     }
 

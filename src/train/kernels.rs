@@ -219,68 +219,12 @@ impl CustomOp3 for Conv2d {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = self.geom(x.shape(), w.shape())?;
         let b = x.dim(0)?;
-        let (img, out_img, k, p) = (g.c_in * g.h * g.w, g.c_out * g.positions(), g.k(), g.positions());
         let want_dx = x.track_op();
         let relu = self.relu;
-        let (dw, db, dx) = with_data(x, |xd| {
-            with_data(w, |wd| {
-                with_data(grad, |gd| {
-                    with_data(res, |yd| {
-                        let mut dx = want_dx.then(|| vec![0f32; b * img]);
-                        // Each task: a run of images, its own kernel and bias gradients, summed
-                        // at the end.
-                        let per = b.div_ceil(rayon::current_num_threads().clamp(1, b));
-                        let dx_chunks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
-                            Some(d) => d.chunks_mut(per * img).map(Some).collect(),
-                            None => (0..b.div_ceil(per)).map(|_| None).collect(),
-                        };
-                        let partial: Vec<(Vec<f32>, Vec<f32>)> = dx_chunks
-                            .into_par_iter()
-                            .enumerate()
-                            .map(|(t, mut dx)| {
-                                let mut dw = vec![0f32; g.c_out * k];
-                                let mut db = vec![0f32; g.c_out];
-                                let mut col = vec![0f32; k * p];
-                                let mut gz = vec![0f32; out_img];
-                                for (n, i) in (t * per..((t + 1) * per).min(b)).enumerate() {
-                                    let (xi, gi, yi) = (
-                                        &xd[i * img..][..img],
-                                        &gd[i * out_img..][..out_img],
-                                        &yd[i * out_img..][..out_img],
-                                    );
-                                    // Through the ReLU (y > 0 passes), then the bias.
-                                    for (((z, &gv), &yv), c) in gz.iter_mut().zip(gi).zip(yi).zip(0..) {
-                                        *z = if !relu || yv > 0.0 { gv } else { 0.0 };
-                                        db[c / p] += *z;
-                                    }
-                                    im2col(&g, xi, &mut col);
-                                    // dW (c_out × k) += dz (c_out × p) · colᵀ (p × k)
-                                    matmul((g.c_out, k, p), &mut dw, n > 0, &gz, false, &col, true, Parallelism::None);
-                                    if let Some(dx) = dx.as_mut() {
-                                        // dcol (k × p) = Wᵀ (k × c_out) · dz (c_out × p), back to pixels.
-                                        matmul(
-                                            (k, p, g.c_out),
-                                            &mut col,
-                                            false,
-                                            wd,
-                                            true,
-                                            &gz,
-                                            false,
-                                            Parallelism::None,
-                                        );
-                                        col2im(&g, &col, &mut dx[n * img..][..img]);
-                                    }
-                                }
-                                (dw, db)
-                            })
-                            .collect();
-                        let (mut dw, mut db) = (vec![0f32; g.c_out * k], vec![0f32; g.c_out]);
-                        for (pw, pb) in partial {
-                            dw.iter_mut().zip(pw).for_each(|(a, v)| *a += v);
-                            db.iter_mut().zip(pb).for_each(|(a, v)| *a += v);
-                        }
-                        Ok((dw, db, dx))
-                    })
+        let (dw, db, dx) = with_data(x, |x| {
+            with_data(w, |w| {
+                with_data(grad, |grad| {
+                    with_data(res, |res| Ok(ConvBwd { g: &g, relu, x, w, grad, res }.run(b, want_dx)))
                 })
             })
         })?;
@@ -289,6 +233,71 @@ impl CustomOp3 for Conv2d {
         let db = Tensor::from_vec(db, bias.shape(), dev)?;
         let dx = dx.map(|d| Tensor::from_vec(d, x.shape(), dev)).transpose()?;
         Ok((dx, Some(dw), Some(db)))
+    }
+}
+
+/// One conv2d backward pass over a batch: the geometry, whether a ReLU followed, and the data
+/// (input, kernel, the gradient coming in, the forward's output).
+struct ConvBwd<'a> {
+    g: &'a Geom,
+    relu: bool,
+    x: &'a [f32],
+    w: &'a [f32],
+    grad: &'a [f32],
+    res: &'a [f32],
+}
+
+impl ConvBwd<'_> {
+    /// (dW, db, dx) for `b` images; dx only when `want_dx`. Each task: a run of images, its own
+    /// kernel and bias gradients, summed at the end in task order.
+    fn run(&self, b: usize, want_dx: bool) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+        let (g, img) = (self.g, self.g.c_in * self.g.h * self.g.w);
+        let mut dx = want_dx.then(|| vec![0f32; b * img]);
+        let per = b.div_ceil(rayon::current_num_threads().clamp(1, b));
+        let dx_chunks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+            Some(d) => d.chunks_mut(per * img).map(Some).collect(),
+            None => (0..b.div_ceil(per)).map(|_| None).collect(),
+        };
+        let partial: Vec<(Vec<f32>, Vec<f32>)> = dx_chunks
+            .into_par_iter()
+            .enumerate()
+            .map(|(t, dx)| self.images(t * per..((t + 1) * per).min(b), dx))
+            .collect();
+        let (mut dw, mut db) = (vec![0f32; g.c_out * g.k()], vec![0f32; g.c_out]);
+        for (pw, pb) in partial {
+            dw.iter_mut().zip(pw).for_each(|(a, v)| *a += v);
+            db.iter_mut().zip(pb).for_each(|(a, v)| *a += v);
+        }
+        (dw, db, dx)
+    }
+
+    /// One task: the kernel and bias gradients of the images `range`, and their input
+    /// gradients written into `dx` (the task's part, when wanted).
+    fn images(&self, range: std::ops::Range<usize>, mut dx: Option<&mut [f32]>) -> (Vec<f32>, Vec<f32>) {
+        let g = self.g;
+        let (img, out_img, k, p) = (g.c_in * g.h * g.w, g.c_out * g.positions(), g.k(), g.positions());
+        let mut dw = vec![0f32; g.c_out * k];
+        let mut db = vec![0f32; g.c_out];
+        let mut col = vec![0f32; k * p];
+        let mut gz = vec![0f32; out_img];
+        for (n, i) in range.enumerate() {
+            let (xi, gi, yi) =
+                (&self.x[i * img..][..img], &self.grad[i * out_img..][..out_img], &self.res[i * out_img..][..out_img]);
+            // Through the ReLU (y > 0 passes), then the bias.
+            for (((z, &gv), &yv), c) in gz.iter_mut().zip(gi).zip(yi).zip(0..) {
+                *z = if !self.relu || yv > 0.0 { gv } else { 0.0 };
+                db[c / p] += *z;
+            }
+            im2col(g, xi, &mut col);
+            // dW (c_out × k) += dz (c_out × p) · colᵀ (p × k)
+            matmul((g.c_out, k, p), &mut dw, n > 0, &gz, false, &col, true, Parallelism::None);
+            if let Some(dx) = dx.as_mut() {
+                // dcol (k × p) = Wᵀ (k × c_out) · dz (c_out × p), back to pixels.
+                matmul((k, p, g.c_out), &mut col, false, self.w, true, &gz, false, Parallelism::None);
+                col2im(g, &col, &mut dx[n * img..][..img]);
+            }
+        }
+        (dw, db)
     }
 }
 

@@ -25,53 +25,8 @@ impl ModelConfig {
             let k = counts.entry(spec.kind()).or_insert(0);
             *k += 1;
             let name = format!("{}_{}", spec.kind(), k);
-            let mut params = 0;
-            shape = match spec {
-                LayerSpec::Conv2d { filters, kernel_size, strides, padding, .. } => {
-                    let [c, h, w] = spatial(&shape, n, spec)?;
-                    let oh = conv_out(h, *kernel_size, *strides, *padding);
-                    let ow = conv_out(w, *kernel_size, *strides, *padding);
-                    if oh == 0 || ow == 0 {
-                        return Err(collapse(n, spec, &shape));
-                    }
-                    params = kernel_size
-                        .checked_mul(*kernel_size)
-                        .and_then(|x| x.checked_mul(c))
-                        .and_then(|x| x.checked_mul(*filters))
-                        .and_then(|x| x.checked_add(*filters))
-                        .ok_or_else(|| too_big(n, spec))?;
-                    vec![*filters, oh, ow]
-                }
-                LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
-                    let [c, h, w] = spatial(&shape, n, spec)?;
-                    let s = strides.unwrap_or(*pool_size);
-                    let oh = conv_out(h, *pool_size, s, Padding::Valid);
-                    let ow = conv_out(w, *pool_size, s, Padding::Valid);
-                    if oh == 0 || ow == 0 {
-                        return Err(collapse(n, spec, &shape));
-                    }
-                    vec![c, oh, ow]
-                }
-                LayerSpec::Flatten {} => {
-                    vec![shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| too_big(n, spec))?]
-                }
-                LayerSpec::Dense { units, .. } => {
-                    if shape.len() != 1 {
-                        return Err(format!(
-                            "layer {n} (dense) gets a {}-d input {:?}: add a `type = \"flatten\"` layer before it",
-                            shape.len(),
-                            shape
-                        ));
-                    }
-                    let u = match units {
-                        Units::Fixed(u) => *u,
-                        Units::Classes => classes,
-                    };
-                    params = shape[0].checked_mul(u).and_then(|x| x.checked_add(u)).ok_or_else(|| too_big(n, spec))?;
-                    vec![u]
-                }
-                LayerSpec::Dropout { .. } => shape.clone(),
-            };
+            let params;
+            (shape, params) = layer_output(spec, n, &shape, classes)?;
             out.push(ShapedLayer { spec: spec.clone(), name, output: shape.clone(), params });
         }
         if shape != [classes] {
@@ -82,6 +37,59 @@ impl ModelConfig {
         }
         Ok(out)
     }
+}
+
+/// The output shape and parameter count of `spec`, layer `n` (from 1), given its input
+/// `shape`.
+fn layer_output(spec: &LayerSpec, n: usize, shape: &[usize], classes: usize) -> Result<(Vec<usize>, usize), String> {
+    let mut params = 0;
+    let out = match spec {
+        LayerSpec::Conv2d { filters, kernel_size, strides, padding, .. } => {
+            let [c, h, w] = spatial(shape, n, spec)?;
+            let oh = conv_out(h, *kernel_size, *strides, *padding);
+            let ow = conv_out(w, *kernel_size, *strides, *padding);
+            if oh == 0 || ow == 0 {
+                return Err(collapse(n, spec, shape));
+            }
+            params = kernel_size
+                .checked_mul(*kernel_size)
+                .and_then(|x| x.checked_mul(c))
+                .and_then(|x| x.checked_mul(*filters))
+                .and_then(|x| x.checked_add(*filters))
+                .ok_or_else(|| too_big(n, spec))?;
+            vec![*filters, oh, ow]
+        }
+        LayerSpec::MaxPooling2d { pool_size, strides } | LayerSpec::AveragePooling2d { pool_size, strides } => {
+            let [c, h, w] = spatial(shape, n, spec)?;
+            let s = strides.unwrap_or(*pool_size);
+            let oh = conv_out(h, *pool_size, s, Padding::Valid);
+            let ow = conv_out(w, *pool_size, s, Padding::Valid);
+            if oh == 0 || ow == 0 {
+                return Err(collapse(n, spec, shape));
+            }
+            vec![c, oh, ow]
+        }
+        LayerSpec::Flatten {} => {
+            vec![shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| too_big(n, spec))?]
+        }
+        LayerSpec::Dense { units, .. } => {
+            if shape.len() != 1 {
+                return Err(format!(
+                    "layer {n} (dense) gets a {}-d input {:?}: add a `type = \"flatten\"` layer before it",
+                    shape.len(),
+                    shape
+                ));
+            }
+            let u = match units {
+                Units::Fixed(u) => *u,
+                Units::Classes => classes,
+            };
+            params = shape[0].checked_mul(u).and_then(|x| x.checked_add(u)).ok_or_else(|| too_big(n, spec))?;
+            vec![u]
+        }
+        LayerSpec::Dropout { .. } => shape.to_vec(),
+    };
+    Ok((out, params))
 }
 
 fn spatial(shape: &[usize], n: usize, spec: &LayerSpec) -> Result<[usize; 3], String> {

@@ -477,18 +477,8 @@ fn send(probe: &Probe, rank: Option<crate::Rank>, ev: Event) {
 /// into `probe` without ever blocking on it. Returns when the producer finishes, its
 /// connection drops, or it sends something malformed.
 pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
-    let hello = match wire::read_frame(conn) {
-        Ok(Frame::Hello(mut h)) => {
-            // The name labels every thread of the producer and is printed: capped, and no
-            // control character reaches a terminal.
-            h.program = h.program.chars().take(MAX_THREAD_NAME).map(|c| if c.is_control() { '?' } else { c }).collect();
-            h
-        }
-        Ok(_) => {
-            let why = "a producer must say hello first".to_string();
-            let error = Some(WireError::Malformed { what: "hello", why });
-            return Relayed { hello: empty_hello(), spans: 0, error, dropped: 0 };
-        }
+    let hello = match read_hello(conn) {
+        Ok(h) => h,
         Err(e) => return Relayed { hello: empty_hello(), spans: 0, error: Some(e), dropped: 0 },
     };
     // A producer that knows its run's settings says them in its hello (a Rust program under
@@ -539,6 +529,20 @@ pub fn relay(conn: &mut impl Read, probe: &Probe) -> Relayed {
         }
     };
     Relayed { hello, spans, error, dropped }
+}
+
+/// A producer's first frame, its hello, its program's name made printable; an error for any
+/// other frame.
+fn read_hello(conn: &mut impl Read) -> Result<Hello, WireError> {
+    match wire::read_frame(conn)? {
+        Frame::Hello(mut h) => {
+            // The name labels every thread of the producer and is printed: capped, and no
+            // control character reaches a terminal.
+            h.program = h.program.chars().take(MAX_THREAD_NAME).map(|c| if c.is_control() { '?' } else { c }).collect();
+            Ok(h)
+        }
+        _ => Err(WireError::Malformed { what: "hello", why: "a producer must say hello first".to_string() }),
+    }
 }
 
 fn empty_hello() -> Hello {

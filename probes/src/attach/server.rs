@@ -189,6 +189,56 @@ pub struct Server {
     probe: Probe,
 }
 
+/// The fan-out thread's two jobs.
+impl Shared {
+    /// One event, encoded once, offered to every client; a client whose queue is full is
+    /// dropped (and counted).
+    fn broadcast(&self, ev: &Event) {
+        let Some(frame) = Frame::from_event(ev) else { return };
+        let bytes = match wire::encode(&frame) {
+            Ok(b) => Arc::new(b),
+            Err(_) => {
+                // Counted, and reported to every client with the End frame.
+                self.stats.lock().unwrap_or_else(|e| e.into_inner()).unencodable_frames += 1;
+                return;
+            }
+        };
+        if let Event::Gpu(_) = ev {
+            *self.last_gpu.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes.clone());
+        }
+        // A lock poisoned by a panicking writer still holds a usable client list.
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if clients.is_empty() {
+            return;
+        }
+        clients.retain(|c| match c.tx.try_send(bytes.clone()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                if let Ok(mut st) = self.stats.lock() {
+                    st.slow_clients_dropped += 1;
+                }
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        });
+    }
+
+    /// The run is over: tell every client, with the counters (`events_dropped` the run's).
+    fn finish(&self, events_dropped: u64) {
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        stats.events_dropped = events_dropped;
+        // ServerStats is a few numbers: its encoding cannot fail or be too long.
+        let end = Arc::new(wire::encode(&Frame::End(stats)).unwrap_or_default());
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the clients' lock: a viewer registering now sees either the list still
+        // served or the end.
+        *self.end.lock().unwrap_or_else(|e| e.into_inner()) = Some(end.clone());
+        for c in clients.drain(..) {
+            let _ = c.tx.try_send(end.clone());
+        }
+    }
+}
+
 impl Server {
     /// Starts the fan-out thread over `rx` (the probe's channel).
     pub fn start(rx: Receiver<Event>, probe: Probe, hello: Hello) -> std::io::Result<Server> {
@@ -210,46 +260,9 @@ impl Server {
                 if ev == Event::Finish {
                     break;
                 }
-                let Some(frame) = Frame::from_event(&ev) else { continue };
-                let bytes = match wire::encode(&frame) {
-                    Ok(b) => Arc::new(b),
-                    Err(_) => {
-                        // Counted, and reported to every client with the End frame.
-                        s.stats.lock().unwrap_or_else(|e| e.into_inner()).unencodable_frames += 1;
-                        continue;
-                    }
-                };
-                if let Event::Gpu(_) = ev {
-                    *s.last_gpu.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes.clone());
-                }
-                // A lock poisoned by a panicking writer still holds a usable client list.
-                let mut clients = s.clients.lock().unwrap_or_else(|e| e.into_inner());
-                if clients.is_empty() {
-                    continue;
-                }
-                clients.retain(|c| match c.tx.try_send(bytes.clone()) {
-                    Ok(()) => true,
-                    Err(TrySendError::Full(_)) => {
-                        if let Ok(mut st) = s.stats.lock() {
-                            st.slow_clients_dropped += 1;
-                        }
-                        false
-                    }
-                    Err(TrySendError::Disconnected(_)) => false,
-                });
+                s.broadcast(&ev);
             }
-            // The run is over: tell every client, with the counters.
-            let mut stats = s.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            stats.events_dropped = probe.dropped();
-            // ServerStats is a few numbers: its encoding cannot fail or be too long.
-            let end = Arc::new(wire::encode(&Frame::End(stats)).unwrap_or_default());
-            let mut clients = s.clients.lock().unwrap_or_else(|e| e.into_inner());
-            // Under the clients' lock: a viewer registering now sees either the list still
-            // served or the end.
-            *s.end.lock().unwrap_or_else(|e| e.into_inner()) = Some(end.clone());
-            for c in clients.drain(..) {
-                let _ = c.tx.try_send(end.clone());
-            }
+            s.finish(probe.dropped());
         })?;
         Ok(Server {
             shared,

@@ -449,21 +449,7 @@ impl HostSampler {
     /// minimum CPU interval (200 ms) has passed since then; later ones never wait, reusing
     /// the global and per-core CPU figures when called faster than that.
     pub fn sample(&mut self) -> HostSample {
-        let since = clock::now_ns().saturating_sub(self.last_cpu_refresh_ns);
-        let min_ns = MINIMUM_CPU_UPDATE_INTERVAL.as_nanos() as u64;
-        if !self.cpu_ready && since < min_ns {
-            // Without a second refresh ≥ 200 ms after the first, sysinfo has no CPU figures.
-            std::thread::sleep(std::time::Duration::from_nanos(min_ns - since));
-        }
-        if !self.cpu_ready || clock::now_ns().saturating_sub(self.last_cpu_refresh_ns) >= min_ns {
-            self.sys.refresh_cpu_usage();
-            self.last_cpu_refresh_ns = clock::now_ns();
-            self.cpu_ready = true;
-            self.global_cpu_pct = self.sys.global_cpu_usage();
-            self.per_core_pct.clear();
-            self.per_core_pct.extend(self.sys.cpus().iter().map(|c| c.usage()));
-        }
-
+        self.refresh_cpu();
         let (rss_bytes, proc_cpu_ns) = self.process_cpu_ns();
         let t_ns = clock::now_ns();
         let dt = t_ns.saturating_sub(self.prev_t_ns);
@@ -513,6 +499,25 @@ impl HostSampler {
             self.prev_stat = stat;
         }
         sample
+    }
+
+    /// The global and per-core CPU figures, refreshed when sysinfo's minimum interval has
+    /// passed since the last refresh (waited for on the first sample).
+    fn refresh_cpu(&mut self) {
+        let since = clock::now_ns().saturating_sub(self.last_cpu_refresh_ns);
+        let min_ns = MINIMUM_CPU_UPDATE_INTERVAL.as_nanos() as u64;
+        if !self.cpu_ready && since < min_ns {
+            // Without a second refresh ≥ 200 ms after the first, sysinfo has no CPU figures.
+            std::thread::sleep(std::time::Duration::from_nanos(min_ns - since));
+        }
+        if !self.cpu_ready || clock::now_ns().saturating_sub(self.last_cpu_refresh_ns) >= min_ns {
+            self.sys.refresh_cpu_usage();
+            self.last_cpu_refresh_ns = clock::now_ns();
+            self.cpu_ready = true;
+            self.global_cpu_pct = self.sys.global_cpu_usage();
+            self.per_core_pct.clear();
+            self.per_core_pct.extend(self.sys.cpus().iter().map(|c| c.usage()));
+        }
     }
 
     /// The busiest other programs, at most once per [`OTHERS_EVERY_NS`] (the first sample

@@ -3,8 +3,11 @@
 //! is off) and prefetch-queue occupancy. All share one time axis, oldest left.
 
 use super::{dim, fmt_bytes, fmt_ms, fmt_share, section, truncate_end};
+use crate::aggregate::machine::DeviceSummary;
+use crate::aggregate::StepPoint;
 use crate::tui::state::{Focus, State, Windowed};
 use probes::sampler::GpuStatus;
+use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
@@ -119,13 +122,26 @@ fn render_step_chart(f: &mut Frame, area: Rect, st: &State, w: &Windowed, ax: (u
     }
     let legend_rows = u16::from(inner.height >= 3);
     let plot = Rect { height: inner.height - legend_rows, ..inner };
-    let share = |x: u64| if total > 0 { fmt_share(x as f64 / total as f64) } else { "-".into() };
+    let means = step_means(w.steps, ax, plot.width as usize);
+    let top = means.iter().flatten().map(|m| m.0 + m.1 + m.2).fold(0.0, f64::max);
+    if w.steps.is_empty() {
+        f.render_widget(Paragraph::new(Line::styled("no steps in the window yet", dim())), plot);
+    } else if top > 0.0 {
+        draw_step_bars(f.buffer_mut(), plot, &means, top);
+    }
+    if legend_rows > 0 {
+        let legend = step_legend([sw, stt, sc], top, inner.width as usize);
+        let row = Rect { y: inner.bottom() - 1, height: 1, ..inner };
+        f.render_widget(Paragraph::new(Line::from(legend)), row);
+    }
+}
 
-    // Each step covers [end − its time, end]: every bucket it overlaps gets its split, so
-    // steps longer than a bucket leave no false gaps.
-    let n = plot.width as usize;
+/// The mean (wait, transfer, compute) ns of the steps in each of `n` buckets over `ax`, `None`
+/// for a bucket no step touched. Each step covers [end − its time, end]: every bucket it
+/// overlaps gets its split, so steps longer than a bucket leave no false gaps.
+fn step_means(steps: &[StepPoint], ax: (u64, u64), n: usize) -> Vec<Option<(f64, f64, f64)>> {
     let mut acc = vec![(0.0f64, 0.0f64, 0.0f64, 0u32); n];
-    for p in w.steps {
+    for p in steps {
         let dur = p.wait_ns + p.transfer_ns + p.compute_ns;
         let (b0, b1) = (bucket(p.end_ns.saturating_sub(dur).max(ax.0), ax.0, ax.1, n), bucket(p.end_ns, ax.0, ax.1, n));
         for a in acc.iter_mut().take(b1 + 1).skip(b0) {
@@ -135,60 +151,61 @@ fn render_step_chart(f: &mut Frame, area: Rect, st: &State, w: &Windowed, ax: (u
             a.3 += 1;
         }
     }
-    let means: Vec<Option<(f64, f64, f64)>> =
-        acc.iter().map(|a| (a.3 > 0).then(|| (a.0 / a.3 as f64, a.1 / a.3 as f64, a.2 / a.3 as f64))).collect();
-    let top = means.iter().flatten().map(|m| m.0 + m.1 + m.2).fold(0.0, f64::max);
-    if w.steps.is_empty() {
-        f.render_widget(Paragraph::new(Line::styled("no steps in the window yet", dim())), plot);
-    } else if top > 0.0 {
-        let h = plot.height as f64;
-        let buf = f.buffer_mut();
-        for (i, m) in means.iter().enumerate() {
-            let Some((mw, mt, mc)) = *m else { continue };
-            let rows = |v: f64| (v / top * h).round() as u16;
-            let (c_top, t_top) = (rows(mc), rows(mc + mt));
-            let mut w_top = rows(mc + mt + mw);
-            // Something happened here, however small next to the tallest step: show a sliver.
-            let sliver = w_top == 0;
-            if sliver {
-                w_top = 1;
-            }
-            for r in 0..w_top.min(plot.height) {
-                let (sym, color) = if sliver {
-                    ("▁", COMPUTE.1)
-                } else if r < c_top {
-                    COMPUTE
-                } else if r < t_top {
-                    TRANSFER
-                } else {
-                    WAIT
-                };
-                let (x, y) = (plot.x + i as u16, plot.bottom() - 1 - r);
-                buf[(x, y)].set_symbol(sym).set_style(Style::default().fg(color));
-            }
+    acc.iter().map(|a| (a.3 > 0).then(|| (a.0 / a.3 as f64, a.1 / a.3 as f64, a.2 / a.3 as f64))).collect()
+}
+
+/// One stacked column per bucket (compute at the bottom, then transfer, then wait), scaled
+/// to `top`; a bucket too small to show next to the tallest gets a sliver.
+fn draw_step_bars(buf: &mut Buffer, plot: Rect, means: &[Option<(f64, f64, f64)>], top: f64) {
+    let h = plot.height as f64;
+    for (i, m) in means.iter().enumerate() {
+        let Some((mw, mt, mc)) = *m else { continue };
+        let rows = |v: f64| (v / top * h).round() as u16;
+        let (c_top, t_top) = (rows(mc), rows(mc + mt));
+        let mut w_top = rows(mc + mt + mw);
+        // Something happened here, however small next to the tallest step: show a sliver.
+        let sliver = w_top == 0;
+        if sliver {
+            w_top = 1;
+        }
+        for r in 0..w_top.min(plot.height) {
+            let (sym, color) = if sliver {
+                ("▁", COMPUTE.1)
+            } else if r < c_top {
+                COMPUTE
+            } else if r < t_top {
+                TRANSFER
+            } else {
+                WAIT
+            };
+            let (x, y) = (plot.x + i as u16, plot.bottom() - 1 - r);
+            buf[(x, y)].set_symbol(sym).set_style(Style::default().fg(color));
         }
     }
-    if legend_rows > 0 {
-        let long =
-            format!("{}wait {} {}xfer {} {}comp {}", WAIT.0, share(sw), TRANSFER.0, share(stt), COMPUTE.0, share(sc));
-        let legend = if long.chars().count() + 12 <= inner.width as usize && top > 0.0 {
-            vec![
-                Span::styled(format!("{}wait {} ", WAIT.0, share(sw)), Style::default().fg(WAIT.1)),
-                Span::styled(format!("{}xfer {} ", TRANSFER.0, share(stt)), Style::default().fg(TRANSFER.1)),
-                Span::styled(format!("{}comp {}", COMPUTE.0, share(sc)), Style::default().fg(COMPUTE.1)),
-                Span::styled(format!("  top {}", fmt_ms(top / 1e6)), dim()),
-            ]
-        } else if long.chars().count() <= inner.width as usize {
-            vec![Span::raw(long)]
-        } else {
-            vec![
-                Span::styled(format!("{}{} ", WAIT.0, share(sw)), Style::default().fg(WAIT.1)),
-                Span::styled(format!("{}{} ", TRANSFER.0, share(stt)), Style::default().fg(TRANSFER.1)),
-                Span::styled(format!("{}{}", COMPUTE.0, share(sc)), Style::default().fg(COMPUTE.1)),
-            ]
-        };
-        let row = Rect { y: inner.bottom() - 1, height: 1, ..inner };
-        f.render_widget(Paragraph::new(Line::from(legend)), row);
+}
+
+/// The shares of wait, transfer and compute (`[wait, transfer, compute]` ns), in colour with
+/// the tallest step where `width` allows, plain, or abbreviated.
+fn step_legend([sw, stt, sc]: [u64; 3], top: f64, width: usize) -> Vec<Span<'static>> {
+    let total = sw + stt + sc;
+    let share = |x: u64| if total > 0 { fmt_share(x as f64 / total as f64) } else { "-".into() };
+    let long =
+        format!("{}wait {} {}xfer {} {}comp {}", WAIT.0, share(sw), TRANSFER.0, share(stt), COMPUTE.0, share(sc));
+    if long.chars().count() + 12 <= width && top > 0.0 {
+        vec![
+            Span::styled(format!("{}wait {} ", WAIT.0, share(sw)), Style::default().fg(WAIT.1)),
+            Span::styled(format!("{}xfer {} ", TRANSFER.0, share(stt)), Style::default().fg(TRANSFER.1)),
+            Span::styled(format!("{}comp {}", COMPUTE.0, share(sc)), Style::default().fg(COMPUTE.1)),
+            Span::styled(format!("  top {}", fmt_ms(top / 1e6)), dim()),
+        ]
+    } else if long.chars().count() <= width {
+        vec![Span::raw(long)]
+    } else {
+        vec![
+            Span::styled(format!("{}{} ", WAIT.0, share(sw)), Style::default().fg(WAIT.1)),
+            Span::styled(format!("{}{} ", TRANSFER.0, share(stt)), Style::default().fg(TRANSFER.1)),
+            Span::styled(format!("{}{}", COMPUTE.0, share(sc)), Style::default().fg(COMPUTE.1)),
+        ]
     }
 }
 
@@ -277,19 +294,7 @@ fn render_gpu_chart(f: &mut Frame, area: Rect, st: &State, w: &Windowed, ax: (u6
         let label = format!("{} ", d.map_or(i as u32, |d| d.index));
         if cell.height >= 2 {
             let mem = latest.and_then(|g| g.mem_used_bytes.get(i).copied().flatten());
-            let mut text = label.clone();
-            if inner.width >= 40 {
-                text.push_str(&truncate_end(d.map_or("", |d| d.name.as_str()), inner.width as usize / 2));
-                text.push(' ');
-            }
-            text.push_str(&match (mem, d.and_then(|d| d.mem_total_bytes)) {
-                (Some(u), Some(t)) => format!("mem {}/{}", fmt_bytes(u), fmt_bytes(t)),
-                (Some(u), None) => format!("mem {}", fmt_bytes(u)),
-                _ => "mem -".into(),
-            });
-            if let Some(rx) = d.and_then(|d| d.pcie_rx_mean_bytes_per_s).filter(|_| inner.width >= 40) {
-                text.push_str(&format!(" · pcie↓ {}/s", fmt_bytes(rx as u64)));
-            }
+            let text = device_line(&label, d, mem, inner.width);
             f.render_widget(Paragraph::new(Line::styled(text, dim())), Rect { height: 1, ..cell });
             let plot = Rect { y: cell.y + 1, height: cell.height - 1, ..cell };
             spark(f, plot, "  ", &util, ax, 100.0, Color::Green);
@@ -297,6 +302,25 @@ fn render_gpu_chart(f: &mut Frame, area: Rect, st: &State, w: &Windowed, ax: (u6
             spark(f, cell, &label, &util, ax, 100.0, Color::Green);
         }
     }
+}
+
+/// A GPU's text line over its chart: its label, its name where `width` allows, memory used
+/// (of its total), PCIe to the device.
+fn device_line(label: &str, d: Option<&DeviceSummary>, mem: Option<u64>, width: u16) -> String {
+    let mut text = label.to_string();
+    if width >= 40 {
+        text.push_str(&truncate_end(d.map_or("", |d| d.name.as_str()), width as usize / 2));
+        text.push(' ');
+    }
+    text.push_str(&match (mem, d.and_then(|d| d.mem_total_bytes)) {
+        (Some(u), Some(t)) => format!("mem {}/{}", fmt_bytes(u), fmt_bytes(t)),
+        (Some(u), None) => format!("mem {}", fmt_bytes(u)),
+        _ => "mem -".into(),
+    });
+    if let Some(rx) = d.and_then(|d| d.pcie_rx_mean_bytes_per_s).filter(|_| width >= 40) {
+        text.push_str(&format!(" · pcie↓ {}/s", fmt_bytes(rx as u64)));
+    }
+    text
 }
 
 fn render_queue_chart(f: &mut Frame, area: Rect, st: &State, w: &Windowed, ax: (u64, u64)) {

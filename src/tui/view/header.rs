@@ -2,6 +2,7 @@
 //! far it got (epoch, step, images/s, loss, accuracy, elapsed, dropped events).
 
 use super::{bold, dim, fmt_elapsed, fmt_rate, kv, truncate_start};
+use crate::aggregate::Summary;
 use crate::tui::state::State;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -14,11 +15,19 @@ fn width(spans: &[Span]) -> usize {
 }
 
 pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
+    let w = area.width as usize;
+    let lines = vec![
+        Line::from(title_bar(st, w)),
+        Line::from(progress(&st.snap.summary)),
+        Line::from(data_line(&st.snap.summary, w)),
+    ];
+    f.render_widget(Paragraph::new(lines), area);
+}
+
+/// Line 1: a title bar; the run's state on the right where the eye looks for it.
+fn title_bar(st: &State, w: usize) -> Vec<Span<'static>> {
     let s = &st.snap.summary;
     let set = &s.settings;
-    let w = area.width as usize;
-
-    // Line 1: a title bar; the run's state on the right where the eye looks for it.
     let bar = Style::default().add_modifier(Modifier::REVERSED);
     let mut right = Vec::new();
     if st.stop_requested {
@@ -49,8 +58,12 @@ pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
     let pad = w.saturating_sub(width(&l1) + width(&right));
     l1.push(Span::styled(" ".repeat(pad), bar));
     l1.extend(right);
+    l1
+}
 
-    // Line 2: progress, most important first so a narrow terminal cuts the least useful.
+/// Line 2: progress, most important first so a narrow terminal cuts the least useful.
+fn progress(s: &Summary) -> Vec<Span<'static>> {
+    let set = &s.settings;
     let epoch = s.epochs.last().map_or(1, |e| e.epoch);
     let epoch = match set.max_steps {
         None if set.epochs > 0 => format!("{epoch}/{}", set.epochs),
@@ -79,8 +92,12 @@ pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
         s.events_dropped.to_string(),
         if s.events_dropped > 0 { dropped.fg(Color::Red) } else { dropped },
     ));
+    l2
+}
 
-    // Line 3: the data folder; its filesystem matters (a network drive pays per file).
+/// Line 3: the data folder; its filesystem matters (a network drive pays per file).
+fn data_line(s: &Summary, w: usize) -> Vec<Span<'static>> {
+    let set = &s.settings;
     let mut suffix = Vec::new();
     match &s.data_fs {
         Some(fs) => {
@@ -98,7 +115,5 @@ pub fn render_header(f: &mut Frame, area: Rect, st: &State) {
     let data = if set.data.is_empty() { "-" } else { set.data.as_str() };
     let mut l3 = vec![Span::styled("data ", dim()), Span::styled(truncate_start(data, room), bold())];
     l3.extend(suffix);
-
-    let lines = vec![Line::from(l1), Line::from(l2), Line::from(l3)];
-    f.render_widget(Paragraph::new(lines), area);
+    l3
 }

@@ -2,7 +2,9 @@
 //! stages, of worker time for the loader's), on-CPU / waiting for a core / blocked, and rate.
 
 use super::{bold, dim, fmt_ms, fmt_rate, fmt_share, section};
-use crate::aggregate::{StageSummary, Summary};
+use crate::aggregate::ranks::RankLine;
+use crate::aggregate::{LoaderThread, StageSummary, Summary};
+use crate::diagnose::ranks::RanksVerdict;
 use crate::tui::state::{Focus, State};
 use probes::Stage;
 use ratatui::layout::{Constraint, Rect};
@@ -30,7 +32,7 @@ pub(super) fn rows(st: &State) -> u16 {
 }
 
 /// The loader threads worth a row: one thread is the whole loader, the stages say it all.
-fn thread_rows(s: &Summary) -> &[crate::aggregate::LoaderThread] {
+fn thread_rows(s: &Summary) -> &[LoaderThread] {
     if s.loader_threads.len() < 2 {
         return &[];
     }
@@ -91,7 +93,6 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         return;
     }
     let s = &st.snap.summary;
-    let wide = area.width >= WIDE;
     let title = if area.width >= 72 {
         " stages · share = of step time (loop) / of worker time (loader) "
     } else {
@@ -103,25 +104,64 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         f.render_widget(p, area);
         return;
     }
+    let cols = Columns::for_width(area.width);
+    let rows = s.stages.iter().map(|x| stage_row(s, x, &cols));
+    let run_ms = s.elapsed_s * 1000.0;
+    let threads = thread_rows(s).iter().map(|t| thread_row(t, run_ms, &cols));
+    let verdict = crate::diagnose::ranks::judge(&s.ranks);
+    let ranks = s.ranks.iter().take(RANKS_SHOWN).map(|l| rank_row(l, verdict.as_ref(), &cols));
+    let rows = rows.chain(threads).chain(ranks);
+    let table = Table::new(rows, cols.widths.iter().copied().map(Constraint::Length))
+        .header(Row::new(header(&cols)).style(bold()))
+        .column_spacing(1)
+        .block(block);
+    f.render_widget(table, area);
+}
 
-    let (widths, head) = if wide {
-        (vec![11u16, 7, 8, 8, 8, 8], vec!["stage", "count", "mean", "p50", "p95", "max"])
-    } else {
-        (vec![11u16, 7, 8, 8], vec!["stage", "count", "mean", "p95"])
-    };
-    let (mut widths, mut head) = (widths, head);
-    widths.push(6);
-    head.push("share");
-    let fixed: u16 = widths.iter().sum::<u16>() + 8 + widths.len() as u16 + 1;
-    let bar_w = area.width.saturating_sub(fixed).clamp(8, 40);
-    widths.push(bar_w);
-    widths.push(8);
+/// The table's columns for a screen width: p50 and max on wide screens, the CPU bar taking
+/// what is left.
+struct Columns {
+    wide: bool,
+    widths: Vec<u16>,
+    head: Vec<&'static str>,
+    bar_w: u16,
+}
 
-    let right = |t: String| Cell::from(Line::from(t).right_aligned());
+impl Columns {
+    fn for_width(width: u16) -> Columns {
+        let wide = width >= WIDE;
+        let (mut widths, mut head) = if wide {
+            (vec![11u16, 7, 8, 8, 8, 8], vec!["stage", "count", "mean", "p50", "p95", "max"])
+        } else {
+            (vec![11u16, 7, 8, 8], vec!["stage", "count", "mean", "p95"])
+        };
+        widths.push(6);
+        head.push("share");
+        let fixed: u16 = widths.iter().sum::<u16>() + 8 + widths.len() as u16 + 1;
+        let bar_w = width.saturating_sub(fixed).clamp(8, 40);
+        widths.push(bar_w);
+        widths.push(8);
+        Columns { wide, widths, head, bar_w }
+    }
+
+    /// Empty cells where a stage row has p50/p95/max (or p95 alone).
+    fn blanks(&self) -> impl Iterator<Item = Cell<'static>> {
+        let blanks = if self.wide { 3 } else { 1 };
+        (0..blanks).map(|_| Cell::from(""))
+    }
+}
+
+/// A right-aligned cell.
+fn right(t: String) -> Cell<'static> {
+    Cell::from(Line::from(t).right_aligned())
+}
+
+/// The column header, the CPU bar's legend in full where the bar is wide enough,
+/// abbreviated otherwise.
+fn header(cols: &Columns) -> Vec<Cell<'static>> {
     let mut header: Vec<Cell> =
-        head.iter().enumerate().map(|(i, h)| if i == 0 { Cell::from(*h) } else { right(h.to_string()) }).collect();
-    // The legend in full where the bar is wide enough, abbreviated otherwise.
-    let (on, queue) = if bar_w >= 27 { ("on-CPU ", "core wait ") } else { ("CPU ", "core ") };
+        cols.head.iter().enumerate().map(|(i, h)| if i == 0 { Cell::from(*h) } else { right(h.to_string()) }).collect();
+    let (on, queue) = if cols.bar_w >= 27 { ("on-CPU ", "core wait ") } else { ("CPU ", "core ") };
     header.push(Cell::from(Line::from(vec![
         Span::styled("█", Style::default().fg(Color::Green)),
         Span::raw(on),
@@ -131,78 +171,71 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
         Span::raw("blocked"),
     ])));
     header.push(right("per s".into()));
+    header
+}
 
-    let rows = s.stages.iter().map(|x| {
-        let sub = SUB_STAGES.contains(&x.stage);
-        let name = if sub { format!("  {}", x.stage) } else { x.stage.to_string() };
-        let name_style = if x.stage.is_loader() { Style::default().fg(Color::Blue) } else { Style::default() };
-        let mut cells =
-            vec![Cell::from(Span::styled(name, name_style)), right(x.count.to_string()), right(fmt_ms(x.mean_ms))];
-        if wide {
-            cells.push(right(fmt_ms(x.p50_ms)));
-        }
-        cells.push(right(fmt_ms(x.p95_ms)));
-        if wide {
-            cells.push(right(fmt_ms(x.max_ms)));
-        }
-        let sh = share(s, x);
-        // "0%" would read as "never": say it was measured but small.
-        let sh = if sh > 0.0 && sh < 0.005 { "<1%".to_string() } else { fmt_share(sh) };
-        cells.push(Cell::from(Line::styled(sh, bold()).right_aligned()));
-        cells.push(Cell::from(cpu_bar(x, bar_w as usize)));
-        cells.push(right(fmt_rate(x.per_second)));
-        Row::new(cells)
+/// One stage: count, mean, (p50,) p95, (max,) its share, its CPU bar, its rate.
+fn stage_row(s: &Summary, x: &StageSummary, cols: &Columns) -> Row<'static> {
+    let sub = SUB_STAGES.contains(&x.stage);
+    let name = if sub { format!("  {}", x.stage) } else { x.stage.to_string() };
+    let name_style = if x.stage.is_loader() { Style::default().fg(Color::Blue) } else { Style::default() };
+    let mut cells =
+        vec![Cell::from(Span::styled(name, name_style)), right(x.count.to_string()), right(fmt_ms(x.mean_ms))];
+    if cols.wide {
+        cells.push(right(fmt_ms(x.p50_ms)));
+    }
+    cells.push(right(fmt_ms(x.p95_ms)));
+    if cols.wide {
+        cells.push(right(fmt_ms(x.max_ms)));
+    }
+    let sh = share(s, x);
+    // "0%" would read as "never": say it was measured but small.
+    let sh = if sh > 0.0 && sh < 0.005 { "<1%".to_string() } else { fmt_share(sh) };
+    cells.push(Cell::from(Line::styled(sh, bold()).right_aligned()));
+    cells.push(Cell::from(cpu_bar(x, cols.bar_w as usize)));
+    cells.push(right(fmt_rate(x.per_second)));
+    Row::new(cells)
+}
+
+/// One loader thread (a worker process's included): its share of worker time and its
+/// on/off-CPU split, so one slow or I/O-bound worker stands out.
+fn thread_row(t: &LoaderThread, run_ms: f64, cols: &Columns) -> Row<'static> {
+    let mut cells = vec![
+        Cell::from(Span::styled(super::truncate_end(&format!("↳ {}", t.name), 11), dim())),
+        right(t.spans.to_string()),
+        right(fmt_ms(if t.spans > 0 { t.busy_ms / t.spans as f64 } else { 0.0 })),
+    ];
+    cells.extend(cols.blanks());
+    // Of the run's time: how busy this one thread was.
+    let sh = if run_ms > 0.0 { t.busy_ms / run_ms } else { 0.0 };
+    cells.push(Cell::from(Line::styled(fmt_share(sh.min(1.0)), dim()).right_aligned()));
+    cells.push(Cell::from(split_bar(t.on_cpu, None, cols.bar_w as usize)));
+    // A worker started again each epoch is one row: how often it started.
+    cells.push(if t.starts > 1 {
+        Cell::from(Line::styled(format!("{}× start", t.starts), dim()).right_aligned())
+    } else {
+        Cell::from("")
     });
-    // Each loader thread (a worker process's included): its share of worker time and its
-    // on/off-CPU split, so one slow or I/O-bound worker stands out.
-    let run_ms = s.elapsed_s * 1000.0;
-    let threads = thread_rows(s).iter().map(|t| {
-        let mut cells = vec![
-            Cell::from(Span::styled(super::truncate_end(&format!("↳ {}", t.name), 11), dim())),
-            right(t.spans.to_string()),
-            right(fmt_ms(if t.spans > 0 { t.busy_ms / t.spans as f64 } else { 0.0 })),
-        ];
-        let blanks = if wide { 3 } else { 1 };
-        cells.extend((0..blanks).map(|_| Cell::from("")));
-        // Of the run's time: how busy this one thread was.
-        let sh = if run_ms > 0.0 { t.busy_ms / run_ms } else { 0.0 };
-        cells.push(Cell::from(Line::styled(fmt_share(sh.min(1.0)), dim()).right_aligned()));
-        cells.push(Cell::from(split_bar(t.on_cpu, None, bar_w as usize)));
-        // A worker started again each epoch is one row: how often it started.
-        cells.push(if t.starts > 1 {
-            Cell::from(Line::styled(format!("{}× start", t.starts), dim()).right_aligned())
-        } else {
-            Cell::from("")
-        });
-        Row::new(cells)
-    });
-    // Each rank of a distributed run: its steps, mean step, share waiting for data, its
-    // all-reduce wait and the straggler mark, images/s.
-    let verdict = crate::diagnose::ranks::judge(&s.ranks);
-    let ranks = s.ranks.iter().take(RANKS_SHOWN).map(move |l| {
-        let straggler = verdict.as_ref().is_some_and(|v| v.straggler == Some(l.rank));
-        let sync = verdict.as_ref().and_then(|v| v.sync_wait_ms.iter().find(|(r, _)| *r == l.rank)).map(|x| x.1);
-        let name = format!("⇉ rank {}", l.rank);
-        let style = if straggler { Style::default().fg(Color::Red) } else { Style::default() };
-        let mut cells =
-            vec![Cell::from(Span::styled(name, style)), right(l.steps.to_string()), right(fmt_ms(l.step_ms))];
-        let blanks = if wide { 3 } else { 1 };
-        cells.extend((0..blanks).map(|_| Cell::from("")));
-        cells.push(Cell::from(Line::styled(fmt_share(l.wait_share), bold()).right_aligned()));
-        // The mark first: the column may cut the end.
-        let mut what = if straggler { "straggler · ".to_string() } else { String::new() };
-        what.push_str(&format!("wait for data {}", fmt_ms(l.wait_ms)));
-        if let Some(w) = sync {
-            what.push_str(&format!(" · all-reduce {}", fmt_ms(w)));
-        }
-        cells.push(Cell::from(Span::styled(what, style)));
-        cells.push(right(fmt_rate(l.images_per_s)));
-        Row::new(cells)
-    });
-    let rows = rows.chain(threads).chain(ranks);
-    let table = Table::new(rows, widths.into_iter().map(Constraint::Length))
-        .header(Row::new(header).style(bold()))
-        .column_spacing(1)
-        .block(block);
-    f.render_widget(table, area);
+    Row::new(cells)
+}
+
+/// One rank of a distributed run: its steps, mean step, share waiting for data, its
+/// all-reduce wait and the straggler mark, images/s.
+fn rank_row(l: &RankLine, verdict: Option<&RanksVerdict>, cols: &Columns) -> Row<'static> {
+    let straggler = verdict.is_some_and(|v| v.straggler == Some(l.rank));
+    let sync = verdict.and_then(|v| v.sync_wait_ms.iter().find(|(r, _)| *r == l.rank)).map(|x| x.1);
+    let name = format!("⇉ rank {}", l.rank);
+    let style = if straggler { Style::default().fg(Color::Red) } else { Style::default() };
+    let mut cells = vec![Cell::from(Span::styled(name, style)), right(l.steps.to_string()), right(fmt_ms(l.step_ms))];
+    cells.extend(cols.blanks());
+    cells.push(Cell::from(Line::styled(fmt_share(l.wait_share), bold()).right_aligned()));
+    // The mark first: the column may cut the end.
+    let mut what = if straggler { "straggler · ".to_string() } else { String::new() };
+    what.push_str(&format!("wait for data {}", fmt_ms(l.wait_ms)));
+    if let Some(w) = sync {
+        what.push_str(&format!(" · all-reduce {}", fmt_ms(w)));
+    }
+    cells.push(Cell::from(Span::styled(what, style)));
+    cells.push(right(fmt_rate(l.images_per_s)));
+    Row::new(cells)
 }

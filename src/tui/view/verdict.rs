@@ -182,28 +182,39 @@ fn lines(st: &State, width: usize) -> (Vec<Line<'static>>, bool) {
     };
     let flags: Vec<String> = v.flags.iter().map(flag_label).collect();
     if st.focus != Focus::Verdict {
-        let mut out = vec![clip(Line::styled(v.headline.clone(), bold()), width)];
-        let mut ev: Vec<Span> = Vec::new();
-        for (i, e) in v.evidence.iter().enumerate() {
-            if i > 0 {
-                ev.push(Span::styled(" · ", dim()));
-            }
-            ev.push(Span::raw(e.clone()));
-        }
-        for fl in &flags {
-            ev.push(Span::styled(format!("  ⚑ {fl}"), Style::default().fg(Color::Yellow)));
-        }
-        if !ev.is_empty() {
-            out.push(clip(Line::from(ev), width));
-        }
-        if let Some(a) = v.advice.first() {
-            out.push(advice_line(a, width, true));
-        }
-        let full = 1 + v.evidence.len() + flags.len() + v.advice.len() * 2;
-        out.truncate(SHORT_LINES);
-        let hidden = full > out.len();
-        return (out, hidden);
+        return short_lines(v, &flags, width);
     }
+    (full_lines(v, &flags, width), false)
+}
+
+/// Unfocused: the headline, the evidence and flags on one line, the first advice; whether
+/// some were left out.
+fn short_lines(v: &Verdict, flags: &[String], width: usize) -> (Vec<Line<'static>>, bool) {
+    let mut out = vec![clip(Line::styled(v.headline.clone(), bold()), width)];
+    let mut ev: Vec<Span> = Vec::new();
+    for (i, e) in v.evidence.iter().enumerate() {
+        if i > 0 {
+            ev.push(Span::styled(" · ", dim()));
+        }
+        ev.push(Span::raw(e.clone()));
+    }
+    for fl in flags {
+        ev.push(Span::styled(format!("  ⚑ {fl}"), Style::default().fg(Color::Yellow)));
+    }
+    if !ev.is_empty() {
+        out.push(clip(Line::from(ev), width));
+    }
+    if let Some(a) = v.advice.first() {
+        out.push(advice_line(a, width, true));
+    }
+    let full = 1 + v.evidence.len() + flags.len() + v.advice.len() * 2;
+    out.truncate(SHORT_LINES);
+    let hidden = full > out.len();
+    (out, hidden)
+}
+
+/// Focused: everything, wrapped to `width`, each advice's command on a line of its own.
+fn full_lines(v: &Verdict, flags: &[String], width: usize) -> Vec<Line<'static>> {
     let mut out = Vec::new();
     for l in wrap(&v.headline, width) {
         out.push(Line::styled(l, bold()));
@@ -213,7 +224,7 @@ fn lines(st: &State, width: usize) -> (Vec<Line<'static>>, bool) {
             out.push(Line::raw(format!("{}{l}", if i == 0 { "• " } else { "  " })));
         }
     }
-    for fl in &flags {
+    for fl in flags {
         out.push(Line::styled(truncate_end(&format!("⚑ {fl}"), width), Style::default().fg(Color::Yellow)));
     }
     for a in &v.advice {
@@ -227,7 +238,7 @@ fn lines(st: &State, width: usize) -> (Vec<Line<'static>>, bool) {
             out.push(Line::styled(format!("  {l}"), dim()));
         }
     }
-    (out, false)
+    out
 }
 
 /// Rows the banner wants, title rule included.
