@@ -46,8 +46,9 @@ pub enum DataMove {
     /// A copy of the folder on the local disk, read as the folder was.
     Copy,
     /// The file `pipeprof pack` makes of it at `size` (the advice's; as stored where the run
-    /// did not say), read by `PackedImageFolder` / `packed_dataset`.
-    Pack { size: PackSize },
+    /// did not say), read by `PackedImageFolder` / `packed_dataset` (`keras`: packed with
+    /// Keras's folder rules, `--layout keras`).
+    Pack { size: PackSize, keras: bool },
 }
 
 /// A re-run: its row, the arguments it sets (none: the baseline) and where it reads its images.
@@ -99,7 +100,7 @@ fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMov
                 PackSize::Unknown => PackSize::AsStored,
                 s => *s,
             };
-            Some((format!("pipeprof pack {}, read by {reader}", size.flag()), DataMove::Pack { size }))
+            Some((format!("pipeprof pack {}, read by {reader}", size.flag()), DataMove::Pack { size, keras: *keras }))
         }
         _ => None,
     }
@@ -229,10 +230,13 @@ fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Re
             let (copy, _) = check_advice::copy_local(data, tmp)?;
             (copy, RedirectKind::Folder, "the copy")
         }
-        DataMove::Pack { size } => {
+        DataMove::Pack { size, keras } => {
             let out = tmp.join("data.ppk");
             let mut c = std::process::Command::new(exe);
             c.arg("pack").arg(data).arg(&out).args(size.flag().split(' '));
+            if keras {
+                c.args(["--layout", "keras"]);
+            }
             let o = c
                 .stdin(std::process::Stdio::null())
                 .output()
@@ -423,7 +427,7 @@ mod tests {
                 Some(DataMove::Copy),
                 None,
                 None,
-                Some(DataMove::Pack { size: PackSize::Exact { height: 64, width: 64 } })
+                Some(DataMove::Pack { size: PackSize::Exact { height: 64, width: 64 }, keras: false })
             ]
         );
         assert_eq!(p[2].row.predicted, Some(8.0));

@@ -166,7 +166,9 @@ def test_keras_image_dataset_from_directory_is_redirected_too(tmp_path):
             timeout=HANG_S,
         )
         assert made.returncode == 0, made.stderr
-    made = subprocess.run([pipeprof_bin(), "pack", src, packed, "--size", "64"], capture_output=True, timeout=HANG_S)
+    made = subprocess.run(
+        [pipeprof_bin(), "pack", src, packed, "--size", "64", "--layout", "keras"], capture_output=True, timeout=HANG_S
+    )
     assert made.returncode == 0, made.stderr
     # image_dataset_from_directory builds a tf.data.Dataset: TensorFlow's environment.
     tf = tf_python()
