@@ -27,6 +27,15 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
         || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null; }
 fi
 
+# python/tests/test_check_advice_fuse.py mounts a slow FUSE file system (python/tests/slowfs.py,
+# on mfusepy): libfuse3 and fusermount3 from Debian's fuse3, installed here when missing.
+if ! command -v fusermount3 >/dev/null && command -v apt-get >/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get install -y -q --no-install-recommends fuse3 >/dev/null \
+        || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends fuse3 >/dev/null; }
+fi
+
 cargo test --release --workspace
 
 # The frameworks the Python tests drive, in as little disk as they fit: PyPI's torch for Linux
@@ -70,7 +79,8 @@ pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 # lightning: the corpus's Lightning script (python/corpus/) runs the real Trainer loop; it adds
 # ≈ 40 MB of pure-Python packages (torchmetrics, aiohttp for fsspec[http]) and no CUDA extras.
 # ipykernel, nbclient, nbformat: python/tests/test_notebook.py runs notebooks in a real kernel.
-install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat
+# mfusepy: python/tests/slowfs.py, the slow FUSE mount of the check-advice storage test.
+install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat mfusepy
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

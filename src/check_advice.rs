@@ -141,6 +141,11 @@ fn last_line(b: &[u8]) -> String {
     t.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string()
 }
 
+/// How a follow-up's error begins when the run was not made, by choice and with the reason
+/// after it (no room for a copy; a change the program's own call cannot take): the table says
+/// "skipped", not "failed".
+pub const SKIPPED: &str = "skipped: ";
+
 /// What a follow-up that Ctrl-C stopped gives instead of a measurement.
 pub const INTERRUPTED: &str = "interrupted";
 
@@ -190,8 +195,9 @@ pub fn steady_rate(s: &Summary) -> Option<f64> {
     crate::diagnose::measured_now(s).map(|n| n.rate).filter(|x| ok(*x)).or(Some(s.images_per_s).filter(|x| ok(*x)))
 }
 
-/// Headroom kept free when copying the data set: the copy may not fill the disk.
-pub const COPY_HEADROOM: f64 = 1.1;
+/// Headroom kept free when copying the data set: the copy may not fill the disk (it is made
+/// only where the free space is over its size × this).
+pub const COPY_HEADROOM: f64 = 1.2;
 
 /// Whether a copy of `needed` bytes fits in `free` bytes, with [`COPY_HEADROOM`]; the message
 /// says how much either way. Pure.
@@ -250,12 +256,13 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 /// Copies the data folder into `tmp` when it fits: (the copy, a note with the sizes and time).
-fn copy_local(data: &Path, tmp: &Path) -> Result<(PathBuf, String), String> {
+/// A copy that does not fit is [`SKIPPED`].
+pub fn copy_local(data: &Path, tmp: &Path) -> Result<(PathBuf, String), String> {
     if !data.is_dir() {
         return Err("the data is not a folder".into());
     }
     let needed = tree_bytes(data).map_err(|e| format!("cannot size {}: {e}", data.display()))?;
-    let note = copy_fits(needed, free_bytes(tmp), tmp)?;
+    let note = copy_fits(needed, free_bytes(tmp), tmp).map_err(|e| format!("{SKIPPED}{e}"))?;
     let out = tmp.join("data-copy");
     let t0 = Instant::now();
     copy_tree(data, &out).map_err(|e| format!("copying {} failed: {e}", data.display()))?;
@@ -460,7 +467,8 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
             Err(e) => {
                 // Why comes from a child's output: one line, cleaned.
                 let e = crate::aggregate::settings::clean_name(e, crate::aggregate::settings::MAX_PATH_SHOWN);
-                let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {:>17}  {:>10}  failed: {e}", f.label, "-", "-");
+                let e = if e.starts_with(SKIPPED) { e } else { format!("failed: {e}") };
+                let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {:>17}  {:>10}  {e}", f.label, "-", "-");
             }
         }
     }

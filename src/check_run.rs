@@ -2,23 +2,31 @@
 //! runs again, briefly, once as it was and once per piece of advice the start-up hook can
 //! apply without an edit to it (a typed [`Change::Loader`]: `DataLoader` `num_workers`,
 //! `persistent_workers`, `prefetch_factor`, `pin_memory`, `batch_size`; Keras `PyDataset`
-//! workers), so predicted and measured gains sit side by side in `profile --check-advice`'s
-//! table.
+//! workers; and where its images are read from: [`Change::CopyLocal`] and
+//! [`Change::PackFolder`], the folder the diagnosis named replaced by a local copy or by the
+//! file `pipeprof pack` made of it), so predicted and measured gains sit side by side in
+//! `profile --check-advice`'s table.
 //!
 //! Each re-run is `pipeprof run --once --summary FILE -- CMD` with [`ENV`] set to the
-//! arguments to change and the steps to run: `pipeprof._override` (loaded by the hook) sets
-//! them on every `DataLoader` the program builds and ends the program (`SystemExit(0)`) when
-//! it asks for the batch after the last step. The program's output is kept from the terminal
-//! (the last line of its errors says why a re-run failed); its side effects are its own.
+//! arguments to change, the folder to redirect and the steps to run: `pipeprof._override`
+//! (loaded by the hook) sets them on every `DataLoader` (and `ImageFolder`, Keras directory
+//! reader) the program builds and ends the program (`SystemExit(0)`) when it asks for the
+//! batch after the last step. The copy and the pack are made before their re-run, outside
+//! its timing, in this run's private temporary folder (removed after, also on Ctrl-C); what
+//! each cost is a line of its own under the table, with the epochs after which it pays. The
+//! program's output is kept from the terminal (the last line of its errors says why a re-run
+//! failed); its side effects are its own.
 
 use crate::aggregate::Summary;
 use crate::check_advice::{self, FollowUp, Measured, INTERRUPTED, MAX_FOLLOW_UPS};
-use crate::diagnose::{Change, LoaderKnobs, Verdict};
+use crate::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
+use serde::Serialize;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-/// The environment variable a re-run's hook reads: JSON, the [`LoaderKnobs`] to set and
-/// `steps`, the training steps after which the program is stopped.
+/// The environment variable a re-run's hook reads: JSON, the [`LoaderKnobs`] to set, `steps`,
+/// the training steps after which the program is stopped, and a [`Redirect`] of its images.
 pub use probes::env::CHECK_ENV as ENV;
 /// Steps per re-run when `--steps` is not given.
 pub const DEFAULT_STEPS: u64 = 40;
@@ -32,43 +40,123 @@ pub struct Options {
     pub no_gpu: bool,
 }
 
-/// A re-run: its row, and the arguments it sets (none: the baseline).
+/// Where a re-run reads the program's images instead of the folder the diagnosis named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataMove {
+    /// A copy of the folder on the local disk, read as the folder was.
+    Copy,
+    /// The file `pipeprof pack` makes of it at `size` (the advice's; as stored where the run
+    /// did not say), read by `PackedImageFolder` / `packed_dataset` (`keras`: packed with
+    /// Keras's folder rules, `--layout keras`).
+    Pack { size: PackSize, keras: bool },
+}
+
+/// A re-run: its row, the arguments it sets (none: the baseline) and where it reads its images.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReRun {
     pub row: FollowUp,
     pub set: Option<LoaderKnobs>,
+    pub moves: Option<DataMove>,
 }
 
-/// The baseline, then the top advice the hook can apply, best first. Pure.
-pub fn plan(v: &Verdict) -> Vec<ReRun> {
+/// The redirect the hook makes (`pipeprof._override`): the folder the program names (`from`,
+/// compared by its real path) is read from `to`, a folder or a packed file (`as`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Redirect {
+    pub from: PathBuf,
+    pub to: PathBuf,
+    #[serde(rename = "as")]
+    pub kind: RedirectKind,
+}
+
+/// What a [`Redirect`] points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedirectKind {
+    Folder,
+    Packed,
+}
+
+fn row_of(a: &crate::diagnose::Advice, label: String) -> FollowUp {
+    FollowUp {
+        label,
+        change: Some(a.change.clone()),
+        predicted: a.predicted_speedup,
+        range: a.basis.and_then(|b| b.range),
+        against: a.basis.map(|b| b.now),
+    }
+}
+
+/// The row of advice that moves the images, when the program named its folder (`data`).
+fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMove)> {
+    if data.is_empty() {
+        return None;
+    }
+    match &a.change {
+        Change::CopyLocal => Some(("copy the folder to a local temporary folder".into(), DataMove::Copy)),
+        Change::PackFolder { keras, size, .. } => {
+            let reader = if *keras { "pipeprof.keras.packed_dataset" } else { "PackedImageFolder" };
+            let size = match size {
+                PackSize::Unknown => PackSize::AsStored,
+                s => *s,
+            };
+            Some((format!("pipeprof pack {}, read by {reader}", size.flag()), DataMove::Pack { size, keras: *keras }))
+        }
+        _ => None,
+    }
+}
+
+/// The baseline, then the top advice the hook can apply, best first: at most
+/// [`MAX_FOLLOW_UPS`] loader changes, and the local copy and the pack of `data` (the folder the
+/// run read, from its settings) once each. Pure.
+pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
     let baseline =
         FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0), range: None, against: None };
-    let mut out = vec![ReRun { row: baseline, set: None }];
+    let mut out = vec![ReRun { row: baseline, set: None, moves: None }];
+    let mut loaders = 0;
     for a in &v.advice {
-        let Change::Loader { code, set } = &a.change else { continue };
-        if out.len() > MAX_FOLLOW_UPS || out.iter().any(|r| r.set.as_ref() == Some(set)) {
+        if let Some((label, moves)) = data_move(a, data) {
+            let same = |r: &ReRun| {
+                matches!(
+                    (r.moves, moves),
+                    (Some(DataMove::Copy), DataMove::Copy) | (Some(DataMove::Pack { .. }), DataMove::Pack { .. })
+                )
+            };
+            if !out.iter().any(same) {
+                out.push(ReRun { row: row_of(a, label), set: None, moves: Some(moves) });
+            }
             continue;
         }
+        let Change::Loader { code, set } = &a.change else { continue };
+        if loaders >= MAX_FOLLOW_UPS || out.iter().any(|r| r.set.as_ref() == Some(set)) {
+            continue;
+        }
+        loaders += 1;
         // The learning rate is the program's: a larger batch runs with its own, as the
         // advice's words say to change it too.
         let label = if set.batch_size.is_some() { format!("{code} (learning rate as it was)") } else { code.clone() };
-        let row = FollowUp {
-            label,
-            change: Some(a.change.clone()),
-            predicted: a.predicted_speedup,
-            range: a.basis.and_then(|b| b.range),
-            against: a.basis.map(|b| b.now),
-        };
-        out.push(ReRun { row, set: Some(set.clone()) });
+        out.push(ReRun { row: row_of(a, label), set: Some(set.clone()), moves: None });
     }
     out
 }
 
-/// The value of [`ENV`] for a re-run. Pure.
-pub fn env_value(set: Option<&LoaderKnobs>, steps: u64) -> String {
+/// The value of [`ENV`] for a re-run: the arguments to set, the steps, the redirect and the
+/// file where the hook writes why it could not make the redirect (`why_file`). Pure.
+pub fn env_value(
+    set: Option<&LoaderKnobs>,
+    steps: u64,
+    redirect: Option<&Redirect>,
+    why_file: Option<&Path>,
+) -> String {
     let mut v = serde_json::to_value(set.cloned().unwrap_or_default()).unwrap_or_else(|_| serde_json::json!({}));
     if let Some(m) = v.as_object_mut() {
         m.insert("steps".into(), steps.into());
+        if let Some(r) = redirect.and_then(|r| serde_json::to_value(r).ok()) {
+            m.insert("redirect".into(), r);
+        }
+        if let Some(w) = why_file {
+            m.insert("why_file".into(), w.to_string_lossy().into_owned().into());
+        }
     }
     v.to_string()
 }
@@ -104,12 +192,106 @@ pub fn stdin_refusal() -> Option<String> {
     ))
 }
 
-/// Runs the re-runs and prints the table. Never fails the run: problems are printed.
+/// Epochs after which a one-off cost of `cost_s` seconds has paid for itself, when an epoch
+/// of `images` takes `images / before` seconds now and `images / after` after the change;
+/// `None` where it never does (not faster, or nothing known). Pure.
+pub fn break_even_epochs(cost_s: f64, images: usize, before: f64, after: f64) -> Option<u64> {
+    let ok = |x: f64| x.is_finite() && x > 0.0;
+    if !(ok(before) && ok(after)) || images == 0 || !cost_s.is_finite() || cost_s < 0.0 {
+        return None;
+    }
+    let saved = images as f64 / before - images as f64 / after;
+    (saved > 0.0).then(|| ((cost_s / saved).ceil() as u64).max(1))
+}
+
+/// The line under the table saying what making the copy or the pack cost (`what`: "the
+/// copy"), and when it pays: "the copy took 41.0 s: worth it after 2 epochs (…)". Pure.
+pub fn cost_line(what: &str, cost_s: f64, images: usize, before: f64, after: f64) -> String {
+    let epoch = |rate: f64| images as f64 / rate;
+    match break_even_epochs(cost_s, images, before, after) {
+        Some(n) => format!(
+            "{what} took {cost_s:.1} s: worth it after {n} epoch{} (an epoch of {images} images: {:.1} s now, {:.1} s after)",
+            if n == 1 { "" } else { "s" },
+            epoch(before),
+            epoch(after)
+        ),
+        None if images == 0 => format!("{what} took {cost_s:.1} s (the epoch's length is unknown: no break-even)"),
+        None => format!("{what} took {cost_s:.1} s: never worth it at the rates measured (no faster than as run)"),
+    }
+}
+
+/// The copy or the pack a re-run reads, made in `tmp` from `data` (timed, before the re-run):
+/// the redirect, what it is called in the cost line, and its cost in seconds.
+fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Redirect, &'static str, f64), String> {
+    let from = std::path::absolute(data).map_err(|e| format!("cannot resolve {} ({e})", data.display()))?;
+    let t0 = Instant::now();
+    let (to, kind, what) = match moves {
+        DataMove::Copy => {
+            let (copy, _) = check_advice::copy_local(data, tmp)?;
+            (copy, RedirectKind::Folder, "the copy")
+        }
+        DataMove::Pack { size, keras } => {
+            let out = tmp.join("data.ppk");
+            let mut c = std::process::Command::new(exe);
+            c.arg("pack").arg(data).arg(&out).args(size.flag().split(' '));
+            if keras {
+                c.args(["--layout", "keras"]);
+            }
+            let o = c
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+            if !o.status.success() {
+                let err = String::from_utf8_lossy(&o.stderr);
+                let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string();
+                return Err(format!("pipeprof pack failed: {last}"));
+            }
+            (out, RedirectKind::Packed, "the pack")
+        }
+    };
+    Ok((Redirect { from, to, kind }, what, t0.elapsed().as_secs_f64()))
+}
+
+/// One re-run: the data it reads made first (a copy or a pack, timed apart), then the program.
+/// Returns what it measured, with the cost line's `what` and seconds for a data move.
+fn re_run(
+    opts: &Options,
+    r: &ReRun,
+    k: usize,
+    exe: &Path,
+    tmp: &Path,
+    data: &str,
+) -> (Measured, Option<(&'static str, f64)>) {
+    let (redirect, cost) = match r.moves {
+        None => (None, None),
+        Some(m) => match make_data(m, exe, Path::new(data), tmp) {
+            Ok((redirect, what, secs)) => (Some(redirect), Some((what, secs))),
+            Err(e) => return (Err(e), None),
+        },
+    };
+    let summary = tmp.join(format!("run-{k}.json"));
+    let why = tmp.join(format!("run-{k}.why"));
+    let env = [(ENV, env_value(r.set.as_ref(), opts.steps, redirect.as_ref(), Some(&why)))];
+    let measured = check_advice::run_child(exe, &child_args(opts, &summary), &env, &summary);
+    if let Some(r) = &redirect {
+        // The copy or the pack is not needed past its run: the space goes back at once.
+        let _ = if r.to.is_dir() { std::fs::remove_dir_all(&r.to) } else { std::fs::remove_file(&r.to) };
+    }
+    // The hook could not make the redirect as the program asked: the row says why.
+    match std::fs::read_to_string(&why) {
+        Ok(w) if !w.trim().is_empty() => (Err(format!("{}{}", check_advice::SKIPPED, w.trim())), None),
+        _ => (measured, cost),
+    }
+}
+
+/// Runs the re-runs and prints the table, then the cost of each copy or pack. Never fails the
+/// run: problems are printed.
 pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
-    let runs = plan(verdict);
+    let data = main.settings.data.as_str();
+    let runs = plan(verdict, data);
     crate::progress::out("\n");
     if runs.len() == 1 {
-        crate::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers): nothing to check\n");
+        crate::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers; the image folder copied or packed): nothing to check\n");
         return;
     }
     let Some((exe, tmp, _tmp_guard)) = check_advice::rerun_setup("pipeprof-check-run") else { return };
@@ -119,33 +301,38 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
         opts.steps
     ));
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
+    let mut costs = Vec::new();
     for (k, r) in runs.iter().enumerate() {
-        if crate::signal::stopping() {
+        let stop = |k: usize| {
             crate::progress::say(&format!(
                 "check-advice: interrupted: {} of {} runs done, the rest skipped",
                 k,
                 runs.len()
-            ));
+            ))
+        };
+        if crate::signal::stopping() {
+            stop(k);
             break;
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label));
-        let summary = tmp.join(format!("run-{k}.json"));
-        let env = [(ENV, env_value(r.set.as_ref(), opts.steps))];
-        let measured = check_advice::run_child(&exe, &child_args(opts, &summary), &env, &summary);
+        let (measured, cost) = re_run(opts, r, k, &exe, &tmp, data);
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
-            crate::progress::say(&format!(
-                "check-advice: interrupted: {} of {} runs done, the rest skipped",
-                k,
-                runs.len()
-            ));
+            stop(k);
             break;
         }
         results.push((measured, None));
+        costs.push(cost);
     }
     drop(_tmp_guard);
     let rows: Vec<FollowUp> = runs.iter().map(|r| r.row.clone()).collect();
     let main_rate = check_advice::steady_rate(main).unwrap_or(main.images_per_s);
     crate::progress::out(&check_advice::render(&rows[..results.len()], &results, main_rate));
+    let base = results.first().and_then(|(m, _)| m.as_ref().ok().copied()).unwrap_or(main_rate);
+    for ((m, _), cost) in results.iter().zip(&costs) {
+        if let (Ok(after), Some((what, secs))) = (m, cost) {
+            crate::progress::out(&format!("{}\n", cost_line(what, *secs, main.settings.images, base, *after)));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -183,14 +370,17 @@ mod tests {
             loader("DataLoader(..., num_workers=2, persistent_workers=True)", w2.clone(), 1.8),
             loader("DataLoader(..., batch_size=128)", b.clone(), 1.3),
         ]);
-        let p = plan(&v);
+        let p = plan(&v, "");
         let sets: Vec<Option<LoaderKnobs>> = p.iter().map(|r| r.set.clone()).collect();
         assert_eq!(sets, vec![None, Some(w2), Some(b)]);
         assert_eq!(p[1].row.predicted, Some(1.9));
         assert_eq!(p[1].row.against, Some(100.0));
         assert_eq!(p[2].row.label, "DataLoader(..., batch_size=128) (learning rate as it was)");
         // pipeprof's own flags are never re-run here: that is `profile --check-advice`.
-        assert_eq!(plan(&verdict(vec![Advice { change: Change::Workers(4), ..loader("c", w2_(), 2.0) }])).len(), 1);
+        assert_eq!(
+            plan(&verdict(vec![Advice { change: Change::Workers(4), ..loader("c", w2_(), 2.0) }]), "d").len(),
+            1
+        );
     }
 
     fn w2_() -> LoaderKnobs {
@@ -199,10 +389,105 @@ mod tests {
 
     #[test]
     fn the_hook_is_told_the_arguments_to_set_and_the_steps() {
-        let v: serde_json::Value = serde_json::from_str(&env_value(Some(&w2_()), 30)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&env_value(Some(&w2_()), 30, None, None)).unwrap();
         assert_eq!(v, serde_json::json!({"num_workers": 2, "steps": 30}));
-        let v: serde_json::Value = serde_json::from_str(&env_value(None, 12)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&env_value(None, 12, None, None)).unwrap();
         assert_eq!(v, serde_json::json!({"steps": 12}), "the baseline sets nothing");
+    }
+
+    fn moved(change: Change, gain: f64) -> Advice {
+        Advice { change, ..loader("c", LoaderKnobs::default(), gain) }
+    }
+
+    fn pack(h: usize, w: usize) -> Change {
+        Change::PackFolder { keras: false, data: "/mnt/d".into(), size: PackSize::Exact { height: h, width: w } }
+    }
+
+    #[test]
+    fn the_copy_and_the_pack_are_a_row_each_when_the_program_named_its_folder() {
+        let w = |n| LoaderKnobs { num_workers: Some(n), ..LoaderKnobs::default() };
+        let v = verdict(vec![
+            loader("a", w(2), 1.5),
+            moved(Change::CopyLocal, 8.0),
+            loader("b", w(3), 1.4),
+            loader("c", w(4), 1.3),
+            moved(pack(64, 64), 20.0),
+            moved(Change::CopyLocal, 7.0),
+            loader("d", w(5), 1.2),
+            moved(pack(32, 32), 19.0),
+        ]);
+        let p = plan(&v, "/mnt/d");
+        let moves: Vec<Option<DataMove>> = p.iter().map(|r| r.moves).collect();
+        // Three loader changes at most; the copy and the pack once each, whatever the cap.
+        assert_eq!(
+            moves,
+            [
+                None,
+                None,
+                Some(DataMove::Copy),
+                None,
+                None,
+                Some(DataMove::Pack { size: PackSize::Exact { height: 64, width: 64 }, keras: false })
+            ]
+        );
+        assert_eq!(p[2].row.predicted, Some(8.0));
+        assert_eq!(p[2].row.label, "copy the folder to a local temporary folder");
+        assert_eq!(p[5].row.label, "pipeprof pack --size 64, read by PackedImageFolder");
+        assert!(p.iter().all(|r| r.moves.is_none() || r.set.is_none()), "a data move sets no loader argument");
+        // A program that never named its folder: nothing to redirect.
+        assert!(plan(&v, "").iter().all(|r| r.moves.is_none()));
+        let keras = moved(Change::PackFolder { keras: true, data: "d".into(), size: PackSize::Unknown }, 3.0);
+        assert_eq!(
+            plan(&verdict(vec![keras]), "d")[1].row.label,
+            "pipeprof pack --as-stored, read by pipeprof.keras.packed_dataset"
+        );
+    }
+
+    #[test]
+    fn the_hook_is_told_where_to_read_the_folder_from_and_where_to_say_why_not() {
+        let table =
+            [(RedirectKind::Folder, serde_json::json!("folder")), (RedirectKind::Packed, serde_json::json!("packed"))];
+        for (kind, want) in table {
+            let r = Redirect { from: "/mnt/d".into(), to: "/tmp/x/c".into(), kind };
+            let v: serde_json::Value =
+                serde_json::from_str(&env_value(None, 40, Some(&r), Some(Path::new("/tmp/x/run-1.why")))).unwrap();
+            assert_eq!(
+                v,
+                serde_json::json!({"steps": 40, "redirect": {"from": "/mnt/d", "to": "/tmp/x/c", "as": want}, "why_file": "/tmp/x/run-1.why"})
+            );
+        }
+    }
+
+    #[test]
+    fn a_copy_or_a_pack_pays_after_the_epochs_its_cost_takes_back() {
+        // (cost s, images, before images/s, after images/s) → epochs.
+        let table: [(f64, usize, f64, f64, Option<u64>); 8] = [
+            // 1000 images: 10 s an epoch now, 2 s after: 8 s saved an epoch.
+            (41.0, 1000, 100.0, 500.0, Some(6)),
+            (8.0, 1000, 100.0, 500.0, Some(1)),
+            (0.0, 1000, 100.0, 500.0, Some(1)),
+            (16.1, 1000, 100.0, 500.0, Some(3)),
+            // Not faster: never.
+            (1.0, 1000, 100.0, 100.0, None),
+            (1.0, 1000, 100.0, 50.0, None),
+            // Nothing known.
+            (1.0, 0, 100.0, 500.0, None),
+            (f64::NAN, 1000, 100.0, 500.0, None),
+        ];
+        for (cost, images, before, after, want) in table {
+            assert_eq!(break_even_epochs(cost, images, before, after), want, "{cost} {images} {before} {after}");
+        }
+    }
+
+    #[test]
+    fn the_cost_line_says_what_it_took_and_when_it_pays() {
+        assert_eq!(
+            cost_line("the copy", 41.0, 1000, 100.0, 500.0),
+            "the copy took 41.0 s: worth it after 6 epochs (an epoch of 1000 images: 10.0 s now, 2.0 s after)"
+        );
+        assert!(cost_line("the pack", 2.0, 1000, 100.0, 500.0).contains("worth it after 1 epoch ("));
+        assert!(cost_line("the pack", 2.0, 1000, 100.0, 90.0).contains("never worth it"));
+        assert!(cost_line("the pack", 2.0, 0, 100.0, 500.0).contains("epoch's length is unknown"));
     }
 
     #[test]

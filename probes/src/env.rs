@@ -12,6 +12,8 @@ pub const MAIN_PID_ENV: &str = "PIPEPROF_MAIN_PID";
 /// In a distributed run (`torchrun`): `RANK:pid` of this rank's first Python process, the
 /// rank's program; its DataLoader workers inherit it and are its workers.
 pub const RANK_MAIN_ENV: &str = "PIPEPROF_RANK_MAIN";
-/// A `pipeprof run --check-advice` re-run: JSON, the loader arguments to set and `steps`, the
-/// training steps after which the program is stopped (read by the Python start-up hook).
+/// A `pipeprof run --check-advice` re-run: JSON, the loader arguments to set, `steps`, the
+/// training steps after which the program is stopped, and a `redirect` of the image folder
+/// (to a local copy or a packed file) with the `why_file` the hook writes when it cannot make
+/// it (read by the Python start-up hook).
 pub const CHECK_ENV: &str = "PIPEPROF_CHECK";

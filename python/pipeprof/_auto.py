@@ -89,6 +89,7 @@ def start():
             "PIL.ImageFile": _pil.install_imagefile,
             "torchvision.transforms.transforms": _torch_fetch.install_transforms,
             "torchvision.transforms.v2._container": _torch_fetch.install_transforms_v2,
+            "torchvision.datasets.folder": _torch_fetch.install_folder,
             "keras.src.models.model": _patch_keras,
             "tf_keras.src.engine.training": _patch_keras,
         }

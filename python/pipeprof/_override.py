@@ -15,6 +15,9 @@ What it patches, only when ``PIPEPROF_CHECK`` is set (by a re-run; never in a pl
   ``num_workers``; ``Model.fit`` gets a callback that raises ``SystemExit(0)`` before the
   batch after ``steps``.
 
+- Where the re-run names a ``redirect``: the image folder read from a local copy or a packed
+  file (:mod:`pipeprof._redirect`, which says what it patches).
+
 It never changes the program's code paths otherwise: a loader whose arguments do not bind is
 built as the program asked (and fails as it would).
 """
@@ -24,7 +27,7 @@ import json
 import os
 import sys
 
-from pipeprof import _hooks, _native, _state
+from pipeprof import _hooks, _native, _redirect, _state
 
 #: Set by ``pipeprof run --check-advice`` for its re-runs (the name is the extension's).
 ENV = _native.CHECK_ENV
@@ -71,6 +74,7 @@ def _stop_if_done():
     """Ends the program when it asks for a training batch after its ``steps``."""
     steps = _CHECK.steps
     if steps is not None and _CHECK.done >= steps:
+        _redirect.check_used()
         print(f"pipeprof: check-advice re-run: stopped after {steps} steps", file=sys.stderr)
         raise SystemExit(0)
 
@@ -115,6 +119,7 @@ def _patch_torch(data_mod):
 
 
 def _patch_keras(keras_mod):
+    _redirect.patch_keras(keras_mod)
     knobs = _CHECK.asked or {}
     workers = knobs.get("num_workers")
     PyDataset = getattr(getattr(keras_mod, "utils", None), "PyDataset", None)
@@ -151,4 +156,11 @@ def install():
     _CHECK.asked = v
     steps = v.get("steps")
     _CHECK.steps = steps if isinstance(steps, int) and steps > 0 else None
-    _hooks.when_imported({"torch.utils.data": _patch_torch, "keras": _patch_keras})
+    _CHECK.redirect = _redirect.read(v)
+    _hooks.when_imported(
+        {
+            "torch.utils.data": _patch_torch,
+            "torchvision.datasets.folder": _redirect.patch_torchvision,
+            "keras": _patch_keras,
+        }
+    )

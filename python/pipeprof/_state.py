@@ -71,11 +71,16 @@ class Torch:
 class Check:
     """A ``--check-advice`` re-run: what ``PIPEPROF_CHECK`` asked, and the steps taken."""
 
-    __slots__ = ("asked", "steps", "done")
+    __slots__ = ("asked", "steps", "done", "redirect", "redirected")
 
     def __init__(self) -> None:
         #: The re-run's JSON object (the loader arguments to set, ``steps``), or None.
         self.asked: dict | None = None
+        #: Where the image folder the diagnosis named is read from instead: ``{"from": folder,
+        #: "to": a local copy or a packed file, "as": "folder" | "packed"}``, or None.
+        self.redirect: dict | None = None
+        #: Whether the program has opened that folder through a reader the hook redirects.
+        self.redirected: bool = False
         #: Training steps after which the program is stopped (None: not stopped).
         self.steps: int | None = None
         #: Training steps handed out so far.

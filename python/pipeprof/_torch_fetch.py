@@ -5,7 +5,8 @@ What it patches, once each: ``_MapDatasetFetcher.fetch`` (the samples of one bat
 ``collate_fn``) and the ``Compose`` of torchvision's transforms (v1 and v2). PIL is
 :mod:`pipeprof._pil`'s, which times PIL inside the samples the fetcher marks (``_state.THREAD``).
 
-Spans: ``read`` (``Image.open``), ``decode`` (PIL's ``load``/``convert``), and each transform
+Spans: ``read`` (``Image.open``; with torchvision's ``pil_loader``, the file's ``open`` too: on
+a network drive the open is a round trip of its own), ``decode`` (PIL's ``load``/``convert``), and each transform
 of a ``Compose`` by what its class does (:func:`stage_of_name`): ``resize`` (resizes and
 crops), ``augment`` (random transforms), ``convert`` (``ToTensor``, ``Normalize``: the same
 pixels as the tensor the model takes), ``transform`` (a class pipeprof does not know, named in
@@ -23,7 +24,7 @@ import os
 import time
 
 import pipeprof
-from pipeprof import _native, _state
+from pipeprof import _native, _pil, _state
 
 _now = _native.now_ns
 _thread_time = time.thread_time_ns
@@ -269,3 +270,29 @@ def install_transforms_v2(mod):
         return outputs
 
     Compose.forward = forward
+
+
+def install_folder(folder_mod):
+    """torchvision's ``pil_loader`` (what ``ImageFolder`` reads with): the same calls, with the
+    file's ``open`` inside the ``read`` span as ``Image.open`` of a path has it, so the time a
+    slow drive takes to open each file is the read's, not unaccounted for."""
+    orig = folder_mod.pil_loader
+    if getattr(orig, "_pipeprof", False):
+        return
+
+    def pil_loader(path):
+        from PIL import Image
+
+        with _pil.Stage("read"):
+            f = open(path, "rb")
+            try:
+                img = Image.open(f)
+            except BaseException:
+                f.close()
+                raise
+        with f:
+            return img.convert("RGB")
+
+    pil_loader.__wrapped__ = orig
+    pil_loader._pipeprof = True
+    folder_mod.pil_loader = pil_loader

@@ -461,6 +461,7 @@ fn start_session(
         .html(opts.html.clone())
         .metrics(metrics)
         .no_tui(!live)
+        .detect_data_fs(true)
         .start()
 }
 

@@ -31,13 +31,16 @@ pub fn latest(agg: &Aggregator) -> Latest {
 
 /// Drains events into the aggregate and the exporters until [`Event::Finish`], publishing
 /// snapshots for the views; closes the exporters and returns the final summary with its
-/// verdict. `dropped` reads the sender side's dropped-events counter.
+/// verdict. `dropped` reads the sender side's dropped-events counter. With `detect_fs`, the
+/// filesystem under the data folder a program names in its settings is looked up once (a
+/// live program's: a replayed trace's folder is another machine's).
 pub fn collect(
     rx: Receiver<Event>,
     mut agg: Aggregator,
     mut exporters: Vec<Box<dyn Exporter>>,
     latest: &Latest,
     dropped: &dyn Fn() -> u64,
+    detect_fs: bool,
 ) -> Diagnosed {
     let mut since_publish = 0u32;
     let mut last_publish: Option<Instant> = None;
@@ -53,6 +56,12 @@ pub fn collect(
         let publish = matches!(inner, Event::Step(_) | Event::Skipped { .. } | Event::Stalled { .. });
         export(&ev, &mut exporters);
         agg.push(&ev);
+        if detect_fs && matches!(inner, Event::Settings(_)) {
+            if let Some(data) = agg.data_fs_wanted() {
+                let fs = probes::fsinfo::detect(std::path::Path::new(data));
+                agg.set_data_fs(fs);
+            }
+        }
         since_publish += 1;
         // Publishing costs a summary and a copy of the recent series: do it on steps, skips
         // and stalls (at most every PUBLISH_EVERY), every so many events, and at least every

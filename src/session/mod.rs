@@ -70,6 +70,7 @@ pub struct Session {
     html: Option<PathBuf>,
     metrics: Option<crate::metrics::Listener>,
     no_tui: bool,
+    detect_fs: bool,
 }
 
 impl Session {
@@ -86,6 +87,7 @@ impl Session {
             html: None,
             metrics: None,
             no_tui: false,
+            detect_fs: false,
         }
     }
 
@@ -142,6 +144,13 @@ impl Session {
         self
     }
 
+    /// Look up the filesystem under the data folder the program names once it runs
+    /// (`pipeprof run`: the storage flag and the copy-to-local advice need it).
+    pub fn detect_data_fs(mut self, on: bool) -> Session {
+        self.detect_fs = on;
+        self
+    }
+
     /// Installs the signals, opens the channel, starts the collector and `/metrics`.
     pub fn start(self) -> anyhow::Result<Running> {
         if self.second == SecondInterrupt::EndsTheRun {
@@ -150,7 +159,7 @@ impl Session {
         signal::install();
         let (probe, rx) = Probe::new(self.capacity);
         let latest = latest(&self.agg);
-        let collector = spawn_collector(rx, self.agg, self.exporters, &latest, &probe)?;
+        let collector = spawn_collector(rx, self.agg, self.exporters, &latest, &probe, self.detect_fs)?;
         let (guard, failure) = self.trace.unzip();
         if self.second == SecondInterrupt::ExitsAtOnce {
             on_abort(guard, self.summary.clone(), self.html.clone(), latest.clone());
@@ -183,11 +192,12 @@ fn spawn_collector(
     exporters: Vec<Box<dyn Exporter>>,
     latest: &Latest,
     probe: &Probe,
+    detect_fs: bool,
 ) -> std::io::Result<JoinHandle<Diagnosed>> {
     let (latest, probe) = (latest.clone(), probe.clone());
     std::thread::Builder::new()
         .name("pp-collector".into())
-        .spawn(move || collect(rx, agg, exporters, &latest, &move || probe.dropped()))
+        .spawn(move || collect(rx, agg, exporters, &latest, &move || probe.dropped(), detect_fs))
 }
 
 /// What an immediate exit writes first: the trace's closing bytes (through the guard, whatever

@@ -120,6 +120,13 @@ impl Aggregator {
         self.data_fs = Some(fs);
     }
 
+    /// The data folder a program named (its `data` setting) while its filesystem is still
+    /// unknown: a `pipeprof run` program says where it reads only once it runs, and the session
+    /// then looks the filesystem up ([`Aggregator::set_data_fs`]). Pure.
+    pub fn data_fs_wanted(&self) -> Option<&str> {
+        (self.data_fs.is_none() && !self.settings.data.is_empty()).then_some(self.settings.data.as_str())
+    }
+
     /// The machine time series (for live charts).
     pub fn machine(&self) -> &MachineAgg {
         &self.machine

@@ -39,6 +39,10 @@ pub fn widen_for_slow_steps(g: f64, range: Option<(f64, f64)>, slow: Option<f64>
     (lo < hi).then_some((lo, hi))
 }
 
+/// What the copy and pack advice say in place of a rate where the reads ran cold
+/// ([`COLD_READ_SHARE`]).
+pub const COLD_NO_NUMBER: &str = "no prediction (the CPU work measured between slow reads ran cold, by a factor this run does not show): measured by `pipeprof run --check-advice`";
+
 /// The packed cache's file name in the advised `pipeprof cache` command.
 pub const CACHE_FILE: &str = "data.ppk";
 
@@ -357,20 +361,30 @@ impl Facts<'_> {
         let fs = self.remote_fs()?;
         let r = self.p.stage(Stage::Read)?;
         let after = self.p.local_storage();
-        let gain = self.gain(&after);
+        let cold = self.reads_cold();
+        let gain = if cold { None } else { self.gain(&after) };
+        let then = if cold { COLD_NO_NUMBER.to_string() } else { rate(after.capacity().throughput()) };
         Some(Advice {
             action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
             change: Change::CopyLocal,
             predicted_speedup: gain.map(|g| g.0),
             basis: gain.map(|g| g.1),
             reason: format!(
-                "each read is blocked {} off-CPU on {}; a local disk answers in about {} or less: {}",
+                "each read is blocked {} off-CPU on {}; a local disk answers in about {} or less: {then}",
                 ms(r.blocked_ms()),
                 fs.fs_type,
                 ms(LOCAL_READ_MS),
-                rate(after.capacity().throughput())
             ),
         })
+    }
+
+    /// A PyTorch or Keras program whose reads are blocked [`COLD_READ_SHARE`] or more of its
+    /// loader's time: the CPU work it measured between them ran cold, by a factor the run does
+    /// not show, so taking the reads away has no number (`--check-advice` measures it).
+    fn reads_cold(&self) -> bool {
+        let wall = self.p.loader_wall_ms();
+        let blocked = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
+        !self.s.settings.framework.is_empty() && wall > 0.0 && blocked / wall >= COLD_READ_SHARE
     }
 
     fn cache_advice(&self) -> Option<Advice> {
@@ -409,6 +423,7 @@ impl Facts<'_> {
         let keeps_resize = matches!(change, Change::PackFolder { size: PackSize::AsStored, .. });
         let after = if keeps_resize { self.p.packed_as_stored() } else { self.p.cached() };
         let (gain, basis) = self.gain(&after)?;
+        let cold = self.reads_cold();
         let removed: &[Stage] =
             if keeps_resize { &[Stage::Read, Stage::Decode] } else { &[Stage::Read, Stage::Decode, Stage::Resize] };
         let gone: f64 = self.p.loader.iter().filter(|x| removed.contains(&x.stage)).map(|x| x.wall_ms).sum();
@@ -417,17 +432,22 @@ impl Facts<'_> {
         } else {
             ("removes read, decode and resize", "")
         };
-        Some(Advice {
-            action: action.into(),
-            change,
-            predicted_speedup: Some(gain),
-            basis: Some(basis),
-            reason: format!(
+        let reason = if cold {
+            format!("{what} ({} per image) for a memory copy{still}; {COLD_NO_NUMBER}", ms(gone))
+        } else {
+            format!(
                 "{what} ({} per image) for a memory copy{still}: the loader could supply {}, training takes {}",
                 ms(gone),
                 rate(after.capacity().loader()),
                 rate(self.cap.compute)
-            ),
+            )
+        };
+        Some(Advice {
+            action: action.into(),
+            change,
+            predicted_speedup: (!cold).then_some(gain),
+            basis: (!cold).then_some(basis),
+            reason,
         })
     }
 

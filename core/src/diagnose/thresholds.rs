@@ -95,3 +95,11 @@ pub const MODEL_OFF_SHARE: f64 = 0.25;
 /// measured: `docs/calibration-notes.md`). Below this bound workers are not advised at all;
 /// above it they are advised with no number, for `--check-advice` to measure.
 pub const OVERSUBSCRIBED_TRY_GAIN: f64 = 1.25;
+/// A PyTorch or Keras program whose image reads are blocked at least this share of its
+/// loader's time per image: the copy to a local disk and the packed file are advised with no
+/// number, for `--check-advice` to measure. The CPU work measured between slow reads runs
+/// cold, and how much faster it runs once the reads are fast is not in the run: on a FUSE
+/// mount with 12.5 ms blocked a read (`docs/calibration-notes.md`), the loader's CPU stages
+/// took 1.5× and the step 1.7× what they took on the local copy, and the model's figures
+/// (×4.6 copy, ×6.9 pack) were half of what the re-runs measured (×8.9, ×18).
+pub const COLD_READ_SHARE: f64 = 0.5;
