@@ -1080,6 +1080,12 @@ fn a_framework_program_whose_reads_block_gets_copy_and_pack_advice_with_no_numbe
             .filter(|a| matches!(a.change, Change::CopyLocal | Change::PackFolder { .. } | Change::Cache { .. }))
             .collect();
         assert_eq!(moves.len(), 2, "{fw}: the copy and the pack: {v:#?}");
+        // The workers that overlap the cold reads: the same premise, the same rule.
+        if v.limiter == Limiter::Io {
+            let workers = v.advice.iter().find(|a| matches!(a.change, Change::Workers(_) | Change::Loader { .. }));
+            let workers = workers.unwrap_or_else(|| panic!("{fw}: workers advice: {v:#?}"));
+            assert_eq!(workers.predicted_speedup.is_some(), numbers, "{fw}: {workers:#?}");
+        }
         for a in moves {
             assert_eq!(a.reason.contains("measured by `pipeprof run --check-advice`"), !numbers, "{fw}: {a:#?}");
             if !numbers {
