@@ -104,11 +104,15 @@ fn one_name(path: &Path) -> Option<std::path::PathBuf> {
     if let Ok(p) = path.canonicalize() {
         return Some(p);
     }
-    let dir = match path.parent() {
+    Some(folder_of(path).canonicalize().ok()?.join(path.file_name()?))
+}
+
+/// The folder a file name is in: `.` for a bare name.
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
-    };
-    Some(dir.canonicalize().ok()?.join(path.file_name()?))
+    }
 }
 
 /// `--html -` where stdout is the program's and the report's own (`run`, `profile`, `attach`).
@@ -129,10 +133,7 @@ fn html_to_stdout(command: &Command) -> Option<String> {
 /// Refuses an output file whose folder does not exist (or that names a folder) before anything
 /// starts: found at the end, it cost the run's summary, and `run` its program's exit code.
 pub fn check_output(flag: &str, path: &Path) -> Result<(), String> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = folder_of(path);
     if path.is_dir() {
         return Err(format!("{flag} {}: is a folder; name a file in it", path.display()));
     }

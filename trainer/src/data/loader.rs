@@ -638,12 +638,12 @@ struct Where {
 fn load_one(
     link: Option<&SlowLink>,
     path: &std::path::Path,
-    Where { step, epoch, sample }: Where,
+    at: Where,
     cfg: &LoaderConfig,
     scratch: &mut Scratch,
     out: &mut [f32],
 ) -> Result<(), String> {
-    let px = load_pixels(link, path, Where { step, epoch, sample }, cfg, scratch, out);
+    let px = load_pixels(link, path, at, cfg, scratch, out);
     // The decoded buffer goes back to the worker's scratch for the next image; a worker keeps
     // no more than KEEP_BYTES of either buffer after one huge image.
     if scratch.file.capacity() > KEEP_BYTES {
