@@ -19,6 +19,10 @@ pub const MAX_FOLLOW_UPS: usize = 3;
 /// Steps per follow-up when the main run did not set `--steps`.
 pub const DEFAULT_STEPS: u64 = 40;
 
+/// Under the table where a prediction is a floor.
+pub const FLOOR_NOTE: &str =
+    "(≥: a floor: the CPU work between the slow reads was measured cold, and runs faster once they are gone)";
+
 /// A follow-up run: what it changes and what the diagnosis predicted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FollowUp {
@@ -31,6 +35,8 @@ pub struct FollowUp {
     /// The images/s the prediction is a ratio to (the main run's steady rate it was made on),
     /// when the advice says; else the main run's.
     pub against: Option<f64>,
+    /// The prediction is a floor ([`crate::diagnose::Basis::floor`]): shown as "≥".
+    pub floor: bool,
 }
 
 /// Whether pipeprof can make this change itself, in a follow-up run.
@@ -52,6 +58,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
         predicted: Some(1.0),
         range: None,
         against: None,
+        floor: false,
     }];
     for a in &v.advice {
         let known = out.iter().any(|f| f.change.as_ref() == Some(&a.change));
@@ -69,6 +76,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
             predicted: a.predicted_speedup,
             range: a.basis.and_then(|b| b.range),
             against: a.basis.map(|b| b.now),
+            floor: a.basis.is_some_and(|b| b.floor),
         });
     }
     out
@@ -456,7 +464,10 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
             (_, Some(_), Some((lo, hi))) => {
                 (format!("{:.0}–{:.0}", lo * on, hi * on), format!("{:.1}–{:.1}×", lo * on / base, hi * on / base))
             }
-            (_, Some(p), None) => (format!("{:.1}", p * on), format!("{:.2}×", p * on / base)),
+            (_, Some(p), None) => {
+                let at_least = if f.floor { "≥" } else { "" };
+                (format!("{at_least}{:.1}", p * on), format!("{at_least}{:.2}×", p * on / base))
+            }
             (_, None, _) => ("-".into(), "-".into()),
         };
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
@@ -477,6 +488,9 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
         o,
         "(× against the baseline run; predicted images/s = the main run's {main_images_per_s:.1} images/s × the predicted gain)"
     );
+    if runs.iter().take(results.len()).any(|f| f.floor && f.range.is_none()) {
+        let _ = writeln!(o, "{FLOOR_NOTE}");
+    }
     o
 }
 
@@ -697,6 +711,7 @@ mod tests {
             range: Some((1.53, 7.91)),
             slow_steps: false,
             compute_split_unknown: false,
+            floor: false,
         });
         let runs = plan(&verdict(vec![a]));
         assert_eq!(runs[1].range, Some((1.53, 7.91)));
@@ -723,6 +738,30 @@ mod tests {
     }
 
     #[test]
+    fn a_floor_reads_as_one_in_the_table_and_says_why_under_it() {
+        let floor = |floor| {
+            let mut a = advice(Change::Workers(2), Some(1.5));
+            a.basis = Some(crate::diagnose::Basis {
+                now: 90.0,
+                from_step: 1,
+                to_step: 40,
+                predicted: 135.0,
+                model_now: 90.0,
+                range: None,
+                slow_steps: false,
+                compute_split_unknown: false,
+                floor,
+            });
+            render(&plan(&verdict(vec![a])), &[(Ok(100.0), None), (Ok(150.0), None)], 90.0)
+        };
+        let (t, plain) = (floor(true), floor(false));
+        let row = t.lines().nth(2).unwrap_or_default();
+        assert!(row.contains("≥135.0") && row.contains("≥1.35×"), "{t}");
+        assert!(t.contains(FLOOR_NOTE), "{t}");
+        assert!(!plain.contains('≥') && !plain.contains(FLOOR_NOTE), "{plain}");
+    }
+
+    #[test]
     fn a_right_prediction_reads_as_right_when_the_baseline_ran_faster_than_the_main_run() {
         // The run: the main run measured 420 images/s, the baseline re-run 686;
         // --workers 16 was predicted ×17.15 (7204 images/s) and measured 7474.
@@ -736,6 +775,7 @@ mod tests {
             range: None,
             slow_steps: false,
             compute_split_unknown: false,
+            floor: false,
         });
         let runs = plan(&verdict(vec![a]));
         let t = render(&runs, &[(Ok(686.0), None), (Ok(7474.0), None)], 420.0);

@@ -84,6 +84,7 @@ fn row_of(a: &crate::diagnose::Advice, label: String) -> FollowUp {
         predicted: a.predicted_speedup,
         range: a.basis.and_then(|b| b.range),
         against: a.basis.map(|b| b.now),
+        floor: a.basis.is_some_and(|b| b.floor),
     }
 }
 
@@ -110,8 +111,14 @@ fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMov
 /// [`MAX_FOLLOW_UPS`] loader changes, and the local copy and the pack of `data` (the folder the
 /// run read, from its settings) once each. Pure.
 pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
-    let baseline =
-        FollowUp { label: "as run (no change)".into(), change: None, predicted: Some(1.0), range: None, against: None };
+    let baseline = FollowUp {
+        label: "as run (no change)".into(),
+        change: None,
+        predicted: Some(1.0),
+        range: None,
+        against: None,
+        floor: false,
+    };
     let mut out = vec![ReRun { row: baseline, set: None, moves: None }];
     let mut loaders = 0;
     for a in &v.advice {
@@ -356,6 +363,7 @@ mod tests {
                 range: None,
                 slow_steps: false,
                 compute_split_unknown: false,
+                floor: false,
             }),
         }
     }

@@ -130,6 +130,10 @@ def _send_settings(loader):
     except Exception:
         pass
     pipeprof.settings(**settings)
+    if settings.get("folder_dataset"):
+        from pipeprof import _cold
+
+        _cold.remember(loader.dataset)
 
 
 def _is_train_loader(loader):

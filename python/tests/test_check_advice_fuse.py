@@ -67,11 +67,15 @@ def test_check_advice_reads_a_slow_mount_from_a_local_copy_and_from_the_pack(tmp
     assert "verdict: I/O (storage)" in out, out
     assert re.search(rf"^\s+data\s+{re.escape(str(mnt))} on fuse", out, re.M), out
     assert "data on a network/FUSE filesystem (fuse)" in out, out
-    # A row each, measured (not skipped, not failed): the hook really read the copy and the pack.
+    # The hook timed the loader's work fed at the program's end: the copy and the pack are
+    # predicted from it, not a floor.
+    assert "CPU work counted fed, as the program's own data measured at its end" in out, out
+    # A row each, predicted and measured (not skipped, not failed): the hook really read the
+    # copy and the pack.
     for label in (COPY_ROW, PACK_ROW):
         line = row(out, label)
         assert not re.search(r"skipped|failed", line), line
-        assert re.search(r"\d+\.\d\s+\d+\.\d\d×", line), line
+        assert re.search(r"\s\d+\.\d\s+\d+\.\d\d×\s+\d+\.\d\s+\d+\.\d\d×", line), line
     # The copy's and the pack's cost, each on its own line, with when it pays.
     assert re.search(r"^the copy took \d+\.\d s: (worth it after \d+ epochs?|never worth it)", out, re.M), out
     assert re.search(r"^the pack took \d+\.\d s: (worth it after \d+ epochs?|never worth it)", out, re.M), out

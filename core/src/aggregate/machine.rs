@@ -205,6 +205,11 @@ pub struct MachineSummary {
     pub physical_cores: Option<usize>,
     /// Mean process CPU %, 100 = one core.
     pub process_cpu_mean_pct: Option<f32>,
+    /// Mean process CPU % while it trains: from the first sample after its first training
+    /// step to the last sample, so the start-up (imports, workers starting, the first batch)
+    /// is left out. `None` before two such samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_cpu_training_pct: Option<f32>,
     /// Peak process CPU %.
     pub process_cpu_peak_pct: Option<f32>,
     /// Process CPU time over the sampled span (last minus first sample), ns.
@@ -346,6 +351,11 @@ pub struct MachineAgg {
     proc_cpu: MeanMax,
     first_proc_cpu_ns: Option<u64>,
     last_proc_cpu_ns: u64,
+    /// A training step was seen: the next host sample marks the start of training.
+    training: bool,
+    /// Process CPU ns and time at the first host sample after the first training step.
+    training_mark: Option<(u64, u64)>,
+    last_t_ns: u64,
     global_cpu: MeanMax,
     busiest: MeanMax,
     idlest: MeanMax,
@@ -383,6 +393,9 @@ impl MachineAgg {
             proc_cpu: MeanMax::default(),
             first_proc_cpu_ns: None,
             last_proc_cpu_ns: 0,
+            training: false,
+            training_mark: None,
+            last_t_ns: 0,
             global_cpu: MeanMax::default(),
             busiest: MeanMax::default(),
             idlest: MeanMax::default(),
@@ -402,6 +415,19 @@ impl MachineAgg {
         }
     }
 
+    /// A training step ended: CPU from the next host sample on counts as training's
+    /// ([`MachineSummary::process_cpu_training_pct`]).
+    pub fn training_started(&mut self) {
+        self.training = true;
+    }
+
+    /// Process CPU % from the training mark to the last sample.
+    fn training_cpu_pct(&self) -> Option<f32> {
+        let (cpu, t) = self.training_mark?;
+        let dt = self.last_t_ns.checked_sub(t).filter(|&d| d > 0)?;
+        Some((self.last_proc_cpu_ns.saturating_sub(cpu) as f64 / dt as f64 * 100.0) as f32)
+    }
+
     /// Adds one host sample.
     pub fn push_host(&mut self, s: &HostSample) {
         self.host_n += 1;
@@ -412,6 +438,10 @@ impl MachineAgg {
         self.proc_cpu.push(s.process_cpu_pct as f64);
         self.first_proc_cpu_ns.get_or_insert(s.process_cpu_ns);
         self.last_proc_cpu_ns = s.process_cpu_ns;
+        self.last_t_ns = s.t_ns;
+        if self.training && self.training_mark.is_none() {
+            self.training_mark = Some((s.process_cpu_ns, s.t_ns));
+        }
         self.global_cpu.push(s.global_cpu_pct as f64);
         let cores = s.per_core_pct.iter().copied().filter(|v| v.is_finite());
         if let Some(max) = cores.clone().reduce(f32::max) {
@@ -558,6 +588,7 @@ impl MachineAgg {
             physical_cores: self.physical_cores,
             process_cpu_mean_pct: self.proc_cpu.mean32(),
             process_cpu_peak_pct: self.proc_cpu.peak32(),
+            process_cpu_training_pct: self.training_cpu_pct(),
             process_cpu_ns: self.first_proc_cpu_ns.map_or(0, |f| self.last_proc_cpu_ns.saturating_sub(f)),
             global_cpu_mean_pct: self.global_cpu.mean32(),
             global_cpu_peak_pct: self.global_cpu.peak32(),
@@ -1019,5 +1050,36 @@ mod tests {
             a.push_host(&sample(name, role));
             assert_eq!(role_now(&a), want, "{name} {role:?}");
         }
+    }
+
+    #[test]
+    fn the_cpu_while_training_leaves_the_start_up_out() {
+        // Start-up at a whole core for 4 s, then training at a quarter of one: the whole run's
+        // mean says more than training took; from the first sample after the first step on,
+        // the quarter.
+        let mut a = MachineAgg::default();
+        let mut cpu_ns = 0u64;
+        let mut at = |a: &mut MachineAgg, t_s: u64, pct: f64| {
+            cpu_ns += (pct / 100.0 * SEC as f64) as u64;
+            a.push_host(&HostSample {
+                t_ns: t_s * SEC,
+                process_cpu_ns: cpu_ns,
+                process_cpu_pct: pct as f32,
+                ..Default::default()
+            });
+        };
+        for t in 1..=4 {
+            at(&mut a, t, 100.0);
+        }
+        assert_eq!(a.summary().process_cpu_training_pct, None, "no step yet");
+        a.training_started();
+        at(&mut a, 5, 25.0);
+        assert_eq!(a.summary().process_cpu_training_pct, None, "one sample is no span");
+        for t in 6..=12 {
+            at(&mut a, t, 25.0);
+        }
+        let s = a.summary();
+        assert!((s.process_cpu_training_pct.unwrap() - 25.0).abs() < 0.01, "{:?}", s.process_cpu_training_pct);
+        assert!(s.process_cpu_mean_pct.unwrap() > 45.0, "{:?}", s.process_cpu_mean_pct);
     }
 }

@@ -102,6 +102,10 @@ pub struct RunSettings {
     /// later transforms (a crop) see the pixels they saw before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leading_resize: Option<LeadingResize>,
+    /// What the program's own loader work costs fed against between its slow reads, timed by
+    /// the hook at the program's end where its reads were slow (`python/pipeprof/_cold.py`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cold_cpu: Option<ColdCpu>,
     /// Class names of the loader's transforms pipeprof does not classify, timed as the
     /// `transform` stage (the program's own code).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -130,6 +134,50 @@ impl LeadingResize {
         }
     }
 }
+
+/// A loader's CPU work per image cold and fed: `images` of the program's own data set, each
+/// decoded and transformed right after its read from where the program read it (blocked
+/// `after_wait_ms` on average), then all of them back to back; and the transform alone on
+/// each image as `pipeprof pack` stores it. By the thread's CPU clock, ms per image.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct ColdCpu {
+    /// How long each read was blocked, ms.
+    pub after_wait_ms: f64,
+    /// Images timed.
+    pub images: usize,
+    /// Decode and transform right after the read.
+    pub cold_ms: f64,
+    /// Decode and transform back to back: a copy's loader.
+    pub fed_ms: f64,
+    /// The transform alone, back to back, on images as the pack stores them: the packed
+    /// file's loader. `None` without a transform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packed_ms: Option<f64>,
+}
+
+impl ColdCpu {
+    /// How much more the work cost cold than fed: at least 1.
+    pub fn factor(&self) -> f64 {
+        (self.cold_ms / self.fed_ms).max(1.0)
+    }
+
+    /// Every figure finite, the costs positive and at most [`MAX_COLD_MS`].
+    fn check(&self) -> Result<(), String> {
+        let ok = |x: f64| x.is_finite() && x > 0.0 && x <= MAX_COLD_MS;
+        let all = [self.cold_ms, self.fed_ms, self.packed_ms.unwrap_or(1.0)];
+        if all.into_iter().all(ok) && self.after_wait_ms.is_finite() && self.after_wait_ms >= 0.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "settings.cold_cpu: costs {} / {} / {:?} ms (0–{MAX_COLD_MS}) after {} ms",
+                self.cold_ms, self.fed_ms, self.packed_ms, self.after_wait_ms
+            ))
+        }
+    }
+}
+
+/// Largest per-image cost in [`ColdCpu`] accepted, ms.
+pub const MAX_COLD_MS: f64 = 60_000.0;
 
 /// What TensorFlow's sampled host trace covered.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
@@ -191,7 +239,8 @@ impl RunSettings {
             in_range("settings.leading_resize", self.leading_resize.map_or(1, |r| r.sides().0), 1, MAX_INPUT_SIDE),
             in_range("settings.leading_resize", self.leading_resize.map_or(1, |r| r.sides().1), 1, MAX_INPUT_SIDE),
         ];
-        checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+        checks.into_iter().find(Result::is_err).unwrap_or(Ok(()))?;
+        self.cold_cpu.map_or(Ok(()), |c| c.check())
     }
 
     /// Names capped at [`MAX_NAME`] and free of control characters, lists at [`MAX_LISTED`].
@@ -338,5 +387,31 @@ mod tests {
         st2.merge_json(&json!({"workers": 3, "framework": "pytorch", "pin_memory": true}));
         assert_eq!((st2.workers, st2.framework.as_str(), st2.pin_memory), (3, "pytorch", Some(true)));
         assert_eq!(st2.unreadable.len(), 1);
+    }
+
+    #[test]
+    fn the_hooks_cold_and_fed_costs_read_and_nonsense_is_refused() {
+        let mut s = RunSettings::default();
+        let ok =
+            json!({"cold_cpu": {"after_wait_ms": 12.5, "images": 16, "cold_ms": 1.5, "fed_ms": 1.2, "packed_ms": 0.1}});
+        assert!(s.merge_json(&ok).is_empty());
+        let c = s.cold_cpu.unwrap();
+        assert!((c.factor() - 1.25).abs() < 1e-9 && c.packed_ms == Some(0.1), "{c:?}");
+        // Fed dearer than cold: no factor below 1.
+        let mut t = RunSettings::default();
+        t.merge_json(&json!({"cold_cpu": {"after_wait_ms": 1.0, "images": 2, "cold_ms": 1.0, "fed_ms": 2.0}}));
+        assert_eq!(t.cold_cpu.map(|c| c.factor()), Some(1.0));
+        for bad in [
+            json!({"after_wait_ms": 1.0, "images": 2, "cold_ms": 0.0, "fed_ms": 1.0}),
+            json!({"after_wait_ms": 1.0, "images": 2, "cold_ms": 1.0, "fed_ms": 1e9}),
+            json!({"after_wait_ms": -1.0, "images": 2, "cold_ms": 1.0, "fed_ms": 1.0}),
+            json!({"after_wait_ms": 1.0, "images": 2, "cold_ms": 1.0, "fed_ms": 1.0, "packed_ms": -2.0}),
+            json!({"images": 2, "cold_ms": 1.0, "fed_ms": 1.0}),
+        ] {
+            let mut u = RunSettings::default();
+            let refused = u.merge_json(&json!({ "cold_cpu": bad }));
+            assert_eq!((refused.len(), u.cold_cpu), (1, None), "{bad}: {refused:?}");
+            assert!(refused[0].starts_with("cold_cpu = "), "{refused:?}");
+        }
     }
 }

@@ -39,9 +39,13 @@ pub fn widen_for_slow_steps(g: f64, range: Option<(f64, f64)>, slow: Option<f64>
     (lo < hi).then_some((lo, hi))
 }
 
-/// What the copy and pack advice say in place of a rate where the reads ran cold
+/// What the workers advice says in place of a rate where the reads ran cold
 /// ([`COLD_READ_SHARE`]).
 pub const COLD_NO_NUMBER: &str = "no prediction (the CPU work measured between slow reads ran cold, by a factor this run does not show): measured by `pipeprof run --check-advice`";
+
+/// What the copy and pack advice add where the reads ran cold ([`COLD_READ_SHARE`]): their
+/// prediction is a floor.
+pub const COLD_FLOOR: &str = " (a floor: the CPU work between the slow reads was measured cold, and runs faster fed, by a factor this run does not show; `pipeprof run --check-advice` measures it)";
 
 /// The packed cache's file name in the advised `pipeprof cache` command.
 pub const CACHE_FILE: &str = "data.ppk";
@@ -224,6 +228,7 @@ impl Facts<'_> {
             range: widened,
             slow_steps: widened != range,
             compute_split_unknown: false,
+            floor: false,
         };
         (g >= MIN_GAIN).then_some((g, basis))
     }
@@ -349,6 +354,7 @@ impl Facts<'_> {
             range: None,
             slow_steps: false,
             compute_split_unknown: false,
+            floor: false,
         });
         Some(Advice {
             action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),
@@ -371,30 +377,71 @@ impl Facts<'_> {
         let fs = self.remote_fs()?;
         let r = self.p.stage(Stage::Read)?;
         let after = self.p.local_storage();
-        let cold = self.reads_cold();
-        let gain = if cold { None } else { self.gain(&after) };
-        let then = if cold { COLD_NO_NUMBER.to_string() } else { rate(after.capacity().throughput()) };
+        let gain = self.gain_without_reads(&after);
+        let then = match &gain {
+            Some((_, b)) if b.floor => format!("at least {}{COLD_FLOOR}", rate(b.predicted).replacen('≈', "", 1)),
+            _ => format!("{}{}", rate(after.capacity().throughput()), self.fed_note(false)),
+        };
         Some(Advice {
             action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
             change: Change::CopyLocal,
             predicted_speedup: gain.map(|g| g.0),
             basis: gain.map(|g| g.1),
             reason: format!(
-                "each read is blocked {} off-CPU on {}; a local disk answers in about {} or less: {then}",
+                "each read is blocked {} off-CPU on {}{}; a local disk answers in about {} or less: {then}",
                 ms(r.blocked_ms()),
                 fs.fs_type,
+                self.lazy_reads_note(),
                 ms(LOCAL_READ_MS),
             ),
         })
     }
 
+    /// The blocked time of the stages after read, where it is worth a word: on a slow mount,
+    /// a decoder that reads the file as it decodes (PIL) waits there too.
+    fn lazy_reads_note(&self) -> String {
+        let lazy: Vec<_> =
+            self.p.loader.iter().filter(|x| x.stage != Stage::Read && x.blocked_ms() >= LAZY_READ_MS).collect();
+        if lazy.is_empty() {
+            return String::new();
+        }
+        let total: f64 = lazy.iter().map(|x| x.blocked_ms()).sum();
+        let names: Vec<String> = lazy.iter().map(|x| x.stage.to_string()).collect();
+        format!(" and {} more in {}, reading the rest of each file as it decodes", ms(total), names.join(" and "))
+    }
+
     /// A PyTorch or Keras program whose reads are blocked [`COLD_READ_SHARE`] or more of its
-    /// loader's time: the CPU work it measured between them ran cold, by a factor the run does
-    /// not show, so taking the reads away has no number (`--check-advice` measures it).
+    /// loader's time ([`Pipeline::cold_read_wait_ms`]): the CPU work it measured between them
+    /// ran cold.
     fn reads_cold(&self) -> bool {
-        let wall = self.p.loader_wall_ms();
-        let blocked = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
-        !self.s.settings.framework.is_empty() && wall > 0.0 && blocked / wall >= COLD_READ_SHARE
+        !self.s.settings.framework.is_empty() && self.p.cold_read_wait_ms().is_some()
+    }
+
+    /// The gain of taking the reads away (a local copy, a pack): where they ran cold
+    /// ([`Facts::reads_cold`]), from the CPU costs as measured, cold, a floor
+    /// ([`Basis::floor`]).
+    fn gain_without_reads(&self, after: &Pipeline) -> Option<(f64, Basis)> {
+        let (g, mut basis) = self.gain(after)?;
+        basis.floor = self.reads_cold() && self.s.settings.cold_cpu.is_none();
+        Some((g, basis))
+    }
+
+    /// Where the hook measured the loader's work fed ([`crate::aggregate::settings::ColdCpu`]):
+    /// "; …" saying what it measured (`packed`: the transform on packed images too), else empty.
+    fn fed_note(&self, packed: bool) -> String {
+        let Some(c) = self.s.settings.cold_cpu else { return String::new() };
+        let alone = match c.packed_ms.filter(|_| packed) {
+            Some(p) => format!(", the transform alone on packed images {}", ms(p)),
+            None => String::new(),
+        };
+        format!(
+            "; CPU work counted fed, as the program's own data measured at its end: decoded and transformed right after a {} read, {} of CPU an image, back to back {} (÷{:.2}: the loader's, the loop's{} work between the reads){alone}",
+            ms(c.after_wait_ms),
+            ms(c.cold_ms),
+            ms(c.fed_ms),
+            c.factor(),
+            if self.cpu_device { " and the step's" } else { "" }
+        )
     }
 
     fn cache_advice(&self) -> Option<Advice> {
@@ -432,8 +479,7 @@ impl Facts<'_> {
         };
         let keeps_resize = matches!(change, Change::PackFolder { size: PackSize::AsStored, .. });
         let after = if keeps_resize { self.p.packed_as_stored() } else { self.p.cached() };
-        let (gain, basis) = self.gain(&after)?;
-        let cold = self.reads_cold();
+        let (gain, basis) = self.gain_without_reads(&after)?;
         let removed: &[Stage] =
             if keeps_resize { &[Stage::Read, Stage::Decode] } else { &[Stage::Read, Stage::Decode, Stage::Resize] };
         let gone: f64 = self.p.loader.iter().filter(|x| removed.contains(&x.stage)).map(|x| x.wall_ms).sum();
@@ -442,23 +488,14 @@ impl Facts<'_> {
         } else {
             ("removes read, decode and resize", "")
         };
-        let reason = if cold {
-            format!("{what} ({} per image) for a memory copy{still}; {COLD_NO_NUMBER}", ms(gone))
-        } else {
-            format!(
-                "{what} ({} per image) for a memory copy{still}: the loader could supply {}, training takes {}",
-                ms(gone),
-                rate(after.capacity().loader()),
-                rate(self.cap.compute)
-            )
-        };
-        Some(Advice {
-            action: action.into(),
-            change,
-            predicted_speedup: (!cold).then_some(gain),
-            basis: (!cold).then_some(basis),
-            reason,
-        })
+        let floor = if basis.floor { COLD_FLOOR.to_string() } else { self.fed_note(true) };
+        let reason = format!(
+            "{what} ({} per image) for a memory copy{still}: the loader could supply {}, training takes {}{floor}",
+            ms(gone),
+            rate(after.capacity().loader()),
+            rate(self.cap.compute),
+        );
+        Some(Advice { action: action.into(), change, predicted_speedup: Some(gain), basis: Some(basis), reason })
     }
 
     fn pre_resize_advice(&self) -> Option<Advice> {
@@ -542,6 +579,7 @@ impl Facts<'_> {
             range: (high / low > 1.0 + 1e-9).then_some((low, high)),
             slow_steps: false,
             compute_split_unknown: self.cpu_device,
+            floor: false,
         };
         let rest = if self.cpu_device {
             format!(

@@ -194,6 +194,7 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
         range: None,
         slow_steps: false,
         compute_split_unknown: false,
+        floor: false,
     });
     Some(Advice {
         action: "keep the DataLoader's workers between epochs".into(),

@@ -61,7 +61,9 @@
 //! Actions and what they change: `--workers N` (N up to the cores; up to 4 per core for I/O,
 //! whose waits need no core); packed cache (read becomes a memory copy, decode and resize
 //! vanish); pre-resize offline (resize × 0.1, decode × 0.5: decode follows the pixel count,
-//! unknown here); copy off a network/FUSE mount (read's off-CPU wait ≤ 0.5 ms); bigger batch
+//! unknown here); copy off a network/FUSE mount (a read, decode's lazy reads included, ≤ 0.25
+//! ms; where the reads blocked half the loader's time, its CPU work as measured, cold: a floor,
+//! [`Basis::floor`]); bigger batch
 //! (the optimizer step stays, forward + backward and transfer scale with the batch); u8 batches
 //! (transfer ÷ 4). `--prefetch` is advised only when the loader keeps up on average and the wait
 //! is spiky (median ≤ ¼ of the mean, or p95 ≥ 3× the mean): its gain is measured step time over

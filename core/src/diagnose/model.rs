@@ -22,14 +22,15 @@
 //! workers, a stage made cheaper, a bigger batch) and reports the ratio of the two
 //! throughputs, so the model's constant errors cancel.
 
-use super::thresholds::{MODERATE_WAIT_SHARE, OTHER_CORES};
+use super::thresholds::{COLD_READ_SHARE, MODERATE_WAIT_SHARE, OTHER_CORES};
 use crate::aggregate::{StageSummary, Summary};
 use probes::stage::Stage;
 use probes::ThreadRole;
 
-/// Assumed per-image read latency from a local disk after a move off network storage, ms
-/// (a small file from a local SSD or the page cache).
-pub const LOCAL_READ_MS: f64 = 0.5;
+/// Assumed per-image read from a local disk after a move off network storage, ms, its open
+/// and system calls included (a small file from a local SSD or the page cache: a 17 KB JPEG
+/// took 0.13 ms from the page cache, `docs/calibration-notes.md`).
+pub const LOCAL_READ_MS: f64 = 0.25;
 /// Share of resize time left after pre-resizing offline (a layout conversion remains).
 pub const PRE_RESIZED_RESIZE_LEFT: f64 = 0.1;
 /// Share of decode time left after pre-resizing offline: decode cost follows the pixel count,
@@ -139,6 +140,12 @@ pub struct Pipeline {
     /// the scheduler slows is its choice, so a change that leaves compute the limit is
     /// predicted as a range from the typical step to these ([`Pipeline::slow_compute`]).
     pub compute_slow_ms: Option<f64>,
+    /// How much more CPU the loader's work took between slow reads than it takes fed, where
+    /// the hook measured it ([`crate::aggregate::settings::ColdCpu`]); 1 where not.
+    pub cold_cpu: f64,
+    /// The program's transform alone per image, fed, on images as the pack stores them, ms,
+    /// where the hook measured it ([`crate::aggregate::settings::ColdCpu::packed_ms`]).
+    pub packed_transform_ms: Option<f64>,
 }
 
 /// A stage's statistics, when it has at least one span.
@@ -247,17 +254,26 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
 
 /// CPU device, compute threads not sampled (a Python program: `pipeprof run`, `attach`): the
 /// compute's CPU per image, ms, from what was measured instead of assumed: the program's whole
-/// process tree (its workers too) used `process_cpu_mean_pct` of a core over the run, so its
-/// CPU per image is that × the run's time / its images; less the loader's own CPU per image,
+/// process tree (its workers too) used `process_cpu_training_pct` of a core while it trained,
+/// so its CPU per image is that over its training rate (else `process_cpu_mean_pct` × the
+/// run's time / its images, start-up included: a PyTorch import is seconds of CPU); less the loader's own CPU per image,
 /// the rest is the training loop's. A PyTorch script at one compute thread keeps one core busy
 /// in its loop body, not every free one (`docs/calibration-notes.md`).
 /// `None` without a process sample, images or time, or when the loader's CPU is all of it.
 pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
-    let pct = f64::from(s.machine.process_cpu_mean_pct?);
-    if !(pct.is_finite() && pct > 0.0 && s.images > 0 && s.elapsed_s > 0.0) {
-        return None;
-    }
-    let tree_ms = pct / 100.0 * s.elapsed_s * 1000.0 / s.images as f64;
+    let m = &s.machine;
+    let tree_ms = match m.process_cpu_training_pct.map(f64::from) {
+        // While it trained, at its training rate: the start-up's CPU (imports, a framework's
+        // first compile) is not the steps'.
+        Some(pct) if pct.is_finite() && pct > 0.0 && s.images_per_s > 0.0 => pct / 100.0 * 1000.0 / s.images_per_s,
+        _ => {
+            let pct = f64::from(m.process_cpu_mean_pct?);
+            if !(pct.is_finite() && pct > 0.0 && s.images > 0 && s.elapsed_s > 0.0) {
+                return None;
+            }
+            pct / 100.0 * s.elapsed_s * 1000.0 / s.images as f64
+        }
+    };
     let loader_ms: f64 = loader.iter().map(|x| x.on_cpu_ms).sum();
     finite_pos(tree_ms - loader_ms)
 }
@@ -642,10 +658,11 @@ impl Pipeline {
             if cores_used > 0.0 {
                 (cores_used * s.split.mean_step_ms).max(0.0) / batch
             } else {
-                tree_compute_cpu_ms(s, &loader).unwrap_or_else(|| {
-                    // Not sampled: assume the compute keeps every free core busy while it runs.
-                    (s.split.compute_ms * free_cores).max(0.0) / batch
-                })
+                // Every free core busy while it computes is all the compute can take: a loop
+                // that waits burns CPU between its steps too (threads spinning for work that
+                // does not come, the start-up), which a tree's CPU counts.
+                let all_cores = (s.split.compute_ms * free_cores).max(0.0) / batch;
+                tree_compute_cpu_ms(s, &loader).map_or(all_cores, |t| t.min(all_cores))
             }
         } else {
             0.0
@@ -679,6 +696,8 @@ impl Pipeline {
             input_bytes: st.input.iter().product::<usize>() as f64,
             compute_wait_others_ms: 0.0,
             compute_slow_ms: slow_compute_ms(s, cpu_device, others_cores, compute_ms),
+            cold_cpu: st.cold_cpu.map_or(1.0, |c| c.factor()),
+            packed_transform_ms: st.cold_cpu.and_then(|c| c.packed_ms),
         };
         p.compute_wait_others_ms = if cpu_device { compute_core_wait(s, &p, compute_ms) } else { 0.0 };
         p
@@ -788,21 +807,74 @@ impl Pipeline {
     /// Decoded, resized images packed in one local memory-mapped file: read is a copy, decode
     /// and resize are gone; augment stays.
     pub fn cached(&self) -> Pipeline {
-        self.packed_as_stored().map_stage(Stage::Resize, StageCost::vanish)
+        self.packed(true)
     }
 
     /// Images packed as they are stored: read is a copy, decode is gone, the program's own
     /// resize stays. The copy is priced at the model's input size: a stored image is larger,
     /// but copying even a 12-megapixel one costs a small fraction of decoding it.
     pub fn packed_as_stored(&self) -> Pipeline {
+        self.packed(false)
+    }
+
+    /// Read from a packed file ([`Pipeline::cached`], `resized`: at the input size, else
+    /// [`Pipeline::packed_as_stored`]), without the waits ([`Pipeline::without_waits`]); the
+    /// transform stages left cost what the hook measured of the program's transform on packed
+    /// images, where it did ([`Pipeline::packed_transform_ms`]): with no decode between them
+    /// they run hotter than the run's figures, measured after a decode, say.
+    fn packed(&self, resized: bool) -> Pipeline {
         let copy_ms = self.input_bytes / CACHE_BYTES_PER_S * 1000.0;
-        self.clone()
+        let mut p = self
+            .without_waits()
             .map_stage(Stage::Read, |x| {
                 x.wall_ms = copy_ms;
                 x.on_cpu_ms = copy_ms;
                 x.core_wait_ms = 0.0;
             })
-            .map_stage(Stage::Decode, StageCost::vanish)
+            .map_stage(Stage::Decode, StageCost::vanish);
+        if resized {
+            p = p.map_stage(Stage::Resize, StageCost::vanish);
+        }
+        if let Some(ms) = self.packed_transform_ms {
+            p.set_transform_cpu(ms);
+        }
+        p
+    }
+
+    /// The transform stages' CPU per image set to `ms` in all, shared as they shared it.
+    fn set_transform_cpu(&mut self, ms: f64) {
+        let is_transform = |s: Stage| matches!(s, Stage::Resize | Stage::Augment | Stage::Convert | Stage::Transform);
+        let now: f64 = self.loader.iter().filter(|x| is_transform(x.stage)).map(|x| x.on_cpu_ms).sum();
+        if !(now > 0.0 && ms.is_finite() && ms >= 0.0) {
+            return;
+        }
+        for x in self.loader.iter_mut().filter(|x| is_transform(x.stage)) {
+            x.on_cpu_ms *= ms / now;
+            x.wall_ms = x.on_cpu_ms + x.core_wait_ms;
+        }
+    }
+
+    /// The loader without its waits for storage: no stage blocks (read blocks in its own
+    /// stage, and in the stages that read the rest of the file lazily: PIL decodes as it
+    /// reads, so on a network mount decode's blocked time is reads), and the CPU work done
+    /// between them at its fed cost, its cost measured cold over [`Pipeline::cold_cpu`]: the
+    /// loader's, the training process's own per batch and, training on the CPU, the step's
+    /// (a loop that waits computes cold too: [`hot_compute_ms`]). Where the factor was not
+    /// measured the cold cost stays, and what is predicted from it is a floor.
+    fn without_waits(&self) -> Pipeline {
+        let f = self.cold_cpu;
+        let mut p = self.clone();
+        for x in &mut p.loader {
+            x.on_cpu_ms /= f;
+            x.wall_ms = x.on_cpu_ms + x.core_wait_ms;
+        }
+        p.main_per_batch_ms /= f;
+        if p.cpu_device {
+            p.compute_ms /= f;
+            p.compute_cpu_ms_per_image /= f;
+        }
+        p.cold_cpu = 1.0;
+        p
     }
 
     /// Augmentation off the loader (done on the device, or dropped): its per-image cost is gone.
@@ -810,13 +882,27 @@ impl Pipeline {
         self.clone().map_stage(Stage::Augment, StageCost::vanish)
     }
 
-    /// Data on a local disk: read's blocked time falls to [`LOCAL_READ_MS`] at most; its wait
-    /// for a core stays (a local disk frees no core).
+    /// Data on a local disk: a read (its open, its system calls and its wait, and the rest
+    /// of the file read lazily while decoding) takes [`LOCAL_READ_MS`] at most
+    /// ([`Pipeline::without_waits`]); a wait for a core stays (a local disk frees no core). A network mount's read spends CPU of its own (its round trip through
+    /// the kernel): on a FUSE mount 0.39 ms on-CPU of a 17 KB JPEG's read, 0.13 ms in all on
+    /// the local disk.
     pub fn local_storage(&self) -> Pipeline {
-        self.clone().map_stage(Stage::Read, |x| {
-            let blocked = x.blocked_ms().min(LOCAL_READ_MS);
-            x.wall_ms = x.on_cpu_ms + x.core_wait_ms + blocked;
+        let read = self.stage(Stage::Read).map_or(0.0, |r| r.wall_ms);
+        self.without_waits().map_stage(Stage::Read, |x| {
+            x.wall_ms = read.min(LOCAL_READ_MS).max(x.core_wait_ms);
+            x.on_cpu_ms = x.on_cpu_ms.min(x.wall_ms - x.core_wait_ms);
         })
+    }
+
+    /// The read's blocked time per image, ms, when it is [`COLD_READ_SHARE`] or more of the
+    /// loader's wall time: the CPU work between such reads runs cold (a thread that slept
+    /// finds its caches refilled by others: `docs/calibration-notes.md`), by a factor the run
+    /// does not show. `None` otherwise.
+    pub fn cold_read_wait_ms(&self) -> Option<f64> {
+        let wall = self.loader_wall_ms();
+        let blocked = self.stage(Stage::Read)?.blocked_ms();
+        (wall > 0.0 && blocked / wall >= COLD_READ_SHARE).then_some(blocked)
     }
 
     /// The other programs stopped: no loader stage waits for a core, and the cores they kept
@@ -913,6 +999,8 @@ mod tests {
             input_bytes: 3.0 * 150.0 * 150.0,
             compute_wait_others_ms: 0.0,
             compute_slow_ms: None,
+            cold_cpu: 1.0,
+            packed_transform_ms: None,
         }
     }
 
@@ -1039,5 +1127,71 @@ mod tests {
             let got = worker_start_ms(w, first, l, b, k);
             assert!((got - want).abs() < 1e-9, "{w}: {got} vs {want}");
         }
+    }
+
+    fn stage(stage: Stage, wall_ms: f64, on_cpu_ms: f64) -> StageCost {
+        StageCost { stage, wall_ms, on_cpu_ms, core_wait_ms: 0.0, measured: true, queue_measured: true }
+    }
+
+    /// A PIL loader on a FUSE mount: the open and read blocked 12.6 ms with 0.4 ms of the
+    /// kernel's CPU, decode 5 ms of which 4.2 ms is the rest of the file read as it decodes,
+    /// the transforms 0.9 ms; no workers, training on the CPU.
+    fn on_a_mount() -> Pipeline {
+        let mut p = sim(2.0, 2.0, 0, 0.0, 28.0, 8.0);
+        p.cpu_device = true;
+        p.compute_cpu_ms_per_image = 1.5;
+        p.loader = vec![
+            stage(Stage::Read, 13.0, 0.4),
+            stage(Stage::Decode, 5.0, 0.8),
+            stage(Stage::Resize, 0.4, 0.4),
+            stage(Stage::Augment, 0.15, 0.15),
+            stage(Stage::Convert, 0.35, 0.35),
+        ];
+        p
+    }
+
+    #[test]
+    fn a_local_copy_takes_the_waits_of_every_stage_away_and_a_read_costs_the_local_read() {
+        let local = on_a_mount().local_storage();
+        let wall = |s: Stage| local.stage(s).unwrap().wall_ms;
+        // Decode's lazy reads are gone with the read's own; its CPU stays (not measured fed).
+        assert!((wall(Stage::Decode) - 0.8).abs() < 1e-9, "{local:#?}");
+        // The read: open, system calls and wait, at most the local disk's.
+        assert!((wall(Stage::Read) - LOCAL_READ_MS).abs() < 1e-9, "{local:#?}");
+        assert!(local.stage(Stage::Read).unwrap().on_cpu_ms <= LOCAL_READ_MS);
+        assert_eq!((local.compute_ms, local.main_per_batch_ms), (28.0, 8.0));
+        // A read already faster than the local disk's stays as it was.
+        let mut fast = on_a_mount();
+        fast.loader[0] = stage(Stage::Read, 0.1, 0.1);
+        assert!((fast.local_storage().stage(Stage::Read).unwrap().wall_ms - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_fed_factor_divides_the_cpu_work_between_the_reads_and_the_packed_transform_replaces_the_transforms() {
+        // (cold factor, CPU device) → decode's CPU, the loop's own per batch, the step.
+        let table = [(1.0, true, 0.8, 8.0, 28.0), (1.6, true, 0.5, 5.0, 17.5), (1.6, false, 0.5, 5.0, 28.0)];
+        for (f, cpu, decode, main, compute) in table {
+            let mut p = on_a_mount();
+            p.cold_cpu = f;
+            p.cpu_device = cpu;
+            let l = p.local_storage();
+            let got = (l.stage(Stage::Decode).unwrap().on_cpu_ms, l.main_per_batch_ms, l.compute_ms);
+            let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+            assert!(close(got.0, decode) && close(got.1, main) && close(got.2, compute), "{f} {cpu}: {got:?}");
+            assert_eq!(l.cold_cpu, 1.0, "applied once");
+        }
+        // Packed at the input size: resize goes, augment and convert share the 0.1 ms measured
+        // on packed images as they shared their 0.5 ms.
+        let mut p = on_a_mount();
+        p.packed_transform_ms = Some(0.1);
+        let c = p.cached();
+        let cpu = |s: Stage| c.stage(s).unwrap().on_cpu_ms;
+        assert_eq!(cpu(Stage::Resize), 0.0);
+        assert!((cpu(Stage::Augment) - 0.03).abs() < 1e-9 && (cpu(Stage::Convert) - 0.07).abs() < 1e-9, "{c:#?}");
+        // As stored, the program's resize is one of the transform stages that cost it.
+        let a = p.packed_as_stored();
+        let total: f64 =
+            [Stage::Resize, Stage::Augment, Stage::Convert].iter().map(|&s| a.stage(s).unwrap().on_cpu_ms).sum();
+        assert!((total - 0.1).abs() < 1e-9, "{a:#?}");
     }
 }

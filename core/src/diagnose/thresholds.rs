@@ -103,3 +103,7 @@ pub const OVERSUBSCRIBED_TRY_GAIN: f64 = 1.25;
 /// took 1.5× and the step 1.7× what they took on the local copy, and the model's figures
 /// (×4.6 copy, ×6.9 pack) were half of what the re-runs measured (×8.9, ×18).
 pub const COLD_READ_SHARE: f64 = 0.5;
+
+/// Blocked time per image in a stage after read worth naming in the copy advice, ms: on a
+/// slow mount, a decoder reading the rest of the file as it decodes (PIL) waits there.
+pub const LAZY_READ_MS: f64 = 0.5;

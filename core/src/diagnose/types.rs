@@ -207,6 +207,10 @@ pub struct Basis {
     /// cannot tell (from none of it to all of it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compute_split_unknown: bool,
+    /// The prediction is a floor, not an estimate: it keeps CPU costs measured cold, between
+    /// slow reads, which run faster once the reads are gone, by a factor the run does not show.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub floor: bool,
 }
 /// [`Advice`] as the summary JSON stores it.
 #[derive(Serialize, Deserialize)]

@@ -27,6 +27,7 @@ impl Advice {
                     (false, _) => "the model is off today's rate",
                 }
             ),
+            None if b.floor => format!("predicted at least {} (×{g:.1})", rate(b.predicted).replacen('≈', "", 1)),
             None => format!("predicted {} (×{g:.1})", rate(b.predicted)),
         };
         Some(format!(
@@ -47,6 +48,7 @@ impl Advice {
         let bare = |x: f64| rate(x).replacen('≈', "", 1).trim_end_matches(" images/s").to_string();
         let then = match b.range {
             Some((lo, hi)) => format!("{}–{} images/s (×{lo:.1}–{hi:.1})", bare(lo * b.now), bare(hi * b.now)),
+            None if b.floor => format!("≥{} images/s (×≥{g:.1})", bare(b.predicted)),
             None => format!("≈{} images/s (×{g:.1})", bare(b.predicted)),
         };
         Some(format!("now {} → {then}", bare(b.now)))

@@ -279,6 +279,7 @@ mod tests {
                 range: None,
                 slow_steps: false,
                 compute_split_unknown: false,
+                floor: false,
             }),
         };
         let text: String = advice_line(&a, 200, true).spans.iter().map(|s| s.content.to_string()).collect();

@@ -1,0 +1,153 @@
+"""At the end of a run whose images came from slow storage: what the program's own loader
+work costs fed, against what it cost between the slow reads, sent as the run's ``cold_cpu``
+setting.
+
+A loader that waits on every read does its CPU work cold: while it waits, the machine's
+other work (the mount's own daemon, other programs) refills its caches, and its core runs an
+idle duty cycle. What the run measured is that cold cost; a local copy or a packed file, which
+take the waits away, get the fed one. The run cannot show the ratio (every image it timed was
+cold), so it is measured here, on the program's own data set and transform:
+
+* a few images of the data set, spread over it, are read from where the program read them,
+  timing how long each read was blocked (wall less CPU): on a local disk or the page cache
+  that is well under :data:`SLOW_READ_MS`, and nothing more is done;
+* each image is decoded as the folder reader does (PIL, RGB) and passed through the data set's
+  ``transform`` right after its read: the cold cost (``cold_ms``);
+* then all of them back to back, a few rounds, the last ones timed: the fed cost of a copy's
+  loader (``fed_ms``);
+* and the transform alone, back to back, on each image as ``pipeprof pack`` stores it (at the
+  transform's leading ``Resize``, else as decoded): the packed file's loader (``packed_ms``).
+
+Each by the thread's CPU clock, per image. Only for torchvision's folder reader
+(``ImageFolder``/``DatasetFolder`` with the default loader) iterated in the run's main
+process, in a plain run (never in a ``--check-advice`` re-run), at exit, before pipeprof's
+own exit handler sends the run's end. It reads and decodes images the program already read
+and calls its transform on them: a random transform draws from generators the program has
+finished with. Anything that fails leaves the run without the setting (its copy and pack
+advice then say they are a floor).
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import time
+
+import pipeprof
+from pipeprof import _state
+
+#: Images timed (one more is read first, to see whether the storage is slow, and not timed).
+PAIRS = 16
+#: A read blocked this long or more (ms, the first image's) is slow storage.
+SLOW_READ_MS = 1.0
+#: Rounds back to back; the last is timed.
+ROUNDS = 3
+
+_SEEN = []
+
+
+def remember(ds):
+    """Times ``ds`` (a torchvision folder reader) at exit; the first one only, main process,
+    plain runs only."""
+    if _SEEN or _state.CHECK.asked is not None or not pipeprof.is_main():
+        return
+    _SEEN.append(ds)
+    atexit.register(_at_exit)
+
+
+def _at_exit():
+    try:
+        figures = measure(_SEEN[0])
+    except Exception:
+        return
+    if figures is not None:
+        pipeprof.settings(cold_cpu=figures)
+
+
+def _picks(samples, n):
+    """Up to ``n`` paths spread evenly over ``samples`` (``(path, class)`` pairs)."""
+    step = max(1, len(samples) // max(1, n))
+    return [s[0] for s in samples[::step][:n]]
+
+
+def _read(path):
+    """The file's bytes and how long reading them was blocked, ns (wall less CPU)."""
+    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    with open(path, "rb") as f:
+        data = f.read()
+    return data, max(0, (time.perf_counter_ns() - w0) - (time.thread_time_ns() - c0))
+
+
+def _packed(img, transform):
+    """``img`` as ``pipeprof pack`` stores it for ``transform``: through its leading ``Resize``
+    (the pack's size), else as decoded."""
+    from pipeprof.torch import _leading_resize
+
+    if _leading_resize(transform) is None:
+        return img
+    return transform.transforms[0](img) if type(transform).__name__ == "Compose" else transform(img)
+
+
+def _per_image_ms(ns, n):
+    return round(ns / max(1, n) / 1e6, 4)
+
+
+def measure(ds, pairs=PAIRS, slow_read_ms=SLOW_READ_MS, rounds=ROUNDS):
+    """``{"after_wait_ms", "images", "cold_ms", "fed_ms", "packed_ms"}`` for ``ds``, or None:
+    fewer than two images, reads faster than ``slow_read_ms``, a cost not measured."""
+    from PIL import Image
+
+    samples = getattr(ds, "samples", None)
+    if not isinstance(samples, list) or len(samples) < 2:
+        return None
+    paths = _picks(samples, pairs + 1)
+    transform = getattr(ds, "transform", None)
+
+    def decode(data):
+        return Image.open(io.BytesIO(data)).convert("RGB")
+
+    def work(data):
+        img = decode(data)
+        return img if transform is None else transform(img)
+
+    first, blocked = _read(paths[0])
+    if blocked / 1e6 < slow_read_ms:
+        return None
+    work(first)  # pages the code in: not timed
+    read, cold = [], 0
+    for path in paths[1:]:
+        data, b = _read(path)
+        t0 = time.thread_time_ns()
+        work(data)
+        cold += time.thread_time_ns() - t0
+        read.append((data, b))
+    blobs = [d for d, _ in read]
+    fed = _back_to_back(work, blobs, rounds)
+    packed = None
+    if transform is not None:
+        stored = [_packed(decode(d), transform) for d in blobs]
+        packed = _back_to_back(transform, stored, rounds)
+    n = len(blobs)
+    if fed <= 0 or cold <= 0:
+        return None
+    out = {
+        "after_wait_ms": round(sum(b for _, b in read) / n / 1e6, 3),
+        "images": n,
+        "cold_ms": _per_image_ms(cold, n),
+        "fed_ms": _per_image_ms(fed, n),
+    }
+    if packed:
+        out["packed_ms"] = _per_image_ms(packed, n)
+    return out
+
+
+def _back_to_back(fn, items, rounds):
+    """CPU ns of ``fn`` over ``items`` back to back, the last round of ``rounds`` (the first
+    ones warm the caches and the core)."""
+    spent = 0
+    for _ in range(rounds):
+        t0 = time.thread_time_ns()
+        for x in items:
+            fn(x)
+        spent = time.thread_time_ns() - t0
+    return spent
