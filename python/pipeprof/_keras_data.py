@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.dummy
+import os
 import threading
 
 import pipeprof
@@ -95,6 +96,28 @@ def patch_image_utils(mod):
         return
     _pil.install()
     mod.load_img = _timed_load_img(mod.load_img)
+
+
+def patch_dataset_dir(mod):
+    """``image_dataset_from_directory`` (Keras 3's ``keras.src.utils.image_dataset_utils``,
+    tf.keras 2's ``tf_keras.src.utils.image_dataset``): the first folder it reads is the run's
+    ``data`` setting (the ``tf.data.Dataset`` it returns, mapped, says nothing of it), so the
+    storage advice can name it. Patched before ``keras.utils`` binds the name."""
+    orig = getattr(mod, "image_dataset_from_directory", None)
+    if orig is None or getattr(orig, "__wrapped__", None) is not None:
+        return
+
+    def image_dataset_from_directory(directory, *args, **kwargs):
+        if _KERAS.folder is None:
+            try:
+                _KERAS.folder = os.fsdecode(directory)
+                pipeprof.settings(data=_KERAS.folder)
+            except Exception as e:
+                _hooks.warn("image_dataset_from_directory's folder", e)
+        return orig(directory, *args, **kwargs)
+
+    image_dataset_from_directory.__wrapped__ = orig
+    mod.image_dataset_from_directory = image_dataset_from_directory
 
 
 def patch_image_generator(mod):
@@ -235,11 +258,13 @@ def patch_get_index(mod):
 
 _KERAS3 = {
     "keras.src.utils.image_utils": patch_image_utils,
+    "keras.src.utils.image_dataset_utils": patch_dataset_dir,
     "keras.src.legacy.preprocessing.image": patch_image_generator,
     "keras.src.trainers.data_adapters.py_dataset_adapter": lambda m: (patch_adapter(m.PyDatasetAdapter), patch_get_index(m)),
 }
 _TF_KERAS = {
     "tf_keras.src.utils.image_utils": patch_image_utils,
+    "tf_keras.src.utils.image_dataset": patch_dataset_dir,
     "tf_keras.src.preprocessing.image": patch_image_generator,
     "tf_keras.src.engine.data_adapter": lambda m: patch_adapter(m.KerasSequenceAdapter),
     "tf_keras.src.utils.data_utils": patch_get_index,

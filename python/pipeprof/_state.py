@@ -90,11 +90,13 @@ class Check:
 class Keras:
     """The Keras loaders' patches."""
 
-    __slots__ = ("patched", "lock", "next_worker")
+    __slots__ = ("patched", "lock", "next_worker", "folder")
 
     def __init__(self) -> None:
         #: Modules whose patch is in (each once).
         self.patched: set[str] = set()
+        #: The first folder ``image_dataset_from_directory`` read: the run's ``data``.
+        self.folder: str | None = None
         #: The pool threads numbered so far (``loader-N``), under ``lock``.
         self.lock = threading.Lock()
         self.next_worker: int = 0

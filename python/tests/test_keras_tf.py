@@ -161,6 +161,9 @@ def test_image_dataset_from_directory_map_prefetch_counts_steps(tmp_path, folder
     s, out = run(tmp_path, "tensorflow", tf_python(), TFDATA, "--data", folder, "--epochs", "2", "--batch-size", "8")
     assert s["steps"] == 8 and [e["images"] for e in s["epochs"]] == [27, 27], (s["steps"], s["epochs"])
     assert s["settings"]["batch_size"] == 8 and s["settings"]["input"] == [3, 48, 48], s["settings"]
+    # The folder it read, though the mapped tf.data.Dataset fit gets says nothing of it: the
+    # storage advice names it (and --check-advice copies or packs it).
+    assert s["settings"]["data"] == str(folder), s["settings"]
     assert_matches_keras(s, out, validation=True)
 
 

@@ -379,7 +379,10 @@ impl Facts<'_> {
         let after = self.p.local_storage();
         let gain = self.gain_without_reads(&after);
         let then = match &gain {
-            Some((_, b)) if b.floor => format!("at least {}{COLD_FLOOR}", rate(b.predicted).replacen('≈', "", 1)),
+            Some((_, b)) if b.floor => {
+                let low = b.range.map_or(b.predicted, |(lo, _)| lo * b.now);
+                format!("at least {}{COLD_FLOOR}", rate(low).replacen('≈', "", 1))
+            }
             _ => format!("{}{}", rate(after.capacity().throughput()), self.fed_note(false)),
         };
         Some(Advice {
