@@ -461,13 +461,15 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
         let (rate, pred) = match (k, f.predicted, f.range) {
             // The baseline: the run as it was, by definition ×1.
             (0, _, _) => ("-".to_string(), "1.00×".to_string()),
+            // A floor's range is no ceiling: its low end is the promise.
+            (_, Some(p), range) if f.floor => {
+                let p = range.map_or(p, |(lo, _)| lo);
+                (format!("≥{:.1}", p * on), format!("≥{:.2}×", p * on / base))
+            }
             (_, Some(_), Some((lo, hi))) => {
                 (format!("{:.0}–{:.0}", lo * on, hi * on), format!("{:.1}–{:.1}×", lo * on / base, hi * on / base))
             }
-            (_, Some(p), None) => {
-                let at_least = if f.floor { "≥" } else { "" };
-                (format!("{at_least}{:.1}", p * on), format!("{at_least}{:.2}×", p * on / base))
-            }
+            (_, Some(p), None) => (format!("{:.1}", p * on), format!("{:.2}×", p * on / base)),
             (_, None, _) => ("-".into(), "-".into()),
         };
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
@@ -488,7 +490,7 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
         o,
         "(× against the baseline run; predicted images/s = the main run's {main_images_per_s:.1} images/s × the predicted gain)"
     );
-    if runs.iter().take(results.len()).any(|f| f.floor && f.range.is_none()) {
+    if runs.iter().take(results.len()).any(|f| f.floor) {
         let _ = writeln!(o, "{FLOOR_NOTE}");
     }
     o
@@ -739,7 +741,7 @@ mod tests {
 
     #[test]
     fn a_floor_reads_as_one_in_the_table_and_says_why_under_it() {
-        let floor = |floor| {
+        let floor = |floor, range| {
             let mut a = advice(Change::Workers(2), Some(1.5));
             a.basis = Some(crate::diagnose::Basis {
                 now: 90.0,
@@ -747,16 +749,21 @@ mod tests {
                 to_step: 40,
                 predicted: 135.0,
                 model_now: 90.0,
-                range: None,
+                range,
                 slow_steps: false,
                 compute_split_unknown: false,
                 floor,
             });
             render(&plan(&verdict(vec![a])), &[(Ok(100.0), None), (Ok(150.0), None)], 90.0)
         };
-        let (t, plain) = (floor(true), floor(false));
+        let (t, plain) = (floor(true, None), floor(false, None));
         let row = t.lines().nth(2).unwrap_or_default();
         assert!(row.contains("≥135.0") && row.contains("≥1.35×"), "{t}");
+        // With a range (the model off today's rate), its low end: the high end is no ceiling.
+        let ranged = floor(true, Some((1.2, 1.8)));
+        let row = ranged.lines().nth(2).unwrap_or_default();
+        assert!(row.contains("≥108.0") && row.contains("≥1.08×") && !row.contains('–'), "{ranged}");
+        assert!(ranged.contains(FLOOR_NOTE), "{ranged}");
         assert!(t.contains(FLOOR_NOTE), "{t}");
         assert!(!plain.contains('≥') && !plain.contains(FLOOR_NOTE), "{plain}");
     }

@@ -20,17 +20,20 @@ cold), so it is measured here, on the program's own data set and transform:
 
 Each by the thread's CPU clock, per image. Only for torchvision's folder reader
 (``ImageFolder``/``DatasetFolder`` with the default loader) iterated in the run's main
-process, in a plain run (never in a ``--check-advice`` re-run), at exit, before pipeprof's
-own exit handler sends the run's end. It reads and decodes images the program already read
-and calls its transform on them: a random transform draws from generators the program has
-finished with. Anything that fails leaves the run without the setting (its copy and pack
-advice then say they are a floor).
+process, in a plain run (never in a ``--check-advice`` re-run), at a normal exit (not after an
+exception or Ctrl-C; not in a notebook, whose stretch ends before), after the open training
+step is closed and before pipeprof's own exit handler sends the run's end. Photos over
+:data:`LARGE_PIXELS` are timed on :data:`LARGE_PAIRS` images. It reads and decodes images the
+program already read and calls its transform on them: a random transform draws from
+generators the program has finished with. Anything that fails, Ctrl-C during it included,
+leaves the run without the setting (its copy and pack advice then say they are a floor).
 """
 
 from __future__ import annotations
 
 import atexit
 import io
+import sys
 import time
 
 import pipeprof
@@ -42,6 +45,9 @@ PAIRS = 16
 SLOW_READ_MS = 1.0
 #: Rounds back to back; the last is timed.
 ROUNDS = 3
+#: An image of more pixels than this is timed on only LARGE_PAIRS images.
+LARGE_PIXELS = 4_000_000
+LARGE_PAIRS = 4
 
 _SEEN = []
 
@@ -56,12 +62,20 @@ def remember(ds):
 
 
 def _at_exit():
-    try:
-        figures = measure(_SEEN[0])
-    except Exception:
+    # A notebook's stretch put _SEEN back as it found it (empty); a program that ended on an
+    # exception or Ctrl-C (Python keeps it as sys.last_value) is not kept waiting.
+    if not _SEEN or getattr(sys, "last_value", None) is not None:
         return
-    if figures is not None:
-        pipeprof.settings(cold_cpu=figures)
+    try:
+        # The training step still open ends here, not after the timing.
+        from pipeprof import _torch_loop
+
+        _torch_loop.close()
+        figures = measure(_SEEN[0])
+        if figures is not None:
+            pipeprof.settings(cold_cpu=figures)
+    except BaseException:
+        return
 
 
 def _picks(samples, n):
@@ -113,6 +127,10 @@ def measure(ds, pairs=PAIRS, slow_read_ms=SLOW_READ_MS, rounds=ROUNDS):
     first, blocked = _read(paths[0])
     if blocked / 1e6 < slow_read_ms:
         return None
+    img = decode(first)
+    if img.width * img.height > LARGE_PIXELS:
+        # Photos of many megapixels: fewer of them (each decode is tens of ms).
+        paths = paths[: LARGE_PAIRS + 1]
     work(first)  # pages the code in: not timed
     read, cold = [], 0
     for path in paths[1:]:
@@ -121,6 +139,10 @@ def measure(ds, pairs=PAIRS, slow_read_ms=SLOW_READ_MS, rounds=ROUNDS):
         work(data)
         cold += time.thread_time_ns() - t0
         read.append((data, b))
+    wait_ms = sum(b for _, b in read) / max(1, len(read)) / 1e6
+    if wait_ms < slow_read_ms:
+        # The rest came from the page cache: no cold read to compare with.
+        return None
     blobs = [d for d, _ in read]
     fed = _back_to_back(work, blobs, rounds)
     packed = None
@@ -131,7 +153,7 @@ def measure(ds, pairs=PAIRS, slow_read_ms=SLOW_READ_MS, rounds=ROUNDS):
     if fed <= 0 or cold <= 0:
         return None
     out = {
-        "after_wait_ms": round(sum(b for _, b in read) / n / 1e6, 3),
+        "after_wait_ms": round(wait_ms, 3),
         "images": n,
         "cold_ms": _per_image_ms(cold, n),
         "fed_ms": _per_image_ms(fed, n),

@@ -74,3 +74,23 @@ def test_only_the_first_reader_of_a_plain_run_is_remembered(monkeypatch):
     _cold.remember("first")
     _cold.remember("second")
     assert (_cold._SEEN, registered) == (["first"], [_cold._at_exit])
+
+
+def test_at_exit_times_nothing_after_an_exception_or_in_an_emptied_stretch(monkeypatch):
+    measured, sent = [], []
+    monkeypatch.setattr(_cold, "measure", lambda ds: measured.append(ds) or {"fed_ms": 1.0})
+    monkeypatch.setattr(_cold.pipeprof, "settings", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(_cold, "_SEEN", [])
+    _cold._at_exit()
+    assert (measured, sent) == ([], []), "a notebook's stretch put the list back: nothing to time"
+    monkeypatch.setattr(_cold, "_SEEN", ["ds"])
+    monkeypatch.setattr(_cold.sys, "last_value", KeyboardInterrupt(), raising=False)
+    _cold._at_exit()
+    assert (measured, sent) == ([], []), "a program ended by Ctrl-C or an exception is not kept waiting"
+    monkeypatch.delattr(_cold.sys, "last_value")
+    _cold._at_exit()
+    assert (measured, sent) == (["ds"], [{"cold_cpu": {"fed_ms": 1.0}}])
+    # Ctrl-C during the timing: nothing sent, nothing raised.
+    monkeypatch.setattr(_cold, "measure", lambda ds: (_ for _ in ()).throw(KeyboardInterrupt()))
+    _cold._at_exit()
+    assert len(sent) == 1

@@ -355,6 +355,8 @@ pub struct MachineAgg {
     training: bool,
     /// Process CPU ns and time at the first host sample after the first training step.
     training_mark: Option<(u64, u64)>,
+    /// The same at the last host sample before the last training step was seen.
+    training_end: Option<(u64, u64)>,
     last_t_ns: u64,
     global_cpu: MeanMax,
     busiest: MeanMax,
@@ -395,6 +397,7 @@ impl MachineAgg {
             last_proc_cpu_ns: 0,
             training: false,
             training_mark: None,
+            training_end: None,
             last_t_ns: 0,
             global_cpu: MeanMax::default(),
             busiest: MeanMax::default(),
@@ -415,17 +418,21 @@ impl MachineAgg {
         }
     }
 
-    /// A training step ended: CPU from the next host sample on counts as training's
-    /// ([`MachineSummary::process_cpu_training_pct`]).
-    pub fn training_started(&mut self) {
+    /// A training step ended: CPU from the next host sample on counts as training's, up to
+    /// the last sample before the last step ([`MachineSummary::process_cpu_training_pct`]:
+    /// what comes after, an evaluation, a checkpoint, the exit, is not).
+    pub fn training_step(&mut self) {
         self.training = true;
+        if self.training_mark.is_some() {
+            self.training_end = Some((self.last_proc_cpu_ns, self.last_t_ns));
+        }
     }
 
-    /// Process CPU % from the training mark to the last sample.
+    /// Process CPU % from the training mark to its end.
     fn training_cpu_pct(&self) -> Option<f32> {
-        let (cpu, t) = self.training_mark?;
-        let dt = self.last_t_ns.checked_sub(t).filter(|&d| d > 0)?;
-        Some((self.last_proc_cpu_ns.saturating_sub(cpu) as f64 / dt as f64 * 100.0) as f32)
+        let ((cpu0, t0), (cpu1, t1)) = (self.training_mark?, self.training_end?);
+        let dt = t1.checked_sub(t0).filter(|&d| d > 0)?;
+        Some((cpu1.saturating_sub(cpu0) as f64 / dt as f64 * 100.0) as f32)
     }
 
     /// Adds one host sample.
@@ -1072,11 +1079,17 @@ mod tests {
             at(&mut a, t, 100.0);
         }
         assert_eq!(a.summary().process_cpu_training_pct, None, "no step yet");
-        a.training_started();
+        a.training_step();
         at(&mut a, 5, 25.0);
+        a.training_step();
         assert_eq!(a.summary().process_cpu_training_pct, None, "one sample is no span");
         for t in 6..=12 {
             at(&mut a, t, 25.0);
+            a.training_step();
+        }
+        // After the last step: an evaluation at a whole core, not training's.
+        for t in 13..=16 {
+            at(&mut a, t, 100.0);
         }
         let s = a.summary();
         assert!((s.process_cpu_training_pct.unwrap() - 25.0).abs() < 0.01, "{:?}", s.process_cpu_training_pct);

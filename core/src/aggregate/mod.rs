@@ -215,7 +215,7 @@ impl Aggregator {
     fn push_step(&mut self, st: &StepRecord) {
         if !st.validation {
             self.steps.push(st);
-            self.machine.training_started();
+            self.machine.training_step();
         }
         self.epochs.push(st);
         self.see(st.end_ns, st.end_ns);

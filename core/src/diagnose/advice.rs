@@ -378,11 +378,13 @@ impl Facts<'_> {
         let r = self.p.stage(Stage::Read)?;
         let after = self.p.local_storage();
         let gain = self.gain_without_reads(&after);
+        let floor = self.reads_cold() && self.s.settings.cold_cpu.is_none();
         let then = match &gain {
-            Some((_, b)) if b.floor => {
+            Some((_, b)) if floor => {
                 let low = b.range.map_or(b.predicted, |(lo, _)| lo * b.now);
                 format!("at least {}{COLD_FLOOR}", rate(low).replacen('≈', "", 1))
             }
+            _ if floor => format!("at least {}{COLD_FLOOR}", rate(after.capacity().throughput()).replacen('≈', "", 1)),
             _ => format!("{}{}", rate(after.capacity().throughput()), self.fed_note(false)),
         };
         Some(Advice {
@@ -403,14 +405,11 @@ impl Facts<'_> {
     /// The blocked time of the stages after read, where it is worth a word: on a slow mount,
     /// a decoder that reads the file as it decodes (PIL) waits there too.
     fn lazy_reads_note(&self) -> String {
-        let lazy: Vec<_> =
-            self.p.loader.iter().filter(|x| x.stage != Stage::Read && x.blocked_ms() >= LAZY_READ_MS).collect();
-        if lazy.is_empty() {
+        let lazy = self.p.stage(Stage::Decode).map_or(0.0, |d| d.storage_wait_ms());
+        if lazy < LAZY_READ_MS {
             return String::new();
         }
-        let total: f64 = lazy.iter().map(|x| x.blocked_ms()).sum();
-        let names: Vec<String> = lazy.iter().map(|x| x.stage.to_string()).collect();
-        format!(" and {} more in {}, reading the rest of each file as it decodes", ms(total), names.join(" and "))
+        format!(" and {} more in decode, reading the rest of each file as it decodes", ms(lazy))
     }
 
     /// A PyTorch or Keras program whose reads are blocked [`COLD_READ_SHARE`] or more of its
@@ -438,12 +437,16 @@ impl Facts<'_> {
             None => String::new(),
         };
         format!(
-            "; CPU work counted fed, as the program's own data measured at its end: decoded and transformed right after a {} read, {} of CPU an image, back to back {} (÷{:.2}: the loader's, the loop's{} work between the reads){alone}",
+            "; CPU work counted fed, as the program's own data measured at its end: decoded and transformed right after a {} read, {} of CPU an image, back to back {} (÷{:.2}: the loader's{} work between the reads){alone}",
             ms(c.after_wait_ms),
             ms(c.cold_ms),
             ms(c.fed_ms),
             c.factor(),
-            if self.cpu_device { " and the step's" } else { "" }
+            match (self.p.loop_waits, self.cpu_device) {
+                (true, true) => ", the loop's and the step's",
+                (true, false) => " and the loop's",
+                (false, _) => "",
+            }
         )
     }
 

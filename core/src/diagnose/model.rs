@@ -80,6 +80,18 @@ impl StageCost {
     pub fn blocked_ms(&self) -> f64 {
         (self.off_cpu_ms() - self.core_wait_ms).max(0.0)
     }
+
+    /// The blocked time that is reading files: read's (its off-CPU time, as the
+    /// classification counts it), and decode's where its run-queue wait was measured (PIL
+    /// reads the rest of a file as it decodes; unmeasured, its off-CPU time may be waiting for
+    /// a core). Other stages block on other things (a lock, the GIL).
+    pub fn storage_wait_ms(&self) -> f64 {
+        match self.stage {
+            Stage::Read => self.blocked_ms(),
+            Stage::Decode if self.queue_measured => self.blocked_ms(),
+            _ => 0.0,
+        }
+    }
 }
 
 /// The pipeline as the model sees it.
@@ -146,6 +158,9 @@ pub struct Pipeline {
     /// The program's transform alone per image, fed, on images as the pack stores them, ms,
     /// where the hook measured it ([`crate::aggregate::settings::ColdCpu::packed_ms`]).
     pub packed_transform_ms: Option<f64>,
+    /// The training loop waits for data ([`MODERATE_WAIT_SHARE`] of its step or more): its
+    /// own work runs between the waits, cold too.
+    pub loop_waits: bool,
 }
 
 /// A stage's statistics, when it has at least one span.
@@ -698,6 +713,7 @@ impl Pipeline {
             compute_slow_ms: slow_compute_ms(s, cpu_device, others_cores, compute_ms),
             cold_cpu: st.cold_cpu.map_or(1.0, |c| c.factor()),
             packed_transform_ms: st.cold_cpu.and_then(|c| c.packed_ms),
+            loop_waits: s.split.wait_share >= MODERATE_WAIT_SHARE,
         };
         p.compute_wait_others_ms = if cpu_device { compute_core_wait(s, &p, compute_ms) } else { 0.0 };
         p
@@ -854,24 +870,26 @@ impl Pipeline {
         }
     }
 
-    /// The loader without its waits for storage: no stage blocks (read blocks in its own
-    /// stage, and in the stages that read the rest of the file lazily: PIL decodes as it
-    /// reads, so on a network mount decode's blocked time is reads), and the CPU work done
-    /// between them at its fed cost, its cost measured cold over [`Pipeline::cold_cpu`]: the
-    /// loader's, the training process's own per batch and, training on the CPU, the step's
-    /// (a loop that waits computes cold too: [`hot_compute_ms`]). Where the factor was not
-    /// measured the cold cost stays, and what is predicted from it is a floor.
+    /// The loader without its waits for storage: the stages that read files block no more
+    /// ([`StageCost::storage_wait_ms`]), and the CPU work done between the waits runs at its
+    /// fed cost, its cost measured cold over [`Pipeline::cold_cpu`]: the loader's and, where
+    /// the training loop waited for it, the loop's own per batch and, training on the CPU,
+    /// its step's (a loop that waits computes cold too: [`hot_compute_ms`]). Where the factor
+    /// was not measured the cold cost stays, and what is predicted from it is a floor.
     fn without_waits(&self) -> Pipeline {
         let f = self.cold_cpu;
         let mut p = self.clone();
         for x in &mut p.loader {
+            let gone = x.storage_wait_ms() + x.on_cpu_ms * (1.0 - 1.0 / f);
             x.on_cpu_ms /= f;
-            x.wall_ms = x.on_cpu_ms + x.core_wait_ms;
+            x.wall_ms = (x.wall_ms - gone).max(x.on_cpu_ms + x.core_wait_ms);
         }
-        p.main_per_batch_ms /= f;
-        if p.cpu_device {
-            p.compute_ms /= f;
-            p.compute_cpu_ms_per_image /= f;
+        if p.loop_waits {
+            p.main_per_batch_ms /= f;
+            if p.cpu_device {
+                p.compute_ms /= f;
+                p.compute_cpu_ms_per_image /= f;
+            }
         }
         p.cold_cpu = 1.0;
         p
@@ -883,8 +901,8 @@ impl Pipeline {
     }
 
     /// Data on a local disk: a read (its open, its system calls and its wait, and the rest
-    /// of the file read lazily while decoding) takes [`LOCAL_READ_MS`] at most
-    /// ([`Pipeline::without_waits`]); a wait for a core stays (a local disk frees no core). A network mount's read spends CPU of its own (its round trip through
+    /// of the file read lazily while decoding: [`Pipeline::without_waits`]) takes
+    /// [`LOCAL_READ_MS`] at most; a wait for a core stays (a local disk frees no core). A network mount's read spends CPU of its own (its round trip through
     /// the kernel): on a FUSE mount 0.39 ms on-CPU of a 17 KB JPEG's read, 0.13 ms in all on
     /// the local disk.
     pub fn local_storage(&self) -> Pipeline {
@@ -1001,6 +1019,7 @@ mod tests {
             compute_slow_ms: None,
             cold_cpu: 1.0,
             packed_transform_ms: None,
+            loop_waits: false,
         }
     }
 
@@ -1139,6 +1158,7 @@ mod tests {
     fn on_a_mount() -> Pipeline {
         let mut p = sim(2.0, 2.0, 0, 0.0, 28.0, 8.0);
         p.cpu_device = true;
+        p.loop_waits = true;
         p.compute_cpu_ms_per_image = 1.5;
         p.loader = vec![
             stage(Stage::Read, 13.0, 0.4),
@@ -1160,6 +1180,14 @@ mod tests {
         assert!((wall(Stage::Read) - LOCAL_READ_MS).abs() < 1e-9, "{local:#?}");
         assert!(local.stage(Stage::Read).unwrap().on_cpu_ms <= LOCAL_READ_MS);
         assert_eq!((local.compute_ms, local.main_per_batch_ms), (28.0, 8.0));
+        // Blocked time elsewhere is not storage (a lock, the GIL): it stays; so does decode's
+        // where its run-queue wait was not measured (it may be waiting for a core).
+        let mut other = on_a_mount();
+        other.loader[3] = stage(Stage::Augment, 0.5, 0.15);
+        other.loader[1].queue_measured = false;
+        let l = other.local_storage();
+        assert!((l.stage(Stage::Augment).unwrap().wall_ms - 0.5).abs() < 1e-9, "{l:#?}");
+        assert!((l.stage(Stage::Decode).unwrap().wall_ms - 5.0).abs() < 1e-9, "{l:#?}");
         // A read already faster than the local disk's stays as it was.
         let mut fast = on_a_mount();
         fast.loader[0] = stage(Stage::Read, 0.1, 0.1);
@@ -1168,16 +1196,23 @@ mod tests {
 
     #[test]
     fn the_fed_factor_divides_the_cpu_work_between_the_reads_and_the_packed_transform_replaces_the_transforms() {
-        // (cold factor, CPU device) → decode's CPU, the loop's own per batch, the step.
-        let table = [(1.0, true, 0.8, 8.0, 28.0), (1.6, true, 0.5, 5.0, 17.5), (1.6, false, 0.5, 5.0, 28.0)];
-        for (f, cpu, decode, main, compute) in table {
+        // (cold factor, CPU device, the loop waits) → decode's CPU, the loop's own per batch,
+        // the step: a loop that does not wait was never cold.
+        let table = [
+            (1.0, true, true, 0.8, 8.0, 28.0),
+            (1.6, true, true, 0.5, 5.0, 17.5),
+            (1.6, false, true, 0.5, 5.0, 28.0),
+            (1.6, true, false, 0.5, 8.0, 28.0),
+        ];
+        for (f, cpu, waits, decode, main, compute) in table {
             let mut p = on_a_mount();
             p.cold_cpu = f;
             p.cpu_device = cpu;
+            p.loop_waits = waits;
             let l = p.local_storage();
             let got = (l.stage(Stage::Decode).unwrap().on_cpu_ms, l.main_per_batch_ms, l.compute_ms);
             let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-            assert!(close(got.0, decode) && close(got.1, main) && close(got.2, compute), "{f} {cpu}: {got:?}");
+            assert!(close(got.0, decode) && close(got.1, main) && close(got.2, compute), "{f} {cpu} {waits}: {got:?}");
             assert_eq!(l.cold_cpu, 1.0, "applied once");
         }
         // Packed at the input size: resize goes, augment and convert share the 0.1 ms measured

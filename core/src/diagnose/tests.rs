@@ -1831,3 +1831,36 @@ fn a_tf_data_pipeline_loads_beside_the_step_never_in_turn_with_it() {
 }
 
 mod text;
+
+#[test]
+fn a_floor_says_at_least_its_low_end_even_with_a_range() {
+    let floor = |range| Advice {
+        action: "copy".into(),
+        change: Change::CopyLocal,
+        predicted_speedup: Some(6.0),
+        basis: Some(Basis {
+            now: 100.0,
+            from_step: 1,
+            to_step: 40,
+            predicted: 600.0,
+            model_now: 140.0,
+            range,
+            slow_steps: false,
+            compute_split_unknown: false,
+            floor: true,
+        }),
+        reason: String::new(),
+    };
+    let plain = floor(None);
+    assert!(
+        plain.gain_words().unwrap().ends_with("predicted at least 600 images/s (×6.0)"),
+        "{:?}",
+        plain.gain_words()
+    );
+    assert!(plain.gain_short().unwrap().contains("≥600 images/s (×≥6.0)"), "{:?}", plain.gain_short());
+    // The model off today's rate: ×4.3–6.0; the floor is the low end, and no "–".
+    let ranged = floor(Some((4.3, 6.0)));
+    let (w, s) = (ranged.gain_words().unwrap(), ranged.gain_short().unwrap());
+    assert!(w.ends_with("→ predicted at least 430 images/s (×4.3)"), "{w}");
+    assert!(s.contains("≥430 images/s (×≥4.3)") && !s.contains('–'), "{s}");
+}

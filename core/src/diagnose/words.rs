@@ -13,6 +13,18 @@ impl Advice {
             return self.predicted_speedup.map(|g| format!("≈{g:.1}× images/s"));
         };
         let g = self.predicted_speedup?;
+        if b.floor {
+            // A floor's range (the model off today's rate) is no ceiling: its low end is the
+            // promise.
+            let low = b.range.map_or(g, |(lo, _)| lo);
+            return Some(format!(
+                "now {} (measured over steps {}–{}) → predicted at least {} (×{low:.1})",
+                rate(b.now).replacen('≈', "", 1),
+                b.from_step,
+                b.to_step,
+                rate(low * b.now).replacen('≈', "", 1)
+            ));
+        }
         let then = match b.range {
             Some((lo, hi)) => format!(
                 "predicted {}–{} (×{lo:.1}–{hi:.1}: {})",
@@ -27,7 +39,6 @@ impl Advice {
                     (false, _) => "the model is off today's rate",
                 }
             ),
-            None if b.floor => format!("predicted at least {} (×{g:.1})", rate(b.predicted).replacen('≈', "", 1)),
             None => format!("predicted {} (×{g:.1})", rate(b.predicted)),
         };
         Some(format!(
@@ -46,9 +57,12 @@ impl Advice {
             return Some(format!("≈{g:.1}× images/s"));
         };
         let bare = |x: f64| rate(x).replacen('≈', "", 1).trim_end_matches(" images/s").to_string();
+        if b.floor {
+            let low = b.range.map_or(g, |(lo, _)| lo);
+            return Some(format!("now {} → ≥{} images/s (×≥{low:.1})", bare(b.now), bare(low * b.now)));
+        }
         let then = match b.range {
             Some((lo, hi)) => format!("{}–{} images/s (×{lo:.1}–{hi:.1})", bare(lo * b.now), bare(hi * b.now)),
-            None if b.floor => format!("≥{} images/s (×≥{g:.1})", bare(b.predicted)),
             None => format!("≈{} images/s (×{g:.1})", bare(b.predicted)),
         };
         Some(format!("now {} → {then}", bare(b.now)))
