@@ -52,12 +52,13 @@ LARGE_PAIRS = 4
 _SEEN = []
 
 
-def remember(ds):
+def remember(ds, close_step=None):
     """Times ``ds`` (a torchvision folder reader) at exit; the first one only, main process,
-    plain runs only."""
+    plain runs only. ``close_step`` ends the training loop's open step first (the caller's:
+    this module imports no hook module)."""
     if _SEEN or _state.CHECK.asked is not None or not pipeprof.is_main():
         return
-    _SEEN.append(ds)
+    _SEEN.append((ds, close_step))
     atexit.register(_at_exit)
 
 
@@ -66,12 +67,12 @@ def _at_exit():
     # exception or Ctrl-C (Python keeps it as sys.last_value) is not kept waiting.
     if not _SEEN or getattr(sys, "last_value", None) is not None:
         return
+    ds, close_step = _SEEN[0]
     try:
         # The training step still open ends here, not after the timing.
-        from pipeprof import _torch_loop
-
-        _torch_loop.close()
-        figures = measure(_SEEN[0])
+        if close_step is not None:
+            close_step()
+        figures = measure(ds)
         if figures is not None:
             pipeprof.settings(cold_cpu=figures)
     except BaseException:

@@ -133,7 +133,7 @@ def _send_settings(loader):
     if settings.get("folder_dataset"):
         from pipeprof import _cold
 
-        _cold.remember(loader.dataset)
+        _cold.remember(loader.dataset, close)
 
 
 def _is_train_loader(loader):

@@ -71,9 +71,9 @@ def test_only_the_first_reader_of_a_plain_run_is_remembered(monkeypatch):
     _cold.remember("re-run's")
     assert (_cold._SEEN, registered) == ([], []), "a --check-advice re-run is not timed"
     monkeypatch.setattr(_state.CHECK, "asked", None)
-    _cold.remember("first")
+    _cold.remember("first", print)
     _cold.remember("second")
-    assert (_cold._SEEN, registered) == (["first"], [_cold._at_exit])
+    assert (_cold._SEEN, registered) == ([("first", print)], [_cold._at_exit])
 
 
 def test_at_exit_times_nothing_after_an_exception_or_in_an_emptied_stretch(monkeypatch):
@@ -83,13 +83,14 @@ def test_at_exit_times_nothing_after_an_exception_or_in_an_emptied_stretch(monke
     monkeypatch.setattr(_cold, "_SEEN", [])
     _cold._at_exit()
     assert (measured, sent) == ([], []), "a notebook's stretch put the list back: nothing to time"
-    monkeypatch.setattr(_cold, "_SEEN", ["ds"])
+    closed = []
+    monkeypatch.setattr(_cold, "_SEEN", [("ds", lambda: closed.append(True))])
     monkeypatch.setattr(_cold.sys, "last_value", KeyboardInterrupt(), raising=False)
     _cold._at_exit()
     assert (measured, sent) == ([], []), "a program ended by Ctrl-C or an exception is not kept waiting"
     monkeypatch.delattr(_cold.sys, "last_value")
     _cold._at_exit()
-    assert (measured, sent) == (["ds"], [{"cold_cpu": {"fed_ms": 1.0}}])
+    assert (measured, sent, closed) == (["ds"], [{"cold_cpu": {"fed_ms": 1.0}}], [True]), "the open step closed first"
     # Ctrl-C during the timing: nothing sent, nothing raised.
     monkeypatch.setattr(_cold, "measure", lambda ds: (_ for _ in ()).throw(KeyboardInterrupt()))
     _cold._at_exit()
