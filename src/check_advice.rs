@@ -19,6 +19,20 @@ pub const MAX_FOLLOW_UPS: usize = 3;
 /// Steps per follow-up when the main run did not set `--steps`.
 pub const DEFAULT_STEPS: u64 = 40;
 
+impl FollowUp {
+    /// The row of `a`, labelled `label`: its change and what it predicted.
+    pub fn of(a: &crate::diagnose::Advice, label: String) -> FollowUp {
+        FollowUp {
+            label,
+            change: Some(a.change.clone()),
+            predicted: a.predicted_speedup,
+            range: a.basis.and_then(|b| b.range),
+            against: a.basis.map(|b| b.now),
+            floor: a.basis.is_some_and(|b| b.floor),
+        }
+    }
+}
+
 /// Under the table where a prediction is a floor.
 pub const FLOOR_NOTE: &str =
     "(≥: a floor: the CPU work between the slow reads was measured cold, and runs faster once they are gone)";
@@ -70,14 +84,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
             Change::CopyLocal => "copy to a local temporary folder, then --data it".to_string(),
             c => c.command().unwrap_or_default(),
         };
-        out.push(FollowUp {
-            label,
-            change: Some(a.change.clone()),
-            predicted: a.predicted_speedup,
-            range: a.basis.and_then(|b| b.range),
-            against: a.basis.map(|b| b.now),
-            floor: a.basis.is_some_and(|b| b.floor),
-        });
+        out.push(FollowUp::of(a, label));
     }
     out
 }

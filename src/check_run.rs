@@ -77,17 +77,6 @@ pub enum RedirectKind {
     Packed,
 }
 
-fn row_of(a: &crate::diagnose::Advice, label: String) -> FollowUp {
-    FollowUp {
-        label,
-        change: Some(a.change.clone()),
-        predicted: a.predicted_speedup,
-        range: a.basis.and_then(|b| b.range),
-        against: a.basis.map(|b| b.now),
-        floor: a.basis.is_some_and(|b| b.floor),
-    }
-}
-
 /// The row of advice that moves the images, when the program named its folder (`data`).
 fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMove)> {
     if data.is_empty() {
@@ -130,7 +119,7 @@ pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
                 )
             };
             if !out.iter().any(same) {
-                out.push(ReRun { row: row_of(a, label), set: None, moves: Some(moves) });
+                out.push(ReRun { row: FollowUp::of(a, label), set: None, moves: Some(moves) });
             }
             continue;
         }
@@ -142,7 +131,7 @@ pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
         // The learning rate is the program's: a larger batch runs with its own, as the
         // advice's words say to change it too.
         let label = if set.batch_size.is_some() { format!("{code} (learning rate as it was)") } else { code.clone() };
-        out.push(ReRun { row: row_of(a, label), set: Some(set.clone()), moves: None });
+        out.push(ReRun { row: FollowUp::of(a, label), set: Some(set.clone()), moves: None });
     }
     out
 }

@@ -378,14 +378,14 @@ impl Facts<'_> {
         let r = self.p.stage(Stage::Read)?;
         let after = self.p.local_storage();
         let gain = self.gain_without_reads(&after);
-        let floor = self.reads_cold() && self.s.settings.cold_cpu.is_none();
-        let then = match &gain {
-            Some((_, b)) if floor => {
-                let low = b.range.map_or(b.predicted, |(lo, _)| lo * b.now);
-                format!("at least {}{COLD_FLOOR}", rate(low).replacen('≈', "", 1))
-            }
-            _ if floor => format!("at least {}{COLD_FLOOR}", rate(after.capacity().throughput()).replacen('≈', "", 1)),
-            _ => format!("{}{}", rate(after.capacity().throughput()), self.fed_note(false)),
+        let then = if self.cold_unmeasured() {
+            // A floor's range is no ceiling: its low end is the promise.
+            let low = gain
+                .as_ref()
+                .map_or(after.capacity().throughput(), |(_, b)| b.range.map_or(b.predicted, |(lo, _)| lo * b.now));
+            format!("at least {}{COLD_FLOOR}", rate(low).replacen('≈', "", 1))
+        } else {
+            format!("{}{}", rate(after.capacity().throughput()), self.fed_note(false))
         };
         Some(Advice {
             action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
@@ -424,8 +424,14 @@ impl Facts<'_> {
     /// ([`Basis::floor`]).
     fn gain_without_reads(&self, after: &Pipeline) -> Option<(f64, Basis)> {
         let (g, mut basis) = self.gain(after)?;
-        basis.floor = self.reads_cold() && self.s.settings.cold_cpu.is_none();
+        basis.floor = self.cold_unmeasured();
         Some((g, basis))
+    }
+
+    /// Reads cold ([`Facts::reads_cold`]) and the hook did not time the work fed: what is
+    /// predicted without the reads is a floor.
+    fn cold_unmeasured(&self) -> bool {
+        self.reads_cold() && self.s.settings.cold_cpu.is_none()
     }
 
     /// Where the hook measured the loader's work fed ([`crate::aggregate::settings::ColdCpu`]):
