@@ -1,6 +1,11 @@
 //! The epoch table: per epoch its steps, images, mean loss and accuracy, time and validation.
 //! The first and last [`EPOCHS_KEPT`] epochs are rows of their own, the ones between summed
 //! into one (a loop that calls `next(iter(loader))` every step starts an epoch per step).
+//!
+//! An epoch's time runs from its earliest record to its latest, validation records included
+//! (Keras's epoch ends after its validation pass). A validation record with no images is a
+//! mark on that clock and nothing else: Keras's hook sends one at its epoch's begin and one at
+//! its end, so an epoch of one step, whose only step record is its end, has its time too.
 //! Pure.
 
 use probes::StepRecord;
@@ -72,8 +77,8 @@ struct EpochAgg {
     /// Images of the steps whose loss was measured: the mean's denominator.
     loss_images: u64,
     correct: u64,
-    start_ns: u64,
-    end_ns: u64,
+    /// The epoch's clock: its earliest and latest record, once one came.
+    clock: Option<(u64, u64)>,
     val_images: u64,
     val_loss_sum: f64,
     val_loss_images: u64,
@@ -82,8 +87,10 @@ struct EpochAgg {
 
 impl EpochAgg {
     fn add(&mut self, o: &EpochAgg) {
-        self.start_ns = if self.steps == 0 { o.start_ns } else { self.start_ns.min(o.start_ns) };
-        self.end_ns = self.end_ns.max(o.end_ns);
+        if let Some((start, end)) = o.clock {
+            self.see(start);
+            self.see(end);
+        }
         self.steps += o.steps;
         self.images += o.images;
         self.loss_sum += o.loss_sum;
@@ -93,6 +100,16 @@ impl EpochAgg {
         self.val_loss_sum += o.val_loss_sum;
         self.val_loss_images += o.val_loss_images;
         self.val_correct += o.val_correct;
+    }
+
+    /// A record of the epoch at `ns`: its clock reaches it.
+    fn see(&mut self, ns: u64) {
+        self.clock = Some(self.clock.map_or((ns, ns), |(start, end)| (start.min(ns), end.max(ns))));
+    }
+
+    /// Whether the epoch has anything to show: a step, or a validation pass (not only marks).
+    fn has_rows(&self) -> bool {
+        self.steps > 0 || self.val_images > 0
     }
 
     /// The row for epoch `e` (from 0), summing through `through` when it is the middle one.
@@ -105,7 +122,7 @@ impl EpochAgg {
             loss: if self.loss_images > 0 { self.loss_sum / self.loss_images as f64 } else { 0.0 },
             no_loss: self.loss_images == 0,
             accuracy: if self.images > 0 { self.correct as f64 / self.images as f64 } else { 0.0 },
-            seconds: self.end_ns.saturating_sub(self.start_ns) as f64 / 1e9,
+            seconds: self.clock.map_or(0, |(start, end)| end.saturating_sub(start)) as f64 / 1e9,
             val_loss: (self.val_loss_images > 0).then(|| self.val_loss_sum / self.val_loss_images as f64),
             val_accuracy: (self.val_images > 0).then(|| self.val_correct as f64 / self.val_images as f64),
         }
@@ -148,9 +165,11 @@ impl Epochs {
         }
     }
 
-    /// Counts a training or validation step in its epoch.
+    /// Counts a training or validation step in its epoch (a validation record with no images:
+    /// a mark on the epoch's clock).
     pub(super) fn push(&mut self, st: &StepRecord) {
         let e = self.epoch(st.epoch);
+        e.see(st.end_ns);
         let loss = (!st.no_loss).then_some(st.loss as f64 * st.images as f64);
         if st.validation {
             e.val_images += st.images as u64;
@@ -161,9 +180,6 @@ impl Epochs {
             e.val_correct += st.correct as u64;
             return;
         }
-        if e.steps == 0 {
-            e.start_ns = st.end_ns;
-        }
         e.steps += 1;
         e.images += st.images as u64;
         if let Some(l) = loss {
@@ -171,14 +187,13 @@ impl Epochs {
             e.loss_images += st.images as u64;
         }
         e.correct += st.correct as u64;
-        e.end_ns = st.end_ns;
     }
 
     /// The table, in epoch order, the summed middle in its place.
     pub(super) fn summary(&self) -> Vec<EpochSummary> {
         let folded = self.folded.as_ref().map(|f| (f.first, &f.agg, Some(f.last + 1)));
         let mut rows: Vec<(u32, &EpochAgg, Option<u32>)> =
-            self.epochs.iter().map(|(e, a)| (*e, a, None)).chain(folded).collect();
+            self.epochs.iter().map(|(e, a)| (*e, a, None)).chain(folded).filter(|(_, a, _)| a.has_rows()).collect();
         rows.sort_by_key(|r| r.0);
         rows.into_iter().map(|(e, a, through)| a.summary(e, through)).collect()
     }
@@ -247,6 +262,49 @@ mod tests {
         assert_eq!(s.epochs[1].epoch, 2);
         assert_eq!((s.steps, s.images), (3, 12));
         assert!((s.images_per_s - 4.0).abs() < 1e-6, "{}", s.images_per_s);
+    }
+
+    fn record(epoch: u32, images: u32, validation: bool, end_ns: u64) -> Event {
+        Event::Step(StepRecord {
+            no_loss: images == 0,
+            step: 0,
+            epoch,
+            images,
+            loss: 1.0,
+            correct: 0,
+            end_ns,
+            queued: 0,
+            validation,
+        })
+    }
+
+    #[test]
+    fn an_epochs_time_runs_from_its_begin_mark_to_its_end_mark() {
+        // Keras, one step an epoch: begun at 1 s, its step done at 4 s, its validation pass
+        // and end at 5 s. Without the marks its only record is its step's end: 0 s.
+        let s = 1_000_000_000;
+        let mut a = Aggregator::new(RunSettings::default());
+        for e in 0..3u32 {
+            let t0 = u64::from(e) * 10 * s;
+            a.push(&record(e, 0, true, t0 + s));
+            a.push(&record(e, 8, false, t0 + 4 * s));
+            a.push(&record(e, 4, true, t0 + 4 * s + s / 2));
+            a.push(&record(e, 0, true, t0 + 5 * s));
+        }
+        let sum = a.summary();
+        let rows: Vec<(u32, u64, u64, f64)> =
+            sum.epochs.iter().map(|e| (e.epoch, e.steps, e.images, e.seconds)).collect();
+        assert_eq!(rows, [(1, 1, 8, 4.0), (2, 1, 8, 4.0), (3, 1, 8, 4.0)]);
+        assert_eq!((sum.steps, sum.images), (3, 24), "marks are no steps");
+        assert_eq!(sum.epochs[0].val_accuracy, Some(0.0), "the marks carry no validation images");
+        // An epoch with marks only (interrupted before its first step) is no row.
+        a.push(&record(3, 0, true, 40 * s));
+        assert_eq!(a.summary().epochs.len(), 3);
+        // A loop without marks: its epoch runs from its first step's end to its last one's.
+        let mut b = Aggregator::new(RunSettings::default());
+        b.push(&record(0, 8, false, 2 * s));
+        b.push(&record(0, 8, false, 5 * s));
+        assert_eq!(b.summary().epochs[0].seconds, 3.0);
     }
 
     #[test]

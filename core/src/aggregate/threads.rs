@@ -1,6 +1,12 @@
 //! The run's threads: their names and roles (bounded), the rank each belongs to in a
 //! distributed run, and each loader thread's share of the loader work, one row per worker
 //! however often it was restarted. Pure.
+//!
+//! The bounds never split one worker's work: a thread past the names kept that is called and
+//! does what a kept thread is called and does is that thread's row, and a thread past the
+//! loader threads kept is counted with the kept thread of its row (a `PyDataset` on
+//! TensorFlow runs its batches in threads that come and go, hundreds an epoch). Only a thread
+//! of a row not kept is counted with the other threads.
 
 use super::settings::clean_name;
 use super::stages::share;
@@ -14,7 +20,8 @@ use std::collections::BTreeMap;
 pub const MAX_LOADER_THREADS: usize = 256;
 /// The id under which threads past [`MAX_LOADER_THREADS`] are counted.
 pub const OTHER_THREADS: u32 = u32::MAX;
-/// Threads whose rank is kept, at most.
+/// Threads whose rank is kept, at most; and threads past the bounds that are known to be an
+/// earlier thread's row.
 pub const MAX_RANKED_THREADS: usize = 1 << 16;
 /// Thread names kept (a run whose worker processes restart every epoch names new threads
 /// each time); later threads are shown by id.
@@ -78,10 +85,13 @@ struct ThreadLoad {
     wall_ns: u64,
     cpu_ns: u64,
     cpu_wall_ns: u64,
+    /// Threads past [`MAX_LOADER_THREADS`] of this thread's row counted here: starts of it.
+    later: u32,
 }
 
 impl ThreadLoad {
     fn add(&mut self, o: &ThreadLoad) {
+        self.later = self.later.saturating_add(o.later);
         self.spans += o.spans;
         self.wall_ns += o.wall_ns;
         self.cpu_ns += o.cpu_ns;
@@ -99,6 +109,12 @@ pub(super) struct Threads {
     /// The rank of each thread a distributed run's rank announced (bounded): its loader
     /// workers are that rank's, however they are named.
     ranks: BTreeMap<u32, u32>,
+    /// Threads past [`MAX_THREAD_NAMES`] called (less their process id) and doing what a kept
+    /// thread is (bounded): that thread, whose row they are.
+    same_as: BTreeMap<u32, u32>,
+    /// Threads past [`MAX_LOADER_THREADS`] (bounded): the kept thread whose load they add to,
+    /// [`OTHER_THREADS`] for a row not kept.
+    counted_in: BTreeMap<u32, u32>,
 }
 
 impl Threads {
@@ -111,6 +127,19 @@ impl Threads {
                 ThreadRole::Other => self.roles.remove(&id),
                 role => self.roles.insert(id, role),
             };
+            return;
+        }
+        // Its process id aside: a worker process started again each epoch is a new pid.
+        let name = without_pid(&clean_name(name, MAX_TEXT));
+        let role_of = |k: &u32| self.roles.get(k).copied().unwrap_or_default();
+        let kept = self.names.iter().find(|(k, n)| role_of(k) == role && without_pid(n) == name).map(|(k, _)| *k);
+        match kept {
+            Some(k) if self.same_as.len() < MAX_RANKED_THREADS || self.same_as.contains_key(&id) => {
+                self.same_as.insert(id, k);
+            }
+            _ => {
+                self.same_as.remove(&id);
+            }
         }
     }
 
@@ -124,7 +153,7 @@ impl Threads {
     /// A loader-stage span: its thread's load.
     pub(super) fn push_loader_span(&mut self, s: &SpanRecord) {
         let known = self.loads.contains_key(&s.thread);
-        let id = if known || self.loads.len() < MAX_LOADER_THREADS { s.thread } else { OTHER_THREADS };
+        let id = if known || self.loads.len() < MAX_LOADER_THREADS { s.thread } else { self.counted_in(s.thread) };
         let t = self.loads.entry(id).or_default();
         t.spans += 1;
         t.wall_ns += s.dur_ns;
@@ -132,6 +161,24 @@ impl Threads {
             t.cpu_ns += s.cpu_ns.min(s.dur_ns);
             t.cpu_wall_ns += s.dur_ns;
         }
+    }
+
+    /// Where thread `id`, past the loader threads kept, is counted: the kept thread of its row
+    /// (a start of it), else the other threads. Found once per thread.
+    fn counted_in(&mut self, id: u32) -> u32 {
+        if let Some(&k) = self.counted_in.get(&id) {
+            return k;
+        }
+        let row = self.row_of(id);
+        let kept = self.loads.keys().copied().filter(|k| *k != OTHER_THREADS).find(|k| self.row_of(*k) == row);
+        let k = kept.unwrap_or(OTHER_THREADS);
+        if self.counted_in.len() < MAX_RANKED_THREADS {
+            self.counted_in.insert(id, k);
+            if let Some(t) = kept.and_then(|k| self.loads.get_mut(&k)) {
+                t.later = t.later.saturating_add(1);
+            }
+        }
+        k
     }
 
     pub(super) fn has(&self, id: u32) -> bool {
@@ -149,8 +196,9 @@ impl Threads {
     /// are different workers, whatever their names).
     fn row_of(&self, id: u32) -> (Option<u32>, String) {
         let rank = self.ranks.get(&id).copied();
-        let role = self.roles.get(&id).copied().unwrap_or_default();
-        let mut name = match (role.worker_name(), self.names.get(&id)) {
+        let named = self.same_as.get(&id).copied().unwrap_or(id);
+        let role = self.roles.get(&named).copied().unwrap_or_default();
+        let mut name = match (role.worker_name(), self.names.get(&named)) {
             (Some(worker), Some(n)) if *n == role.thread_name() => worker,
             (_, Some(n)) => without_pid(n),
             (_, None) if id == OTHER_THREADS => "other threads".to_string(),
@@ -168,7 +216,7 @@ impl Threads {
         let mut rows: BTreeMap<(Option<u32>, String), (u32, u32, ThreadLoad)> = BTreeMap::new();
         for (&id, t) in &self.loads {
             let row = rows.entry(self.row_of(id)).or_insert((id, 0, ThreadLoad::default()));
-            row.1 += 1;
+            row.1 = row.1.saturating_add(1 + t.later);
             row.2.add(t);
         }
         let mut v: Vec<LoaderThread> = rows
@@ -289,6 +337,37 @@ mod tests {
     }
 
     #[test]
+    fn threads_of_one_role_are_one_row_however_many_come_and_go() {
+        // A PyDataset on TensorFlow: each batch in a thread of its own, 600 of them, past the
+        // loader threads kept and the names kept; a worker process started again 1100 times.
+        // No work goes to "other threads".
+        let mut a = Aggregator::new(RunSettings::default());
+        let mut id = 1;
+        for k in 0..1100u32 {
+            a.push(&thread(id, &format!("loader-0 (pid {})", 10_000 + k), ThreadRole::loader(0)));
+            a.push(&on_thread(id, Stage::Decode, 1_000_000, NONE));
+            id += 1;
+            if k < 600 {
+                a.push(&thread(id, "tf.data (PyDataset)", ThreadRole::Other));
+                a.push(&on_thread(id, Stage::Read, 2_000_000, NONE));
+                a.push(&on_thread(id, Stage::Resize, 1_000_000, NONE));
+                id += 1;
+            }
+        }
+        let t = a.summary().loader_threads;
+        let rows: Vec<(&str, u32, u64)> = t.iter().map(|x| (x.name.as_str(), x.starts, x.spans)).collect();
+        assert_eq!(rows, [("tf.data (PyDataset)", 600, 1200), ("loader-0", 1100, 1100)]);
+        assert!((t[0].busy_ms - 1800.0).abs() < 1e-9, "{t:?}");
+        // Threads of rows not kept still go to "other threads".
+        for k in 0..(MAX_LOADER_THREADS as u32) {
+            a.push(&on_thread(100_000 + k, Stage::Decode, 1_000, NONE));
+        }
+        let t = a.summary().loader_threads;
+        assert!(t.iter().any(|x| x.name == "other threads"), "{t:?}");
+        assert_eq!(t.iter().find(|x| x.name == "tf.data (PyDataset)").map(|x| x.spans), Some(1200));
+    }
+
+    #[test]
     fn names_from_other_processes_are_capped_and_lose_their_control_characters() {
         let mut a = Aggregator::new(RunSettings::default());
         a.push(&thread(3, &format!("w\u{1b}[2J{}", "x".repeat(900_000)), ThreadRole::Other));
@@ -298,6 +377,7 @@ mod tests {
         assert_eq!(s.threads[&3].chars().count(), MAX_TEXT);
         assert!(s.threads[&3].starts_with("w?[2J"));
         assert_eq!((s.skipped[0].path.as_str(), s.skipped[0].reason.as_str()), ("a?b.png", "bad?"));
-        assert_eq!(s.failed.as_deref(), Some("Error: x?]0;t?\nline 2"));
+        // Escape sequences are formatting: removed whole, not shown as `?]0;t?`.
+        assert_eq!(s.failed.as_deref(), Some("Error: x\nline 2"));
     }
 }
