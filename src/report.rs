@@ -513,6 +513,25 @@ fn render_machine(o: &mut String, s: &Summary) {
     render_gpus(o, m);
 }
 
+/// The program's resident memory (its processes added), and pipeprof's own apart when it only
+/// hosted the program.
+fn memory_line(m: &MachineSummary) -> String {
+    let Some(peak) = m.rss_peak_bytes else {
+        return "RSS -".into();
+    };
+    let mut line = format!("RSS peak {}", mb(peak as f64));
+    if let Some(last) = m.rss_last_bytes {
+        let _ = write!(line, ", last {}", mb(last as f64));
+    }
+    if m.rss_processes_peak > 1 {
+        let _ = write!(line, " (the program's {} processes added)", m.rss_processes_peak);
+    }
+    if let Some(host) = m.host_rss_peak_bytes {
+        let _ = write!(line, " · pipeprof itself {}", mb(host as f64));
+    }
+    line
+}
+
 /// The host's lines: CPU, memory, storage, and the loader's threads' CPU.
 fn render_host(o: &mut String, m: &MachineSummary) {
     let _ = writeln!(
@@ -525,7 +544,7 @@ fn render_host(o: &mut String, m: &MachineSummary) {
         opt_pct(m.busiest_core_mean_pct),
         opt_pct(m.idlest_core_mean_pct)
     );
-    let _ = writeln!(o, "  memory   RSS peak {}", m.rss_peak_bytes.map(|b| mb(b as f64)).unwrap_or_else(|| "-".into()));
+    let _ = writeln!(o, "  memory   {}", memory_line(m));
     let reads = match m.read_bytes_per_s_mean {
         Some(r) => format!("{}/s from storage", mb(r)),
         None => "storage reads not measurable here".into(),

@@ -189,6 +189,8 @@ fn host_sample(k: u64) -> HostSample {
         process_cpu_pct: 150.0 + k as f32,
         process_cpu_ns: t_ms * MS * 3 / 2,
         rss_bytes: 300_000_000 + k * 1_000_000,
+        rss_processes: 1,
+        host_rss_bytes: None,
         read_bytes_per_s: Some(8e6 + k as f64 * 1e5),
         write_bytes_per_s: Some(1e5),
         syscall_read_bytes_per_s: Some(9e6),

@@ -179,3 +179,65 @@ fn a_scraper_that_pipelines_and_never_reads_neither_blocks_scrapes_nor_keeps_the
     assert_eq!(out.status.code(), Some(0), "{:?}", stderr.join());
     drop(greedy);
 }
+
+#[test]
+fn run_reports_the_programs_memory_not_its_own() {
+    // A program holding 500 MiB of written pages until its stdin closes.
+    let dir = tempfile::tempdir().unwrap();
+    let summary = dir.path().join("s.json");
+    let hold = "import sys\nb = b'\\x01' * (500 << 20)\nprint('holding', flush=True)\nsys.stdin.read()\n";
+    let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .args(["run", "--once", "--no-gpu", "--metrics-listen", "127.0.0.1:0", "--summary"])
+        .arg(&summary)
+        .args(["--", "python3", "-c", hold])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = Run(child);
+    let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(String::from)
+        })
+        .expect("the bound address is printed on stderr");
+    let stderr = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    // The endpoint shows the program's memory once a sample has seen it: polled until then
+    // (a hang guard bounds it, not a timing).
+    let mib = (1u64 << 20) as f64;
+    let key = "pipeprof_program_resident_memory_bytes{program=\"python3\",rank=\"0\"}";
+    let mut seen = 0.0;
+    for _ in 0..6000 {
+        seen = get(&addr, "/metrics").and_then(|b| sample(&b, key)).unwrap_or(0.0);
+        if seen >= 500.0 * mib {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(seen >= 500.0 * mib, "the program's 500 MiB never showed: last {:.0} MiB", seen / mib);
+    drop(run.0.stdin.take());
+    let mut out = String::new();
+    run.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(run.0.wait().unwrap().success(), "{:?}", stderr.join());
+
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let m = &s["machine"];
+    let peak = m["rss_peak_bytes"].as_f64().unwrap();
+    let host = m["host_rss_peak_bytes"].as_f64().expect("pipeprof's own memory apart");
+    assert!(peak >= 500.0 * mib, "summary: the program's peak {:.0} MiB", peak / mib);
+    assert!(host < 200.0 * mib, "pipeprof itself {:.0} MiB is not the program's 500", host / mib);
+    // The report's memory line says the program's peak and pipeprof's own apart.
+    let line = out.lines().find(|l| l.trim_start().starts_with("memory")).expect("a memory line");
+    let shown_mb: f64 = line
+        .split("RSS peak ")
+        .nth(1)
+        .and_then(|r| r.split(" MB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no RSS peak in MB: {line}"));
+    assert!(shown_mb * 1e6 >= 500.0 * mib, "{line}");
+    assert!(line.contains("pipeprof itself"), "{line}");
+}

@@ -16,13 +16,25 @@ pub struct HostSample {
     /// CPU busy % of each core, 0–100.
     #[serde(with = "crate::nonfinite::vec")]
     pub per_core_pct: Vec<f32>,
-    /// The sampled process's CPU % since the previous sample: 100 = one core.
+    /// The sampled process's CPU % since the previous sample, its descendants' and the
+    /// children they reaped included: 100 = one core, never above the machine's cores × 100.
     #[serde(with = "crate::nonfinite")]
     pub process_cpu_pct: f32,
     /// The sampled process's CPU time since it started, ns.
     pub process_cpu_ns: u64,
-    /// The sampled process's resident memory, bytes (0 when the process is gone).
+    /// The program's resident memory, bytes: the sampled process and every process below it
+    /// (DataLoader workers, ranks), each one's resident figure added, as `ps` shows it (pages
+    /// a forked worker shares with its parent count in each). When the sampled process only
+    /// hosts the program (`pipeprof run`), its own memory is not in it but in
+    /// `host_rss_bytes`. 0 when every process is gone.
     pub rss_bytes: u64,
+    /// Processes whose memory `rss_bytes` adds.
+    #[serde(default)]
+    pub rss_processes: u32,
+    /// The hosting process's own resident memory (pipeprof's, under `pipeprof run`); `None`
+    /// when the sampled process is itself the program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_rss_bytes: Option<u64>,
     /// Bytes per second the process caused to be read from storage (page-cache hits are not
     /// counted); `None` = not measurable here (no `/proc/<pid>/io`, or the kernel does not
     /// account storage reads per process).

@@ -170,3 +170,44 @@ fn sampler_thread_sends_host_samples_and_a_final_one() {
     assert!(hosts.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
     assert!(stats.host.cpu_ns > 0);
 }
+
+/// A child that holds `mb` MB of written pages until its stdin closes.
+fn child_holding(mb: usize) -> (std::process::Child, std::process::ChildStdin) {
+    use std::io::BufRead;
+    let code = format!("import sys\nb = b'\\x01' * ({mb} << 20)\nprint('ready', flush=True)\nsys.stdin.read()\n");
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &code])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (the test's child process) must be installed");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "ready");
+    let stdin = child.stdin.take().expect("stdin");
+    (child, stdin)
+}
+
+#[test]
+fn program_memory_is_the_process_tree_and_a_host_is_apart() {
+    let (mut child, stdin) = child_holding(200);
+    let own = HostSampler::new(std::process::id(), Vec::new(), IoAccounting::ASSUMED).expect("sampler").sample();
+    let hosted = HostSampler::new(std::process::id(), Vec::new(), IoAccounting::ASSUMED)
+        .expect("sampler")
+        .program_below()
+        .sample();
+    drop(stdin);
+    child.wait().expect("child ends when its stdin closes");
+
+    let mb = |b: u64| b as f64 / (1 << 20) as f64;
+    // The tree: this test process and its child, both counted.
+    assert!(mb(own.rss_bytes) >= 200.0, "tree RSS {:.0} MB holds the child's 200 MB", mb(own.rss_bytes));
+    assert_eq!(own.rss_processes, 2, "this process and its child");
+    assert_eq!(own.host_rss_bytes, None, "the sampled process is the program");
+    // Hosted (pipeprof run): the program is the child alone; the host's own memory apart.
+    assert_eq!(hosted.rss_processes, 1, "the child only");
+    assert!(mb(hosted.rss_bytes) >= 200.0, "the program's RSS {:.0} MB is the child's", mb(hosted.rss_bytes));
+    let host = hosted.host_rss_bytes.expect("the host's own memory is reported apart");
+    assert!(host > 0);
+    assert!(hosted.rss_bytes < own.rss_bytes, "the host's {host} bytes are not in the program's");
+}

@@ -145,6 +145,10 @@ pub fn render(s: &Scrape) -> String {
     if let Some(g) = &s.gpu {
         gpu_metrics(&mut reg, g, run);
     }
+    if let Some(b) = sum.machine.rss_last_bytes {
+        let help = "The program's resident memory at the last sample: its processes added (workers, ranks), pipeprof's own not included";
+        gauges(&mut reg, "program_resident_memory_bytes", help, &[(rank(run), b as f64)]);
+    }
     counters(&mut reg, "events_dropped", "Events dropped on a full channel", &[(rank(run), sum.events_dropped)]);
     let current = limiter_label(s.verdict.as_ref().map(|v| &v.limiter));
     let limiter: Vec<_> = LIMITERS

@@ -498,6 +498,7 @@ fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::Samp
         hz: opts.sample_hz,
         gpu: !opts.no_gpu,
         gpu_tree: true,
+        program_below: true,
         ..probes::sampler::SamplerConfig::default()
     };
     probes::sampler::start(probe.clone(), cfg)

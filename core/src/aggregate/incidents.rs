@@ -1,7 +1,7 @@
 //! What went wrong along the way: files skipped, stages stalled past the threshold, and the
 //! program's failure. Every text from another process is capped and cleaned. Pure.
 
-use super::settings::clean_name;
+use super::settings::{clean_name, strip_escapes};
 use super::MAX_TEXT;
 use probes::Stage;
 use serde::{Deserialize, Serialize};
@@ -14,7 +14,8 @@ pub const MAX_STALLS: usize = 32;
 /// A message from another process (a failure, with its traceback's last line): line breaks
 /// kept, other control characters replaced, at most 16 × [`MAX_TEXT`] characters.
 pub fn clean_text(text: &str) -> String {
-    text.split('\n')
+    strip_escapes(text)
+        .split('\n')
         .map(|l| clean_name(l, 16 * MAX_TEXT))
         .collect::<Vec<_>>()
         .join("\n")

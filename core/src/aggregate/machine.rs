@@ -223,8 +223,19 @@ pub struct MachineSummary {
     pub busiest_core_mean_pct: Option<f32>,
     /// Mean over samples of the idlest core's %.
     pub idlest_core_mean_pct: Option<f32>,
-    /// Peak resident memory, bytes.
+    /// Peak resident memory of the program, bytes: its process and every process below it
+    /// (workers, ranks), each one's resident figure added.
     pub rss_peak_bytes: Option<u64>,
+    /// The program's resident memory at the last sample that saw it running, bytes.
+    #[serde(default)]
+    pub rss_last_bytes: Option<u64>,
+    /// Most processes the program's memory was added over.
+    #[serde(default)]
+    pub rss_processes_peak: u32,
+    /// Peak resident memory of pipeprof itself when it only hosted the program (`pipeprof
+    /// run`), bytes; `None` when pipeprof is the program (`profile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_rss_peak_bytes: Option<u64>,
     /// Mean storage read bytes/s; `None` = not measurable here.
     pub read_bytes_per_s_mean: Option<f64>,
     /// Peak storage read bytes/s.
@@ -362,6 +373,9 @@ pub struct MachineAgg {
     busiest: MeanMax,
     idlest: MeanMax,
     rss_peak: Option<u64>,
+    rss_last: Option<u64>,
+    rss_processes_peak: u32,
+    host_rss_peak: Option<u64>,
     read: MeanMax,
     write: MeanMax,
     syscall_read: MeanMax,
@@ -403,6 +417,9 @@ impl MachineAgg {
             busiest: MeanMax::default(),
             idlest: MeanMax::default(),
             rss_peak: None,
+            rss_last: None,
+            rss_processes_peak: 0,
+            host_rss_peak: None,
             read: MeanMax::default(),
             write: MeanMax::default(),
             syscall_read: MeanMax::default(),
@@ -458,6 +475,14 @@ impl MachineAgg {
             self.idlest.push(min as f64);
         }
         self.rss_peak = Some(self.rss_peak.map_or(s.rss_bytes, |p| p.max(s.rss_bytes)));
+        // A sample taken after every process ended (the final one) is not the program's last.
+        if s.rss_bytes > 0 || self.rss_last.is_none() {
+            self.rss_last = Some(s.rss_bytes);
+        }
+        self.rss_processes_peak = self.rss_processes_peak.max(s.rss_processes);
+        if let Some(h) = s.host_rss_bytes {
+            self.host_rss_peak = Some(self.host_rss_peak.map_or(h, |p| p.max(h)));
+        }
         self.read.push_opt(s.read_bytes_per_s);
         self.write.push_opt(s.write_bytes_per_s);
         self.syscall_read.push_opt(s.syscall_read_bytes_per_s);
@@ -602,6 +627,9 @@ impl MachineAgg {
             busiest_core_mean_pct: self.busiest.mean32(),
             idlest_core_mean_pct: self.idlest.mean32(),
             rss_peak_bytes: self.rss_peak,
+            rss_last_bytes: self.rss_last,
+            rss_processes_peak: self.rss_processes_peak,
+            host_rss_peak_bytes: self.host_rss_peak,
             read_bytes_per_s_mean: self.read.mean(),
             read_bytes_per_s_peak: self.read.peak(),
             write_bytes_per_s_mean: self.write.mean(),
@@ -828,6 +856,27 @@ mod tests {
         assert_eq!(s.rss_peak_bytes, None);
         assert_eq!(s.gpu_status, None);
         assert_eq!(s.this_process_on_gpu, None);
+    }
+
+    #[test]
+    fn program_memory_peak_last_and_the_hosts_apart() {
+        let mut a = MachineAgg::default();
+        let hosted = |t, rss, n, pp| HostSample {
+            rss_processes: n,
+            host_rss_bytes: Some(pp),
+            ..host(t, 50.0, &[50.0], rss, None)
+        };
+        a.push_host(&hosted(1, 900, 3, 14));
+        a.push_host(&hosted(2, 700, 5, 15));
+        // The final sample, after every process of the program ended: not its last figure.
+        a.push_host(&hosted(3, 0, 0, 13));
+        let s = a.summary();
+        assert_eq!((s.rss_peak_bytes, s.rss_last_bytes, s.rss_processes_peak), (Some(900), Some(700), 5));
+        assert_eq!(s.host_rss_peak_bytes, Some(15));
+        // pipeprof's own loop is the program: no host figure.
+        let mut own = MachineAgg::default();
+        own.push_host(&host(1, 50.0, &[50.0], 40, None));
+        assert_eq!((own.summary().rss_last_bytes, own.summary().host_rss_peak_bytes), (Some(40), None));
     }
 
     #[test]

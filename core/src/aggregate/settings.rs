@@ -199,6 +199,42 @@ pub fn printable(c: char) -> bool {
     !c.is_control() && !matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
+/// `text` without terminal escape sequences: CSI (`ESC [` … a final byte, the colours and bold
+/// of Python 3.13's tracebacks), OSC (`ESC ]` … BEL or `ESC \\`: titles, links) and two-character
+/// `ESC x`. They are formatting, not text: removed whole, so "ValueError" stays readable where
+/// [`clean_name`] alone would leave `?[1mValueError?[0m`. A sequence cut short ends the text.
+/// (Hand-written: ECMA-48's three forms are a dozen lines; a crate would bring a terminal
+/// parser into the pure core.)
+pub fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut it = text.chars().peekable();
+    while let Some(c) = it.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            // Parameters and intermediates (0x20–0x3F), then one final byte (0x40–0x7E).
+            Some('[') => {
+                for c in it.by_ref() {
+                    if ('\u{40}'..='\u{7e}').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                while let Some(c) = it.next() {
+                    if c == '\u{7}' || (c == '\u{1b}' && it.next_if_eq(&'\\').is_some()) {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// `name` with every character that is not [`printable`] replaced by `?` and cut to `max`
 /// characters (an ellipsis marks the cut): safe to print anywhere, on one line.
 pub fn clean_name(name: &str, max: usize) -> String {
@@ -315,6 +351,27 @@ impl RunSettings {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn escape_sequences_are_removed_whole() {
+        let table = [
+            // Python 3.13's coloured traceback line.
+            ("\u{1b}[1;35mValueError\u{1b}[0m: \u{1b}[35mbad label\u{1b}[0m", "ValueError: bad label"),
+            ("plain text", "plain text"),
+            // A window title (OSC, ended by BEL, then by ESC \\).
+            ("\u{1b}]0;title\u{7}after", "after"),
+            ("\u{1b}]8;;http://x\u{1b}\\link", "link"),
+            // Two-character escapes; a sequence cut short ends the text.
+            ("a\u{1b}cb", "ab"),
+            ("cut \u{1b}[1", "cut "),
+            ("end\u{1b}", "end"),
+            // Other control characters stay for clean_name to mark.
+            ("tab\there", "tab\there"),
+        ];
+        for (text, want) in table {
+            assert_eq!(strip_escapes(text), want, "{text:?}");
+        }
+    }
 
     #[test]
     fn numbers_out_of_range_are_listed_as_unreadable_and_the_rest_kept() {

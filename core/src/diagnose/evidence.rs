@@ -38,6 +38,12 @@ pub(super) fn provisional_after_change(headline: &str, changed_at: u64, steps: u
     )
 }
 
+/// A finished run that measured no training step: no more are coming, so nothing is
+/// "collecting".
+pub(super) fn ended_before_a_step() -> String {
+    "No verdict: the run ended before its first training step finished (a verdict needs at least one)".into()
+}
+
 pub(super) fn not_enough_headline(steps_needed: u64) -> String {
     if steps_needed > 0 {
         format!("collecting… {steps_needed} more steps needed for a verdict")

@@ -127,7 +127,11 @@ fn judge(s: &Summary, finished: bool) -> Verdict {
     let flags = f.flags(&limiter);
     if let Limiter::NotEnoughData { steps_needed } = limiter {
         return Verdict {
-            headline: evidence::not_enough_headline(steps_needed),
+            headline: if finished && sp.steps == 0 {
+                evidence::ended_before_a_step()
+            } else {
+                evidence::not_enough_headline(steps_needed)
+            },
             limiter,
             severity: Severity::Low,
             evidence: Vec::new(),

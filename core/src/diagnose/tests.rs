@@ -1763,6 +1763,9 @@ fn a_finished_run_gets_a_verdict_from_its_few_steps() {
     // A run with no step at all still has nothing to judge.
     let none = diagnose_finished(&B::new().steps(0).0);
     assert!(matches!(none.limiter, Limiter::NotEnoughData { .. }));
+    // … and says the run ended: no more steps are coming, nothing is "collecting".
+    assert!(none.headline.starts_with("No verdict: the run ended before its first training step"), "{}", none.headline);
+    assert!(!none.headline.contains("collecting"), "{}", none.headline);
 }
 
 #[test]

@@ -265,6 +265,22 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
     Some(TaskStat { comm, ticks: utime + stime })
 }
 
+/// Resident pages of a process from `/proc/<pid>/statm` (its second field). Pure.
+pub fn parse_statm_resident_pages(text: &str) -> Option<u64> {
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A CPU % no higher than `cores` × 100: a sample interval cannot hold more CPU time than the
+/// machine has. CPU a process tree used earlier can land in one interval (a worker first
+/// listed a second after it started, a child's life counted when it is reaped): the
+/// cumulative figure keeps it, a per-interval figure cannot show it. `cores` 0 = not known.
+pub fn capped_cpu_pct(pct: f32, cores: usize) -> f32 {
+    if cores == 0 {
+        return pct;
+    }
+    pct.min(cores as f32 * 100.0)
+}
+
 /// Ticks of the children a process has reaped (`/proc/<pid>/stat` fields 16–17).
 fn reaped_children_ticks(text: &str) -> Option<u64> {
     let close = text.rfind(')')?;
@@ -381,6 +397,22 @@ pub struct HostSampler {
     descendants: HashSet<u32>,
     /// Read once: the topology does not change during a run.
     physical_cores: Option<u32>,
+    /// The program is the processes below `pid`, not `pid` itself (`pipeprof run`).
+    program_below: bool,
+    page_size: u64,
+}
+
+/// The program's processes at one sample: memory and CPU time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Tree {
+    /// The program's resident bytes, every process's added.
+    rss: u64,
+    /// Processes in `rss`.
+    processes: u32,
+    /// The sampled process's own resident bytes when it only hosts the program.
+    host_rss: Option<u64>,
+    /// CPU ns the run used since it started: the host, the program, the children they reaped.
+    cpu_ns: u64,
 }
 
 impl std::fmt::Debug for HostSampler {
@@ -417,6 +449,12 @@ impl HostSampler {
             others_listed: 0,
             descendants: HashSet::new(),
             physical_cores: read_physical_cores(),
+            program_below: false,
+            // SAFETY: sysconf has no preconditions.
+            page_size: match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+                n if n > 0 => n as u64,
+                _ => 4096,
+            },
         };
         s.sys.refresh_cpu_usage();
         // The baseline of every process's CPU time: the first sample can then name the busy
@@ -426,11 +464,21 @@ impl HostSampler {
         s.refresh_descendants();
         s.last_cpu_refresh_ns = clock::now_ns();
         s.prev_t_ns = s.last_cpu_refresh_ns;
-        s.prev_proc_cpu_ns = s.process_cpu_ns().1;
+        s.prev_proc_cpu_ns = s.tree().cpu_ns;
         s.prev_io = read_proc_io(pid);
         s.prev_stat = read_proc_stat();
         s.threads(0);
         Ok(s)
+    }
+
+    /// The program is the processes below the sampled one, not the sampled process itself
+    /// (`pipeprof run`, which only hosts it): its own memory is left out of the program's and
+    /// reported apart ([`HostSample::host_rss_bytes`]).
+    pub fn program_below(mut self) -> Self {
+        self.program_below = true;
+        self.refresh_descendants();
+        self.prev_proc_cpu_ns = self.tree().cpu_ns;
+        self
     }
 
     /// Sets what the kernel accounts (from [`io_accounting_here`]) and restarts the I/O
@@ -450,7 +498,8 @@ impl HostSampler {
     /// the global and per-core CPU figures when called faster than that.
     pub fn sample(&mut self) -> HostSample {
         self.refresh_cpu();
-        let (rss_bytes, proc_cpu_ns) = self.process_cpu_ns();
+        let tree = self.tree();
+        let proc_cpu_ns = tree.cpu_ns;
         let t_ns = clock::now_ns();
         let dt = t_ns.saturating_sub(self.prev_t_ns);
 
@@ -468,7 +517,7 @@ impl HostSampler {
             (Some(p), Some(c)) => (iowait_pct(p, c), steal_pct(p, c)),
             _ => (None, None),
         };
-        let own_pct = cpu_pct(self.prev_proc_cpu_ns, proc_cpu_ns, dt);
+        let own_pct = capped_cpu_pct(cpu_pct(self.prev_proc_cpu_ns, proc_cpu_ns, dt), self.per_core_pct.len());
         let budget = self.global_cpu_pct / 100.0 * self.per_core_pct.len() as f32 * 100.0 - own_pct;
         let others = self.others(t_ns, (!self.per_core_pct.is_empty()).then_some(budget.max(0.0)));
 
@@ -477,9 +526,11 @@ impl HostSampler {
             t_ns,
             global_cpu_pct: self.global_cpu_pct,
             per_core_pct: self.per_core_pct.clone(),
-            process_cpu_pct: cpu_pct(self.prev_proc_cpu_ns, proc_cpu_ns, dt),
+            process_cpu_pct: own_pct,
             process_cpu_ns: proc_cpu_ns,
-            rss_bytes,
+            rss_bytes: tree.rss,
+            rss_processes: tree.processes,
+            host_rss_bytes: tree.host_rss,
             read_bytes_per_s,
             write_bytes_per_s,
             syscall_read_bytes_per_s,
@@ -557,8 +608,11 @@ impl HostSampler {
         ticks.saturating_mul(self.tick_ns)
     }
 
-    /// (RSS bytes, cumulative CPU ns) of the sampled process.
-    fn process_cpu_ns(&mut self) -> (u64, u64) {
+    /// The program's memory (the sampled process and every process below it: a Python
+    /// script's DataLoader workers, the ranks a launcher started; or only those below it when
+    /// it merely hosts the program) and the run's CPU (all of them, and the children they
+    /// already reaped).
+    fn tree(&mut self) -> Tree {
         let pid = Pid::from_u32(self.pid);
         let mut kind = ProcessRefreshKind::nothing().without_tasks().with_memory();
         if !self.own {
@@ -566,23 +620,44 @@ impl HostSampler {
         }
         self.sys.refresh_processes_specifics(ProcessesToUpdate::Some(&[pid]), true, kind);
         let proc = self.sys.process(pid);
-        let rss = proc.map_or(0, |p| p.memory());
-        let own = if self.own {
+        let own_rss = proc.map_or(0, |p| p.memory());
+        let own_cpu = if self.own {
             clock::process_cpu_ns()
         } else {
             proc.map_or(0, |p| p.accumulated_cpu_time().saturating_mul(1_000_000))
         };
-        // The run's CPU is the process tree's: a Python script's DataLoader workers, the
-        // ranks a launcher started, the children they already reaped.
         let reaped = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
             .ok()
             .and_then(|t| reaped_children_ticks(&t))
             .unwrap_or(0)
             .saturating_mul(self.tick_ns);
-        let cpu = own.saturating_add(reaped).saturating_add(self.descendants_cpu_ns());
+        let (below_rss, below_n) = self.descendants_rss();
+        let below_cpu = reaped.saturating_add(self.descendants_cpu_ns());
+        let (rss, processes, host_rss) = if self.program_below {
+            (below_rss, below_n, Some(own_rss))
+        } else {
+            (own_rss.saturating_add(below_rss), below_n + u32::from(proc.is_some()), None)
+        };
+        // The CPU stays the whole tree's, the host's too: what the run took from the machine
+        // (the rules weigh it against the machine's total; a host's CPU is not a neighbour's).
+        let cpu = below_cpu.saturating_add(own_cpu);
         // A process tree that shrank (a child's figures gone before its parent reaped it) must
         // not make the cumulative figure go back.
-        (rss, cpu.max(self.prev_proc_cpu_ns))
+        Tree { rss, processes, host_rss, cpu_ns: cpu.max(self.prev_proc_cpu_ns) }
+    }
+
+    /// Resident bytes of the sampled process's descendants, added, and how many were read.
+    /// Pages a forked worker still shares with its parent count in each: the kernel's
+    /// resident figure, as `ps` and `top` show it, not a proportional share.
+    fn descendants_rss(&self) -> (u64, u32) {
+        let mut n = 0;
+        let pages: u64 = self
+            .descendants
+            .iter()
+            .filter_map(|p| parse_statm_resident_pages(&std::fs::read_to_string(format!("/proc/{p}/statm")).ok()?))
+            .inspect(|_| n += 1)
+            .sum();
+        (pages.saturating_mul(self.page_size), n)
     }
 
     /// CPU of the matching threads over the last `dt_ns`, and the new per-thread baseline.
@@ -668,6 +743,22 @@ mod tests {
         assert_eq!(cpu_pct(0, 300, 100), 300.0);
         assert_eq!(cpu_pct(500, 400, 100), 0.0);
         assert_eq!(cpu_pct(0, 100, 0), 0.0);
+    }
+
+    #[test]
+    fn cpu_pct_is_capped_at_the_machines_cores() {
+        let table = [(363.0, 2, 200.0), (150.0, 2, 150.0), (800.0, 16, 800.0), (1700.0, 16, 1600.0), (363.0, 0, 363.0)];
+        for (pct, cores, want) in table {
+            assert_eq!(capped_cpu_pct(pct, cores), want, "{pct}% on {cores} cores");
+        }
+    }
+
+    #[test]
+    fn statm_gives_resident_pages() {
+        assert_eq!(parse_statm_resident_pages("764390 190210 9513 1 0 193702 0\n"), Some(190_210));
+        assert_eq!(parse_statm_resident_pages("764390\n"), None);
+        assert_eq!(parse_statm_resident_pages("a b"), None);
+        assert_eq!(parse_statm_resident_pages(""), None);
     }
 
     #[test]

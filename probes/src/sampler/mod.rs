@@ -18,9 +18,9 @@ pub use gpu::{
     HIDDEN_USE_BYTES, NVML_LIB_ENV,
 };
 pub use host::{
-    cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_task_stat,
-    probe_io_accounting, rate_per_s, steal_pct, storage_reads_measurable, top_others, CpuTimes, HostSampler,
-    IoAccounting, ProcIo, TaskStat,
+    capped_cpu_pct, cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total,
+    parse_statm_resident_pages, parse_task_stat, probe_io_accounting, rate_per_s, steal_pct, storage_reads_measurable,
+    top_others, CpuTimes, HostSampler, IoAccounting, ProcIo, TaskStat,
 };
 
 pub use crate::sample::{
@@ -55,6 +55,9 @@ pub struct SamplerConfig {
     /// Whether processes started below `pid` count as the run's on a GPU (`pipeprof run`:
     /// the program, its workers, its ranks); default no.
     pub gpu_tree: bool,
+    /// Whether the program is the processes below `pid`, not `pid` itself (`pipeprof run`,
+    /// which only hosts it): `pid`'s memory is then reported apart; default no.
+    pub program_below: bool,
     /// NVML library to load instead of `libnvidia-ml.so.1` (default: `$PIPEPROF_NVML_LIB`).
     pub nvml_lib: Option<PathBuf>,
 }
@@ -67,6 +70,7 @@ impl Default for SamplerConfig {
             thread_prefixes: vec!["loader".to_string(), "train".to_string()],
             pid: std::process::id(),
             gpu_tree: false,
+            program_below: false,
             nvml_lib: std::env::var_os(NVML_LIB_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
         }
     }
@@ -166,6 +170,9 @@ pub fn start(probe: Probe, cfg: SamplerConfig) -> Result<SamplerHandle, SamplerE
     let period = cfg.period();
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let mut host = HostSampler::new(cfg.pid, cfg.thread_prefixes.clone(), IoAccounting::ASSUMED)?;
+    if cfg.program_below {
+        host = host.program_below();
+    }
     let host_probe = probe.clone();
     let host_stop = stop_rx.clone();
     let host_thread = std::thread::Builder::new()
