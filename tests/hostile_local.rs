@@ -273,6 +273,74 @@ fn run_goes_on_when_a_neighbour_took_its_socket_folder_or_tmpdir_is_too_long_for
     }
 }
 
+// ---- Issue 52 H1: a neighbour makes a path the program's environment names ----
+
+/// The uid and gid a second user of the machine has in these tests (no account needed).
+const NEIGHBOUR: &str = "4242";
+
+/// `cmd` run as a second user of the machine: root plays one with `setpriv`. These tests need
+/// root and `setpriv` (util-linux): without them they fail, never skip.
+fn as_neighbour(cmd: &[&std::ffi::OsStr]) -> std::process::Output {
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "run as root: a second uid (setpriv) plays the neighbour");
+    Command::new("setpriv")
+        .args(["--reuid", NEIGHBOUR, "--regid", NEIGHBOUR, "--clear-groups", "--"])
+        .args(cmd)
+        .output()
+        .expect("setpriv (util-linux) plays the neighbour: install it")
+}
+
+/// A shared temp folder as `/tmp` is (mode 1777), in `/tmp`, where the neighbour can reach it.
+fn shared_tmp() -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix("pp-shared-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+#[test]
+fn no_path_in_the_run_programs_environment_can_be_made_by_a_neighbour_after_the_run() {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let shared = shared_tmp();
+    // The neighbour makes `pipeprof-<uid>` first; `pipeprof run` (no XDG_RUNTIME_DIR: ssh, cron,
+    // a Slurm job) falls back to another folder.
+    let squat = shared.path().join(format!("pipeprof-{uid}"));
+    let made = as_neighbour(&["mkdir".as_ref(), "-m".as_ref(), "0777".as_ref(), squat.as_os_str()]);
+    assert!(made.status.success(), "the neighbour's folder: {}", text(&made.stderr));
+    let d = tempfile::tempdir().unwrap();
+    let env = d.path().join("env");
+    let out = bin()
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("PYTHONPATH")
+        .env("TMPDIR", shared.path())
+        .args(["run", "--once", "--no-gpu", "--", "sh", "-c"])
+        .arg(r#"printf '%s\n%s\n' "$PYTHONPATH" "$PIPEPROF_PARENT" > "$0""#)
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let named = std::fs::read_to_string(&env).unwrap();
+    let paths: Vec<PathBuf> = named.lines().flat_map(|l| std::env::split_paths(l).collect::<Vec<_>>()).collect();
+    assert_eq!(paths.len(), 2, "the hook's folder and the socket: {named}");
+    for p in &paths {
+        assert!(!p.starts_with(&squat), "{} is in the neighbour's folder", p.display());
+        assert!(std::fs::symlink_metadata(p).is_err(), "{} outlived the run", p.display());
+        // A process the program left behind starts Python with this environment: before, the
+        // neighbour could make the hook's folder again (the fallback folder went with the run),
+        // with a sitecustomize.py of theirs in it, run as us.
+        let tried = as_neighbour(&["mkdir".as_ref(), "-p".as_ref(), p.as_os_str()]);
+        if tried.status.success() {
+            // What the neighbour made, taken away again (the folders of theirs on its path).
+            let theirs = p.ancestors().filter(|a| std::fs::metadata(a).is_ok_and(|m| m.uid().to_string() == NEIGHBOUR));
+            if let Some(top) = theirs.last() {
+                let _ = std::fs::remove_dir_all(top);
+            }
+        }
+        assert!(!tried.status.success(), "the neighbour made {}", p.display());
+        assert!(std::fs::symlink_metadata(p).is_err(), "{}", p.display());
+    }
+}
+
 // ---- M7: a cache changed under the run ----
 
 #[test]

@@ -115,10 +115,17 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// The run's socket, listening, and the hook's folder, private to this user (issue 41 A:
-    /// a private fallback).
+    /// The run's socket, listening, and the hook's folder, private to this user.
+    ///
+    /// Both are named in the program's environment (`PIPEPROF_PARENT`, first on `PYTHONPATH`)
+    /// and so outlive the run in any process the program leaves behind. Both are made in the
+    /// one private folder of `probes::attach::folder`, which is never removed: once this run
+    /// removed them, nobody else can make either name again (issue 52 H1; the fallback folder
+    /// of a random name used to go with the run, and a neighbour could make it again with a
+    /// `sitecustomize.py` of theirs in it). The installed `_bootstrap` folder would do for the
+    /// hook, but not for the socket, nor for a `pipeprof` built from source.
     fn create() -> anyhow::Result<(Scratch, UnixListener)> {
-        let dir = probes::attach::run_dir()?;
+        let dir = probes::attach::runtime_dir()?;
         let pid = std::process::id();
         let scratch = Scratch {
             socket: dir.join(format!("run-{pid}.sock")),

@@ -11,11 +11,12 @@
 //! ```
 //!
 //! The server listens on a Unix socket, `$XDG_RUNTIME_DIR/pipeprof/<pid>.sock` (else a private
-//! `pipeprof-<uid>` folder in the temp dir), mode 0600; or on TCP with `PIPEPROF_LISTEN` /
+//! `pipeprof-<uid>` folder in the temp dir: [`folder`]), mode 0600; or on TCP with `PIPEPROF_LISTEN` /
 //! [`Options::listen`], loopback only unless [`Options::allow_remote`] says otherwise.
 
 pub mod accept;
 pub mod conn;
+pub mod folder;
 pub mod producer;
 pub mod server;
 pub mod wire;
@@ -24,7 +25,7 @@ use crate::probe::Probe;
 use crate::sampler::{SamplerConfig, SamplerHandle};
 use crate::{Event, ProbeLayer, StepRecord};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +65,20 @@ pub enum AttachError {
         "{0}: not a private folder (must be a folder, not a link, ours, mode 0700): remove it or set XDG_RUNTIME_DIR"
     )]
     UnsafeDir(PathBuf),
+    /// A folder above the socket folder lets someone else rename or replace it.
+    #[error(
+        "{dir}: not private: {above} above it is another user's, or open to others for writing and not sticky; \
+         set TMPDIR or XDG_RUNTIME_DIR to a folder of yours"
+    )]
+    UnsafeParent {
+        /// The socket folder.
+        dir: PathBuf,
+        /// The folder above it found unsafe.
+        above: PathBuf,
+    },
+    /// A socket's path in this folder would not fit in a socket's address.
+    #[error("{0}: too long for a socket's path (at most {max} bytes): set TMPDIR to a shorter folder", max = folder::MAX_SOCKET_PATH)]
+    TooLong(PathBuf),
     /// I/O.
     #[error("{what}: {source}")]
     Io {
@@ -110,83 +125,14 @@ impl Options {
     }
 }
 
-/// The folder holding this user's attach sockets (created private if missing).
+/// The folder holding this user's attach sockets and `pipeprof run`'s start-up hooks: the one
+/// private-folder rule of [`folder`] (`$XDG_RUNTIME_DIR/pipeprof`, else `pipeprof-<uid>` in the
+/// temp folder, else a private folder of a random name there, kept; each checked without
+/// following links, ours, mode 0700, never removed).
 pub fn runtime_dir() -> Result<PathBuf, AttachError> {
     let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
     // SAFETY: getuid cannot fail.
-    runtime_dir_in(xdg.as_deref(), &std::env::temp_dir(), unsafe { libc::getuid() })
-}
-
-/// [`runtime_dir`] with its inputs given: `$XDG_RUNTIME_DIR/pipeprof` when that folder
-/// exists, else `pipeprof-<uid>` in `tmp`. Made with mode 0700 if missing, then checked with
-/// `lstat`, which does not follow links: a symlink (another user's, planted in a shared temp
-/// folder, and re-pointed after any check that follows it) is refused, as is a folder not ours
-/// or open to others. Once checked, the folder is ours in a sticky temp folder: nobody else can
-/// swap it.
-pub fn runtime_dir_in(xdg: Option<&Path>, tmp: &Path, uid: u32) -> Result<PathBuf, AttachError> {
-    let dir = match xdg.filter(|d| d.is_dir()) {
-        Some(d) => d.join("pipeprof"),
-        None => tmp.join(format!("pipeprof-{uid}")),
-    };
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(format!("create {}", dir.display()))(e)),
-    }
-    let m = std::fs::symlink_metadata(&dir).map_err(io(format!("stat {}", dir.display())))?;
-    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
-        return Err(AttachError::UnsafeDir(dir));
-    }
-    Ok(dir)
-}
-
-/// Longest path a Unix socket's address holds (`sun_path`, less its NUL).
-pub const MAX_SOCKET_PATH: usize = 107;
-/// Longest name `pipeprof run` makes in its folder (`run-PID.sock`, `run-PID-boot`).
-const RUN_NAME: usize = "run-4294967295.sock".len();
-
-/// Where `pipeprof run` puts its socket and start-up hook: [`runtime_dir`] when it can be
-/// used and leaves room for a socket's name, else a private folder of a random name made in
-/// `/tmp` (mkdtemp: exclusive, 0700; removed when the value drops). So a neighbour who made
-/// `$TMPDIR/pipeprof-<uid>` first, or a TMPDIR too long for a socket's address, does not stop
-/// the run. Nothing has to find this folder by name: the run hands its address to its program.
-pub fn run_dir() -> Result<RunDir, AttachError> {
-    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
-    // SAFETY: getuid cannot fail.
-    run_dir_in(xdg.as_deref(), &std::env::temp_dir(), Path::new("/tmp"), unsafe { libc::getuid() })
-}
-
-/// [`run_dir`] with its inputs given; `fallback` is where the private folder is made.
-pub fn run_dir_in(xdg: Option<&Path>, tmp: &Path, fallback: &Path, uid: u32) -> Result<RunDir, AttachError> {
-    if let Ok(d) = runtime_dir_in(xdg, tmp, uid) {
-        if d.as_os_str().len() + 1 + RUN_NAME <= MAX_SOCKET_PATH {
-            return Ok(RunDir { path: d, _own: None });
-        }
-    }
-    let made = tempfile::Builder::new()
-        .prefix("pipeprof-run-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(fallback)
-        .map_err(io(format!("create a private folder in {}", fallback.display())))?;
-    let m = std::fs::symlink_metadata(made.path()).map_err(io(format!("stat {}", made.path().display())))?;
-    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
-        return Err(AttachError::UnsafeDir(made.path().to_path_buf()));
-    }
-    Ok(RunDir { path: made.path().to_path_buf(), _own: Some(made) })
-}
-
-/// A run's folder ([`run_dir`]): a path, and the private folder to remove, if one was made.
-#[derive(Debug)]
-pub struct RunDir {
-    path: PathBuf,
-    _own: Option<tempfile::TempDir>,
-}
-
-impl std::ops::Deref for RunDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.path
-    }
+    folder::private_dir_in(xdg.as_deref(), &std::env::temp_dir(), Path::new("/tmp"), unsafe { libc::getuid() })
 }
 
 /// Parses a TCP listen address, refusing non-loopback ones unless `allow_remote`.
@@ -454,60 +400,6 @@ mod tests {
         assert!(matches!(check_listen("0.0.0.0:7070", false), Err(AttachError::NotLoopback(_))));
         assert!(check_listen("0.0.0.0:7070", true).is_ok());
         assert!(matches!(check_listen("nonsense", false), Err(AttachError::BadAddress(_))));
-    }
-
-    #[test]
-    fn a_runtime_folder_that_is_a_link_or_not_private_is_refused() {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
-        // Missing: made, private.
-        let made = runtime_dir_in(None, tmp.path(), uid).expect("made");
-        assert_eq!(std::fs::symlink_metadata(&made).expect("stat").mode() & 0o777, 0o700);
-        assert_eq!(runtime_dir_in(None, tmp.path(), uid).expect("again"), made);
-        // A link to a private folder of ours passed before (the check followed it), and could
-        // be re-pointed at another user's folder between the check and the socket's creation.
-        let other = tempfile::tempdir().expect("temp dir");
-        let target = other.path().join("theirs");
-        std::fs::DirBuilder::new().mode(0o700).create(&target).expect("target");
-        let shared = tempfile::tempdir().expect("temp dir");
-        std::os::unix::fs::symlink(&target, shared.path().join(format!("pipeprof-{uid}"))).expect("link");
-        assert!(matches!(runtime_dir_in(None, shared.path(), uid), Err(AttachError::UnsafeDir(_))));
-        // Open to others, or someone else's.
-        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        assert!(matches!(runtime_dir_in(None, tmp.path(), uid), Err(AttachError::UnsafeDir(_))));
-        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        assert!(matches!(runtime_dir_in(None, tmp.path(), uid + 1), Err(AttachError::UnsafeDir(_))));
-        // XDG_RUNTIME_DIR, when it exists, comes first.
-        let xdg = tempfile::tempdir().expect("temp dir");
-        assert_eq!(runtime_dir_in(Some(xdg.path()), tmp.path(), uid).expect("xdg"), xdg.path().join("pipeprof"));
-    }
-
-    #[test]
-    fn a_run_folder_taken_by_a_neighbour_or_too_long_for_a_socket_falls_back_to_a_private_one() {
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
-        let fallback = tempfile::tempdir().expect("temp dir");
-        // Usable and short: the runtime folder itself.
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let d = run_dir_in(None, tmp.path(), fallback.path(), uid).expect("run dir");
-        assert_eq!(&*d, tmp.path().join(format!("pipeprof-{uid}")));
-        // Taken first by someone else (here: open to all): a private folder of a random name.
-        let taken = tempfile::tempdir().expect("temp dir");
-        let theirs = taken.path().join(format!("pipeprof-{uid}"));
-        std::fs::DirBuilder::new().mode(0o777).create(&theirs).expect("planted");
-        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-        let d = run_dir_in(None, taken.path(), fallback.path(), uid).expect("fallback");
-        assert!(d.starts_with(fallback.path()), "{}", d.display());
-        assert_eq!(std::fs::symlink_metadata(&*d).expect("stat").mode() & 0o777, 0o700);
-        let made = d.to_path_buf();
-        drop(d);
-        assert!(!made.exists(), "the private folder is removed with the run");
-        // A TMPDIR so long that a socket's address would not hold the path.
-        let long = tmp.path().join("x".repeat(100));
-        std::fs::create_dir(&long).expect("long");
-        let d = run_dir_in(None, &long, fallback.path(), uid).expect("fallback");
-        assert!(d.as_os_str().len() + 1 + RUN_NAME <= MAX_SOCKET_PATH, "{}", d.display());
     }
 
     #[test]
