@@ -13,6 +13,8 @@
 //!
 //! Installed only where SIGTERM's disposition is `SIG_DFL` (or already ours, inherited over a
 //! fork): a program's own handler is never replaced, and one it installs later replaces ours.
+//! In a process forked from the one that installed it, the inherited handler acts as `SIG_DFL`
+//! until that process installs it again: it never writes to its parent's pipe.
 //! Python's `signal.getsignal` reads Python's own table, which this does not touch.
 
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -56,8 +58,19 @@ fn main_thread_sends() {
 /// The pipe's writing end for the handler; -1 when none.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
 
+/// The process that installed the handler and owns [`WAKE`]'s reader; 0 when none.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
 extern "C" fn on_term(_sig: libc::c_int) {
-    let fd = WAKE.load(Ordering::Relaxed);
+    // A process forked from the owner inherits this handler and the owner's pipe; unless it
+    // installed its own (a worker's connect failed, or it is no worker at all), a byte written
+    // there would end its parent, not itself (issue 52 L3). It ends as SIG_DFL ends it.
+    // SAFETY: getpid is async-signal-safe.
+    if unsafe { libc::getpid() } != OWNER.load(Ordering::SeqCst) {
+        die_of_term();
+        return;
+    }
+    let fd = WAKE.load(Ordering::SeqCst);
     let byte = 1u8;
     // SAFETY: write(2) is async-signal-safe; a failed write leaves the fallback below.
     let wrote = fd >= 0 && unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) } == 1;
@@ -131,8 +144,11 @@ pub fn flush_on_term(flush: fn()) -> bool {
         return false;
     }
     // An inherited pipe (a forked worker's) has no reader here: replaced, never closed while
-    // a handler might write to it.
-    WAKE.store(write_end, Ordering::Relaxed);
+    // a handler might write to it. The owner last: until it is this process, a SIGTERM here
+    // ends it at once rather than write to the inherited pipe.
+    WAKE.store(write_end, Ordering::SeqCst);
+    // SAFETY: getpid cannot fail.
+    OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
     // SAFETY: installs a handler that only calls async-signal-safe functions.
     unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
