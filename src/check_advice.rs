@@ -12,7 +12,7 @@ use crate::profile::Options as ProfileOptions;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Follow-up runs at most (besides the baseline): the top advice only.
 pub const MAX_FOLLOW_UPS: usize = 3;
@@ -179,27 +179,134 @@ fn interrupted_by(status: std::process::ExitStatus) -> Option<i32> {
 /// Runs `exe args` with `env` added, no input and its output kept (the last line of its
 /// errors says why it failed), then reads the steady rate from its summary file.
 pub fn run_child(exe: &Path, args: &[OsString], env: &[(&str, String)], summary: &Path) -> Measured {
-    let out = Command::new(exe)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-    if let Some(sig) = interrupted_by(out.status) {
-        // Taken here when this process's signal thread has not yet (on a loaded machine it
-        // can run after the child's end is seen): this run then exits as interrupted too, and
-        // the signal's own delivery, moments later, is the same interrupt again, ignored.
-        if !crate::signal::stopping() {
-            crate::signal::interrupt(sig);
-        }
-        return Err(INTERRUPTED.into());
-    }
-    if !out.status.success() {
-        return Err(format!("exited with {}: {}", out.status, last_line(&out.stderr)));
+    let s = run_child_summary(exe, args, env, summary)?;
+    steady_rate(&s).ok_or_else(|| "no images/s in the summary".into())
+}
+
+/// As [`run_child`], the child's whole summary.
+pub fn run_child_summary(
+    exe: &Path,
+    args: &[OsString],
+    env: &[(&str, String)],
+    summary: &Path,
+) -> Result<Summary, String> {
+    let mut c = Command::new(exe);
+    c.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+    let (status, err) = run_watched(c, exe)?;
+    if !status.success() {
+        return Err(format!("exited with {status}: {err}"));
     }
     let text = std::fs::read(summary).map_err(|e| format!("no summary at {}: {e}", summary.display()))?;
-    let s: Summary = serde_json::from_slice(&text).map_err(|e| format!("unreadable summary: {e}"))?;
-    steady_rate(&s).ok_or_else(|| "no images/s in the summary".into())
+    serde_json::from_slice(&text).map_err(|e| format!("unreadable summary: {e}"))
+}
+
+/// How long a child told to stop (the interrupt passed on) has to end before it is killed.
+const CHILD_STOP: Duration = Duration::from_secs(5);
+/// How often a waiting parent looks at its child and at the interrupts.
+const LOOK_EVERY: Duration = Duration::from_millis(20);
+
+/// Runs a child pipeprof (a follow-up, a re-run, `pack`, `cache`) as this process's stand-in:
+/// no input, no output but its errors (the last line returned), a process group of its own
+/// (so an interrupt reaches it once, passed on from here), and SIGTERM when this process dies
+/// (SIGKILL, the OOM killer: it never outlives pipeprof, as the main run's program does not).
+/// The first interrupt is passed on ([`crate::signal::received`]: SIGINT stays SIGINT, the
+/// others are SIGTERM) and the child gets [`CHILD_STOP`] to end (then SIGKILL): [`INTERRUPTED`];
+/// a second one ends this process at once ([`exit_at_once`]).
+pub fn run_watched(mut c: Command, exe: &Path) -> Result<(std::process::ExitStatus, String), String> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0);
+    // SAFETY: only async-signal-safe calls between fork and exec. Spawned from the main thread,
+    // which lives as long as pipeprof does (the death signal follows the spawning thread).
+    unsafe {
+        c.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != parent as libc::pid_t {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let mut err = child.stderr.take();
+    let reader = std::thread::Builder::new().name("pp-child-err".into()).spawn(move || {
+        let mut b = Vec::new();
+        if let Some(e) = err.as_mut() {
+            let _ = e.read_to_end(&mut b);
+        }
+        b
+    });
+    let status = watch(&mut child)?;
+    let err = reader.ok().and_then(|r| r.join().ok()).unwrap_or_default();
+    Ok((status, last_line(&err)))
+}
+
+/// Waits for `child`, passing an interrupt on (see [`run_watched`]).
+fn watch(child: &mut std::process::Child) -> Result<std::process::ExitStatus, String> {
+    let pid = child.id() as libc::pid_t;
+    let mut told: Option<Instant> = None;
+    loop {
+        let ended = child.try_wait().map_err(|e| format!("cannot wait for the child: {e}"))?;
+        if let Some(status) = ended {
+            if told.is_some() {
+                return Err(INTERRUPTED.into());
+            }
+            if let Some(sig) = interrupted_by(status) {
+                // Signalled by someone else while this process's signal thread has not seen
+                // an interrupt: this run ends as interrupted too.
+                if !crate::signal::stopping() {
+                    crate::signal::interrupt(sig);
+                }
+                return Err(INTERRUPTED.into());
+            }
+            return Ok(status);
+        }
+        if crate::signal::interrupts() >= 2 {
+            // SAFETY: kill on the child's own process group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            exit_at_once();
+        }
+        match told {
+            None if crate::signal::stopping() => {
+                let sig = if crate::signal::received() == Some(libc::SIGINT) { libc::SIGINT } else { libc::SIGTERM };
+                // SAFETY: kill on the child, which is not yet reaped (its pid is still ours).
+                unsafe { libc::kill(pid, sig) };
+                told = Some(Instant::now());
+            }
+            Some(t) if t.elapsed() > CHILD_STOP => {
+                // SAFETY: as above.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+            _ => {}
+        }
+        std::thread::sleep(LOOK_EVERY);
+    }
+}
+
+/// The scratch folders of this process ([`TempDir`]), removed by [`exit_at_once`].
+static SCRATCH: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A second interrupt while the re-runs are made (`run --check-advice`, whose run ends its
+/// own way): the scratch folders removed, exit now with 128 + the first signal.
+pub fn exit_at_once() -> ! {
+    crate::progress::say("check-advice: second interrupt: exiting now");
+    for d in SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    std::process::exit(128 + crate::signal::received().unwrap_or(libc::SIGINT));
+}
+
+/// Stops a wait of this process's own (the copy, sizing the pack) at an interrupt: the first
+/// gives [`INTERRUPTED`], a second exits at once.
+pub fn stop_check() -> Result<(), String> {
+    if crate::signal::interrupts() >= 2 {
+        exit_at_once();
+    }
+    if crate::signal::stopping() {
+        return Err(INTERRUPTED.into());
+    }
+    Ok(())
 }
 
 /// A run's rate as the predictions read it ([`crate::diagnose::measured_now`]: a one-off
@@ -218,20 +325,27 @@ pub const COPY_HEADROOM: f64 = 1.2;
 /// says how much either way. Pure.
 pub fn copy_fits(needed: u64, free: Option<u64>, dir: &Path) -> Result<String, String> {
     let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    room_for("copy the data set", needed, free, dir)?;
     match free {
-        Some(f) if (needed as f64) * COPY_HEADROOM > f as f64 => Err(format!(
-            "not enough space to copy the data set: {} needed, {} free in {}",
-            mb(needed),
-            mb(f),
-            dir.display()
-        )),
         Some(f) => Ok(format!("{} copied to {} ({} free there)", mb(needed), dir.display(), mb(f))),
         None => Ok(format!("{} copied to {}", mb(needed), dir.display())),
     }
 }
 
+/// Whether `needed` bytes fit in `free` bytes with [`COPY_HEADROOM`] (the copy's and the
+/// pack's one margin); else why: "not enough space to VERB: … needed, … free in DIR". Pure.
+pub fn room_for(verb: &str, needed: u64, free: Option<u64>, dir: &Path) -> Result<(), String> {
+    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    match free {
+        Some(f) if (needed as f64) * COPY_HEADROOM > f as f64 => {
+            Err(format!("not enough space to {verb}: {} needed, {} free in {}", mb(needed), mb(f), dir.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Bytes free to this user under `dir` (`statvfs`), or `None` where it cannot be told.
-fn free_bytes(dir: &Path) -> Option<u64> {
+pub fn free_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
@@ -240,34 +354,72 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
-/// Regular files under `dir` and their total size; symbolic links are not followed.
-fn tree_bytes(dir: &Path) -> std::io::Result<u64> {
-    let mut total = 0u64;
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        let t = e.file_type()?;
-        if t.is_dir() {
-            total = total.saturating_add(tree_bytes(&e.path())?);
-        } else if t.is_file() {
-            total = total.saturating_add(e.metadata()?.len());
+/// What [`walk_files`] calls per folder and file: (its path, its path below the top, its size).
+type Each<'a> = dyn FnMut(&Path, &Path, Option<u64>) -> Result<(), String> + 'a;
+
+/// Calls `each` with every folder and regular file under `dir` (its path, its path below the
+/// top folder `rel`, and for a file its size: a folder's is `None`, so that an empty class
+/// folder, a class to `ImageFolder`, is copied too), following symbolic links to files and
+/// folders as torchvision's
+/// `ImageFolder` does (`os.walk(followlinks=True)`: a class folder that is a link, a `train/`
+/// of links); a link that leads nowhere is left out (there is nothing to read), a link back
+/// into its own ancestors (a loop) refused with [`SKIPPED`]. Stops at an interrupt
+/// ([`stop_check`]). `above`: the folders above this one, by device and inode.
+fn walk_files(dir: &Path, rel: &Path, above: &mut Vec<(u64, u64)>, each: &mut Each<'_>) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |p: &Path, e: std::io::Error| format!("cannot read {} ({e})", p.display());
+    let m = std::fs::metadata(dir).map_err(|e| io(dir, e))?;
+    let key = (m.dev(), m.ino());
+    if above.contains(&key) {
+        return Err(format!(
+            "{SKIPPED}{} is a link back into a folder above it (a loop): the data set has no end to copy",
+            dir.display()
+        ));
+    }
+    above.push(key);
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir).map_err(|e| io(dir, e))?.collect::<Result<_, _>>().map_err(|e| io(dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        stop_check()?;
+        let path = e.path();
+        let m = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path, e)),
+        };
+        let below = rel.join(e.file_name());
+        if m.is_dir() {
+            each(&path, &below, None)?;
+            walk_files(&path, &below, above, each)?;
+        } else if m.is_file() {
+            each(&path, &below, Some(m.len()))?;
         }
     }
+    above.pop();
+    Ok(())
+}
+
+/// The total size of the files [`walk_files`] finds under `dir`.
+fn tree_bytes(dir: &Path) -> Result<u64, String> {
+    let mut total = 0u64;
+    walk_files(dir, Path::new(""), &mut Vec::new(), &mut |_, _, len| {
+        total = total.saturating_add(len.unwrap_or(0));
+        Ok(())
+    })?;
     Ok(total)
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let t = e.file_type()?;
-        let dst = to.join(e.file_name());
-        if t.is_dir() {
-            copy_tree(&e.path(), &dst)?;
-        } else if t.is_file() {
-            std::fs::copy(e.path(), &dst)?;
+/// Copies what [`walk_files`] finds under `from` to `to`: the files behind links as files.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("cannot create {} ({e})", to.display()))?;
+    walk_files(from, Path::new(""), &mut Vec::new(), &mut |path, rel, len| {
+        let dst = to.join(rel);
+        if len.is_none() {
+            return std::fs::create_dir_all(&dst).map_err(|e| format!("cannot create {} ({e})", dst.display()));
         }
-    }
-    Ok(())
+        std::fs::copy(path, &dst).map(|_| ()).map_err(|e| format!("copying {} failed: {e}", path.display()))
+    })
 }
 
 /// Copies the data folder into `tmp` when it fits: (the copy, a note with the sizes and time).
@@ -276,11 +428,11 @@ pub fn copy_local(data: &Path, tmp: &Path) -> Result<(PathBuf, String), String> 
     if !data.is_dir() {
         return Err("the data is not a folder".into());
     }
-    let needed = tree_bytes(data).map_err(|e| format!("cannot size {}: {e}", data.display()))?;
+    let needed = tree_bytes(data)?;
     let note = copy_fits(needed, free_bytes(tmp), tmp).map_err(|e| format!("{SKIPPED}{e}"))?;
     let out = tmp.join("data-copy");
     let t0 = Instant::now();
-    copy_tree(data, &out).map_err(|e| format!("copying {} failed: {e}", data.display()))?;
+    copy_tree(data, &out)?;
     Ok((out, format!("{note} in {:.1} s, removed afterwards", t0.elapsed().as_secs_f64())))
 }
 
@@ -292,9 +444,9 @@ fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Res
     if let Some(m) = model {
         c.arg(long(MODEL)).arg(m);
     }
-    let o = c.stdin(Stdio::null()).output().map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-    if !o.status.success() {
-        return Err(format!("pipeprof cache failed: {}", last_line(&o.stderr)));
+    let (status, err) = run_watched(c, exe)?;
+    if !status.success() {
+        return Err(format!("pipeprof cache failed: {err}"));
     }
     Ok(t0.elapsed().as_secs_f64())
 }
@@ -327,15 +479,15 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label));
         let summary = tmp.join(format!("run-{k}.json"));
-        let (cache, note) = match local_data(f.change.as_ref(), &exe, parent, data, &tmp) {
-            Ok(made) => made,
-            Err(e) => {
-                results.push((Err(e), None));
-                continue;
+        let made = local_data(f.change.as_ref(), &exe, parent, data, &tmp);
+        let measured = match &made {
+            Ok((cache, _)) => {
+                let child = child_args(parent, f.change.as_ref(), steps, &summary, cache.as_deref());
+                // Interrupted while the copy or the cache was made: no run.
+                stop_check().and_then(|_| run_child(&exe, &child, &[], &summary))
             }
+            Err(e) => Err(e.clone()),
         };
-        let child = child_args(parent, f.change.as_ref(), steps, &summary, cache.as_deref());
-        let measured = run_child(&exe, &child, &[], &summary);
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
             crate::progress::say(&format!(
                 "check-advice: interrupted: {} of {} runs done, the rest skipped",
@@ -344,7 +496,7 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
             ));
             break;
         }
-        results.push((measured, note));
+        results.push((measured, made.ok().and_then(|(_, note)| note)));
     }
     drop(_tmp_guard);
     crate::progress::out(&render(&runs[..results.len()], &results, steady_rate(main).unwrap_or(main.images_per_s)));
@@ -382,6 +534,9 @@ pub fn rerun_setup(prefix: &str) -> Option<(PathBuf, PathBuf, TempDir)> {
             return None;
         }
     };
+    for line in sweep(&std::env::temp_dir()) {
+        crate::progress::say(&format!("check-advice: {line}"));
+    }
     match TempDir::private(prefix) {
         Ok(guard) => Some((exe, guard.path().to_path_buf(), guard)),
         Err(e) => {
@@ -396,14 +551,15 @@ pub fn rerun_setup(prefix: &str) -> Option<(PathBuf, PathBuf, TempDir)> {
 pub struct TempDir(PathBuf);
 
 impl TempDir {
-    /// A new folder `PREFIX-XXXXXX` in the temp folder: a random name, made exclusively
+    /// A new folder `PREFIX-PID-XXXXXX` in the temp folder (PID: this process's, so that
+    /// the next run can tell one left by a killed run, [`sweep`]): a random name, made exclusively
     /// (mkdtemp: a name another user made first, or a link planted there, is never used),
     /// mode 0700, and checked once made (a folder, not a link, ours, closed to others). So
     /// nothing pipeprof writes in it can be redirected, read or swapped by another user.
     pub fn private(prefix: &str) -> Result<TempDir, String> {
         let within = std::env::temp_dir();
         let made = tempfile::Builder::new()
-            .prefix(&format!("{prefix}-"))
+            .prefix(&format!("{prefix}-{}-", std::process::id()))
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(&within)
             .map_err(|e| format!("cannot create a private folder in {} ({e})", within.display()))?;
@@ -414,6 +570,7 @@ impl TempDir {
 
     /// Removes `dir` (which the caller made) when dropped or on an immediate exit.
     fn new(dir: &Path) -> TempDir {
+        SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
         let d = dir.to_path_buf();
         crate::signal::on_abort(Box::new(move || {
             let _ = std::fs::remove_dir_all(&d);
@@ -441,7 +598,62 @@ fn check_private(dir: &Path) -> Result<(), String> {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != &self.0);
     }
+}
+
+/// Where the scratch folders of `--check-advice` begin (`pipeprof-check-PID-…`, and
+/// `pipeprof-check-run-PID-…` for `run`'s).
+const SCRATCH_PREFIX: &str = "pipeprof-check-";
+
+/// The pid in a scratch folder's name (`pipeprof-check-PID-XXXXXX`,
+/// `pipeprof-check-run-PID-XXXXXX`), or `None`: not a name [`TempDir::private`] makes. Pure.
+pub fn scratch_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(SCRATCH_PREFIX)?;
+    let rest = rest.strip_prefix("run-").unwrap_or(rest);
+    let (pid, random) = rest.split_once('-')?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    (digits && !random.is_empty() && !random.contains('/')).then(|| pid.parse().ok()).flatten()
+}
+
+/// Removes the scratch folders in `within` that a `--check-advice` killed outright (SIGKILL,
+/// the OOM killer: it removed nothing) left behind, and only those provably so: a folder (not
+/// a link) owned by this user, named as [`TempDir::private`] names them, whose pid is dead
+/// and not this process. One of another user's is named, never touched. Returns what it did,
+/// a line each.
+pub fn sweep(within: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(within) else { return Vec::new() };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mut said = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(scratch_pid) else { continue };
+        let path = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&path) else { continue };
+        if !m.file_type().is_dir() || pid == std::process::id() || alive(pid) {
+            continue;
+        }
+        if m.uid() != me {
+            said.push(format!(
+                "{} was left by a --check-advice of another user (uid {}) that was killed: not ours, left alone",
+                path.display(),
+                m.uid()
+            ));
+        } else if std::fs::remove_dir_all(&path).is_ok() {
+            said.push(format!("removed {}, left by a --check-advice (pid {pid}) that was killed", path.display()));
+        }
+    }
+    said
+}
+
+/// Whether process `pid` exists (alive, or a zombie not yet reaped; another user's too).
+fn alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 checks only; no signal is sent.
+    let rc = unsafe { libc::kill(p, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// The table. Predicted and measured × have one base, the baseline follow-up (same length,
@@ -796,5 +1008,65 @@ mod tests {
         let row = t.lines().nth(2).unwrap_or_default();
         // 7203 / 686 = 10.50× predicted, 7474 / 686 = 10.90× measured: one base.
         assert!(row.contains("7203.0") && row.contains("10.50×") && row.contains("10.90×"), "{t}");
+    }
+
+    #[test]
+    fn the_copy_follows_links_as_imagefolder_does_and_refuses_a_loop() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let (src, store) = (d.path().join("train"), d.path().join("store"));
+        std::fs::create_dir_all(src.join("circle")).unwrap();
+        std::fs::create_dir_all(store.join("cross")).unwrap();
+        std::fs::write(src.join("circle/a.png"), [1u8; 100]).unwrap();
+        std::fs::write(store.join("cross/b.png"), [2u8; 50]).unwrap();
+        std::fs::write(store.join("c.png"), [3u8; 20]).unwrap();
+        // A class folder that is a link (DVC, git-annex), a file that is a link, one to nowhere.
+        symlink(store.join("cross"), src.join("cross")).unwrap();
+        symlink(store.join("c.png"), src.join("circle/c.png")).unwrap();
+        symlink(d.path().join("gone.png"), src.join("circle/gone.png")).unwrap();
+        // A class folder with no image is a class to ImageFolder all the same.
+        std::fs::create_dir(src.join("empty")).unwrap();
+        assert_eq!(tree_bytes(&src).unwrap(), 170);
+        let tmp = tempfile::tempdir().unwrap();
+        let (copy, _) = copy_local(&src, tmp.path()).unwrap();
+        assert_eq!(std::fs::read(copy.join("cross/b.png")).unwrap(), [2u8; 50]);
+        assert_eq!(std::fs::read(copy.join("circle/c.png")).unwrap(), [3u8; 20]);
+        assert!(!std::fs::symlink_metadata(copy.join("cross")).unwrap().file_type().is_symlink(), "copied, not linked");
+        assert!(!copy.join("circle/gone.png").exists());
+        assert!(copy.join("empty").is_dir(), "the empty class is kept");
+        // A link back into its own ancestors: ImageFolder's walk has no end; the row is skipped.
+        symlink(&src, src.join("circle/again")).unwrap();
+        let e = copy_local(&src, tempfile::tempdir().unwrap().path()).unwrap_err();
+        assert!(e.starts_with(SKIPPED) && e.contains("(a loop)"), "{e}");
+    }
+
+    #[test]
+    fn a_scratch_folder_names_its_pid_and_one_left_by_a_killed_run_is_removed_if_ours() {
+        let t = TempDir::private("pipeprof-check-run").unwrap();
+        let name = t.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(scratch_pid(&name), Some(std::process::id()), "{name}");
+        for (name, want) in [
+            ("pipeprof-check-123-abcdef", Some(123)),
+            ("pipeprof-check-run-45-x1y2z3", Some(45)),
+            ("pipeprof-check-run-abcdef", None),
+            ("pipeprof-check-12", None),
+            ("pipeprof-run-12-abc", None),
+            ("pipeprof-check--abc", None),
+        ] {
+            assert_eq!(scratch_pid(name), want, "{name}");
+        }
+        let within = tempfile::tempdir().unwrap();
+        // A pid that cannot be alive (over the kernel's pid_max, 2^22).
+        let dead = within.path().join("pipeprof-check-run-99999999-abcdef");
+        std::fs::create_dir_all(dead.join("data-copy")).unwrap();
+        let live = within.path().join(format!("pipeprof-check-{}-abcdef", std::process::id()));
+        std::fs::create_dir(&live).unwrap();
+        let other = within.path().join("pipeprof-check-99999998-abcdef");
+        std::os::unix::fs::symlink(&live, &other).unwrap();
+        let said = sweep(within.path());
+        assert!(!dead.exists(), "{said:?}");
+        assert!(live.exists() && std::fs::symlink_metadata(&other).is_ok(), "a live run's and a link are left");
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("removed") && said[0].contains("pid 99999999"), "{said:?}");
     }
 }

@@ -17,6 +17,7 @@
 //! program's output is kept from the terminal (the last line of its errors says why a re-run
 //! failed); its side effects are its own.
 
+use crate::aggregate::settings::RunSettings;
 use crate::aggregate::Summary;
 use crate::check_advice::{self, FollowUp, Measured, INTERRUPTED, MAX_FOLLOW_UPS};
 use crate::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
@@ -136,25 +137,64 @@ pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
     out
 }
 
-/// The value of [`ENV`] for a re-run: the arguments to set, the steps, the redirect and the
-/// file where the hook writes why it could not make the redirect (`why_file`). Pure.
-pub fn env_value(
-    set: Option<&LoaderKnobs>,
-    steps: u64,
-    redirect: Option<&Redirect>,
-    why_file: Option<&Path>,
-) -> String {
+/// Where a re-run's hook writes what the check needs back: why it could not make the redirect
+/// (`why_file`), and the images it read from the copy or the pack, a file per process
+/// (`reads_dir`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Back<'a> {
+    pub why_file: Option<&'a Path>,
+    pub reads_dir: Option<&'a Path>,
+}
+
+/// The value of [`ENV`] for a re-run: the arguments to set, the steps, the redirect and where
+/// the hook writes back ([`Back`]). Pure.
+pub fn env_value(set: Option<&LoaderKnobs>, steps: u64, redirect: Option<&Redirect>, back: Back) -> String {
     let mut v = serde_json::to_value(set.cloned().unwrap_or_default()).unwrap_or_else(|_| serde_json::json!({}));
     if let Some(m) = v.as_object_mut() {
         m.insert("steps".into(), steps.into());
         if let Some(r) = redirect.and_then(|r| serde_json::to_value(r).ok()) {
             m.insert("redirect".into(), r);
         }
-        if let Some(w) = why_file {
-            m.insert("why_file".into(), w.to_string_lossy().into_owned().into());
+        for (key, p) in [("why_file", back.why_file), ("reads_dir", back.reads_dir)] {
+            if let Some(p) = p {
+                m.insert(key.into(), p.to_string_lossy().into_owned().into());
+            }
         }
     }
     v.to_string()
+}
+
+/// The images a re-run's processes read from the copy or the pack: the counts the hook wrote
+/// in `dir`, a file per process (a count in decimal).
+pub fn reads_in(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| t.trim().parse::<u64>().ok())
+        .fold(0u64, u64::saturating_add)
+}
+
+/// Whether a data re-run measured `what` ("the copy", "the pack"): it read some of its images
+/// (`reads`, counted by the hook) and its program saw as many images and classes as the main
+/// run's (`main`, `ran`: the two runs' settings). The note that says so, or why not
+/// ([`check_advice::SKIPPED`]). Pure.
+pub fn proven(what: &str, reads: u64, main: &RunSettings, ran: &RunSettings) -> Result<String, String> {
+    let skipped = check_advice::SKIPPED;
+    if reads == 0 {
+        return Err(format!(
+            "{skipped}the re-run read no image from {what}: the program trained on data it did not open through the folder reader the hook redirects (a dataset of its own, one loaded back from a cache)"
+        ));
+    }
+    let (images, classes) = (ran.images, ran.classes.len());
+    if (images, classes) != (main.images, main.classes.len()) {
+        return Err(format!(
+            "{skipped}the re-run saw {images} images of {classes} classes in {what}, the main run {} of {}: not the same data",
+            main.images,
+            main.classes.len()
+        ));
+    }
+    Ok(format!("{images} images, {classes} classes, as the main run; {reads} read from {what}"))
 }
 
 /// `pipeprof run` arguments of a re-run. Pure.
@@ -216,6 +256,113 @@ pub fn cost_line(what: &str, cost_s: f64, images: usize, before: f64, after: f64
     }
 }
 
+/// Images whose headers [`pack_bytes`] reads at most: spread evenly over the data set, their
+/// mean size stands for the rest (each header read is an open on slow storage, where a data
+/// set of 100 000 files would take minutes; the free-space margin covers the estimate's error).
+const SIZED_AT_MOST: usize = 256;
+
+/// Bytes `pipeprof pack` writes for the images of `data` at `size` (3 channels each; the index
+/// is small beside them): the files its layout takes (`keras`: Keras's folder rules, else
+/// ImageFolder's), each at the size it is stored at (`--size`: known; `--as-stored`,
+/// `--shorter`: from the image's header, up to [`SIZED_AT_MOST`] of them, their mean for the
+/// rest). Stops at an interrupt.
+pub fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, String> {
+    use crate::data::scan::{scan_with, Rules};
+    let rules = if keras { Rules::Keras } else { Rules::ImageFolder };
+    let ds = scan_with(data, rules).map_err(|e| e.to_string())?;
+    let count = ds.samples.len() as u64;
+    let stored = match size {
+        PackSize::Exact { height, width } => return Ok(count.saturating_mul(height as u64 * width as u64 * 3)),
+        PackSize::Shorter(s) => crate::cache::Size::Shorter { shorter: s as u32 },
+        PackSize::AsStored | PackSize::Unknown => crate::cache::Size::AsStored,
+    };
+    let step = ds.samples.len().div_ceil(SIZED_AT_MOST).max(1);
+    let (mut sized, mut pixels) = (0u64, 0u64);
+    for s in ds.samples.iter().step_by(step) {
+        check_advice::stop_check()?;
+        // An image whose size cannot be read is one pack skips: nothing written.
+        if let Some((w, h)) = image_size(&s.path) {
+            let (h, w) = stored.output(h, w);
+            pixels = pixels.saturating_add(u64::from(h) * u64::from(w));
+        }
+        sized += 1;
+    }
+    if sized == 0 {
+        return Ok(0);
+    }
+    // The sampled images' mean, for every image (exact where all were read).
+    let total = (u128::from(pixels) * u128::from(count) / u128::from(sized)) as u64;
+    Ok(total.saturating_mul(3))
+}
+
+/// An image's (width, height): from a JPEG's frame header or a PNG's IHDR in its first 64 KiB,
+/// else (another format, a header further in) decoded.
+fn image_size(path: &Path) -> Option<(u32, u32)> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(64 << 10);
+    std::fs::File::open(path).ok()?.take(64 << 10).read_to_end(&mut head).ok()?;
+    if let Some(wh) = header_size(&head) {
+        return Some(wh);
+    }
+    let bytes = std::fs::read(path).ok()?;
+    crate::data::image::decode(&bytes, 3).ok().map(|p| (p.width, p.height))
+}
+
+/// (width, height) from the start of a PNG (IHDR) or a JPEG (its first SOF marker). Pure.
+pub fn header_size(b: &[u8]) -> Option<(u32, u32)> {
+    let be32 = |i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
+    let be16 = |i: usize| Some(u32::from(u16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?)));
+    if b.starts_with(b"\x89PNG\r\n\x1a\n") && b.get(12..16) == Some(b"IHDR") {
+        return Some((be32(16)?, be32(20)?));
+    }
+    if !b.starts_with(&[0xff, 0xd8]) {
+        return None;
+    }
+    let mut i = 2;
+    while i + 4 <= b.len() {
+        if b[i] != 0xff {
+            return None;
+        }
+        let marker = b[i + 1];
+        // Fill bytes, and markers with no length (TEM, RSTn).
+        if marker == 0xff {
+            i += 1;
+            continue;
+        }
+        if marker == 0x01 || (0xd0..=0xd7).contains(&marker) {
+            i += 2;
+            continue;
+        }
+        let len = be16(i + 2)? as usize;
+        // SOF0–SOF15 but DHT (C4), JPG (C8) and DAC (CC): height then width.
+        if (0xc0..=0xcf).contains(&marker) && ![0xc4, 0xc8, 0xcc].contains(&marker) {
+            return Some((be16(i + 7)?, be16(i + 5)?));
+        }
+        i += 2 + len;
+    }
+    None
+}
+
+/// The pack of `data` in `tmp`, when it fits there (its size [`pack_bytes`] against the free
+/// space, with the copy's margin: else [`check_advice::SKIPPED`]): `pipeprof pack`, watched
+/// as a re-run is (an interrupt passed on, never outliving this process).
+fn make_pack(exe: &Path, data: &Path, tmp: &Path, size: PackSize, keras: bool) -> Result<PathBuf, String> {
+    let needed = pack_bytes(data, size, keras)?;
+    check_advice::room_for("pack the data set", needed, check_advice::free_bytes(tmp), tmp)
+        .map_err(|e| format!("{}{e} (pipeprof pack {})", check_advice::SKIPPED, size.flag()))?;
+    let out = tmp.join("data.ppk");
+    let mut c = std::process::Command::new(exe);
+    c.arg("pack").arg(data).arg(&out).args(size.flag().split(' '));
+    if keras {
+        c.args(["--layout", "keras"]);
+    }
+    let (status, err) = check_advice::run_watched(c, exe)?;
+    if !status.success() {
+        return Err(format!("pipeprof pack failed: {err}"));
+    }
+    Ok(out)
+}
+
 /// The copy or the pack a re-run reads, made in `tmp` from `data` (timed, before the re-run):
 /// the redirect, what it is called in the cost line, and its cost in seconds.
 fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Redirect, &'static str, f64), String> {
@@ -226,57 +373,60 @@ fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Re
             let (copy, _) = check_advice::copy_local(data, tmp)?;
             (copy, RedirectKind::Folder, "the copy")
         }
-        DataMove::Pack { size, keras } => {
-            let out = tmp.join("data.ppk");
-            let mut c = std::process::Command::new(exe);
-            c.arg("pack").arg(data).arg(&out).args(size.flag().split(' '));
-            if keras {
-                c.args(["--layout", "keras"]);
-            }
-            let o = c
-                .stdin(std::process::Stdio::null())
-                .output()
-                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-            if !o.status.success() {
-                let err = String::from_utf8_lossy(&o.stderr);
-                let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string();
-                return Err(format!("pipeprof pack failed: {last}"));
-            }
-            (out, RedirectKind::Packed, "the pack")
-        }
+        DataMove::Pack { size, keras } => (make_pack(exe, data, tmp, size, keras)?, RedirectKind::Packed, "the pack"),
     };
     Ok((Redirect { from, to, kind }, what, t0.elapsed().as_secs_f64()))
 }
 
-/// One re-run: the data it reads made first (a copy or a pack, timed apart), then the program.
-/// Returns what it measured, with the cost line's `what` and seconds for a data move.
-fn re_run(
-    opts: &Options,
-    r: &ReRun,
-    k: usize,
-    exe: &Path,
-    tmp: &Path,
-    data: &str,
-) -> (Measured, Option<(&'static str, f64)>) {
+/// What a re-run gives: its rate (or why none), a note for its row, and for a data move the
+/// cost line's `what` and seconds.
+type Outcome = (Measured, Option<String>, Option<(&'static str, f64)>);
+
+/// One re-run: the data it reads made first (a copy or a pack, timed apart), then the program;
+/// a data re-run is a measurement only where it proved it read the data ([`proven`]).
+fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Summary) -> Outcome {
     let (redirect, cost) = match r.moves {
         None => (None, None),
-        Some(m) => match make_data(m, exe, Path::new(data), tmp) {
+        Some(m) => match make_data(m, exe, Path::new(&main.settings.data), tmp) {
             Ok((redirect, what, secs)) => (Some(redirect), Some((what, secs))),
-            Err(e) => return (Err(e), None),
+            Err(e) => return (Err(e), None, None),
         },
     };
+    // Interrupted while the copy or the pack was made: no re-run.
+    if let Err(e) = check_advice::stop_check() {
+        return (Err(e), None, None);
+    }
     let summary = tmp.join(format!("run-{k}.json"));
     let why = tmp.join(format!("run-{k}.why"));
-    let env = [(ENV, env_value(r.set.as_ref(), opts.steps, redirect.as_ref(), Some(&why)))];
-    let measured = check_advice::run_child(exe, &child_args(opts, &summary), &env, &summary);
+    let reads = tmp.join(format!("run-{k}.reads"));
+    let counted = redirect.is_some() && std::fs::create_dir(&reads).is_ok();
+    let back = Back { why_file: Some(&why), reads_dir: counted.then_some(reads.as_path()) };
+    let env = [(ENV, env_value(r.set.as_ref(), opts.steps, redirect.as_ref(), back))];
+    let ran = check_advice::run_child_summary(exe, &child_args(opts, &summary), &env, &summary);
     if let Some(r) = &redirect {
         // The copy or the pack is not needed past its run: the space goes back at once.
         let _ = if r.to.is_dir() { std::fs::remove_dir_all(&r.to) } else { std::fs::remove_file(&r.to) };
     }
     // The hook could not make the redirect as the program asked: the row says why.
     match std::fs::read_to_string(&why) {
-        Ok(w) if !w.trim().is_empty() => (Err(format!("{}{}", check_advice::SKIPPED, w.trim())), None),
-        _ => (measured, cost),
+        Ok(w) if !w.trim().is_empty() && !matches!(&ran, Err(e) if e == INTERRUPTED) => {
+            return (Err(format!("{}{}", check_advice::SKIPPED, w.trim())), None, None)
+        }
+        _ => {}
+    }
+    let s = match ran {
+        Ok(s) => s,
+        Err(e) => return (Err(e), None, None),
+    };
+    let Some(rate) = check_advice::steady_rate(&s) else {
+        return (Err("no images/s in the summary".into()), None, None);
+    };
+    match cost {
+        None => (Ok(rate), None, None),
+        Some((what, secs)) => match proven(what, reads_in(&reads), &main.settings, &s.settings) {
+            Ok(note) => (Ok(rate), Some(note), Some((what, secs))),
+            Err(e) => (Err(e), None, None),
+        },
     }
 }
 
@@ -311,12 +461,12 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
             break;
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label));
-        let (measured, cost) = re_run(opts, r, k, &exe, &tmp, data);
+        let (measured, note, cost) = re_run(opts, r, k, &exe, &tmp, main);
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
             stop(k);
             break;
         }
-        results.push((measured, None));
+        results.push((measured, note));
         costs.push(cost);
     }
     drop(_tmp_guard);
@@ -386,9 +536,9 @@ mod tests {
 
     #[test]
     fn the_hook_is_told_the_arguments_to_set_and_the_steps() {
-        let v: serde_json::Value = serde_json::from_str(&env_value(Some(&w2_()), 30, None, None)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&env_value(Some(&w2_()), 30, None, Back::default())).unwrap();
         assert_eq!(v, serde_json::json!({"num_workers": 2, "steps": 30}));
-        let v: serde_json::Value = serde_json::from_str(&env_value(None, 12, None, None)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&env_value(None, 12, None, Back::default())).unwrap();
         assert_eq!(v, serde_json::json!({"steps": 12}), "the baseline sets nothing");
     }
 
@@ -446,11 +596,14 @@ mod tests {
             [(RedirectKind::Folder, serde_json::json!("folder")), (RedirectKind::Packed, serde_json::json!("packed"))];
         for (kind, want) in table {
             let r = Redirect { from: "/mnt/d".into(), to: "/tmp/x/c".into(), kind };
-            let v: serde_json::Value =
-                serde_json::from_str(&env_value(None, 40, Some(&r), Some(Path::new("/tmp/x/run-1.why")))).unwrap();
+            let back = Back {
+                why_file: Some(Path::new("/tmp/x/run-1.why")),
+                reads_dir: Some(Path::new("/tmp/x/run-1.reads")),
+            };
+            let v: serde_json::Value = serde_json::from_str(&env_value(None, 40, Some(&r), back)).unwrap();
             assert_eq!(
                 v,
-                serde_json::json!({"steps": 40, "redirect": {"from": "/mnt/d", "to": "/tmp/x/c", "as": want}, "why_file": "/tmp/x/run-1.why"})
+                serde_json::json!({"steps": 40, "redirect": {"from": "/mnt/d", "to": "/tmp/x/c", "as": want}, "why_file": "/tmp/x/run-1.why", "reads_dir": "/tmp/x/run-1.reads"})
             );
         }
     }
@@ -514,5 +667,74 @@ mod tests {
                 "0.1"
             ]
         );
+    }
+
+    fn settings(images: usize, classes: &[&str]) -> RunSettings {
+        RunSettings { images, classes: classes.iter().map(|c| c.to_string()).collect(), ..RunSettings::default() }
+    }
+
+    #[test]
+    fn a_data_re_run_is_measured_only_where_it_read_the_data_and_saw_the_main_runs_images() {
+        let main = settings(192, &["circle", "cross"]);
+        // Read from the copy, the same images and classes: measured, and the row says so.
+        let note = proven("the copy", 320, &main, &settings(192, &["circle", "cross"])).unwrap();
+        assert_eq!(note, "192 images, 2 classes, as the main run; 320 read from the copy");
+        // Never read from the pack (a dataset loaded back from a pickle): skipped, why.
+        let e = proven("the pack", 0, &main, &main).unwrap_err();
+        assert!(e.starts_with(check_advice::SKIPPED) && e.contains("read no image from the pack"), "{e}");
+        // A copy that left a linked class out: half the images, one class.
+        let e = proven("the copy", 96, &main, &settings(96, &["circle"])).unwrap_err();
+        assert!(e.contains("saw 96 images of 1 classes in the copy, the main run 192 of 2"), "{e}");
+    }
+
+    #[test]
+    fn the_reads_of_every_process_are_added_up() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(reads_in(d.path()), 0);
+        std::fs::write(d.path().join("101"), "40\n").unwrap();
+        std::fs::write(d.path().join("102"), "7\n").unwrap();
+        std::fs::write(d.path().join("103"), "not a count").unwrap();
+        assert_eq!(reads_in(d.path()), 47);
+        assert_eq!(reads_in(&d.path().join("missing")), 0);
+    }
+
+    fn image(path: &Path, w: u32, h: u32, jpeg: bool) {
+        let img = image::RgbImage::from_pixel(w, h, image::Rgb([10, 200, 30]));
+        let fmt = if jpeg { image::ImageFormat::Jpeg } else { image::ImageFormat::Png };
+        img.save_with_format(path, fmt).unwrap();
+    }
+
+    #[test]
+    fn the_pack_is_sized_before_it_is_written_and_skipped_where_it_does_not_fit() {
+        let d = tempfile::tempdir().unwrap();
+        for (class, (w, h)) in [("a", (40, 30)), ("b", (20, 50))] {
+            std::fs::create_dir(d.path().join(class)).unwrap();
+            image(&d.path().join(class).join("0.jpg"), w, h, true);
+            image(&d.path().join(class).join("1.png"), w, h, false);
+        }
+        std::fs::write(d.path().join("a/notes.txt"), "not an image").unwrap();
+        // As stored: each image's own pixels × 3.
+        assert_eq!(pack_bytes(d.path(), PackSize::AsStored, false).unwrap(), 2 * (40 * 30 + 20 * 50) * 3);
+        // --size: the count × H × W × 3, no header read.
+        assert_eq!(pack_bytes(d.path(), PackSize::Exact { height: 8, width: 4 }, false).unwrap(), 4 * 8 * 4 * 3);
+        // --shorter 10: 40×30 → 13×10, 20×50 → 10×25.
+        assert_eq!(pack_bytes(d.path(), PackSize::Shorter(10), false).unwrap(), 2 * (13 * 10 + 10 * 25) * 3);
+        // With the copy's margin against the free space.
+        let needed = pack_bytes(d.path(), PackSize::AsStored, false).unwrap();
+        let e = check_advice::room_for("pack the data set", needed, Some(needed), Path::new("/tmp/x")).unwrap_err();
+        assert!(e.starts_with("not enough space to pack the data set: 0.0 MB needed"), "{e}");
+        assert!(check_advice::room_for("pack the data set", needed, Some(needed * 2), Path::new("/t")).is_ok());
+    }
+
+    #[test]
+    fn a_jpeg_or_png_header_gives_its_size_and_anything_else_none() {
+        let d = tempfile::tempdir().unwrap();
+        for (name, jpeg) in [("x.jpg", true), ("x.png", false)] {
+            image(&d.path().join(name), 33, 17, jpeg);
+            assert_eq!(header_size(&std::fs::read(d.path().join(name)).unwrap()), Some((33, 17)), "{name}");
+        }
+        for junk in [&b""[..], b"\xff\xd8", b"\xff\xd8\xff\xc0\x00", b"GIF89a", b"\xff\xd8\x00\x00\x00\x00"] {
+            assert_eq!(header_size(junk), None, "{junk:?}");
+        }
     }
 }

@@ -16,12 +16,14 @@ What it patches, only when ``PIPEPROF_CHECK`` is set (by a re-run; never in a pl
   batch after ``steps``.
 
 - Where the re-run names a ``redirect``: the image folder read from a local copy or a packed
-  file (:mod:`pipeprof._redirect`, which says what it patches).
+  file (:mod:`pipeprof._redirect`, which says what it patches); whether the program took it is
+  checked when its steps are done and, for a program that ends sooner, at its exit.
 
 It never changes the program's code paths otherwise: a loader whose arguments do not bind is
 built as the program asked (and fails as it would).
 """
 
+import atexit
 import inspect
 import json
 import os
@@ -157,6 +159,9 @@ def install():
     steps = v.get("steps")
     _CHECK.steps = steps if isinstance(steps, int) and steps > 0 else None
     _CHECK.redirect = _redirect.read(v)
+    if _CHECK.redirect is not None:
+        # A program that ends before its steps (a short script) is checked at its exit too.
+        atexit.register(_redirect.check_used_at_exit)
     _hooks.when_imported(
         {
             "torch.utils.data": _patch_torch,

@@ -18,12 +18,23 @@ asked):
 A call the packed reader cannot honour as written (its own ``loader`` or ``is_valid_file``, a
 subclass, ``class_names``, a colour mode other than RGB, ...) ends the re-run with the reason,
 written to the ``why_file`` the re-run names: check-advice shows the row as skipped, never as a
-measurement of something else. So does a program that never opens the folder through these.
+measurement of something else. So does a program that never opens the folder through these,
+whether it ends at the re-run's steps or sooner (:func:`check_used` runs at its exit too).
+
+Every image read from the copy or the pack is counted, in whichever process reads it (the main
+process, a forked or spawned DataLoader worker): each process keeps its count in a file of its
+own (named by its pid) in the ``reads_dir`` the re-run names, which check-advice adds up after
+the re-run. A row is a measurement only where that count is not zero: the re-run proved it read
+the copy or the pack (a program that opened the folder but trained on a dataset loaded back from
+a pickle reads none). The count wraps the reader the program's dataset calls per image (the
+folder reader's ``loader``, the packed reader's ``transform``) in a picklable :class:`Counted`;
+a Keras ``tf.data`` pipeline gets a ``map`` that counts each batch's images.
 """
 
 import inspect
 import os
 import sys
+import threading
 
 from pipeprof import _state
 
@@ -58,15 +69,135 @@ def skip(why):
     raise SystemExit(0)
 
 
+def _unused_why():
+    """Why the re-run measured nothing of the redirect: the program never opened the folder
+    through a reader the hook redirects; None where it did (or there is no redirect)."""
+    r = _CHECK.redirect
+    if r is None or _CHECK.redirected:
+        return None
+    return (
+        f"the program did not open {r['from']} through ImageFolder/DatasetFolder, image_dataset_from_directory "
+        "or flow_from_directory: nothing was redirected"
+    )
+
+
 def check_used():
     """Called when the re-run's steps are done: a redirect the program never took is no
     measurement of it."""
-    r = _CHECK.redirect
-    if r is not None and not _CHECK.redirected:
-        skip(
-            f"the program did not open {r['from']} through ImageFolder/DatasetFolder, image_dataset_from_directory "
-            "or flow_from_directory: nothing was redirected"
-        )
+    why = _unused_why()
+    if why is not None:
+        skip(why)
+
+
+def check_used_at_exit():
+    """The same check at the program's own exit (it ended before the re-run's steps): the
+    reason is written for check-advice, and the exit goes on as the program's."""
+    why = _unused_why()
+    path = (_CHECK.asked or {}).get("why_file")
+    if why is None or not isinstance(path, str):
+        return
+    try:
+        # Not over a reason already written (skip() wrote why it stopped the program).
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(why)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- the reads counted
+
+_READS = {"pid": None, "fd": None, "n": 0}
+_READS_LOCK = threading.Lock()
+
+
+def _after_fork():
+    """A forked child (a DataLoader worker) starts its own count, with a lock no thread of the
+    parent can have held across the fork."""
+    global _READS_LOCK
+    _READS_LOCK = threading.Lock()
+    _READS.update(pid=None, fd=None, n=0)
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def note(where, n=1):
+    """Counts ``n`` images read from the copy or the pack in this process: its total is kept in
+    ``where/<pid>`` (rewritten in place, so a process killed after a read has still told)."""
+    with _READS_LOCK:
+        pid = os.getpid()
+        if _READS["pid"] != pid:
+            # A new process (a forked worker inherits the parent's state): a file of its own.
+            _READS.update(pid=pid, fd=None, n=0)
+            try:
+                _READS["fd"] = os.open(os.path.join(where, str(pid)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError:
+                return
+        if _READS["fd"] is None:
+            return
+        _READS["n"] += n
+        try:
+            os.pwrite(_READS["fd"], f"{_READS['n']}\n".encode(), 0)
+        except OSError:
+            pass
+
+
+def reads_dir():
+    """The folder where this re-run's reads are counted, or None (then nothing is counted and
+    check-advice measures nothing)."""
+    where = (_CHECK.asked or {}).get("reads_dir")
+    return where if isinstance(where, str) else None
+
+
+class Counted:
+    """A reader the dataset calls once per image (a folder reader's ``loader``, a packed
+    reader's ``transform``; ``None``: the image as it is), counted with :func:`note`. Picklable,
+    so that a spawned worker counts too; other attributes are the wrapped reader's."""
+
+    def __init__(self, fn, where):
+        self.fn = fn
+        self.where = where
+
+    def __call__(self, x):
+        note(self.where)
+        return x if self.fn is None else self.fn(x)
+
+    def __getattr__(self, name):
+        fn = self.__dict__.get("fn")
+        if name.startswith("__") or fn is None:
+            raise AttributeError(name)
+        return getattr(fn, name)
+
+    def __repr__(self):
+        return repr(self.fn)
+
+
+def _counted_tf(ds, where):
+    """A ``tf.data.Dataset`` of batches (or a list of them, ``subset="both"``) with each
+    batch's images counted as it is taken; its ``class_names`` and ``file_paths`` kept."""
+    if isinstance(ds, (list, tuple)):
+        return type(ds)(_counted_tf(d, where) for d in ds)
+    if where is None or not hasattr(ds, "map"):
+        return ds
+    import tensorflow as tf
+
+    def seen(n):
+        note(where, int(n))
+        return n
+
+    def count(*xs):
+        first = tf.nest.flatten(xs)[0]
+        n = tf.py_function(seen, [tf.shape(first)[0]], tf.int32)
+        with tf.control_dependencies([n]):
+            xs = tf.nest.map_structure(tf.identity, xs)
+        return xs[0] if len(xs) == 1 else xs
+
+    out = ds.map(count)
+    for name in ("class_names", "file_paths"):
+        if hasattr(ds, name):
+            setattr(out, name, getattr(ds, name))
+    return out
 
 
 def _bind(fn, *args, **kwargs):
@@ -101,7 +232,10 @@ def _packed_folder(cls, folder_mod, r, args, kwargs):
     from pipeprof.data import PackedImageFolder
 
     _CHECK.redirected = True
-    return PackedImageFolder(r["to"], transform=a.get("transform"), target_transform=a.get("target_transform"))
+    transform = a.get("transform")
+    if reads_dir() is not None:
+        transform = Counted(transform, reads_dir())
+    return PackedImageFolder(r["to"], transform=transform, target_transform=a.get("target_transform"))
 
 
 def patch_torchvision(folder_mod):
@@ -118,7 +252,10 @@ def patch_torchvision(folder_mod):
             if b is not None and is_folder(b.arguments.get("root"), r["from"]):
                 b.arguments["root"] = r["to"]
                 _CHECK.redirected = True
-                return orig_init(*b.args, **b.kwargs)
+                orig_init(*b.args, **b.kwargs)
+                if reads_dir() is not None and callable(getattr(self, "loader", None)):
+                    self.loader = Counted(self.loader, reads_dir())
+                return None
             return orig_init(self, *args, **kwargs)
 
         DatasetFolder.__init__ = __init__
@@ -157,7 +294,7 @@ def _packed_dataset(r, a):
 
     keep = ("batch_size", "image_size", "shuffle", "seed", "label_mode", "validation_split", "subset", "interpolation")
     _CHECK.redirected = True
-    return pk.packed_dataset(r["to"], **{k: a[k] for k in keep if k in a})
+    return _counted_tf(pk.packed_dataset(r["to"], **{k: a[k] for k in keep if k in a}), reads_dir())
 
 
 def patch_keras(keras_mod):
@@ -177,7 +314,7 @@ def patch_keras(keras_mod):
                 return _packed_dataset(r, b.arguments)
             b.arguments["directory"] = r["to"]
             _CHECK.redirected = True
-            return orig(*b.args, **b.kwargs)
+            return _counted_tf(orig(*b.args, **b.kwargs), reads_dir())
 
         for mod in (utils, getattr(keras_mod, "preprocessing", None)):
             if getattr(mod, "image_dataset_from_directory", None) is orig:
@@ -199,6 +336,16 @@ def patch_keras(keras_mod):
             )
         b.arguments["directory"] = r["to"]
         _CHECK.redirected = True
-        return orig_flow(*b.args, **b.kwargs)
+        it = orig_flow(*b.args, **b.kwargs)
+        where, batches = reads_dir(), getattr(it, "_get_batches_of_transformed_samples", None)
+        if where is not None and batches is not None:
+
+            def counted(index_array):
+                note(where, len(index_array))
+                return batches(index_array)
+
+            # Called as self._get_batches_of_transformed_samples(...): the instance's own.
+            it._get_batches_of_transformed_samples = counted
+        return it
 
     Gen.flow_from_directory = flow_from_directory

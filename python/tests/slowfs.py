@@ -51,6 +51,10 @@ def _operations(source, open_ms, read_ms):
             out["st_mode"] &= ~0o222
             return out
 
+        def readlink(self, path):
+            # A link is passed through as it is (a class folder linked elsewhere: DVC, git-annex).
+            return os.readlink(self._real(path))
+
         def readdir(self, path, fh):
             return [".", "..", *sorted(os.listdir(self._real(path)))]
 

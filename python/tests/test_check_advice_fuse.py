@@ -184,3 +184,90 @@ def test_keras_image_dataset_from_directory_is_redirected_too(tmp_path):
     shutil.rmtree(src)
     got, why = redirect_run(tmp_path, "keras-pack", "packed", packed, src, src, tf)
     assert why is None and got["classes"] == ["circle", "cross"], got
+
+
+def slow_demo(src):
+    """128 JPEGs of 250×250 in 2 classes (the slow mount's data set)."""
+    made = subprocess.run(
+        [pipeprof_bin(), "demo-data", src, "--classes", "2", "--per-class", "64", "--size", "250x250", "--format", "jpeg"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert made.returncode == 0, made.stderr
+
+
+def check_advice_on(tmp_path, src, mnt, program, flags=("--steps", "8")):
+    """`pipeprof run --once --check-advice FLAGS -- PROGRAM` with ``src`` served slowly at
+    ``mnt``: (stdout, stderr); exit status 0, and nothing left in the re-runs' temp folder."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env = env_for(tmp_path)
+    env["TMPDIR"] = str(scratch)
+    cmd = [pipeprof_bin(), "run", "--once", "--no-gpu", "--check-advice", *flags, "--", *program]
+    with slowfs.mounted(src, mnt):
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=env, timeout=6 * HANG_S, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert not [x.name for x in scratch.iterdir() if x.name.startswith("pipeprof-check-run-")]
+    return p.stdout, p.stderr
+
+
+def test_a_class_folder_that_is_a_link_is_copied_and_the_rows_show_the_main_runs_counts(tmp_path):
+    # One class folder is a link to a store outside the data folder (DVC, git-annex):
+    # ImageFolder and `pipeprof pack` follow it, and so must the copy.
+    src, store, mnt = tmp_path / "src", tmp_path / "store", tmp_path / "mnt"
+    slow_demo(src)
+    store.mkdir()
+    shutil.move(src / "cross", store / "cross")
+    os.symlink(store / "cross", src / "cross")
+    out, _ = check_advice_on(tmp_path, src, mnt, [sys.executable, EXAMPLE, "--data", mnt, "--epochs", "6"])
+    assert "verdict: I/O (storage)" in out, out
+    for label, what in ((COPY_ROW, "the copy"), (PACK_ROW, "the pack")):
+        line = row(out, label)
+        # Measured on the same data: the main run's 128 images of 2 classes, read from it.
+        assert not re.search(r"skipped|failed", line), line
+        assert re.search(rf"\(128 images, 2 classes, as the main run; \d+ read from {what}\)$", line), line
+
+
+# A training script whose data set is an ImageFolder of the folder argv[1] cached with pickle
+# (argv[2]) on its first run and loaded back on the later ones, where it still opens the folder
+# to look at its classes: a re-run redirects that ImageFolder, but trains on the pickled one,
+# which reads the folder itself. It ends after argv[3] epochs of 4 steps (fewer than 40).
+PICKLED = """
+import os, pickle, sys
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+root, cache, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if os.path.exists(cache):
+    assert datasets.ImageFolder(root).classes == ["circle", "cross"]
+    with open(cache, "rb") as f:
+        ds = pickle.load(f)
+else:
+    ds = datasets.ImageFolder(root, transform=transforms.Compose([transforms.Resize((64, 64)), transforms.ToTensor()]))
+    with open(cache, "wb") as f:
+        pickle.dump(ds, f)
+loader = DataLoader(ds, batch_size=32, shuffle=True)
+model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+"""
+
+
+def test_a_re_run_that_never_read_the_copy_or_the_pack_is_skipped_with_why(tmp_path):
+    src, mnt, script = tmp_path / "src", tmp_path / "mnt", tmp_path / "pickled.py"
+    slow_demo(src)
+    script.write_text(PICKLED)
+    # 6 epochs of 4 steps: the program ends before the re-run's 40 steps (no --steps given).
+    out, _ = check_advice_on(tmp_path, src, mnt, [sys.executable, script, mnt, tmp_path / "cache.pkl", "6"], ())
+    assert "verdict: I/O (storage)" in out, out
+    for label, what in ((COPY_ROW, "the copy"), (PACK_ROW, "the pack")):
+        line = row(out, label)
+        # Never "measured 1.00×": the re-run read the slow folder, not the copy or the pack.
+        assert f"skipped: the re-run read no image from {what}" in line, line
