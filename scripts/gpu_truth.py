@@ -654,14 +654,23 @@ print(json.dumps(v))
 """
 
 
+def first_line(cmd, env, otherwise):
+    """A short query's first line of output, or why there is none (a header never stops the run)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env or None, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{otherwise} ({type(e).__name__})"
+    lines = p.stdout.strip().splitlines()
+    return lines[0] if lines else f"{otherwise} ({p.stderr.strip()[-200:]})"
+
+
 def header(ctx, installed):
     """The results file's `#` lines: when, where, with what, and what the columns mean."""
     gpu = "none (no nvidia-smi)"
     if shutil.which("nvidia-smi"):
         q = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"]
-        gpu = (subprocess.run(q, capture_output=True, text=True).stdout.splitlines() or ["nvidia-smi said nothing"])[0]
-    v = subprocess.run([ctx.python, "-c", VERSIONS], capture_output=True, text=True, env=ctx.env, timeout=120)
-    versions = v.stdout.strip() or f"(could not read: {v.stderr.strip()[-200:]})"
+        gpu = first_line(q, {}, "nvidia-smi said nothing")
+    versions = first_line([ctx.python, "-c", VERSIONS], ctx.env, "the versions could not be read")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     bench = str(ctx.bench) if ctx.bench else "not run: a cargo bench, and the GPU machine has no Rust (no --bench)"
     return [
