@@ -185,7 +185,8 @@ def test_sigterm_to_a_process_forked_from_a_worker_ends_it_and_not_the_worker(tm
     script = tmp_path / "forked.py"
     script.write_text(textwrap.dedent(FORKED_FROM_A_WORKER))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEPROF_")}
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    cmd = [sys.executable, str(script)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         out, err = proc.communicate(timeout=HANG_S)
     except subprocess.TimeoutExpired:
