@@ -160,7 +160,15 @@ def _name_worker(ds):
         n = ident[-1] - 1 if ident else 0
     elif isinstance(threading.current_thread(), threading._DummyThread):
         # A thread Python did not start: tf.data's, running a PyDataset's generator
-        # (TensorFlow backend, no workers).
+        # (TensorFlow backend, no workers). Python forgets such a thread (its thread-local,
+        # its thread object) each time TensorFlow's call into it returns: named once per OS
+        # thread, or each batch would name it again, a new thread to pipeprof each time.
+        tid = threading.get_native_id()
+        with _KERAS.lock:
+            if tid in _TF_NAMED:
+                return
+            if len(_TF_NAMED) < _TF_NAMED_MAX:
+                _TF_NAMED.add(tid)
         pipeprof.name_thread("tf.data (PyDataset)")
         return
     else:
@@ -171,6 +179,12 @@ def _name_worker(ds):
         pipeprof.name_process(f"loader-{n}", worker=n)
     else:
         pipeprof.name_thread(f"loader-{n}", worker=n)
+
+
+#: tf.data's threads (OS ids) named ``tf.data (PyDataset)`` in this process, at most
+#: ``_TF_NAMED_MAX``: TensorFlow's thread pools are small and live as long as the program.
+_TF_NAMED = set()
+_TF_NAMED_MAX = 4096
 
 
 def _item(get, ds, i):

@@ -241,6 +241,40 @@ def xspace_events(space):
                 yield f"{lname}/{lid}", names.get(mid, ""), ts_ns + off // 1000, dur
 
 
+def _xplane_pb2():
+    """TensorFlow's own XSpace message class (compiled: many times faster than
+    :func:`xspace_events` on a window of a busy tf.data pipeline), or None."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        return xplane_pb2
+    except Exception:
+        return None
+
+
+def host_events(space):
+    """:func:`xspace_events`, read with TensorFlow's compiled XSpace class where it has one
+    and it reads the window."""
+    pb = _xplane_pb2()
+    try:
+        x = pb.XSpace.FromString(space) if pb is not None else None
+    except Exception:
+        # Its strict reading refuses what TensorFlow writes at times (a name that is not
+        # UTF-8): the minimal reader replaces such bytes.
+        x = None
+    if x is None:
+        yield from xspace_events(space)
+        return
+    for plane in x.planes:
+        if plane.name != "/host:CPU":
+            continue
+        names = {k: m.name for k, m in plane.event_metadata.items()}
+        for line in plane.lines:
+            thread, ts_ns = f"{line.name}/{line.id}", line.timestamp_ns
+            for ev in line.events:
+                yield thread, names.get(ev.metadata_id, ""), ts_ns + ev.offset_ps // 1000, ev.duration_ps
+
+
 def split(evs):
     """From a window's events (thread, name, start ns, duration ps): the waits (start ns,
     duration ps) in time order, and the loader's stage spans (stage, start ns, duration ps)
@@ -331,6 +365,14 @@ class Sampler:
         self.t0_real = 0
         self._mark = None
         self.wait_ns = self.step_ns = 0  # over the sampled steps
+        # The same less the run's first step (the compile and the queue filling): the share
+        # of waiting that apportions the steps outside the windows.
+        self.startup_step = None
+        self.steady_wait_ns = self.steady_step_ns = 0
+        # Steps the current window's group still has to cover: a window an epoch's end cut
+        # short goes on at the next step (an epoch of one step has a window of one).
+        self.left = 0
+        self.group_at = 0
 
     def wants(self, step):
         # At or after the planned step: with steps_per_execution > 1 step numbers jump.
@@ -352,7 +394,9 @@ class Sampler:
             print(f"pipeprof: {self.off}", file=sys.stderr)
             return
         self.session, self.opened_at = session, step
-        self.next_at = step + self.every
+        if self.left <= 0:
+            self.left, self.group_at = self.steps, step
+        self.next_at = self.group_at + self.every
         self.cost_ns += _now() - t0
 
     def step_begin(self, step, marks):
@@ -378,10 +422,16 @@ class Sampler:
 
     def full(self, step):
         """Whether the window has seen its steps, at the start of ``step``."""
-        return self.session is not None and step - self.opened_at >= self.steps
+        return self.session is not None and step - self.opened_at >= self.left
 
-    def close(self):
-        """Stops the window and records its spans; compute less the step's wait."""
+    def share(self):
+        """The share of their time the sampled steps (the run's first left out) waited for
+        data, or None before a window measured one."""
+        return self.steady_wait_ns / self.steady_step_ns if self.steady_step_ns else None
+
+    def close(self, upto=None):
+        """Stops the window and records its spans; compute less the step's wait. ``upto``: the
+        first step after the window (with ``steps_per_execution`` a call runs several)."""
         session, self.session = self.session, None
         if session is None:
             return
@@ -417,6 +467,9 @@ class Sampler:
             _native.record("compute", start + dur - body, body, step)
             window_wait += min(waited, dur)
             window_steps += dur
+            if step != self.startup_step:
+                self.steady_wait_ns += min(waited, dur)
+                self.steady_step_ns += dur
         self.wait_ns += window_wait
         self.step_ns += window_steps
         if self.dump and pending and newest is not None:
@@ -425,6 +478,12 @@ class Sampler:
                 json.dump({"steps": len(pending), "wait_ms": window_wait / 1e6, "step_ms": window_steps / 1e6}, f)
         self.windows += 1
         self.sampled += len(pending)
+        if pending:
+            # Cut short (an epoch ended, a validation pass began): the rest from the next step.
+            upto = pending[-1][0] + 1 if upto is None else upto
+            self.left -= upto - self.opened_at
+            if self.left > 0:
+                self.next_at = upto
         if stages:
             self._send(stages)
         self.cost_ns += _now() - t0
@@ -432,18 +491,20 @@ class Sampler:
 
     def _window_events(self, session):
         """Stops the window: the XSpace file TensorFlow wrote (None when it wrote none) and its
-        host events, on pipeprof's clock. pipeprof's own folder goes once read."""
+        host events, on pipeprof's clock. pipeprof's own folder goes once read. (The bytes
+        ``stop()`` returns are not that file: tf.data's and the ops' events are not in them.)"""
+        newest, space = None, b""
         try:
             session.export_to_tb()
             found = glob.glob(os.path.join(self.logdir, "plugins", "profile", "*", "*.xplane.pb"))
             newest = max(found, key=os.path.getmtime) if found else None
-            evs = []
             if newest is not None:
                 with open(newest, "rb") as f:
-                    evs = list(xspace_events(f.read()))
+                    space = f.read()
         finally:
             if not self.dump:
                 shutil.rmtree(self.logdir, ignore_errors=True)
+        evs = list(host_events(space)) if space else []
         # Written relative to the session's start (TensorFlow 2.21), or on the realtime clock.
         shift = self.t0 - self.t0_real if evs and min(e[2] for e in evs) > 10**17 else self.t0
         return newest, [(th, n, ts + shift, d) for th, n, ts, d in evs]

@@ -18,8 +18,17 @@ What is measured, and how:
 * ``fetch``: a batch sliced from arrays in memory (JAX, PyTorch), inside its wait: taking
   rows from memory is not decoding (the loader then has no workers: ``workers=0``).
 * ``compute``: from one batch's start to the next one's, less that batch's wait. On
-  TensorFlow only for the steps a trace window covered (and the first, the compile): the
-  other steps' split between waiting and computing is unknown, so they have none.
+  TensorFlow every step's time is the one Keras's batch hooks bound (begin to the next
+  begin); the trace windows apportion it: a step a window covered has the wait TensorFlow
+  traced in it, each other step the share of waiting the windows measured over their steps
+  (the run's first step, the compile and the queue filling, left out of that share). Before
+  any window measured a share (or with ``PIPEPROF_TF_TRACE=0``) a step's split is unknown:
+  no span, never "compute". The first step (the compile) is compute, reported apart.
+* epochs: each epoch's time runs from Keras's ``on_epoch_begin`` to its ``on_epoch_end``
+  (its validation pass included, as Keras's own bar counts it): two marks on the epoch's
+  clock (validation records with no images), so an epoch of one step has its time.
+* accuracy: a model compiled without an accuracy metric says so (``no_accuracy``): its
+  accuracy is shown as ``-``, not 0%.
 * validation: each validation batch is one ``validate`` span, never counted as wait.
 * each step's images are counted from the batch itself: the batches the iterator hands out
   (JAX, PyTorch) or, where the step takes its batch inside the compiled function
@@ -247,6 +256,12 @@ class Hooks:
         self._pp_next = {"train": 0, "test": 0}
         self._pp_epoch_base = 0
         self._pp_settings_sent = False
+        self._pp_epoch_t0 = None
+        # TensorFlow: the fit's first training step (the compile), and the steps outside any
+        # window waiting for a measured share of waiting to apportion them.
+        self._pp_first = None
+        self._pp_unsplit = []
+        self._pp_acc_known = None
 
     # -- the training thread (sync hooks)
 
@@ -286,6 +301,7 @@ class Hooks:
             self._pp_counted[kind] = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._pp_epoch_t0 = _now()
         self._pp_epoch = int(epoch)
         self._pp_epoch_base = self._pp_step
         self._pp_reset("train")
@@ -304,24 +320,46 @@ class Hooks:
             if sampler is not None and sampler.is_open():
                 # Its wait inside the graph is in the window's trace: cut when it closes.
                 sampler.pending.append((step, end - body, body))
-            elif self._pp_in_graph and step > 0:
+            elif self._pp_in_graph and step != self._pp_first:
                 # TensorFlow, outside a window: the step's wait for tf.data is inside its
-                # interval and unmeasured. Not a compute span: the split is unknown there.
-                pass
+                # interval, apportioned by the share the windows measured.
+                self._pp_unsplit.append((step, end - body, body))
+                self._pp_apportion()
             else:
                 # (The run's first step on TensorFlow: the compile, reported apart.)
                 _native.record("compute", end - body, body, step)
         else:
             _native.record("validate", t0, max(0, end - t0), step)
 
+    def _pp_apportion(self, final=False):
+        """Records the steps outside the windows, each as a wait and a compute span: its time
+        (Keras's) split by the share of waiting the windows measured. Without a share yet they
+        wait for one (at most a bounded number); at the end of training, still without one,
+        their split is unknown: no span."""
+        sampler = self._pp_sampler
+        share = sampler.share() if sampler is not None else None
+        if share is None:
+            if final or len(self._pp_unsplit) > _UNSPLIT_MAX:
+                self._pp_unsplit.clear()
+            return
+        for step, start, dur in self._pp_unsplit:
+            waited = int(dur * share)
+            _native.record("wait", start, waited, step)
+            _native.record("compute", start + waited, dur - waited, step)
+        self._pp_unsplit.clear()
+
     def on_train_batch_begin(self, batch, logs=None):
         now = _now()
         self._pp_close(now)
         step = self._pp_epoch_base + int(batch)
+        if self._pp_first is None:
+            self._pp_first = step
         sampler = self._pp_sampler
         if sampler is not None:
+            sampler.startup_step = self._pp_first
             if sampler.full(step):
-                sampler.close()
+                sampler.close(step)
+                self._pp_apportion()
             if sampler.wants(step):
                 sampler.open(step)
             sampler.step_begin(step, marks=getattr(self, "_pp_keras", "keras") != "tf_keras")
@@ -331,7 +369,8 @@ class Hooks:
 
     def _pp_close_window(self):
         if self._pp_sampler is not None and self._pp_sampler.is_open():
-            self._pp_sampler.close()
+            self._pp_sampler.close(self._pp_step)
+            self._pp_apportion()
 
     def on_test_begin(self, logs=None):
         self._pp_close()
@@ -350,13 +389,21 @@ class Hooks:
         _FEED.mode = "train"
 
     def on_epoch_end(self, epoch, logs=None):
-        self._pp_close()
+        end = _now()  # before the window's closing: pipeprof's own cost is not the epoch's
+        self._pp_close(end)
         self._pp_close_window()
         self._pp_drain("train")
+        t0, self._pp_epoch_t0 = self._pp_epoch_t0, None
+        if t0 is not None:
+            # The epoch's clock, from Keras's begin to its end (validation included): marks,
+            # validation records with no images.
+            for t in (t0, end):
+                _native.step(self._pp_step, self._pp_epoch, 0, None, 0, 0, True, t)
 
     def on_train_end(self, logs=None):
         self._pp_close()
         self._pp_close_window()
+        self._pp_apportion(final=True)
         self._pp_drain("train")
         if self._pp_sampler is not None:
             print(self._pp_sampler.summary(), file=sys.stderr)
@@ -430,7 +477,12 @@ class Hooks:
         n0, loss0, acc0 = self._pp_mean[kind]
         n1 = n0 + images
         loss_mean = _number(logs.get("loss"))
-        acc_mean = _number(logs.get("accuracy", logs.get("acc", logs.get("compile_metrics"))))
+        acc_mean = _number(_accuracy(logs))
+        if kind == "train" and self._pp_acc_known is None:
+            self._pp_acc_known = acc_mean is not None
+            if acc_mean is None:
+                # A model compiled without an accuracy metric: none shown, not 0%.
+                pipeprof.settings(no_accuracy=True)
         # Keras logs running means over the epoch's samples: the batch's own values are the
         # change in the sums.
         loss = (loss_mean * n1 - loss0 * n0) / images if (loss_mean is not None and images) else 0.0
@@ -457,12 +509,40 @@ class Hooks:
         return first + k - 1
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._pp_sampler is not None:
-            self._pp_sampler.step_end()
+        sampler = self._pp_sampler
+        if self._pp_in_graph:
+            # TensorFlow: the step is Keras's, batch begin to batch end (the loop between
+            # steps is tf.data's, inside the next step).
+            self._pp_close(_now())
+        if sampler is not None:
+            sampler.step_end()
         self._pp_batch_end("train", batch, logs)
+        if sampler is not None and sampler.full(self._pp_step):
+            # Closed here, between two steps: its cost is in neither.
+            sampler.close(self._pp_step)
+            self._pp_apportion()
 
     def on_test_batch_end(self, batch, logs=None):
         self._pp_batch_end("test", batch, logs)
+
+
+#: Steps outside the trace windows kept waiting for a measured share of waiting, at most.
+_UNSPLIT_MAX = 100_000
+
+#: The names Keras logs a model's accuracy under, the most usual first (``metrics=["accuracy"]``
+#: logs ``accuracy``; a metric object its own name, ``sparse_categorical_accuracy``).
+_ACCURACY = ("accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy")
+
+
+def _accuracy(logs):
+    """The running accuracy in a batch end's logs, or None when the model logs none."""
+    for name in _ACCURACY:
+        if logs.get(name) is not None:
+            return logs[name]
+    for name, v in logs.items():
+        if name.endswith("_accuracy") and not name.startswith("val_") and "top_k" not in name:
+            return v
+    return logs.get("compile_metrics")
 
 
 class _WaitTotal:
