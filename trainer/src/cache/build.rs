@@ -2,7 +2,7 @@
 //! fsync, rename.
 
 use super::format::{
-    encode_index, fingerprint, relative, Entry, Header, Meta, Size, ENTRY_LEN, HEADER_LEN, PIXELS_OFF, VERSION,
+    encode_index, fingerprint, relative, Entry, Exact, Header, Meta, Size, ENTRY_LEN, HEADER_LEN, PIXELS_OFF, VERSION,
 };
 use super::CacheError;
 use crate::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
@@ -13,6 +13,7 @@ use crate::model_source::ModelSource;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -168,6 +169,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     }
     let source = std::fs::canonicalize(&ds.root).unwrap_or_else(|_| ds.root.clone());
     let ds = Dataset { root: source.clone(), samples: rebase(&ds, &source), ..ds };
+    // In the scan's order: what opening the file compares with a new scan.
+    let fp = fingerprint(&ds);
+    let (ds, exact_classes) = super::order::python_order(ds, opts.rules);
     remove_stale_temps(&opts.out);
     let (file, path) = create_temp(&opts.out).map_err(|source| CacheError::Write { path: opts.out.clone(), source })?;
     let tmp = Temp { path, keep: false };
@@ -185,6 +189,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
         classes: ds.classes.clone(),
         rules: opts.rules,
         size: opts.size,
+        exact: Exact { classes: exact_classes, names: Vec::new() },
         ..Meta::default()
     };
     let mut out = Written { w, labels: Vec::new(), crcs: Vec::new(), entries: Vec::new(), meta };
@@ -200,7 +205,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     if opts.progress {
         warn_classes_without_images(&out, &ds.root);
     }
-    let header = write_index(opts, fingerprint(&ds), &mut out).map_err(werr)?;
+    let header = write_index(opts, fp, &mut out).map_err(werr)?;
     let mut file = out.w.into_inner().map_err(|e| werr(e.into_error()))?;
     file.seek(SeekFrom::Start(0)).map_err(werr)?;
     file.write_all(&header.1).map_err(werr)?;
@@ -409,7 +414,11 @@ fn write_chunk(
                 out.crcs.push(crc32fast::hash(&px));
                 out.labels.push(sample.label);
                 out.entries.push(Entry { offset, height, width });
-                out.meta.names.push(relative(&ds.root, &sample.path).display().to_string());
+                let name = relative(&ds.root, &sample.path);
+                if name.to_str().is_none() {
+                    out.meta.exact.names.push((out.meta.names.len(), name.as_os_str().as_bytes().to_vec()));
+                }
+                out.meta.names.push(name.display().to_string());
                 if opts.fail_after == Some(out.labels.len()) {
                     return Err(std::io::Error::other("test hook: simulated failure mid-write").into());
                 }

@@ -4,7 +4,7 @@
 use crate::data::scan::Rules;
 use crate::data::Dataset;
 use crate::model_source::ModelSource;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -215,6 +215,71 @@ pub struct Meta {
     pub rules: Rules,
     /// The size asked for (v1: fixed at the header's size).
     pub size: Size,
+    /// The class and file names that are not UTF-8, exactly (`classes` and `names` hold them
+    /// lossily); v2 keeps them, and the source folder's, in the metadata's `exact`.
+    pub exact: Exact,
+}
+
+/// Names that are not UTF-8, as their bytes: Python readers give them as `os.fsdecode` does,
+/// so a packed file's classes and paths are ImageFolder's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Exact {
+    /// (index into [`Meta::classes`], the class folder's name).
+    pub classes: Vec<(usize, Vec<u8>)>,
+    /// (index into [`Meta::names`], the path relative to the source).
+    pub names: Vec<(usize, Vec<u8>)>,
+}
+
+/// `exact` in the JSON: the source folder's path and each listed name as lowercase hex of its
+/// bytes, indices increasing.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct ExactJson {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    classes: Vec<(u64, String)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    names: Vec<(u64, String)>,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Lowercase hex back to bytes; `None` for anything else.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let b = s.as_bytes();
+    if b.len() % 2 != 0 {
+        return None;
+    }
+    b.chunks_exact(2).map(|p| Some((digit(p[0])? << 4) | digit(p[1])?)).collect()
+}
+
+/// (index, bytes) pairs from the JSON's: indices increasing and below `len`, hex valid.
+fn unhex_pairs(pairs: Vec<(u64, String)>, len: usize) -> Option<Vec<(usize, Vec<u8>)>> {
+    let mut last = None;
+    let mut out = Vec::with_capacity(pairs.len());
+    for (i, h) in pairs {
+        let i = usize::try_from(i).ok().filter(|i| *i < len && last.is_none_or(|l| l < *i))?;
+        last = Some(i);
+        out.push((i, unhex(&h)?));
+    }
+    Some(out)
+}
+
+impl ExactJson {
+    /// `None` when every name is UTF-8 (older readers see the same file as before).
+    fn of(m: &Meta) -> Option<ExactJson> {
+        let pairs = |v: &[(usize, Vec<u8>)]| v.iter().map(|(i, b)| (*i as u64, hex(b))).collect::<Vec<_>>();
+        let source = m.source.to_str().is_none().then(|| hex(m.source.as_os_str().as_bytes()));
+        let j = ExactJson { source, classes: pairs(&m.exact.classes), names: pairs(&m.exact.names) };
+        (j.source.is_some() || !j.classes.is_empty() || !j.names.is_empty()).then_some(j)
+    }
 }
 
 /// The JSON metadata block of a v2 file, as docs/packed-format.md lists it.
@@ -232,6 +297,8 @@ struct MetaJson {
     classes: Vec<String>,
     names: Vec<String>,
     skipped: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    exact: Option<ExactJson>,
 }
 
 fn imagefolder() -> Rules {
@@ -284,21 +351,44 @@ impl Meta {
             classes: self.classes.clone(),
             names: self.names.clone(),
             skipped: self.skipped.clone(),
+            exact: ExactJson::of(self),
         };
         serde_json::to_vec(&j).unwrap_or_default()
     }
 
-    /// The v2 metadata; `None` when it does not parse or is not this format's.
+    /// The v2 metadata; `None` when it does not parse or is not this format's: strict UTF-8
+    /// JSON (serde_json's: nested at most 127 deep, numbers inside a double's range, no lone
+    /// surrogate escapes, the last of duplicate keys counts), an object whose `size` is an
+    /// object and whose `exact`, when there is one, an object or null; then the keys' types.
+    /// `python/pipeprof/data.py` (`parse_meta`) refuses exactly the same (python/tests/
+    /// test_packed_hostile.py runs one table of hostile files through both).
     pub fn decode_json(b: &[u8]) -> Option<Meta> {
-        let j: MetaJson = serde_json::from_slice(b).ok()?;
-        (j.format == FORMAT_NAME).then(|| Meta {
-            source: PathBuf::from(j.source),
+        let v: serde_json::Value = serde_json::from_slice(b).ok()?;
+        let o = v.as_object()?;
+        let size_ok = o.get("size").is_none_or(serde_json::Value::is_object);
+        if !size_ok || o.get("exact").is_some_and(|e| !(e.is_object() || e.is_null())) {
+            return None;
+        }
+        let j: MetaJson = serde_json::from_value(v).ok()?;
+        if j.format != FORMAT_NAME {
+            return None;
+        }
+        let e = j.exact.unwrap_or_default();
+        let exact =
+            Exact { classes: unhex_pairs(e.classes, j.classes.len())?, names: unhex_pairs(e.names, j.names.len())? };
+        let source = match e.source {
+            Some(h) => PathBuf::from(std::ffi::OsString::from_vec(unhex(&h)?)),
+            None => PathBuf::from(j.source),
+        };
+        Some(Meta {
+            source,
             model: j.model.map(|m| ModelSource::from_name(&m)).unwrap_or_default(),
             classes: j.classes,
             names: j.names,
             skipped: j.skipped,
             rules: j.layout,
             size: j.size,
+            exact,
         })
     }
 
@@ -512,6 +602,34 @@ mod tests {
         let without = serde_json::to_vec(&v).unwrap_or_default();
         assert_eq!(Meta::decode_json(&without).map(|m| m.rules), Some(Rules::ImageFolder));
         assert_eq!(Meta::decode_json(br#"{"format": "other"}"#), None);
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_round_trip_exactly_and_only_an_object_is_metadata() {
+        let m = Meta {
+            source: PathBuf::from(std::ffi::OsString::from_vec(b"/data/caf\xe9".to_vec())),
+            classes: vec!["caf\u{fffd}".into(), "dog".into()],
+            names: vec!["dog/1.jpg".into(), "caf\u{fffd}/\u{fffd}.jpg".into()],
+            exact: Exact { classes: vec![(0, b"caf\xe9".to_vec())], names: vec![(1, b"caf\xe9/\xff.jpg".to_vec())] },
+            ..Meta::default()
+        };
+        let j = m.encode_json();
+        assert_eq!(Meta::decode_json(&j), Some(m.clone()));
+        let v: serde_json::Value = serde_json::from_slice(&j).unwrap_or_default();
+        assert_eq!(v["exact"]["names"], serde_json::json!([[1, "636166e92fff2e6a7067"]]));
+        // All UTF-8: no `exact` (the file is what older readers read).
+        let plain = Meta { source: "/data".into(), exact: Exact::default(), ..m };
+        let pj = serde_json::from_slice::<serde_json::Value>(&plain.encode_json()).unwrap_or_default();
+        assert_eq!(pj.get("exact"), None);
+        // The fields as a list parse as a struct to serde: refused, as the Python reader does.
+        let fields: Vec<serde_json::Value> =
+            ["format", "source", "model", "layout", "size", "resample", "classes", "names", "skipped"]
+                .iter()
+                .map(|k| pj.get(*k).cloned().unwrap_or(serde_json::Value::Null))
+                .collect();
+        let list = serde_json::to_vec(&fields).unwrap_or_default();
+        assert!(serde_json::from_slice::<MetaJson>(&list).is_ok(), "serde reads a struct from a list");
+        assert_eq!(Meta::decode_json(&list), None);
     }
 
     #[test]

@@ -34,10 +34,11 @@
 mod build;
 mod format;
 mod open;
+mod order;
 mod source;
 
 pub use build::{build, BuildOptions, BuildReport};
-pub use format::{fingerprint, Entry, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, PIXELS_OFF, VERSION};
+pub use format::{fingerprint, Entry, Exact, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, PIXELS_OFF, VERSION};
 pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
