@@ -9,11 +9,16 @@
 ``classes``, ``class_to_idx``, ``samples``, ``targets`` and the order are those of
 ``torchvision.datasets.ImageFolder`` on the folder packed; an item is ``(PIL RGB image,
 target)`` (a CHW uint8 tensor with ``as_tensor=True``), so the program's transforms still apply.
-The file is opened once and kept open; its pixels are mapped (``numpy.memmap``) from that
-open file on first use in each process: a forked DataLoader worker maps the very file the
-dataset read its index and targets from, even if another file has taken its name since. A
-spawned worker (pickling carries the path and the file's identity, not the map) opens the path
-again and refuses it, with :class:`PackedFileError`, if it is not the same file any more.
+The file is opened once and kept open, and each image is read from it (``os.preadv``, never
+memory-mapped) and checked against its CRC-32 as it is read: a file truncated or rewritten in
+place since it was opened is a :class:`PackedFileError` naming it, never a crash (a map's
+``SIGBUS``) or another file's pixels under this file's targets. A forked DataLoader worker
+reads the very file the dataset read its index and targets from, even if another file has
+taken its name since. A spawned worker (pickling carries the path and the file's identity, not
+the open file) opens the path again and refuses it if it is not the same file any more.
+
+Folder and file names that are not UTF-8 are kept exactly (the metadata's ``exact``):
+``classes`` and the ``samples`` paths are what ``os.fsdecode`` gives, as ImageFolder's.
 
 The readers do not look at the folder that was packed: a file packed before images were added,
 removed or changed there still reads as it was packed (run ``pipeprof pack`` again after such
@@ -25,8 +30,10 @@ The format is documented in docs/packed-format.md; :class:`PackedFile` is the re
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
+import re
 import struct
 import warnings
 import zlib
@@ -58,10 +65,135 @@ class PackedFileError(ValueError):
 DEFAULT_LAYOUT = "imagefolder"
 
 
+#: The metadata's ``format``.
+FORMAT_NAME = "pipeprof-packed-images"
+#: The deepest nesting of JSON arrays and objects the metadata may have (serde_json's limit, so
+#: that this reader and pipeprof's refuse the same files).
+MAX_DEPTH = 127
+_LAYOUTS = ("imagefolder", "keras", "pipeprof")
+#: Each ``size`` mode and the unsigned 32-bit fields it needs.
+_SIZE_FIELDS = {"fixed": ("height", "width"), "shorter": ("shorter",), "as-stored": (), "common": ()}
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
+
+
+def _u32(v):
+    return type(v) is int and 0 <= v <= 0xFFFFFFFF
+
+
+def _strs(v):
+    return isinstance(v, list) and all(type(s) is str for s in v)
+
+
+def _size_ok(v):
+    mode = v.get("mode") if isinstance(v, dict) else None
+    return isinstance(mode, str) and mode in _SIZE_FIELDS and all(_u32(v.get(k)) for k in _SIZE_FIELDS[mode])
+
+
+def _exact_ok(v, meta):
+    """``exact`` (absent or null when every name is UTF-8): the names that are not, as their
+    bytes' lowercase hex: ``source``, and ``classes`` / ``names`` as ``[index, hex]`` pairs,
+    indices increasing, inside their list."""
+    if v is None:
+        return True
+    source = v.get("source") if isinstance(v, dict) else 0
+    if source is not None and not (type(source) is str and _HEX.fullmatch(source)):
+        return False
+    for key in ("classes", "names"):
+        pairs, last = v.get(key, []), -1
+        if not isinstance(pairs, list):
+            return False
+        for p in pairs:
+            if not (isinstance(p, list) and len(p) == 2 and type(p[0]) is int and last < p[0] < len(meta[key])):
+                return False
+            if not (type(p[1]) is str and _HEX.fullmatch(p[1])):
+                return False
+            last = p[0]
+    return True
+
+
+#: (key, required, check) for each key the metadata may have (pipeprof's MetaJson).
+_KEYS = (
+    ("format", True, lambda v, m: v == FORMAT_NAME),
+    ("source", True, lambda v, m: type(v) is str),
+    ("model", False, lambda v, m: v is None or type(v) is str),
+    ("layout", False, lambda v, m: type(v) is str and v in _LAYOUTS),
+    ("size", True, lambda v, m: _size_ok(v)),
+    ("resample", True, lambda v, m: type(v) is str),
+    ("classes", True, lambda v, m: _strs(v)),
+    ("names", True, lambda v, m: _strs(v)),
+    ("skipped", True, lambda v, m: isinstance(v, list) and all(isinstance(p, list) and len(p) == 2 and _strs(p) for p in v)),
+    ("exact", False, _exact_ok),
+)
+
+
+def _json_problem(v, depth=1):
+    """Why parsed JSON ``v`` is not what pipeprof's reader (serde_json) parses: nested deeper
+    than :data:`MAX_DEPTH`, a string with a lone surrogate (``\\udce9``: not UTF-8), a number
+    out of a double's range; ``None`` when it is fine."""
+    if isinstance(v, (dict, list)):
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        items = list(v) + list(v.values()) if isinstance(v, dict) else v
+        if all(type(x) is str for x in items):
+            return _json_problem("".join(items))
+        return next((p for p in (_json_problem(x, depth + 1) for x in items) if p), None)
+    if type(v) is str:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a string that is not UTF-8 (a lone surrogate escape)"
+    elif type(v) in (int, float):
+        try:
+            if not math.isfinite(float(v)):
+                return "a number out of range"
+        except OverflowError:
+            return "a number out of range"
+    return None
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_meta(raw):
+    """The metadata bytes ``raw`` parsed and checked as pipeprof's reader checks them; raises
+    ``ValueError`` saying why not (the caller names the file)."""
+    try:
+        m = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:
+        raise ValueError(f"not UTF-8 JSON: {e}") from None
+    if not isinstance(m, dict):
+        raise ValueError(f"a JSON {type(m).__name__}, not an object")
+    why = _json_problem(m)
+    if why:
+        raise ValueError(why)
+    for key, required, ok in _KEYS:
+        if key not in m:
+            if required:
+                raise ValueError(f"no {key!r}")
+        elif not ok(m[key], m):
+            raise ValueError(f"{key!r} is not what this format keeps there")
+    return m
+
+
+def _exact(meta):
+    """(source, classes, names) with the names ``exact`` keeps as ``os.fsdecode`` gives them."""
+    exact = meta.get("exact") or {}
+    lists = {}
+    for key in ("classes", "names"):
+        lists[key] = list(meta[key])
+        for i, h in exact.get(key, []):
+            lists[key][i] = os.fsdecode(bytes.fromhex(h))
+    source = os.fsdecode(bytes.fromhex(exact["source"])) if exact.get("source") is not None else meta["source"]
+    return source, lists["classes"], lists["names"]
+
+
 class PackedFile:
-    """One packed file: its header, labels, index and metadata read and checked (header CRC)
-    at open, the file kept open, its pixels mapped from it on the first :meth:`image` in each
-    process.
+    """One packed file: its header, labels, index and metadata read and checked (header CRC,
+    and the metadata as pipeprof's own reader checks it) at open, the file kept open, each
+    image read from it and checked against its CRC-32 when asked for.
 
     ``layout`` says whose folder rules chose the files, classes and order: ``"imagefolder"``
     (torchvision's, ``pipeprof pack``'s default), ``"keras"`` (``pipeprof pack --layout
@@ -107,11 +239,10 @@ class PackedFile:
         except BaseException:
             f.close()
             raise
-        # Kept open: every process maps the pixels of this file, whatever the path names later.
+        # Kept open: every process reads the pixels of this file, whatever the path names later.
         self._file = f
         st = os.fstat(f.fileno())
         self._identity = (st.st_dev, st.st_ino, st.st_size, self._crc)
-        self._map, self._pid = None, os.getpid()
 
     def _read(self, f):
         """Reads and checks the header, labels, checksums, index and metadata of open file ``f``."""
@@ -128,38 +259,43 @@ class PackedFile:
         if file_len != size:
             how = "truncated" if size < file_len else "longer than written"
             raise self._fail(f"damaged ({how}: {size} bytes, the header says {file_len})")
-        sections = [("labels", labels_off, 4 * n), ("checksums", crcs_off, 4 * n), ("index", index_off, ENTRY.itemsize * n), ("metadata", meta_off, meta_len)]
+        sections = [("pixels", pixels_off, 0), ("labels", labels_off, 4 * n), ("checksums", crcs_off, 4 * n), ("index", index_off, ENTRY.itemsize * n), ("metadata", meta_off, meta_len)]
         parts = []
         for name, off, length in sections:
             if off < HEADER_LEN or off + length > size:
                 raise self._fail(f"damaged (the {name} section lies outside the file)")
             f.seek(off)
             parts.append(f.read(length))
+        if c not in (1, 3) or (h == 0) != (w == 0):
+            raise self._fail(f"damaged (impossible image shape {h}×{w}×{c})")
         crc = zlib.crc32(head[:_CRC_AT] + b"\0\0\0\0")
         for p in parts:
             crc = zlib.crc32(p, crc)
         if crc != struct.unpack_from("<I", head, _CRC_AT)[0]:
             raise self._fail("damaged (header checksum mismatch)")
         self._crc, self._head = crc, head
-        labels_b, crcs_b, index_b, meta_b = parts
+        _, labels_b, crcs_b, index_b, meta_b = parts
         try:
-            self.meta = json.loads(meta_b.decode("utf-8"))
-        except ValueError:
-            raise self._fail("damaged (unreadable metadata)") from None
+            self.meta = parse_meta(meta_b)
+        except ValueError as e:
+            raise self._fail(f"damaged (unreadable metadata: {e})") from None
         self.labels = np.frombuffer(labels_b, dtype="<u4")
         self.crcs = np.frombuffer(crcs_b, dtype="<u4")
         self.index = np.frombuffer(index_b, dtype=ENTRY)
-        self.classes = list(self.meta.get("classes", []))
-        self.names = list(self.meta.get("names", []))
+        self.source, self.classes, self.names = _exact(self.meta)
         self.channels, self.height, self.width = c, h, w
         self.pixels_off, self.pixels_end = pixels_off, labels_off
         self._check(n)
 
     def _check(self, n):
-        """The index must describe images one after another inside the pixel section."""
+        """The index must describe images one after another inside the pixel section, each of
+        the header's size when it has one."""
         if len(self.names) != n or (n and int(self.labels.max()) >= len(self.classes)):
             raise self._fail("damaged (the index does not match the metadata)")
-        lengths = self.index["height"].astype(np.uint64) * self.index["width"] * self.channels
+        hs, ws = self.index["height"], self.index["width"]
+        if self.height and n and (np.any(hs != self.height) or np.any(ws != self.width)):
+            raise self._fail(f"damaged (an image's size in the index is not the header's {self.height}×{self.width})")
+        lengths = hs.astype(np.uint64) * ws * self.channels
         ends = self.pixels_off + np.cumsum(lengths, dtype=np.uint64)
         starts = np.concatenate(([self.pixels_off], ends[:-1])).astype(np.uint64)
         if n and (np.any(self.index["offset"] != starts) or int(ends[-1]) > self.pixels_end or not lengths.all()):
@@ -168,55 +304,65 @@ class PackedFile:
     def __len__(self):
         return len(self.labels)
 
-    def _changed(self):
+    def _changed(self, what="replaced or rewritten"):
         return PackedFileError(
-            f"{self.path}: the file changed since it was opened (replaced or rewritten): its index and "
+            f"{self.path}: the file changed since it was opened ({what}): its index and "
             "targets no longer describe its pixels; open it again (re-create the dataset and the DataLoader)"
         )
 
-    def _pixels(self):
-        """The pixel section, mapped from the file opened at load, once per process: a forked
-        worker maps the same file through the inherited descriptor, after checking that it was
-        not rewritten in place (its length and header as read at open)."""
-        if self._map is None or self._pid != os.getpid():
-            fd = self._file.fileno()
-            if self._pid != os.getpid() and (os.fstat(fd).st_size != self._identity[2] or os.pread(fd, HEADER_LEN, 0) != self._head):
-                raise self._changed()
-            length = self.pixels_end - self.pixels_off
-            self._map = np.memmap(self._file, dtype=np.uint8, mode="r", offset=self.pixels_off, shape=(length,))
-            self._pid = os.getpid()
-        return self._map
+    def _read_into(self, out, i, check=True):
+        """Image ``i``'s pixels read into the C-contiguous uint8 array ``out`` (``os.preadv``
+        on the file opened at load, so a forked worker reads that file too), checked against
+        its CRC-32 unless ``check`` is false."""
+        view, at, off = memoryview(out).cast("B"), 0, int(self.index[i]["offset"])
+        while at < len(view):
+            try:
+                got = os.preadv(self._file.fileno(), [view[at:]], off + at)
+            except OSError as e:
+                raise self._changed(f"image {i} cannot be read: {e}") from None
+            if got == 0:
+                raise self._changed(f"truncated: image {i} lies past its end now")
+            at += got
+        if check and zlib.crc32(view) != int(self.crcs[i]):
+            raise self._changed(f"rewritten in place: image {i} ({self.names[i]}) is not the image packed there")
+        return out
 
     def close(self):
-        """Closes the file (and drops the map): later reads fail."""
-        self._map = None
+        """Closes the file: later reads fail."""
         self._file.close()
 
     def image(self, i):
-        """Image ``i`` as a read-only (height, width, channels) uint8 array (a view of the map)."""
+        """Image ``i`` as a new (height, width, channels) uint8 array, read from the file and
+        checked against its CRC-32 (:class:`PackedFileError` when the file changed since it was
+        opened)."""
         e = self.index[i]
-        h, w = int(e["height"]), int(e["width"])
-        start = int(e["offset"]) - self.pixels_off
-        return self._pixels()[start : start + h * w * self.channels].reshape(h, w, self.channels)
+        return self._read_into(np.empty((int(e["height"]), int(e["width"]), self.channels), dtype=np.uint8), i)
 
     def verify(self):
         """Checks every image's pixels against its CRC-32 (reads the whole file); raises
         :class:`PackedFileError` naming the first that differs."""
         for i in range(len(self)):
-            if zlib.crc32(self.image(i)) != int(self.crcs[i]):
+            e = self.index[i]
+            px = self._read_into(np.empty(int(e["height"]) * int(e["width"]) * self.channels, dtype=np.uint8), i, check=False)
+            if zlib.crc32(px) != int(self.crcs[i]):
                 raise self._fail(f"damaged (checksum mismatch in image {i} ({self.names[i]}))")
 
     def batch(self, indices):
-        """Images ``indices`` stacked as (n, height, width, channels) uint8: every image must
-        have the file's one size (``height`` and ``width`` not 0)."""
+        """Images ``indices`` stacked as (n, height, width, channels) uint8, each read and checked
+        as :meth:`image`: every image must have the file's one size (``height`` and ``width``
+        not 0)."""
         if not self.height:
             raise ValueError(f"{self.path}: the images differ in size: read them one by one, or resize them to one size")
-        whole = self._pixels()[: len(self) * self.height * self.width * self.channels]
-        return whole.reshape(len(self), self.height, self.width, self.channels)[np.asarray(indices)]
+        which = np.arange(len(self))[np.asarray(indices)]
+        out = np.empty(which.shape + (self.height, self.width, self.channels), dtype=np.uint8)
+        flat = out.reshape((-1, self.height, self.width, self.channels))
+        for k, i in enumerate(which.ravel().tolist()):
+            self._read_into(flat[k], i)
+        return out
 
     def __getstate__(self):
-        # Neither the map nor the open file is pickled: a spawned worker opens the path again,
-        # and the identity tells it whether that is still the file read here.
+        # The open file is not pickled: a spawned worker opens the path again, and the
+        # identity tells it whether that is still the file read here.
         return {"path": self.path, "identity": self._identity}
 
     def __setstate__(self, state):
@@ -259,7 +405,7 @@ class PackedImageFolder:
     @property
     def root(self):
         """The folder that was packed."""
-        return self.file.meta.get("source", "")
+        return self.file.source
 
     @property
     def classes(self):

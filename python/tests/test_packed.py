@@ -152,11 +152,12 @@ def test_as_tensor_is_chw_uint8_and_the_transforms_apply(packed):
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers_see_every_sample_once(packed, context):
     ds = PackedImageFolder(packed, as_tensor=True)
-    ds[0]  # the parent maps the file first: a forked worker must map its own
-    # Pickled (spawn), the file is its path: the copy maps its own.
+    ds[0]  # the parent reads the file first: a forked worker reads through the same descriptor
+    # Pickled (spawn), the file is its path: the copy opens its own.
     assert pickle.loads(pickle.dumps(ds.file)).__dict__.keys() >= {"path", "meta"}
     assert ds.file.__getstate__()["path"] == str(packed) and ds.file.__getstate__().keys() == {"path", "identity"}
-    assert pickle.loads(pickle.dumps(ds)).file._map is None
+    copy = pickle.loads(pickle.dumps(ds)).file
+    assert copy._file.fileno() != ds.file._file.fileno() and copy._identity == ds.file._identity
     loader = DataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context=context, shuffle=False)
     xs, ys = zip(*loader)
     xs, ys = torch.cat(xs), torch.cat(ys)
@@ -493,3 +494,85 @@ def test_keras_layout_is_image_dataset_from_directorys_on_the_reviewers_folder()
         real = os.path.realpath(folder)
         assert rel(p["files"], real) == rel(k["files"], str(folder))
         assert rel(p["shuffled"], real) == rel(k["shuffled"], str(folder)), "the same seed, the same order"
+
+
+def same_size_packs(tmp_path):
+    """Two packed files of the same folder layout and length, whose pixels differ."""
+    out = []
+    for k in range(2):
+        src = tmp_path / f"same{k}"
+        for i in range(6):
+            d = src / "xy"[i % 2]
+            d.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8), (40 * i + 100 * k, 255 - 30 * i, 7)).save(d / f"{i}.png")
+        pack(src, tmp_path / f"same{k}.ppk", "--size", "8")
+        out.append(tmp_path / f"same{k}.ppk")
+    assert out[0].stat().st_size == out[1].stat().st_size
+    return out
+
+
+CHANGED = r"the file changed since it was opened"
+
+
+def test_a_file_rewritten_in_place_with_the_same_size_is_an_error_not_other_pixels(tmp_path):
+    a, b = same_size_packs(tmp_path)
+    ds = PackedImageFolder(a, as_tensor=True)
+    first = ds[0][0]
+    inode = a.stat().st_ino
+    a.write_bytes(b.read_bytes())  # as `cp b a`: the same file, its bytes replaced
+    assert a.stat().st_ino == inode
+    for read in (lambda: ds[0], lambda: ds.file.image(5), lambda: ds.file.batch([1, 2])):
+        with pytest.raises(PackedFileError, match=re.escape(str(a)) + ".*" + CHANGED):
+            read()
+    assert first.shape == (3, 8, 8)
+
+
+TRUNCATE = """
+import os, sys, torch
+from torch.utils.data import DataLoader
+from pipeprof.data import PackedImageFolder, PackedFileError
+path, workers = sys.argv[1], int(sys.argv[2])
+ds = PackedImageFolder(path, as_tensor=True)
+it = iter(DataLoader(ds, batch_size=1, num_workers=workers, multiprocessing_context="fork" if workers else None))
+next(it)  # read from the file (a worker has opened or mapped it), then:
+os.truncate(path, 4096 + 8 * 8 * 3 * 2)  # as `truncate` or a `cp` that has not finished
+try:
+    list(it)  # images 3 to 5 are asked for after the truncation
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_file_truncated_in_place_is_an_error_naming_it_not_a_bus_error(tmp_path, workers):
+    a, _ = same_size_packs(tmp_path)
+    p = subprocess.run([sys.executable, "-c", TRUNCATE, str(a), str(workers)], capture_output=True, text=True, timeout=HANG_S)
+    assert p.returncode == 0, f"killed by signal {-p.returncode}?\n{p.stderr[-2000:]}"
+    assert str(a) in p.stdout and CHANGED in p.stdout, p.stdout + p.stderr[-2000:]
+    assert "shared memory" not in p.stdout + p.stderr
+
+
+def non_utf8_folder(root):
+    """Class and file names that are not UTF-8 (bytes Python's os.fsdecode makes lone
+    surrogates of), beside UTF-8 ones: their bytes' order is not Python's str order."""
+    broot = os.fsencode(root)
+    names = [b"caf\xe9/\xff.png", b"caf\xe9/a.png", b"caf\xe9/\xc3\xa9.png", b"caf\xe9/\x80.png", b"cafe/b.png", b"caf\xc3\xa9/c.png", b"\xee\x80\x80/d.png", b"\xf5x/e.png"]
+    for i, n in enumerate(names):
+        path = os.path.join(broot, n)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Image.new("RGB", (4 + i, 5), (30 * i, 255 - 20 * i, 9 * i)).save(os.fsdecode(path), format="PNG")
+    return root
+
+
+def test_names_that_are_not_utf8_give_imagefolders_classes_paths_and_order(tmp_path):
+    src = non_utf8_folder(tmp_path / "src")
+    out = tmp_path / "n.ppk"
+    pack(src, out, "--as-stored")
+    ref = torchvision.datasets.ImageFolder(str(src))
+    ds = PackedImageFolder(out)
+    assert "caf\udce9" in ref.classes
+    assert ds.classes == ref.classes and ds.class_to_idx == ref.class_to_idx
+    assert ds.targets == ref.targets
+    assert rel([p for p, _ in ds.samples], ds.root) == rel([p for p, _ in ref.samples], str(src))
+    for i in range(len(ref)):
+        assert np.array_equal(np.asarray(ds[i][0]), np.asarray(ref[i][0])), f"image {i}: {ref.samples[i][0]!r}"
