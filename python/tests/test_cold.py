@@ -67,6 +67,9 @@ def test_only_the_first_reader_of_a_plain_run_is_remembered(monkeypatch):
     monkeypatch.setattr(_cold.atexit, "register", registered.append)
     monkeypatch.setattr(_cold, "_SEEN", [])
     monkeypatch.setattr(_cold.pipeprof, "is_main", lambda: True)
+    # What it arms besides (tested on their own below): not in pytest's own process.
+    monkeypatch.setattr(_cold, "_keep_drawn", lambda ds: None)
+    monkeypatch.setattr(_cold, "_keep_exit_status", lambda: None)
     monkeypatch.setattr(_state.CHECK, "asked", {"steps": 3})
     _cold.remember("re-run's")
     assert (_cold._SEEN, registered) == ([], []), "a --check-advice re-run is not timed"
@@ -78,7 +81,7 @@ def test_only_the_first_reader_of_a_plain_run_is_remembered(monkeypatch):
 
 def test_at_exit_times_nothing_after_an_exception_or_in_an_emptied_stretch(monkeypatch):
     measured, sent = [], []
-    monkeypatch.setattr(_cold, "measure", lambda ds: measured.append(ds) or {"fed_ms": 1.0})
+    monkeypatch.setattr(_cold, "measure", lambda ds, drawn=None: measured.append(ds) or {"fed_ms": 1.0})
     monkeypatch.setattr(_cold.pipeprof, "settings", lambda **kw: sent.append(kw))
     monkeypatch.setattr(_cold, "_SEEN", [])
     _cold._at_exit()
@@ -92,6 +95,72 @@ def test_at_exit_times_nothing_after_an_exception_or_in_an_emptied_stretch(monke
     _cold._at_exit()
     assert (measured, sent, closed) == (["ds"], [{"cold_cpu": {"fed_ms": 1.0}}], [True]), "the open step closed first"
     # Ctrl-C during the timing: nothing sent, nothing raised.
-    monkeypatch.setattr(_cold, "measure", lambda ds: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(_cold, "measure", lambda ds, drawn=None: (_ for _ in ()).throw(KeyboardInterrupt()))
     _cold._at_exit()
     assert len(sent) == 1
+
+
+def test_a_program_that_exits_with_an_error_or_after_ctrl_c_is_not_timed(monkeypatch):
+    measured = []
+    monkeypatch.setattr(_cold, "measure", lambda ds, drawn=None: measured.append(drawn) or None)
+    monkeypatch.setattr(_cold, "_SEEN", [("ds", None)])
+    monkeypatch.setattr(_cold, "_DRAWN", [3, 1])
+    # sys.exit(1) after a failure, sys.exit(130) after a caught Ctrl-C: nothing timed.
+    for status in (1, 130, "failed"):
+        monkeypatch.setattr(_cold, "_EXIT", [status])
+        _cold._at_exit()
+    assert measured == [], measured
+    for status in ([], [0], [None]):
+        monkeypatch.setattr(_cold, "_EXIT", status)
+        _cold._at_exit()
+    assert measured == [[3, 1]] * 3, "a clean exit is timed, on the images the program read"
+
+
+def test_the_exit_status_asked_for_is_kept(monkeypatch):
+    monkeypatch.setattr(_cold.sys, "exit", _cold.sys.exit)
+    monkeypatch.setattr(_cold, "_EXIT", [])
+    _cold._keep_exit_status()
+    for status in (130, None):
+        try:
+            _cold.sys.exit(status)
+        except SystemExit as e:
+            assert e.code == status
+    assert _cold._EXIT == [130, None]
+
+
+def test_only_images_the_program_read_are_timed_and_the_reads_are_bounded(tmp_path, monkeypatch):
+    real, opened = _cold._read, []
+    monkeypatch.setattr(_cold, "_read", lambda p: opened.append(str(p)) or (real(p)[0], 5_000_000))
+    ds = datasets.ImageFolder(folder(tmp_path, n=12))
+    drawn = [7, 2, 7, 9, 4, 11]
+    got = _cold.measure(ds, pairs=16, slow_read_ms=1.0, rounds=1, drawn=drawn)
+    assert got is not None and got["images"] == 4, got
+    assert sorted(opened) == sorted(ds.samples[i][0] for i in set(drawn)), opened
+    # No image read: nothing to time, nothing opened.
+    opened.clear()
+    assert _cold.measure(ds, slow_read_ms=1.0, drawn=[]) is None and opened == []
+    # Past the budget after the first read: no more reads, no figure.
+    assert _cold.measure(ds, slow_read_ms=1.0, drawn=drawn, budget_s=0.0) is None
+    assert len(opened) == 1, opened
+
+
+def test_the_indices_the_loader_draws_from_the_timed_data_set_are_kept(tmp_path, monkeypatch):
+    import torch
+    from torch.utils.data import DataLoader
+    from torch.utils.data import dataloader as dl
+
+    monkeypatch.setattr(dl._BaseDataLoaderIter, "_next_index", dl._BaseDataLoaderIter._next_index)
+    ds = datasets.ImageFolder(folder(tmp_path, n=12), transform=transforms.Compose([transforms.Resize((8, 8)), transforms.ToTensor()]))
+    other = torch.utils.data.TensorDataset(torch.zeros(20, 1))
+    monkeypatch.setattr(_cold, "_SEEN", [(ds, None)])
+    monkeypatch.setattr(_cold, "_DRAWN", [])
+    _cold._keep_drawn(ds)
+    for i, _ in enumerate(DataLoader(ds, batch_size=3, shuffle=True, num_workers=2)):
+        if i == 1:
+            break
+    list(DataLoader(other, batch_size=5))
+    drawn = list(_cold._DRAWN)
+    # The two batches taken, and what the workers were sent ahead of them (one epoch's at
+    # most); none of the other data set's (its indices 12-19 would show).
+    assert 6 <= len(drawn) <= 12 and len(set(drawn)) == len(drawn), drawn
+    assert all(0 <= i < 12 for i in drawn), drawn
