@@ -80,7 +80,11 @@ pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 # ≈ 40 MB of pure-Python packages (torchmetrics, aiohttp for fsspec[http]) and no CUDA extras.
 # ipykernel, nbclient, nbformat: python/tests/test_notebook.py runs notebooks in a real kernel.
 # mfusepy: python/tests/slowfs.py, the slow FUSE mount of the check-advice storage test.
-install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat mfusepy
+# accelerate, datasets, opencv-python-headless, albumentations: the corpus's 🤗 accelerate, 🤗
+# datasets and cv2 + albumentations scripts; ≈ 450 MB installed (pyarrow 170, opencv 150,
+# pandas 85), CPU-only wheels.
+install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat mfusepy \
+    accelerate datasets opencv-python-headless albumentations
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

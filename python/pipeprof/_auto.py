@@ -7,11 +7,13 @@ Then, when (and only if) the script imports them, each framework module gets its
 concern, each saying what it patches and what it never touches:
 
 * :mod:`pipeprof._torch_loop`: the training thread's steps (``DataLoader`` iteration and
-  ``torch.autograd.backward``, optimizer step hooks, and ``torch.compile`` to know it is used;
-  nothing of ``torch.Tensor``).
+  ``torch.autograd.backward``, optimizer step hooks, ``no_grad``/``inference_mode`` entered,
+  and ``torch.compile`` to know it is used; nothing of ``torch.Tensor``).
 * :mod:`pipeprof._torch_fetch`: how a batch is made, in each DataLoader worker or on the
   training thread (``fetch``, ``collate``, torchvision ``resize``/``augment``).
 * :mod:`pipeprof._pil`: PIL's ``read``/``decode``, for the DataLoader and Keras's loaders alike.
+* :mod:`pipeprof._cv2`: cv2's ``imread``/``imdecode``/``resize``/``cvtColor`` and
+  albumentations' transforms by kind, inside a DataLoader's samples.
 * Keras (3, or tf.keras 2 = ``tf_keras``): ``Model.fit`` gets :func:`pipeprof.keras.callback`
   (unless it has one); :mod:`pipeprof._keras_data` times its loaders.
 * :mod:`pipeprof._override`: a ``--check-advice`` re-run's loader arguments and steps.
@@ -26,7 +28,7 @@ import atexit
 import sys
 
 import pipeprof
-from pipeprof import _hooks, _override, _pil, _state, _torch_fetch, _torch_loop
+from pipeprof import _cv2, _hooks, _override, _pil, _state, _torch_fetch, _torch_loop
 
 # ---------------------------------------------------------------- keras
 
@@ -82,6 +84,7 @@ def start():
         {
             "torch.utils.data.dataloader": _torch_loop.install,
             "torch.autograd": _torch_loop.install_backward,
+            "torch.autograd.grad_mode": _torch_loop.install_grad_mode,
             "torch.optim.optimizer": _torch_loop.install_optim,
             "torch": _torch_loop.install_compile,
             "torch.utils.data._utils.fetch": _torch_fetch.install_fetch,
@@ -90,6 +93,8 @@ def start():
             "torchvision.transforms.transforms": _torch_fetch.install_transforms,
             "torchvision.transforms.v2._container": _torch_fetch.install_transforms_v2,
             "torchvision.datasets.folder": _torch_fetch.install_folder,
+            "cv2": _cv2.install_cv2,
+            "albumentations.core.transforms_interface": _cv2.install_albumentations,
             "keras.src.models.model": _patch_keras,
             "tf_keras.src.engine.training": _patch_keras,
         }

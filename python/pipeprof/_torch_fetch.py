@@ -14,7 +14,9 @@ the run's ``transforms`` setting), each per sample with the thread's CPU and run
 (tensors already in memory, a format of its own) is one ``fetch`` span for the whole batch:
 indexing an in-memory tensor costs microseconds, and timing every sample would cost more than
 the sample. ``collate`` times ``collate_fn`` once per batch. A data set with ``__getitems__``
-(one call for the batch) is one ``fetch`` span, collate included. On the training thread
+(one call for the batch, 🤗 ``datasets``' ``Dataset``) is timed the same way: what decodes and
+transforms inside it (its ``Image`` feature's PIL decode, a ``with_transform`` Compose, cv2,
+albumentations) is its stages; with none, one ``fetch`` span, collate included. On the training thread
 (``num_workers=0``) one batch in ``MAIN_TIMED_EVERY`` is timed: see there.
 """
 
@@ -86,10 +88,13 @@ flush_batch = _native.flush_fetched
 _inner = _native.fetch_inner
 
 
-def _samples(self, index):
-    """The fetcher's samples, and whether a PIL or torchvision span inside timed them."""
+def _samples(self, index, getitems=None):
+    """The fetcher's samples (``getitems(index)`` for a data set that makes a batch's in one
+    call), and whether a PIL, torchvision, cv2 or albumentations span inside timed them."""
     _T.in_fetch, _T.fetch_covered = True, False
     try:
+        if getitems is not None:
+            return getitems(index), _T.fetch_covered
         ds = self.dataset
         return [ds[idx] for idx in index], _T.fetch_covered
     finally:
@@ -102,10 +107,13 @@ def _fetch_clocked(orig, self, index, worker, clocks, inner):
     Sent now by a worker, held for the step on the training thread."""
     # The clocks at the fetch's start, the collate's start and the end (``_native.Batch``).
     batch = _native.Batch(clocks)
-    if getattr(self.dataset, "__getitems__", None):
+    getitems = getattr(self.dataset, "__getitems__", None)
+    if getitems and not inner:
         out = orig(self, index)
     else:
-        data, covered = _samples(self, index) if inner else ([self.dataset[i] for i in index], False)
+        # torch's fetch, step by step: the samples (a batch's in one call where the data set
+        # has ``__getitems__``: 🤗 datasets decodes and transforms a batch so), then collate.
+        data, covered = _samples(self, index, getitems or None) if inner else ([self.dataset[i] for i in index], False)
         # Where spans inside the samples timed them, the batch has no fetch span of its own.
         batch.collate(covered)
         out = self.collate_fn(data)

@@ -41,6 +41,23 @@ iterated with autograd on; a new iterator of it starts a new epoch only when the
 out or gave more than one batch (``next(iter(loader))`` every step is one epoch, not one per
 step). A batch taken with autograd off is a validation step.
 
+A training step is one whose body trained: ``backward()`` ran or the optimizer stepped (between
+the sampled steps ``torch.autograd.backward`` is torch's own behind ``_native.BackwardMark``,
+one call into the extension that marks the open step). Once the program has trained, a step
+with no such mark that entered ``torch.no_grad()`` or ``torch.inference_mode()`` is evaluation
+(its own rows, as a batch taken with autograd off is): 🤗's and accelerate's eval loops put
+``no_grad`` around the forward pass only, not around the ``next()`` (``install_grad_mode``). A
+batch taken and left by ``break``, or collected to train on later, is a training step, as the
+steps of a program that never trains are.
+
+A loader that reads one batch ahead (accelerate's ``DataLoaderShard``, Lightning's fetcher, a
+prefetcher: ``next()`` twice before the first batch is trained on) does not move the steps:
+an iterator's first step with no mark is held until the next one says. When that one trains,
+the two are one step (its wait is both draws, what the training thread waited for its first
+batch; its images the first batch's), each later step counts the images of the batch drawn
+the step before, and the batch drawn last, trained on after the iterator ran out, is a step of
+its own from that ``next()`` on (``python/src/torch_loop.rs``: ``Loop::finish``).
+
 Cost per step on the training thread: one call into the extension per ``next()`` (and per
 batch made, ``_torch_fetch``), where the step's bookkeeping lives (``python/src/torch_loop.rs``:
 on a 1 ms step every Python frame and attribute costs microseconds with caches torch's kernels
@@ -85,13 +102,31 @@ def _input_of(batch):
 
 
 def _first_batch(batch):
+    """The first training batch: the model's input shape, and the batch size where no loader
+    setting said it (a loader that is no DataLoader, or one whose size its sampler holds): what
+    the batch holds, its first tensor's leading dimension."""
     try:
         shape = _input_of(batch)
     except Exception:
         # A batch of the program's own objects whose shape cannot be read: input unknown.
-        return
+        shape = None
     if shape is not None:
         pipeprof.settings(input=shape)
+    if _BATCH_SIZE_SENT[0]:
+        return
+    try:
+        from pipeprof.torch import _batch_size
+
+        n = _batch_size(batch)
+    except Exception:
+        return
+    if isinstance(n, int) and n > 0:
+        _BATCH_SIZE_SENT[0] = True
+        pipeprof.settings(batch_size=n)
+
+
+#: Whether a batch size went into the run's settings (the loader's own, or the first batch's).
+_BATCH_SIZE_SENT = [False]
 
 
 def _device(device):
@@ -119,6 +154,8 @@ def _send_settings(loader):
     from pipeprof.torch import loader_settings
 
     settings = loader_settings(loader, device=_TORCH.device)
+    if "batch_size" in settings:
+        _BATCH_SIZE_SENT[0] = True
     # The loop body's correct predictions are not seen without an edit: no accuracy column.
     settings["no_accuracy"] = True
     settings["transfer_unmeasured"] = True
@@ -249,8 +286,35 @@ def install_backward(autograd_mod):
     # A program that imports the function by name holds the hook: off the sampled steps it
     # does nothing but call torch's.
     autograd_mod.backward = backward
-    _TORCH.backward = _native.BackwardHook(module=autograd_mod, orig=orig, hook=backward)
+    # Between the sampled steps torch's own, behind a mark that says the step trains: a step
+    # with no backward() (and no optimizer step) is evaluation.
+    mark = _native.BackwardMark(orig)
+    _TORCH.backward = _native.BackwardHook(module=autograd_mod, orig=mark, hook=backward)
     _give_hooks()
+
+
+def _entering(orig):
+    def __enter__(self):
+        _native.saw_no_grad()
+        return orig(self)
+
+    __enter__.__wrapped__ = orig
+    __enter__.__doc__ = orig.__doc__
+    __enter__._pipeprof = True
+    return __enter__
+
+
+def install_grad_mode(grad_mode_mod):
+    """``no_grad.__enter__`` and ``inference_mode.__enter__``: the open step entered one (one
+    call into the extension), and a step with no ``backward()`` or optimizer step that did is
+    evaluation (🤗's and accelerate's eval loops wrap the forward pass only, not the
+    ``next()``). torch's own, called as it was."""
+    for name in ("no_grad", "inference_mode"):
+        cls = getattr(grad_mode_mod, name, None)
+        orig = getattr(cls, "__enter__", None)
+        if orig is None or getattr(orig, "_pipeprof", False):
+            continue
+        cls.__enter__ = _entering(orig)
 
 
 def install_compile(torch_mod):

@@ -103,7 +103,10 @@ def loader_settings(loader, device=None):
     if isinstance(workers, int):
         settings["workers"] = workers
     batch = _read(loader, "batch_size")
-    if isinstance(batch, int) and batch > 0:
+    if batch is None:
+        # A loader given its own batch sampler (accelerate's prepare() passes one): its size.
+        batch = _read(_read(loader, "batch_sampler"), "batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
         settings["batch_size"] = batch
     for key in ("pin_memory", "persistent_workers"):
         v = _read(loader, key)

@@ -757,6 +757,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Batch>()?;
     m.add_class::<torch_loop::Loop>()?;
     m.add_class::<torch_loop::BackwardHook>()?;
+    m.add_class::<torch_loop::BackwardMark>()?;
     m.add_class::<torch_loop::OptimizerHook>()?;
     for f in [
         wrap_pyfunction!(init, m)?,
@@ -782,6 +783,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(torch_loop::fetch_method, m)?,
         wrap_pyfunction!(torch_loop::fetch_inner, m)?,
         wrap_pyfunction!(torch_loop::flush_fetched, m)?,
+        wrap_pyfunction!(torch_loop::saw_no_grad, m)?,
         wrap_pyfunction!(torch_loop::forget_thread_state, m)?,
         wrap_pyfunction!(thread_queue_ns, m)?,
         wrap_pyfunction!(settings, m)?,

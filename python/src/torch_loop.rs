@@ -46,6 +46,14 @@ struct Open {
     t_body: u64,
     images: u32,
     validation: bool,
+    /// `backward()` ran or the optimizer stepped while the step was open: a training step.
+    marked: bool,
+    /// `no_grad()` or `inference_mode()` was entered while the step was open (and no mark):
+    /// an evaluation step.
+    no_grad: bool,
+    /// Its batch was its iterator's first: a step without a mark may be a loader reading one
+    /// batch ahead (held until the next step says, see [`Loop::finish`]).
+    first_of_iter: bool,
     /// A sampled step: its loss is read.
     sampled: bool,
     /// The iterator that opened the step, by address: holding it would delay its workers' end.
@@ -74,8 +82,21 @@ struct Call {
     joins: bool,
 }
 
+/// A loader that reads one batch ahead (accelerate's `DataLoaderShard`, Lightning's fetcher, a
+/// prefetcher): the iterator (by address) and the images of the batch it drew ahead, which the
+/// training thread trains on in the step after the one that drew it.
+#[derive(Clone, Copy)]
+struct Ahead {
+    it: usize,
+    carry: u32,
+}
+
 thread_local! {
     static OPEN: RefCell<Option<Open>> = const { RefCell::new(None) };
+    /// A step with no mark that was its iterator's first, and its end: the next step says
+    /// whether its iterator reads ahead (that step marked) or it was evaluation.
+    static HELD: RefCell<Option<(Open, u64)>> = const { RefCell::new(None) };
+    static AHEAD: std::cell::Cell<Option<Ahead>> = const { std::cell::Cell::new(None) };
     static CALLS: RefCell<Vec<Call>> = const { RefCell::new(Vec::new()) };
     static FETCH: RefCell<Fetch> = RefCell::new(Fetch::default());
 }
@@ -101,6 +122,9 @@ struct Counters {
     /// The training loader's length, and the index sampler it was read from.
     len_read: Option<(Py<PyWeakrefReference>, Option<u64>)>,
     input_sent: bool,
+    /// A training step was marked (`backward()` or the optimizer): from then on a step without
+    /// one is evaluation.
+    trains: bool,
     device_seen: bool,
     params_sent: bool,
     /// The next sampled step, and the epoch of the last one.
@@ -202,6 +226,34 @@ impl BackwardHook {
     #[pyo3(signature = (*, module, orig, hook))]
     fn new(module: Py<PyAny>, orig: Py<PyAny>, hook: Py<PyAny>) -> Self {
         BackwardHook { module, orig, hook }
+    }
+}
+
+/// `torch.autograd.backward` between the sampled steps: torch's own, called with the program's
+/// arguments as they are, after marking the open step as a training step (a step whose
+/// `backward()` ran is training; one without is evaluation). No Python frame: one call into the
+/// extension per `backward()`.
+#[pyclass(module = "pipeprof._native", frozen)]
+pub struct BackwardMark {
+    orig: Py<PyAny>,
+}
+
+#[pymethods]
+impl BackwardMark {
+    #[new]
+    fn new(orig: Py<PyAny>) -> Self {
+        BackwardMark { orig }
+    }
+
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Loop::mark();
+        self.orig.bind(py).call(args, kwargs)
     }
 }
 
@@ -397,16 +449,97 @@ impl Loop {
         t.call_method0(intern!(py, "item")).and_then(|v| v.extract::<f64>()).ok()
     }
 
-    /// Ends this thread's open step at `end` (now when None).
+    /// Ends this thread's open step at `end` (now when None); with none open, a held step is
+    /// sent as it is.
     fn end_step(&self, py: Python<'_>, end: Option<u64>) {
-        let Some(st) = OPEN.with(|o| o.borrow_mut().take()) else { return };
-        let end = end.unwrap_or_else(now);
-        let loss = self.loss_of(py, &st, end);
+        match OPEN.with(|o| o.borrow_mut().take()) {
+            Some(st) => self.finish(py, st, end.unwrap_or_else(now)),
+            None => {
+                if let Some((h, h_end)) = HELD.with(|h| h.borrow_mut().take()) {
+                    self.send(py, h, h_end);
+                }
+            }
+        }
+    }
+
+    /// A step ended at `end`. The step held before it is settled first: when this one is a
+    /// training step of the same iterator, that iterator reads one batch ahead (its first two
+    /// `next()` came with no training in between): the two are one step, whose wait is both
+    /// draws (what the training thread waited for its first batch), whose images are the first
+    /// batch's; the second batch's images go to the step that trains on it. Else the held one
+    /// is sent as it was. Then a step without a mark that was its iterator's first is held.
+    fn finish(&self, py: Python<'_>, mut st: Open, end: u64) {
+        if let Some((h, h_end)) = HELD.with(|h| h.borrow_mut().take()) {
+            if st.marked && !st.validation && h.leader == st.leader {
+                AHEAD.set(Some(Ahead { it: st.leader, carry: st.images }));
+                (st.images, st.t_call, st.step) = (h.images, h.t_call, h.step);
+                if let Some(b) = h.batch {
+                    name_this_thread(py);
+                    if let Some(p) = probe() {
+                        record_batch(&p, b);
+                    }
+                }
+            } else {
+                // A pass read one ahead or not: its first batch is evaluated in the step after.
+                let mut h = h;
+                h.no_grad |= h.leader == st.leader && !st.marked && st.no_grad;
+                self.send(py, h, h_end);
+            }
+        }
+        if !st.marked && !st.validation && st.first_of_iter {
+            HELD.with(|h| *h.borrow_mut() = Some((st, end)));
+            return;
+        }
+        self.send(py, st, end);
+    }
+
+    /// Sends a step: evaluation when its batch was drawn with autograd off, or when it was
+    /// consumed under `no_grad`/`inference_mode` with no `backward()` or optimizer step in a
+    /// program that trains; else a training step (a batch taken and left by `break`, or
+    /// collected to train on later, is one, as a loop with no `backward()` at all is).
+    fn send(&self, py: Python<'_>, st: Open, end: u64) {
+        let validation = st.validation || {
+            let mut c = self.counters();
+            c.trains |= st.marked;
+            !st.marked && st.no_grad && c.trains
+        };
+        let loss = if validation { None } else { self.loss_of(py, &st, end) };
         name_this_thread(py);
         if let Some(p) = probe() {
             let epoch = st.epoch.max(0) as u32;
-            send_step(&p, st.step, epoch, st.images, loss, st.validation, st.t_call, st.t_body, end, st.opt, st.batch);
+            send_step(&p, st.step, epoch, st.images, loss, validation, st.t_call, st.t_body, end, st.opt, st.batch);
         }
+    }
+
+    /// Marks this thread's open step (else the one held: the batch a loader read ahead is
+    /// used after the loader ran out) as a training step (`backward()` ran, or the optimizer
+    /// stepped) or, with `no_grad`, as one that entered `no_grad()`/`inference_mode()`.
+    fn mark_as(no_grad: bool) {
+        let set = |st: &mut Open| {
+            if no_grad {
+                st.no_grad = true;
+            } else {
+                st.marked = true;
+            }
+        };
+        let open = OPEN.with(|o| match o.borrow_mut().as_mut() {
+            Some(st) => {
+                set(st);
+                true
+            }
+            None => false,
+        });
+        if !open {
+            HELD.with(|h| {
+                if let Some((st, _)) = h.borrow_mut().as_mut() {
+                    set(st);
+                }
+            });
+        }
+    }
+
+    fn mark() {
+        Self::mark_as(false);
     }
 
     /// Whether this `next()` on `it` draws another loader's batch for the open step (as in
@@ -429,9 +562,39 @@ impl Loop {
     /// A batch taken for a new step: the step's counters, the hooks armed for a sampled
     /// training step (and disarmed after one), and the step opened.
     fn opened(&self, py: Python<'_>, it: &Bound<'_, PyAny>, batch: &Bound<'_, PyAny>, t_call: u64, validation: bool) {
-        let t_body = now();
         let made = FETCH.with(|f| f.borrow_mut().held.take());
-        let NewStep { step, epoch, first, last, ask } = self.counters().new_step(it.as_ptr() as usize, validation);
+        let mut images = batch_size(batch, self.tensor.bind(py));
+        let leader = it.as_ptr() as usize;
+        let first_of_iter =
+            it.getattr(intern!(py, "_num_yielded")).and_then(|n| n.extract::<u64>()).is_ok_and(|n| n == 1);
+        if let Some(a) = AHEAD.get().filter(|a| a.it == leader && !validation) {
+            if first_of_iter {
+                // A new iterator where a left one was (a `break`): it reads ahead or not anew.
+                AHEAD.set(None);
+            } else {
+                // This batch is trained on in the next step; this one on the one drawn before.
+                AHEAD.set(Some(Ahead { it: leader, carry: images }));
+                images = a.carry;
+            }
+        }
+        let mut st = self.open(py, leader, Some(batch), validation, t_call);
+        (st.images, st.first_of_iter, st.batch) = (images, first_of_iter, made);
+        OPEN.with(|o| *o.borrow_mut() = Some(st));
+    }
+
+    /// A new step of iterator `leader` drawn at `t_call` (`batch`: the one it drew, None for a
+    /// batch drawn ahead before): counted, the hooks armed for a sampled training step (and
+    /// disarmed after one).
+    fn open(
+        &self,
+        py: Python<'_>,
+        leader: usize,
+        batch: Option<&Bound<'_, PyAny>>,
+        validation: bool,
+        t_call: u64,
+    ) -> Open {
+        let t_body = now();
+        let NewStep { step, epoch, first, last, ask } = self.counters().new_step(leader, validation);
         if ask {
             self.check_distributed(py);
         }
@@ -439,27 +602,39 @@ impl Loop {
         if let Some(on) = flip {
             self.put_hooks(py, on);
         }
-        if first {
+        if let Some(batch) = batch.filter(|_| first) {
             if let Err(e) = self.on_first_batch.bind(py).call1((batch,)) {
                 warn(py, "the input shape", &e);
             }
         }
-        let images = batch_size(batch, self.tensor.bind(py));
-        let st = Open {
+        Open {
             step,
             epoch,
             t_call,
             t_body,
-            images,
+            images: 0,
             validation,
+            marked: false,
+            no_grad: false,
+            first_of_iter: false,
             sampled,
-            leader: it.as_ptr() as usize,
+            leader,
             joined: [0; JOINS],
             loss: None,
             opt_t0: None,
             opt: None,
-            batch: made,
-        };
+            batch: None,
+        }
+    }
+
+    /// A loader that reads ahead ran out: the batch it drew ahead is trained on now, a step of
+    /// its own from this `next()` on.
+    fn open_carried(&self, py: Python<'_>, it: &Bound<'_, PyAny>, t_call: u64) {
+        let leader = it.as_ptr() as usize;
+        let Some(a) = AHEAD.get().filter(|a| a.it == leader) else { return };
+        AHEAD.set(None);
+        let mut st = self.open(py, leader, None, false, t_call);
+        st.images = a.carry;
         OPEN.with(|o| *o.borrow_mut() = Some(st));
     }
 
@@ -514,6 +689,7 @@ impl Loop {
                 train_iter: None,
                 len_read: None,
                 input_sent: false,
+                trains: false,
                 device_seen: false,
                 params_sent: false,
                 sample_step: 0,
@@ -569,6 +745,9 @@ impl Loop {
             self.end_step(py, Some(call.t_call));
         }
         if error.is_instance_of::<PyStopIteration>() {
+            if !call.joins && !call.validation {
+                self.open_carried(py, it, call.t_call);
+            }
             if self.is_train_iter(py, it) {
                 if let Some(ti) = self.counters().train_iter.as_mut() {
                     ti.ran_out = true;
@@ -662,14 +841,20 @@ impl Loop {
         self.put_hooks(py, armed);
     }
 
-    /// Ends this thread's open step (the program's exit).
+    /// Ends this thread's open step (the program's exit), and sends a step still held.
     fn close(&self, py: Python<'_>) {
+        self.end_step(py, None);
+        // With none open now, the one the first call held (or held before) is sent.
         self.end_step(py, None);
     }
 
     /// Ends this thread's open step if iterator `it` opened it (its `__del__`: a `break`).
     fn close_if_leader(&self, py: Python<'_>, it: &Bound<'_, PyAny>) {
-        let leads = OPEN.with(|o| o.borrow().as_ref().is_some_and(|st| st.leader == it.as_ptr() as usize));
+        let at = it.as_ptr() as usize;
+        if AHEAD.get().is_some_and(|a| a.it == at) {
+            AHEAD.set(None);
+        }
+        let leads = OPEN.with(|o| o.borrow().as_ref().is_some_and(|st| st.leader == at));
         if leads {
             self.end_step(py, None);
         }
@@ -680,6 +865,7 @@ impl Loop {
     /// the program is one rank of several (the caller times backward: the gradients'
     /// all-reduce), else None.
     fn backward(&self, py: Python<'_>, tensors: &Bound<'_, PyAny>) -> Option<u64> {
+        Self::mark();
         let seen = OPEN.with(|o| {
             let o = o.borrow();
             let st = o.as_ref().filter(|st| !st.validation)?;
@@ -719,6 +905,7 @@ impl Loop {
 
     /// The optimizer step begins (torch's global pre-hook).
     fn optimizer_pre(&self) {
+        Self::mark();
         OPEN.with(|o| {
             if let Some(st) = o.borrow_mut().as_mut().filter(|st| !st.validation) {
                 st.opt_t0 = Some(now());
@@ -852,6 +1039,13 @@ pub fn fetched(py: Python<'_>, mut batch: PyRefMut<'_, Batch>) {
     }
 }
 
+/// `torch.no_grad()` or `torch.inference_mode()` was entered on this thread: a step with no
+/// `backward()` or optimizer step that entered one is evaluation.
+#[pyfunction]
+pub fn saw_no_grad() {
+    Loop::mark_as(true);
+}
+
 /// Sends the batch this thread holds for a step that did not take it (the program's exit).
 #[pyfunction]
 pub fn flush_fetched(py: Python<'_>) {
@@ -868,6 +1062,8 @@ pub fn forget_thread_state() {
     });
     FETCH.with(|f| *f.borrow_mut() = Fetch::default());
     CALLS.with(|c| c.borrow_mut().clear());
+    HELD.with(|h| h.borrow_mut().take());
+    AHEAD.set(None);
     // The process is a new one: whether it is a worker is asked again, its batches counted anew.
     WORKER.store(0, Ordering::Relaxed);
     BATCHES.store(0, Ordering::Relaxed);

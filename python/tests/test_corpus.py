@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HANG_S, REPO, pipeprof_bin
+from conftest import HANG_S, REPO, count, pipeprof_bin, stage
 from test_keras_tf import tf_python
 
 CORPUS = REPO / "python" / "corpus"
@@ -31,6 +31,9 @@ QUICK = {
     "keras_tfdata_map": ["--epochs", "1", "--steps-per-epoch", "2", "--blurs", "1"],
     "tf_image_data_generator": ["--epochs", "1", "--steps-per-epoch", "2"],
     "keras_pydataset_masks": ["--epochs", "1", "--steps-per-epoch", "2"],
+    "accelerate_no_grad_eval": ["--epochs", "2"],
+    "hf_datasets_imagefolder": ["--epochs", "1"],
+    "cv2_albumentations_masks": ["--epochs", "1"],
 }
 
 
@@ -101,3 +104,73 @@ def test_a_corpus_script_runs_under_pipeprof_as_it_runs_alone(name, env, tmp_pat
     s = json.loads(summary.read_text())
     assert s.get("verdict") and s["verdict"].get("limiter"), f"{name}: no verdict in the summary: {s.get('verdict')}"
     assert s["steps"] > 0, f"{name}: pipeprof saw no training step"
+
+
+def counted(stdout):
+    """The script's own counters: its `counted: key=value ...` line, as numbers."""
+    line = next((x for x in stdout.splitlines() if x.startswith("counted: ")), None)
+    assert line, f"no counted: line in\n{stdout}"
+    return {k: float(v) for k, v in (kv.split("=") for kv in line.removeprefix("counted: ").split())}
+
+
+def test_accelerate_batches_training_steps_and_eval_are_the_scripts_own(env, tmp_path):
+    # accelerate's DataLoaderShard: its batch size is its batch sampler's (the loader's own
+    # batch_size is None), it reads one batch ahead, and the eval loop's no_grad() wraps the
+    # forward only. Every number against the script's own counters.
+    epochs = 2
+    c, s = run_counted("accelerate_no_grad_eval", ["--epochs", epochs], env, tmp_path)
+    assert s["settings"].get("batch_size") == c["batch_size"], s["settings"]
+    # Training: the optimizer's steps and their images, the partial last batch and the batch
+    # drawn ahead included; nothing of the eval loop.
+    assert (s["steps"], s["images"]) == (c["train_steps"], c["train_images"]), (s["steps"], s["images"], c)
+    assert len(s["epochs"]) == epochs, s["epochs"]
+    assert [e["steps"] for e in s["epochs"]] == [c["train_steps"] / epochs] * epochs, s["epochs"]
+    assert [e["images"] for e in s["epochs"]] == [c["train_images"] / epochs] * epochs, s["epochs"]
+    # Eval apart: one validate span per eval batch, one compute per training step.
+    assert count(s, "validate") == c["eval_batches"], s["stages"]
+    assert count(s, "compute") == c["train_steps"], s["stages"]
+    # Each training step's compute holds the body that trained on its batch (the read-ahead
+    # moves no boundary): the median compute is at least the median body the script timed.
+    assert stage(s, "compute")["p50_ms"] >= c["body_p50_ms"], (stage(s, "compute"), c)
+
+
+def stage_names(s):
+    return {x["stage"] for x in s["stages"]}
+
+
+def run_counted(name, args, env, tmp_path):
+    """The script under `pipeprof run --once`: its own counters and the run's summary."""
+    summary = tmp_path / "s.json"
+    cmd = [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", summary, "--"]
+    p = run([*cmd, sys.executable, CORPUS / f"{name}.py", *args], env, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return counted(p.stdout), json.loads(summary.read_text())
+
+
+def test_hf_datasets_rows_are_decoded_and_transformed_in_stages_by_kind(env, tmp_path):
+    # 🤗 datasets: the Image feature decodes each row with PIL inside Dataset.__getitems__ (one
+    # call for the batch), with_transform runs a torchvision Compose; the eval loop's no_grad()
+    # wraps the forward only.
+    c, s = run_counted("hf_datasets_imagefolder", ["--epochs", "1"], env, tmp_path)
+    assert s["settings"].get("batch_size") == c["batch_size"], s["settings"]
+    assert (s["steps"], s["images"]) == (c["train_steps"], c["train_images"]), (s["steps"], s["images"], c)
+    assert count(s, "validate") == c["eval_batches"], s["stages"]
+    names = stage_names(s)
+    assert {"read", "decode", "resize", "augment", "convert", "collate"} <= names, names
+    # The samples' stages cover the batch: no fetch span of its own.
+    assert "fetch" not in names, names
+
+
+def test_cv2_and_albumentations_are_stages_by_kind(env, tmp_path):
+    # cv2.imread/cvtColor in a custom Dataset, an albumentations Compose: decode, convert, and
+    # each transform by kind (Resize; HorizontalFlip and RandomBrightnessContrast; Normalize and
+    # ToTensorV2), not one fetch.
+    c, s = run_counted("cv2_albumentations_masks", ["--epochs", "1"], env, tmp_path)
+    assert s["settings"].get("batch_size") == c["batch_size"], s["settings"]
+    assert (s["steps"], s["images"]) == (c["train_steps"], c["train_images"]), (s["steps"], s["images"], c)
+    names = stage_names(s)
+    assert {"decode", "resize", "augment", "convert", "collate"} <= names, names
+    assert "fetch" not in names, names
+    # Every batch's samples were timed: one collate per batch, a decode per picture and mask.
+    assert count(s, "collate") == c["train_steps"], s["stages"]
+    assert count(s, "decode") == 2 * c["train_images"], s["stages"]
