@@ -152,3 +152,47 @@ def test_every_image_read_from_the_copy_or_the_pack_is_counted_in_the_process_th
     assert sum(counted.values()) == 12, counted
     # Read in the workers when there are some (a file each), else in the program's process.
     assert len(counted) == max(1, workers), counted
+
+
+# Keras's folder reader redirected in a plain TensorFlow process, as a re-run's hook does:
+# the images of the batches taken are counted (a tf.data map), the classes kept.
+KERAS_COUNTED = """
+import json, sys
+from pipeprof import _redirect, _state
+r, counts = json.loads(sys.argv[1]), sys.argv[2]
+_state.CHECK.asked = {"redirect": r, "why_file": counts + ".why", "reads_dir": counts}
+_state.CHECK.redirect = _redirect.read(_state.CHECK.asked)
+import keras
+_redirect.patch_keras(keras)
+ds = keras.utils.image_dataset_from_directory(r["from"], batch_size=4, image_size=(16, 16), shuffle=False)
+taken = [int(x.shape[0]) for x, _ in ds.take(2)]
+print(json.dumps({"classes": list(ds.class_names), "taken": taken}))
+"""
+
+
+def test_keras_batches_read_from_the_copy_or_the_pack_are_counted(tmp_path):
+    from test_keras_tf import tf_python
+
+    src, copy, packed = tmp_path / "src", tmp_path / "copy", tmp_path / "k.ppk"
+    demo(src)
+    demo(copy)
+    made = subprocess.run(
+        [pipeprof_bin(), "pack", src, packed, "--size", "16", "--layout", "keras"], capture_output=True, timeout=HANG_S
+    )
+    assert made.returncode == 0, made.stderr
+    env = dict(__import__("test_frameworks").env_for(tmp_path), KERAS_BACKEND="tensorflow")
+    for kind, to in (("folder", copy), ("packed", packed)):
+        counts = tmp_path / f"{kind}.reads"
+        counts.mkdir()
+        r = {"from": str(src), "to": str(to), "as": kind}
+        p = subprocess.run(
+            [tf_python(), "-c", KERAS_COUNTED, json.dumps(r), str(counts)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=HANG_S,
+        )
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        assert got == {"classes": ["circle", "cross"], "taken": [4, 4]}, got
+        assert sum(reads(counts).values()) == 8, (kind, reads(counts))
