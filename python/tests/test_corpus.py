@@ -34,6 +34,9 @@ QUICK = {
     "accelerate_no_grad_eval": ["--epochs", "2"],
     "hf_datasets_imagefolder": ["--epochs", "1"],
     "cv2_albumentations_masks": ["--epochs", "1"],
+    "keras_sequence_no_super": ["--epochs", "1", "--steps-per-epoch", "2"],
+    "keras_one_step_epochs": ["--epochs", "2"],
+    "tf_read_decode_map": ["--epochs", "1"],
 }
 
 
