@@ -23,6 +23,16 @@ fn sample(body: &str, prefix: &str) -> Option<f64> {
     body.lines().find(|l| l.starts_with(prefix))?.rsplit(' ').next()?.parse().ok()
 }
 
+/// The address `pipeprof … --metrics-listen 127.0.0.1:0` prints on stderr once bound.
+fn metrics_address(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> String {
+    lines
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(String::from)
+        })
+        .expect("the bound address is printed on stderr")
+}
+
 /// Kills the run when the test ends, passed or not.
 struct Run(Child);
 impl Drop for Run {
@@ -118,13 +128,7 @@ fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
         .unwrap();
     let mut run = Run(child);
     let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(String::from)
-        })
-        .expect("the bound address is printed on stderr");
+    let addr = metrics_address(&mut lines);
     std::thread::spawn(move || lines.for_each(drop));
     let body = get(&addr, "/metrics").expect("the endpoint answers while the program runs");
     assert!(body.contains("pipeprof_steps_total{program=\"cat\",rank=\"0\"} 0"), "{body}");
@@ -146,13 +150,7 @@ fn a_scraper_that_pipelines_and_never_reads_neither_blocks_scrapes_nor_keeps_the
         .unwrap();
     let mut child = child;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(str::to_string)
-        })
-        .expect("the metrics address is printed");
+    let addr = metrics_address(&mut lines);
     // Twenty thousand requests in one go, and not one reply read. Written from a clone of the
     // connection on a thread of its own: the write itself may block or be cut off.
     let greedy = TcpStream::connect(&addr).unwrap();
@@ -198,13 +196,7 @@ fn run_reports_the_programs_memory_not_its_own() {
         .unwrap();
     let mut run = Run(child);
     let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("pipeprof: metrics on http://").and_then(|r| r.strip_suffix("/metrics")).map(String::from)
-        })
-        .expect("the bound address is printed on stderr");
+    let addr = metrics_address(&mut lines);
     let stderr = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
     // The endpoint shows the program's memory once a sample has seen it: polled until then
     // (a hang guard bounds it, not a timing).
