@@ -132,8 +132,18 @@ def _wrapped(func, orig, name):
     return func
 
 
-def _open(orig):
+def _open(orig, preinit=None):
+    # PIL imports its format plugins in its first open (``Image.preinit``): an import, tens of
+    # ms, not a read. Done before the first read's clock starts; PIL would do it there anyway.
+    pending = [preinit]
+
     def open(*args, **kwargs):
+        if pending[0] is not None:
+            first, pending[0] = pending[0], None
+            try:
+                first()
+            except Exception:
+                pass  # PIL's own open tries again and says what is wrong
         to = _keras_to()
         if to is None or _T.pil_busy:
             with Stage("read"):
@@ -201,7 +211,7 @@ def install_image(image_mod):
     """``PIL.Image``'s ``open``, ``Image.convert`` and ``Image.resize`` (once)."""
     # Something inside a sample can time it now: the training thread times every batch.
     _native.fetch_inner()
-    _patch(image_mod, "open", _open)
+    _patch(image_mod, "open", lambda orig: _open(orig, getattr(image_mod, "preinit", None)))
     _patch(image_mod.Image, "convert", _convert)
     _patch(image_mod.Image, "resize", _resize)
 
