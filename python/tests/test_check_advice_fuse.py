@@ -45,13 +45,7 @@ def row(out, label):
 def test_check_advice_reads_a_slow_mount_from_a_local_copy_and_from_the_pack(tmp_path):
     src, mnt, scratch = tmp_path / "src", tmp_path / "mnt", tmp_path / "tmp"
     scratch.mkdir()
-    made = subprocess.run(
-        [pipeprof_bin(), "demo-data", src, "--classes", "2", "--per-class", "64", "--size", "250x250", "--format", "jpeg"],
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    assert made.returncode == 0, made.stderr
+    slow_demo(src)
     before = fingerprint(src)
     env = env_for(tmp_path)
     # The re-runs' private folder (the copy, the pack) is made here, to be looked at after.
