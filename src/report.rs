@@ -345,6 +345,11 @@ fn render_epochs(o: &mut String, s: &Summary) {
         for e in &s.epochs {
             row(o, &epoch_cells(s, e));
         }
+        let val_images: u64 = s.epochs.iter().map(|e| e.val_images).sum();
+        if val_images > 0 {
+            let trained: u64 = s.epochs.iter().map(|e| e.images).sum();
+            let _ = writeln!(o, "validation evaluated {val_images} images, apart from the {trained} trained");
+        }
         if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
             // No GPU words in a run without one.
             let idle =
@@ -743,6 +748,7 @@ mod tests {
             seconds: 1.0,
             val_loss: None,
             val_accuracy: None,
+            val_images: 0,
             through: None,
         });
         s.skipped.push(Skipped { path: "a/b.png".into(), reason: "truncated".into() });
@@ -899,12 +905,14 @@ mod tests {
             seconds: 1.0,
             val_loss: Some(0.875),
             val_accuracy: Some(0.75),
+            val_images: 8,
             through: None,
         });
         let r = render(&s, &crate::diagnose::diagnose(&s));
         assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");
         assert!(r.contains("0.8750") && r.contains("75.0%"), "{r}");
         assert!(r.contains("validation passes took 30% of the run's wall time"), "{r}");
+        assert!(r.contains("validation evaluated 8 images, apart from the 12 trained"), "{r}");
     }
 
     fn verdict(advice: Vec<crate::diagnose::Advice>) -> Verdict {

@@ -96,6 +96,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 seconds: 3.0,
                 val_loss: None,
                 val_accuracy: None,
+                val_images: 0,
                 through: None,
             },
             EpochSummary {
@@ -108,6 +109,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
                 seconds: 2.0,
                 val_loss: None,
                 val_accuracy: None,
+                val_images: 0,
                 through: None,
             },
         ],

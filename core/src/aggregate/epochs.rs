@@ -34,10 +34,18 @@ pub struct EpochSummary {
     pub val_loss: Option<f64>,
     #[serde(default)]
     pub val_accuracy: Option<f64>,
+    /// Images the validation passes of this epoch evaluated (not in `images`: no training).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub val_images: u64,
     /// A row that sums the epochs from `epoch` through this one (the table keeps the first and
     /// last [`EPOCHS_KEPT`] apart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub through: Option<u32>,
+}
+
+/// For serde: a count left out of the JSON when nothing was counted.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Keeps the first and last [`EPOCHS_KEPT`] rows of an epoch table apart and sums the ones
@@ -54,6 +62,7 @@ pub fn fold_epochs(epochs: &mut Vec<EpochSummary>) {
         row.steps = row.steps.saturating_add(e.steps);
         row.images = row.images.saturating_add(e.images);
         row.seconds += e.seconds;
+        row.val_images = row.val_images.saturating_add(e.val_images);
         acc_sum += e.accuracy * e.images as f64;
         if !e.no_loss {
             (loss_images, loss_sum) = (loss_images.saturating_add(e.images), loss_sum + e.loss * e.images as f64);
@@ -125,6 +134,7 @@ impl EpochAgg {
             seconds: self.clock.map_or(0, |(start, end)| end.saturating_sub(start)) as f64 / 1e9,
             val_loss: (self.val_loss_images > 0).then(|| self.val_loss_sum / self.val_loss_images as f64),
             val_accuracy: (self.val_images > 0).then(|| self.val_correct as f64 / self.val_images as f64),
+            val_images: self.val_images,
         }
     }
 }
@@ -242,6 +252,9 @@ mod tests {
         let s = a.summary();
         assert_eq!(s.epochs[EPOCHS_KEPT].val_loss, Some(2.0));
         assert_eq!(s.epochs.last().and_then(|e| e.val_accuracy), Some(1.0));
+        // Its images are counted apart from training's, in the row they belong to.
+        assert_eq!((s.epochs[EPOCHS_KEPT].val_images, s.epochs.last().map(|e| e.val_images)), (4, Some(4)));
+        assert_eq!(s.epochs.iter().map(|e| e.images).sum::<u64>(), s.images);
         // Short runs are listed whole.
         let mut b = Aggregator::new(RunSettings::default());
         (0..100).for_each(|i| b.push(&step(i, i as u32, 1.0, 2, 1_000 + i)));
