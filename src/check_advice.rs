@@ -176,14 +176,11 @@ fn interrupted_by(status: std::process::ExitStatus) -> Option<i32> {
     }
 }
 
-/// Runs `exe args` with `env` added, no input and its output kept (the last line of its
-/// errors says why it failed), then reads the steady rate from its summary file.
-pub fn run_child(exe: &Path, args: &[OsString], env: &[(&str, String)], summary: &Path) -> Measured {
-    let s = run_child_summary(exe, args, env, summary)?;
-    steady_rate(&s).ok_or_else(|| "no images/s in the summary".into())
-}
+/// Why a run that ended well measured nothing.
+pub const NO_RATE: &str = "no images/s in the summary";
 
-/// As [`run_child`], the child's whole summary.
+/// Runs `exe args` with `env` added, no input and its output kept (the last line of its
+/// errors says why it failed), then reads its summary file.
 pub fn run_child_summary(
     exe: &Path,
     args: &[OsString],
@@ -467,6 +464,7 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
         runs.len() - 1
     ));
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
+    let mut loads = Vec::new();
     for (k, f) in runs.iter().enumerate() {
         // Ctrl-C reached the child (same process group) and this process: no more runs.
         if crate::signal::stopping() {
@@ -480,14 +478,15 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), f.label));
         let summary = tmp.join(format!("run-{k}.json"));
         let made = local_data(f.change.as_ref(), &exe, parent, data, &tmp);
-        let measured = match &made {
+        let ran = match &made {
             Ok((cache, _)) => {
                 let child = child_args(parent, f.change.as_ref(), steps, &summary, cache.as_deref());
                 // Interrupted while the copy or the cache was made: no run.
-                stop_check().and_then(|_| run_child(&exe, &child, &[], &summary))
+                stop_check().and_then(|_| run_child_summary(&exe, &child, &[], &summary))
             }
             Err(e) => Err(e.clone()),
         };
+        let measured = ran.as_ref().map_err(Clone::clone).and_then(|s| steady_rate(s).ok_or_else(|| NO_RATE.into()));
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
             crate::progress::say(&format!(
                 "check-advice: interrupted: {} of {} runs done, the rest skipped",
@@ -497,9 +496,12 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
             break;
         }
         results.push((measured, made.ok().and_then(|(_, note)| note)));
+        loads.push(ran.ok());
     }
     drop(_tmp_guard);
-    crate::progress::out(&render(&runs[..results.len()], &results, steady_rate(main).unwrap_or(main.images_per_s)));
+    let elsewhere = Elsewhere::of(main, &loads.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let main_rate = steady_rate(main).unwrap_or(main.images_per_s);
+    crate::progress::out(&render(&runs[..results.len()], &results, main_rate, &elsewhere));
 }
 
 /// The data a follow-up reads instead of the main run's, made in `tmp` (the packed cache, a
@@ -662,7 +664,12 @@ fn alive(pid: u32) -> bool {
 /// read against the baseline as the measurement is. A right prediction then reads as right
 /// even where the main run and the baseline ran at different rates (a longer run, workers
 /// chosen by `--workers auto`). Every rate is a steady state's ([`steady_rate`]). Pure.
-pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_images_per_s: f64) -> String {
+pub fn render(
+    runs: &[FollowUp],
+    results: &[(Measured, Option<String>)],
+    main_images_per_s: f64,
+    elsewhere: &Elsewhere,
+) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let base = match results.first() {
@@ -693,6 +700,11 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
         };
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
         match m {
+            // A × measured beside other programs' load is not the change's alone: in brackets.
+            Ok(x) if elsewhere.swamped(k) => {
+                let times = format!("({:.2}×)", x / base);
+                let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {x:>17.1}  {times:>10}{note}", f.label);
+            }
             Ok(x) => {
                 let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {x:>17.1}  {:>9.2}×{note}", f.label, x / base);
             }
@@ -712,7 +724,74 @@ pub fn render(runs: &[FollowUp], results: &[(Measured, Option<String>)], main_im
     if runs.iter().take(results.len()).any(|f| f.floor) {
         let _ = writeln!(o, "{FLOOR_NOTE}");
     }
+    if let Some(w) = elsewhere.warning(results.len()) {
+        let _ = writeln!(o, "{w}");
+    }
     o
+}
+
+/// Who else held this machine's cores during each run, where anyone did ([`busy_elsewhere`]):
+/// the main run (the predictions' basis) and each re-run, the baseline first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Elsewhere {
+    pub main: Option<String>,
+    pub runs: Vec<Option<String>>,
+}
+
+impl Elsewhere {
+    /// The main run's load and each re-run's, from their summaries (`None`: the run failed).
+    pub fn of(main: &Summary, runs: &[Option<&Summary>]) -> Elsewhere {
+        Elsewhere { main: busy_elsewhere(main), runs: runs.iter().map(|s| s.and_then(busy_elsewhere)).collect() }
+    }
+
+    /// Re-run `k`'s × is not the change's alone: other programs shared it or its baseline.
+    fn swamped(&self, k: usize) -> bool {
+        let busy = |k: usize| self.runs.get(k).is_some_and(Option::is_some);
+        busy(0) || busy(k)
+    }
+
+    /// Under the table, where any run shared the machine: which runs, who, and what to do.
+    fn warning(&self, shown: usize) -> Option<String> {
+        let mut during: Vec<String> = Vec::new();
+        if let Some(w) = &self.main {
+            during.push(format!("the main run ({w})"));
+        }
+        for (k, w) in self.runs.iter().take(shown).enumerate() {
+            if let Some(w) = w {
+                let run = if k == 0 { "the baseline".to_string() } else { format!("run {}", k + 1) };
+                during.push(format!("{run} ({w})"));
+            }
+        }
+        if during.is_empty() {
+            return None;
+        }
+        let rows = if (0..shown).any(|k| self.swamped(k)) {
+            " A × measured beside them is not the change's alone: it is shown in brackets."
+        } else {
+            " The predictions were made on a run they shared, the re-runs on a quieter machine."
+        };
+        Some(format!(
+            "check-advice: unreliable on this machine: other programs held cores during {}.{rows} Check again when the machine is quiet.",
+            during.join(", ")
+        ))
+    }
+}
+
+/// Why a run's measurement is not the change's alone: other programs kept cores busy
+/// ([`crate::diagnose::OTHER_CORES`] or more, the median sampled) or the hypervisor took them
+/// (steal [`crate::diagnose::STEAL_PCT`]% or more); `None` on a quiet machine. Pure.
+pub fn busy_elsewhere(s: &Summary) -> Option<String> {
+    let m = &s.machine;
+    let mut why = Vec::new();
+    if let Some(c) = m.other_cores_median.map(f64::from).filter(|c| *c >= crate::diagnose::OTHER_CORES) {
+        let names: Vec<String> = m.others.iter().take(3).map(|o| format!("{} {:.0}%", o.name, o.cpu_pct)).collect();
+        let names = if names.is_empty() { String::new() } else { format!(": {}", names.join(", ")) };
+        why.push(format!("{c:.1} of {} cores busy{names}", m.cores));
+    }
+    if let Some(st) = m.steal_mean_pct.map(f64::from).filter(|s| *s >= crate::diagnose::STEAL_PCT) {
+        why.push(format!("{st:.0}% of the CPU stolen by the hypervisor"));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
 }
 
 /// A verdict that says only `advice` (what the plans read), for the re-run plans' tests here
@@ -938,7 +1017,7 @@ mod tests {
         assert_eq!(runs[1].range, Some((1.53, 7.91)));
         // The main run measured 23.4 images/s, the baseline re-run 20: the range in images/s
         // is 36–185, read against the baseline 1.8–9.3×.
-        let t = render(&runs, &[(Ok(20.0), None), (Ok(60.0), None)], 20.0);
+        let t = render(&runs, &[(Ok(20.0), None), (Ok(60.0), None)], 20.0, &Elsewhere::default());
         assert!(
             t.lines().nth(2).is_some_and(|l| l.contains("36–185") && l.contains("1.8–9.3×") && l.contains("3.00×")),
             "{t}"
@@ -949,7 +1028,7 @@ mod tests {
     fn render_has_one_row_per_run_and_says_why_a_run_failed() {
         let runs = plan(&verdict(vec![advice(Change::Workers(2), Some(1.5)), advice(Change::Prefetch(4), None)]));
         let results = vec![(Ok(100.0), None), (Ok(150.0), None), (Err("exited with 1: boom".into()), None)];
-        let t = render(&runs, &results, 90.0);
+        let t = render(&runs, &results, 90.0, &Elsewhere::default());
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 6, "{t}");
         assert!(lines[0].contains("predicted ×") && lines[0].contains("measured images/s"));
@@ -973,7 +1052,7 @@ mod tests {
                 compute_split_unknown: false,
                 floor,
             });
-            render(&plan(&verdict(vec![a])), &[(Ok(100.0), None), (Ok(150.0), None)], 90.0)
+            render(&plan(&verdict(vec![a])), &[(Ok(100.0), None), (Ok(150.0), None)], 90.0, &Elsewhere::default())
         };
         let (t, plain) = (floor(true, None), floor(false, None));
         let row = t.lines().nth(2).unwrap_or_default();
@@ -1004,10 +1083,53 @@ mod tests {
             floor: false,
         });
         let runs = plan(&verdict(vec![a]));
-        let t = render(&runs, &[(Ok(686.0), None), (Ok(7474.0), None)], 420.0);
+        let t = render(&runs, &[(Ok(686.0), None), (Ok(7474.0), None)], 420.0, &Elsewhere::default());
         let row = t.lines().nth(2).unwrap_or_default();
         // 7203 / 686 = 10.50× predicted, 7474 / 686 = 10.90× measured: one base.
         assert!(row.contains("7203.0") && row.contains("10.50×") && row.contains("10.90×"), "{t}");
+    }
+
+    #[test]
+    fn a_run_shared_with_other_programs_has_its_times_in_brackets_and_a_warning() {
+        use probes::sample::OtherCpu;
+        let load = |cores: Option<f32>, steal: Option<f32>| {
+            let mut s = Summary::default();
+            s.machine.cores = 2;
+            s.machine.other_cores_median = cores;
+            s.machine.steal_mean_pct = steal;
+            s.machine.others = vec![OtherCpu { name: "stress".into(), processes: 2, cpu_pct: 180.0 }];
+            s
+        };
+        // The machine's own thresholds decide: 0.5 cores of others, 5% steal.
+        for (cores, steal, want) in [
+            (None, None, None),
+            (Some(0.4), Some(4.0), None),
+            (Some(1.8), None, Some("1.8 of 2 cores busy: stress 180%")),
+            (None, Some(12.0), Some("12% of the CPU stolen by the hypervisor")),
+        ] {
+            assert_eq!(busy_elsewhere(&load(cores, steal)).as_deref(), want, "{cores:?} {steal:?}");
+        }
+        let runs = plan(&verdict(vec![advice(Change::Workers(2), Some(0.8)), advice(Change::Prefetch(4), Some(1.1))]));
+        let results = vec![(Ok(100.0), None), (Ok(185.0), None), (Ok(110.0), None)];
+        let (quiet, busy) = (load(None, None), load(Some(1.8), None));
+        // Run 2 (workers 2) shared the machine: its × is in brackets; the others are clean.
+        let e = Elsewhere::of(&quiet, &[Some(&quiet), Some(&busy), Some(&quiet)]);
+        let t = render(&runs, &results, 100.0, &e);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2].contains("(1.85×)") && lines[3].contains("1.10×") && !lines[3].contains('('), "{t}");
+        assert!(
+            t.contains("unreliable on this machine") && t.contains("run 2 (1.8 of 2 cores busy: stress 180%)"),
+            "{t}"
+        );
+        // A shared baseline makes every × unreliable.
+        let t = render(&runs, &results, 100.0, &Elsewhere::of(&quiet, &[Some(&busy), Some(&quiet), Some(&quiet)]));
+        assert!(t.contains("(1.85×)") && t.contains("(1.10×)") && t.contains("the baseline (1.8"), "{t}");
+        // Only the main run shared it: the × stand, the warning names the predictions' run.
+        let t = render(&runs, &results, 100.0, &Elsewhere::of(&busy, &[Some(&quiet), Some(&quiet), Some(&quiet)]));
+        assert!(t.contains("1.85×") && !t.contains("(1.85×)") && t.contains("the main run (1.8"), "{t}");
+        // A quiet machine: no warning.
+        let t = render(&runs, &results, 100.0, &Elsewhere::of(&quiet, &[Some(&quiet), None, Some(&quiet)]));
+        assert!(!t.contains("unreliable"), "{t}");
     }
 
     #[test]

@@ -380,7 +380,7 @@ fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Re
 
 /// What a re-run gives: its rate (or why none), a note for its row, and for a data move the
 /// cost line's `what` and seconds.
-type Outcome = (Measured, Option<String>, Option<(&'static str, f64)>);
+type Outcome = (Measured, Option<String>, Option<(&'static str, f64)>, Option<Summary>);
 
 /// One re-run: the data it reads made first (a copy or a pack, timed apart), then the program;
 /// a data re-run is a measurement only where it proved it read the data ([`proven`]).
@@ -389,12 +389,12 @@ fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Su
         None => (None, None),
         Some(m) => match make_data(m, exe, Path::new(&main.settings.data), tmp) {
             Ok((redirect, what, secs)) => (Some(redirect), Some((what, secs))),
-            Err(e) => return (Err(e), None, None),
+            Err(e) => return (Err(e), None, None, None),
         },
     };
     // Interrupted while the copy or the pack was made: no re-run.
     if let Err(e) = check_advice::stop_check() {
-        return (Err(e), None, None);
+        return (Err(e), None, None, None);
     }
     let summary = tmp.join(format!("run-{k}.json"));
     let why = tmp.join(format!("run-{k}.why"));
@@ -410,22 +410,22 @@ fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Su
     // The hook could not make the redirect as the program asked: the row says why.
     match std::fs::read_to_string(&why) {
         Ok(w) if !w.trim().is_empty() && !matches!(&ran, Err(e) if e == INTERRUPTED) => {
-            return (Err(format!("{}{}", check_advice::SKIPPED, w.trim())), None, None)
+            return (Err(format!("{}{}", check_advice::SKIPPED, w.trim())), None, None, None)
         }
         _ => {}
     }
     let s = match ran {
         Ok(s) => s,
-        Err(e) => return (Err(e), None, None),
+        Err(e) => return (Err(e), None, None, None),
     };
     let Some(rate) = check_advice::steady_rate(&s) else {
-        return (Err("no images/s in the summary".into()), None, None);
+        return (Err(check_advice::NO_RATE.into()), None, None, None);
     };
     match cost {
-        None => (Ok(rate), None, None),
+        None => (Ok(rate), None, None, Some(s)),
         Some((what, secs)) => match proven(what, reads_in(&reads), &main.settings, &s.settings) {
-            Ok(note) => (Ok(rate), Some(note), Some((what, secs))),
-            Err(e) => (Err(e), None, None),
+            Ok(note) => (Ok(rate), Some(note), Some((what, secs)), Some(s)),
+            Err(e) => (Err(e), None, None, None),
         },
     }
 }
@@ -448,6 +448,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
     ));
     let mut results: Vec<(Measured, Option<String>)> = Vec::new();
     let mut costs = Vec::new();
+    let mut loads = Vec::new();
     for (k, r) in runs.iter().enumerate() {
         let stop = |k: usize| {
             crate::progress::say(&format!(
@@ -461,18 +462,20 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
             break;
         }
         crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label));
-        let (measured, note, cost) = re_run(opts, r, k, &exe, &tmp, main);
+        let (measured, note, cost, ran) = re_run(opts, r, k, &exe, &tmp, main);
         if matches!(&measured, Err(e) if e == INTERRUPTED) {
             stop(k);
             break;
         }
         results.push((measured, note));
         costs.push(cost);
+        loads.push(ran);
     }
     drop(_tmp_guard);
     let rows: Vec<FollowUp> = runs.iter().map(|r| r.row.clone()).collect();
     let main_rate = check_advice::steady_rate(main).unwrap_or(main.images_per_s);
-    crate::progress::out(&check_advice::render(&rows[..results.len()], &results, main_rate));
+    let elsewhere = check_advice::Elsewhere::of(main, &loads.iter().map(Option::as_ref).collect::<Vec<_>>());
+    crate::progress::out(&check_advice::render(&rows[..results.len()], &results, main_rate, &elsewhere));
     let base = results.first().and_then(|(m, _)| m.as_ref().ok().copied()).unwrap_or(main_rate);
     for ((m, _), cost) in results.iter().zip(&costs) {
         if let (Ok(after), Some((what, secs))) = (m, cost) {
