@@ -361,6 +361,25 @@ impl<'a> Facts<'a> {
         self.cpu_device && total > 0.0 && c / total >= COMPETE_SHARE
     }
 
+    /// Training on the CPU beside a `tf.data` pipeline: the loader's share of this process's
+    /// CPU per image (its map and loading over those and the step's), when both are known.
+    pub fn tf_map_cpu_share(&self) -> Option<f64> {
+        if !(self.s.settings.tf_data && self.cpu_device) {
+            return None;
+        }
+        let loader = self.p.loader_cpu_ms();
+        let total = loader + self.p.compute_cpu_ms_per_image;
+        (loader > 0.0 && total.is_finite()).then(|| loader / total)
+    }
+
+    /// tf.data's map takes the cores the step needs: at least [`TF_MAP_CPU_SHARE`] of the
+    /// process's CPU per image on cores that are all busy. It limits the run even where the
+    /// step's wait for its batch is low: the step slows instead of waiting.
+    pub fn tf_map_takes_cores(&self) -> bool {
+        let busy = self.cpu_saturated() || self.contended();
+        busy && self.tf_map_cpu_share().is_some_and(|x| x >= TF_MAP_CPU_SHARE)
+    }
+
     /// Whether the machine alone (no loader spans) points at storage.
     fn machine_says_io(&self) -> bool {
         let iowait = self.s.machine.iowait_mean_pct.is_some_and(|w| f64::from(w) >= IOWAIT_PCT);
@@ -388,6 +407,9 @@ impl<'a> Facts<'a> {
                 return Limiter::Contention;
             }
             return if blocked >= IO_OFF_CPU_SHARE { Limiter::Io } else { Limiter::Preprocess };
+        }
+        if self.tf_map_takes_cores() {
+            return Limiter::Preprocess;
         }
         if self.overhead.is_some() {
             return Limiter::Overhead;

@@ -61,8 +61,15 @@ impl Facts<'_> {
             Severity::Moderate => format!("moderate: ≥ {moderate} and < {high} per TensorFlow's rule"),
             Severity::Low => format!("low: < {moderate} per TensorFlow's rule"),
         };
+        // TensorFlow takes the batch inside the compiled step: its wait is there, in the steps
+        // the trace windows sampled, and apportioned to the others by their share.
+        let who = if self.s.settings.tf_data {
+            "the training step waited for its batch inside it (tf.data's IteratorGetNext)"
+        } else {
+            "the training loop waited for data"
+        };
         format!(
-            "the training loop waited for data {:.1}% of each step ({} of {}) ({rule})",
+            "{who} {:.1}% of each step ({} of {}) ({rule})",
             w * 100.0,
             ms(self.s.split.wait_ms),
             ms(self.s.split.mean_step_ms)
@@ -175,7 +182,12 @@ impl Facts<'_> {
     }
 
     fn assumed_note(&self) -> &'static str {
-        if self.p.loader.iter().any(|x| !x.measured) {
+        // TensorFlow's trace has no on-CPU clock: its CPU stages' shares scaled into the
+        // process's CPU per image where they added up to more (`model::traced_cpu_within_tree`).
+        let scaled = |x: &super::model::StageCost| x.stage != Stage::Read && x.on_cpu_ms < x.wall_ms;
+        if self.s.settings.tf_data && self.p.loader.iter().any(|x| !x.measured && scaled(x)) {
+            " (on-CPU shares: the process's CPU per image shared out by the spans' wall time)"
+        } else if self.p.loader.iter().any(|x| !x.measured) {
             " (on-CPU share assumed from names)"
         } else {
             ""
@@ -255,6 +267,12 @@ impl Facts<'_> {
         let sev = self.severity.label();
         let waited = format!("{:.1}%", sp.wait_share * 100.0);
         match limiter {
+            Limiter::Preprocess if self.tf_map_takes_cores() => format!(
+                "CPU preprocessing in tf.data's map{} limits training: it takes {} of this process's CPU per image on the {} cores the step trains on, so its threads take the cores the step needs; the step waited for its batch {waited} of its time",
+                self.costliest_stages(),
+                pct(self.tf_map_cpu_share().unwrap_or(0.0)),
+                self.p.cores as usize
+            ),
             Limiter::Io | Limiter::Preprocess if self.loader_keeps_up() => format!(
                 "Input-bound ({sev}): the loop waited for data {waited} of each step although the loader keeps up on average ({} vs {}): it stalls, mostly in {}",
                 rate(self.cap.loader()),
@@ -356,11 +374,21 @@ impl Facts<'_> {
             }
             Evidence::Cpu { busy } => self.cpu_line(*busy),
             Evidence::Contention => self.contention_line(),
-            Evidence::LoaderCompetes => format!(
-                "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
-                ms(self.p.loader_cpu_ms()),
-                ms(self.p.compute_cpu_ms_per_image)
-            ),
+            Evidence::LoaderCompetes => match self.tf_map_cpu_share() {
+                Some(share) => format!(
+                    "training on the CPU: tf.data's map and loading use {} of CPU per image, the step {}: {} of this process's CPU (it used {} an image), on the same {} cores",
+                    ms(self.p.loader_cpu_ms()),
+                    ms(self.p.compute_cpu_ms_per_image),
+                    pct(share),
+                    ms(self.p.loader_cpu_ms() + self.p.compute_cpu_ms_per_image),
+                    self.p.cores as usize
+                ),
+                None => format!(
+                    "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
+                    ms(self.p.loader_cpu_ms()),
+                    ms(self.p.compute_cpu_ms_per_image)
+                ),
+            },
             Evidence::Transfer { mb_per_batch } => format!(
                 "host→device copies take {} per step{}, compute {}",
                 ms(sp.transfer_ms),

@@ -44,7 +44,9 @@ pub(super) enum Evidence<'a> {
     Cpu { busy: f64 },
     /// This run's threads waiting for a core, and who holds the cores.
     Contention,
-    /// Training on the CPU: the loader's and compute's CPU per image on the same cores.
+    /// Training on the CPU: the loader's and compute's CPU per image on the same cores (beside
+    /// tf.data, the map's share of the process's CPU: with the wait inside the step, what
+    /// decides whether the map limits the run).
     LoaderCompetes,
     /// Host→device copies per step (and their bytes per batch, when counted).
     Transfer { mb_per_batch: Option<f64> },
@@ -94,7 +96,8 @@ impl<'a> Facts<'a> {
             ev.truncate(MAX_EVIDENCE - 1);
             ev.push(Evidence::Contention);
         }
-        if self.loader_competes() && ev.len() < MAX_EVIDENCE {
+        let said = ev.iter().any(|e| matches!(e, Evidence::LoaderCompetes));
+        if self.loader_competes() && !said && ev.len() < MAX_EVIDENCE {
             ev.push(Evidence::LoaderCompetes);
         }
         if let Some(off) = self.model_off_figures() {
@@ -109,6 +112,11 @@ impl<'a> Facts<'a> {
             ev.push(Evidence::NoLoaderSpans { iowait: self.s.machine.iowait_mean_pct });
         } else {
             ev.push(if *limiter == Limiter::Io { Evidence::ReadWait } else { Evidence::LoaderCpu });
+            if *limiter == Limiter::Preprocess && self.tf_map_cpu_share().is_some() {
+                // tf.data's map against the step, on the same cores: what decides (with the
+                // wait inside the step) whether the map limits the run.
+                ev.push(Evidence::LoaderCompetes);
+            }
             ev.push(Evidence::Capacity { model_off: None });
         }
         if *limiter == Limiter::Io {

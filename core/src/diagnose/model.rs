@@ -276,21 +276,45 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
 /// in its loop body, not every free one (`docs/calibration-notes.md`).
 /// `None` without a process sample, images or time, or when the loader's CPU is all of it.
 pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
-    let m = &s.machine;
-    let tree_ms = match m.process_cpu_training_pct.map(f64::from) {
-        // While it trained, at its training rate: the start-up's CPU (imports, a framework's
-        // first compile) is not the steps'.
-        Some(pct) if pct.is_finite() && pct > 0.0 && s.images_per_s > 0.0 => pct / 100.0 * 1000.0 / s.images_per_s,
-        _ => {
-            let pct = f64::from(m.process_cpu_mean_pct?);
-            if !(pct.is_finite() && pct > 0.0 && s.images > 0 && s.elapsed_s > 0.0) {
-                return None;
-            }
-            pct / 100.0 * s.elapsed_s * 1000.0 / s.images as f64
-        }
-    };
+    let tree_ms = tree_cpu_ms(s)?;
     let loader_ms: f64 = loader.iter().map(|x| x.on_cpu_ms).sum();
     finite_pos(tree_ms - loader_ms)
+}
+
+/// The program's process tree's CPU per image while it trained, ms (see
+/// [`tree_compute_cpu_ms`]); `None` without a process sample, images or time.
+pub fn tree_cpu_ms(s: &Summary) -> Option<f64> {
+    let m = &s.machine;
+    match m.process_cpu_training_pct.map(f64::from) {
+        // While it trained, at its training rate: the start-up's CPU (imports, a framework's
+        // first compile) is not the steps'.
+        Some(pct) if pct.is_finite() && pct > 0.0 && s.images_per_s > 0.0 => {
+            Some(pct / 100.0 * 1000.0 / s.images_per_s)
+        }
+        _ => {
+            let pct = f64::from(m.process_cpu_mean_pct?);
+            (pct.is_finite() && pct > 0.0 && s.images > 0 && s.elapsed_s > 0.0)
+                .then(|| pct / 100.0 * s.elapsed_s * 1000.0 / s.images as f64)
+        }
+    }
+}
+
+/// Training on the CPU beside tf.data, whose stages come from TensorFlow's trace: wall time
+/// with no on-CPU clock, and on the cores the step shares part of that wall is waiting for a
+/// core (measured: a blur map's spans 7.5 ms an image where its CPU was 3.8 ms). The process's
+/// own CPU per image (`tree_ms`) is what the loader and the compute used together: where
+/// their figures add up to more, both are scaled into it (the loader's rest is off-CPU,
+/// its run-queue wait unmeasured). The compute's CPU per image, as scaled. Pure.
+pub fn traced_cpu_within_tree(loader: &mut [StageCost], compute_cpu_ms: f64, tree_ms: f64) -> f64 {
+    let l: f64 = loader.iter().map(|x| x.on_cpu_ms).sum();
+    let k = tree_ms / (l + compute_cpu_ms);
+    if !(k.is_finite() && k > 0.0 && k < 1.0) || loader.iter().any(|x| x.measured) {
+        return compute_cpu_ms;
+    }
+    for x in loader.iter_mut() {
+        x.on_cpu_ms *= k;
+    }
+    compute_cpu_ms * k
 }
 
 /// The training process's serial work per batch beside its compute, ms, from the run's wait
@@ -663,7 +687,7 @@ impl Pipeline {
         let st = &s.settings;
         let m = &s.machine;
         let (cores, physical_cores, free_cores) = cores_of(s);
-        let loader = loader_costs(s);
+        let mut loader = loader_costs(s);
         let cpu_device = trains_on_cpu(s);
         let batch = trained_batch(s);
         let mut compute_cpu_ms_per_image = if cpu_device {
@@ -686,6 +710,11 @@ impl Pipeline {
         let others_cores = (cores - free_cores).max(0.0);
         let (compute_ms, cold) = compute_step(s, cpu_device, others_cores, transfer_ms);
         compute_cpu_ms_per_image *= cold;
+        if cpu_device && st.tf_data && st.tf_trace.is_some() {
+            if let Some(tree) = tree_cpu_ms(s) {
+                compute_cpu_ms_per_image = traced_cpu_within_tree(&mut loader, compute_cpu_ms_per_image, tree);
+            }
+        }
         let loader_wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
         let k = cpu_cores(cores, physical_cores);
         let mut p = Pipeline {

@@ -1867,3 +1867,143 @@ fn a_floor_says_at_least_its_low_end_even_with_a_range() {
     assert!(w.ends_with("→ predicted at least 430 images/s (×4.3)"), "{w}");
     assert!(s.contains("≥430 images/s (×≥4.3)") && !s.contains('–'), "{s}");
 }
+
+/// Keras on TensorFlow training on the CPU (2 cores, batch 32) beside a `tf.data` map, as
+/// measured on `python/corpus/tf_heavy_map_cpu.py`: the trace's loader stages per image
+/// (wall, ms: TensorFlow's trace has no on-CPU clock), the step's wait for its batch inside it
+/// and the rest of it (ms), the process's CPU while it trained (100 = one core), the other
+/// programs' cores and the run's clock (images/s, the compile in it).
+fn tf_map_on_cpu(stages: &[(&str, f64)], wait: f64, compute: f64, process: f32, others: f32, rate: f64) -> B {
+    let mut b = B::new().workers(0, 2).device("cpu").step(wait, 0.0, compute).cpu(100.0, process);
+    let n = b.0.split.steps * b.0.settings.batch_size as u64;
+    for &(name, ms) in stages {
+        b.set_stage(stage(name, ms, None, n));
+    }
+    b.0.settings.framework = "keras".into();
+    b.0.settings.tf_data = true;
+    // Every step sampled: a tf.data function's cost per image is its total over them.
+    let sampled_steps = b.0.split.steps;
+    b.0.settings.tf_trace = Some(crate::aggregate::settings::TfTrace { windows: 4, sampled_steps, cost_ms: 700.0 });
+    b.0.machine.process_cpu_training_pct = Some(process);
+    b.0.machine.other_cores_median = Some(others);
+    b.0.images_per_s = rate;
+    b.0.split.startup_compute_ms = Some(1300.0);
+    b
+}
+
+/// The blur map's stages (`--augment heavy`), per image: its function's own work is transform.
+const HEAVY_MAP: [(&str, f64); 5] =
+    [("read", 0.047), ("decode", 0.73), ("resize", 0.098), ("augment", 2.03), ("transform", 4.68)];
+
+#[test]
+fn a_heavy_tf_data_map_on_the_cpu_is_preprocessing_with_the_in_step_wait_and_its_cpu_share() {
+    // (case, the run, CPU preprocessing expected, the step's wait for its batch as said).
+    // Measured: the heavy map ran the script at 198 images/s (its own clock), the identity
+    // map at 577: the map's CPU limits the run, through the wait when the trace windows saw
+    // the step wait for its batch, through the cores when they saw tf.data's buffer full.
+    let cases: [(&str, B, bool, &str); 4] = [
+        (
+            "heavy map, windows past the start-up: the step waits for its batch",
+            tf_map_on_cpu(&HEAVY_MAP, 32.07, 70.12, 93.3, 1.0, 163.5),
+            true,
+            "31.4%",
+        ),
+        (
+            "heavy map, one window on the batches made during the compile: no wait, the cores taken",
+            tf_map_on_cpu(
+                &[("read", 0.042), ("decode", 0.49), ("resize", 0.09), ("augment", 2.77), ("transform", 6.55)],
+                0.08,
+                107.2,
+                87.5,
+                1.0,
+                170.0,
+            ),
+            true,
+            "0.1%",
+        ),
+        (
+            "identity map: loading alone, the step computes",
+            tf_map_on_cpu(
+                &[("read", 0.043), ("decode", 0.64), ("resize", 0.106), ("transform", 0.057)],
+                1.33,
+                38.16,
+                128.7,
+                1.2,
+                361.9,
+            ),
+            false,
+            "3.4%",
+        ),
+        (
+            "identity map, one window: no wait",
+            tf_map_on_cpu(
+                &[("read", 0.04), ("decode", 0.67), ("resize", 0.14), ("transform", 0.07)],
+                0.04,
+                34.56,
+                87.0,
+                1.0,
+                393.0,
+            ),
+            false,
+            "0.1%",
+        ),
+    ];
+    for (what, b, map_limits, waited) in cases {
+        let v = b.verdict();
+        let f = classify::Facts::new(&b.0);
+        assert_eq!(v.limiter == Limiter::Preprocess, map_limits, "{what}: {:?} {}", v.limiter, v.headline);
+        assert_eq!(f.tf_map_takes_cores(), map_limits, "{what}: share {:?}", f.tf_map_cpu_share());
+        // The wait said is the one inside the step, TensorFlow's IteratorGetNext.
+        assert!(v.evidence[0].contains("inside it (tf.data's IteratorGetNext)"), "{what}: {}", v.evidence[0]);
+        assert!(v.evidence[0].contains(waited), "{what}: {}", v.evidence[0]);
+        if !map_limits {
+            assert!(!v.headline.contains("tf.data's map"), "{what}: {}", v.headline);
+            continue;
+        }
+        // Which limits: the map's CPU, its share of the process's against the step's.
+        let share = f.tf_map_cpu_share().expect("known");
+        assert!(
+            v.headline.starts_with("CPU preprocessing in tf.data's map (transform, augment) limits training"),
+            "{what}: {}",
+            v.headline
+        );
+        assert!(
+            v.headline.contains(&format!("{} of this process's CPU", crate::units::pct(share))),
+            "{what}: {}",
+            v.headline
+        );
+        assert!(v.headline.contains(&format!("waited for its batch {waited}")), "{what}: {}", v.headline);
+        assert!(v.evidence.iter().any(|e| e.contains("tf.data's map and loading use")), "{what}: {:#?}", v.evidence);
+        // The numbers agree: the loader supplies at least what the run trained, and the
+        // model's rate is the measured one within the model's own tolerance.
+        let now = f.now.expect("measured").rate;
+        assert!(f.cap.loader() >= now, "{what}: the loader supplies {} < the measured {now}", f.cap.loader());
+        let off = f.model_off().expect("both known");
+        assert!(off.abs() <= MODEL_OFF_SHARE, "{what}: the model {} off the measured {now}: {off}", f.cap.throughput());
+        assert!(
+            !v.evidence.iter().any(|e| e.contains("capacity model puts today's rate")),
+            "{what}: {:#?}",
+            v.evidence
+        );
+    }
+}
+
+#[test]
+fn traced_stages_share_out_the_processs_cpu_where_their_wall_is_more() {
+    use super::model::traced_cpu_within_tree;
+    let b = tf_map_on_cpu(&HEAVY_MAP, 32.07, 70.12, 93.3, 1.0, 163.5);
+    let mut loader = super::model::loader_costs(&b.0);
+    let wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
+    // 7.59 ms of wall and 2.2 ms of compute in 5.7 ms of the process's CPU an image.
+    let compute = traced_cpu_within_tree(&mut loader, 2.2, 5.7);
+    let cpu: f64 = loader.iter().map(|x| x.on_cpu_ms).sum();
+    assert!((cpu + compute - 5.7).abs() < 1e-9, "{cpu} + {compute}");
+    assert!((cpu / compute - (wall - 0.047) / 2.2).abs() < 1e-9, "shared out in proportion: {cpu} {compute}");
+    assert_eq!(loader.iter().map(|x| x.wall_ms).sum::<f64>(), wall, "the wall stays");
+    // Within the process's CPU already, or measured on-CPU: unchanged.
+    let mut again = loader.clone();
+    assert_eq!(traced_cpu_within_tree(&mut again, compute, 10.0), compute);
+    let mut measured = super::model::loader_costs(&b.0);
+    measured[0].measured = true;
+    assert_eq!(traced_cpu_within_tree(&mut measured, 2.2, 5.7), 2.2);
+}
