@@ -83,8 +83,11 @@ pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 # accelerate, datasets, opencv-python-headless, albumentations: the corpus's 🤗 accelerate, 🤗
 # datasets and cv2 + albumentations scripts; ≈ 450 MB installed (pyarrow 170, opencv 150,
 # pandas 85), CPU-only wheels.
+# fastai: the corpus's DataBlock + vision_learner script (python/tests/test_fastai.py); ≈ 380 MB
+# installed with what it pulls in (spacy 126, scikit-learn 51, blis 39, matplotlib 35; fastai's
+# own packages 5), pure Python or CPU wheels, torch and torchvision kept as they are.
 install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat mfusepy \
-    accelerate datasets opencv-python-headless albumentations
+    accelerate datasets opencv-python-headless albumentations fastai
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

@@ -71,7 +71,7 @@ import sys
 import weakref
 
 import pipeprof
-from pipeprof import _native, _state, _torch_fetch
+from pipeprof import _fastai, _hooks, _native, _state, _torch_fetch
 from pipeprof._hooks import warn as _warn
 from pipeprof.torch import _first_leaf
 
@@ -147,13 +147,16 @@ def finish():
     _torch_fetch.flush_batch()
 
 
-def _send_settings(loader):
+def _send_settings(loader, read=None):
+    """The training loader's settings, once a run: ``read(loader, device)`` where the loader
+    is no torch DataLoader (fastai's, ``_fastai``), else ``pipeprof.torch.loader_settings``."""
     if _TORCH.settings_sent:
         return
     _TORCH.settings_sent = True
-    from pipeprof.torch import loader_settings
+    if read is None:
+        from pipeprof.torch import loader_settings as read
 
-    settings = loader_settings(loader, device=_TORCH.device)
+    settings = read(loader, device=_TORCH.device)
     if "batch_size" in settings:
         _BATCH_SIZE_SENT[0] = True
     # The loop body's correct predictions are not seen without an edit: no accuracy column.
@@ -178,6 +181,54 @@ def _is_train_loader(loader):
     return ref is not None and ref() is loader
 
 
+def began(loader, it, read=None):
+    """``loader`` made the iterator ``it`` (``DataLoader.__iter__``; fastai's loader makes
+    torch's iterator itself, ``_fastai``): the training loader's pass and its settings
+    (``read``: see :func:`_send_settings`). Returns ``it``."""
+    loop = _TORCH.loop
+    # What the program's own classes do when read or set (a property that raises, a
+    # __setattr__ that refuses) is theirs: whatever fails here leaves the value unknown.
+    try:
+        it._pipeprof_t = _now()
+    except Exception:
+        pass
+    try:
+        manual = bool(getattr(loader, "_pipeprof_manual", False))
+    except Exception:
+        manual = False
+    if manual:
+        # Wrapped with pipeprof.torch.profile: timed there, not twice.
+        try:
+            it._pipeprof_manual = True
+        except Exception:
+            pass
+        return it
+    if loop is None or not _grad_enabled[0]():
+        return it
+    try:
+        if _TORCH.train_loader is None:
+            _TORCH.train_loader = weakref.ref(loader)
+        train = _is_train_loader(loader)
+    except TypeError:
+        # A loader that takes no weak reference: none is the training loader.
+        train = False
+    if train:
+        try:
+            loop.train_pass(it)
+        except Exception:
+            # An iterator that takes no weak reference: its passes are not told apart.
+            pass
+        try:
+            _send_settings(loader, read)
+        except Exception as e:
+            _warn("the DataLoader's settings", e)
+    return it
+
+
+#: ``torch.is_grad_enabled``, once ``install`` ran.
+_grad_enabled = [lambda: True]
+
+
 def install(dataloader_mod):
     import torch
 
@@ -185,7 +236,7 @@ def install(dataloader_mod):
     Base = dataloader_mod._BaseDataLoaderIter
     orig_iter = DataLoader.__iter__
     orig_next = Base.__next__
-    is_grad_enabled = torch.is_grad_enabled
+    is_grad_enabled = _grad_enabled[0] = torch.is_grad_enabled
     loop = _TORCH.loop = _native.Loop(
         is_grad_enabled=is_grad_enabled,
         tensor=torch.Tensor,
@@ -197,44 +248,7 @@ def install(dataloader_mod):
     _give_hooks()
 
     def __iter__(self):
-        it = orig_iter(self)
-        # What the program's own classes do when read or set (a property that raises, a
-        # __setattr__ that refuses) is theirs: whatever fails here leaves the value unknown.
-        try:
-            it._pipeprof_t = _now()
-        except Exception:
-            pass
-        try:
-            manual = bool(getattr(self, "_pipeprof_manual", False))
-        except Exception:
-            manual = False
-        if manual:
-            # Wrapped with pipeprof.torch.profile: timed there, not twice.
-            try:
-                it._pipeprof_manual = True
-            except Exception:
-                pass
-            return it
-        if not is_grad_enabled():
-            return it
-        try:
-            if _TORCH.train_loader is None:
-                _TORCH.train_loader = weakref.ref(self)
-            train = _is_train_loader(self)
-        except TypeError:
-            # A loader that takes no weak reference: none is the training loader.
-            train = False
-        if train:
-            try:
-                loop.train_pass(it)
-            except Exception:
-                # An iterator that takes no weak reference: its passes are not told apart.
-                pass
-            try:
-                _send_settings(self)
-            except Exception as e:
-                _warn("the DataLoader's settings", e)
-        return it
+        return began(self, orig_iter(self))
 
     # `loop.begin`, torch's `__next__`, then `loop.took` or `loop.failed`: a method of the
     # extension, so that no frame of ours sits under torch's (see `hooked_next` in
@@ -258,6 +272,25 @@ def install(dataloader_mod):
 
         dataloader_mod._MultiProcessingDataLoaderIter.__del__ = __del__
 
+    # fastai's DataLoader makes torch's iterators itself, not through DataLoader.__iter__.
+    _hooks.when_imported(_fastai.hooks(began, PLAIN_LOSS))
+
+
+#: Tensor subclasses that hold a plain tensor's data and add methods only (fastai's
+#: ``TensorBase``, registered by ``_fastai``): their loss is read as the plain tensor they hold
+#: (the extension reads a loss that is exactly ``torch.Tensor``, no subclass of the program's).
+PLAIN_LOSS = set()
+
+
+def _plain(tensors):
+    """The loss ``backward()`` ran on, as a plain tensor where its class is in ``PLAIN_LOSS``."""
+    if type(tensors) in PLAIN_LOSS:
+        try:
+            return tensors.as_subclass(sys.modules["torch"].Tensor)
+        except Exception:
+            return tensors
+    return tensors
+
 
 def install_backward(autograd_mod):
     """``torch.autograd.backward``: the step's loss (and its device), and under DDP the time
@@ -267,7 +300,7 @@ def install_backward(autograd_mod):
     def backward(tensors, *args, **kwargs):
         loop = _TORCH.loop
         # The loss and its device; a step number when the program is one rank of several.
-        step = None if loop is None else loop.backward(tensors)
+        step = None if loop is None else loop.backward(_plain(tensors))
         if step is None:
             return orig(tensors, *args, **kwargs)
         # Under DDP the gradients' all-reduce runs inside backward(), which returns once the
