@@ -701,7 +701,7 @@ pub fn render(
         let note = note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
         match m {
             // A × measured beside other programs' load is not the change's alone: in brackets.
-            Ok(x) if elsewhere.swamped(k) => {
+            Ok(x) if k > 0 && elsewhere.swamped(k) => {
                 let times = format!("({:.2}×)", x / base);
                 let _ = writeln!(o, "{:<w$}  {rate:>18}  {pred:>11}  {x:>17.1}  {times:>10}{note}", f.label);
             }
@@ -784,7 +784,13 @@ pub fn busy_elsewhere(s: &Summary) -> Option<String> {
     let m = &s.machine;
     let mut why = Vec::new();
     if let Some(c) = m.other_cores_median.map(f64::from).filter(|c| *c >= crate::diagnose::OTHER_CORES) {
-        let names: Vec<String> = m.others.iter().take(3).map(|o| format!("{} {:.0}%", o.name, o.cpu_pct)).collect();
+        let names: Vec<String> = m
+            .others
+            .iter()
+            .filter(|o| o.cpu_pct >= 5.0)
+            .take(3)
+            .map(|o| format!("{} {:.0}%", o.name, o.cpu_pct))
+            .collect();
         let names = if names.is_empty() { String::new() } else { format!(": {}", names.join(", ")) };
         why.push(format!("{c:.1} of {} cores busy{names}", m.cores));
     }
@@ -1109,6 +1115,10 @@ mod tests {
         ] {
             assert_eq!(busy_elsewhere(&load(cores, steal)).as_deref(), want, "{cores:?} {steal:?}");
         }
+        // A program under 5% is no one's competitor: not named.
+        let mut idle = load(Some(1.8), None);
+        idle.machine.others.push(OtherCpu { name: "kworker".into(), processes: 1, cpu_pct: 1.0 });
+        assert!(busy_elsewhere(&idle).is_some_and(|w| !w.contains("kworker")));
         let runs = plan(&verdict(vec![advice(Change::Workers(2), Some(0.8)), advice(Change::Prefetch(4), Some(1.1))]));
         let results = vec![(Ok(100.0), None), (Ok(185.0), None), (Ok(110.0), None)];
         let (quiet, busy) = (load(None, None), load(Some(1.8), None));
@@ -1124,6 +1134,8 @@ mod tests {
         // A shared baseline makes every × unreliable.
         let t = render(&runs, &results, 100.0, &Elsewhere::of(&quiet, &[Some(&busy), Some(&quiet), Some(&quiet)]));
         assert!(t.contains("(1.85×)") && t.contains("(1.10×)") && t.contains("the baseline (1.8"), "{t}");
+        // The baseline itself is ×1 by definition: never bracketed.
+        assert!(t.lines().nth(1).is_some_and(|l| l.contains("1.00×") && !l.contains("(1.00×)")), "{t}");
         // Only the main run shared it: the × stand, the warning names the predictions' run.
         let t = render(&runs, &results, 100.0, &Elsewhere::of(&busy, &[Some(&quiet), Some(&quiet), Some(&quiet)]));
         assert!(t.contains("1.85×") && !t.contains("(1.85×)") && t.contains("the main run (1.8"), "{t}");
