@@ -3,8 +3,8 @@
 `ImageBlock` and `CategoryBlock` over an image folder (`get_image_files`, `parent_label`), each
 picture opened and decoded by `PILImage.create` and resized by `Resize` per item, `dataloaders`
 with fastai's own `DataLoader` (a `TfmdDL`: its workers run inside a torch iterator it makes
-itself), `vision_learner` on a resnet with random weights, and `learn.fit`, whose validation
-pass runs under `torch.no_grad()`. The folder is generated (corpus/_data.py) unless --data names
+itself), a look at one batch (`dls.one_batch()`), `vision_learner` on a resnet with random
+weights, and `learn.fit`, whose validation pass runs under `torch.no_grad()`. The folder is generated (corpus/_data.py) unless --data names
 one; nothing is downloaded. A callback of the script's own counts the optimizer's steps, the
 images trained on and the validation batches, keeps each step's loss and times each epoch;
 they are printed last, with the losses' range and the script's own peak memory (`getrusage`).
@@ -84,6 +84,8 @@ def main():
         item_tfms=Resize(args.size),
     )
     dls = dblock.dataloaders(path, bs=args.bs, num_workers=args.num_workers)
+    xb, yb = dls.one_batch()
+    print(f"a batch: images {tuple(xb.shape)}, labels {tuple(yb.shape)}, classes {dls.vocab}")
     counter = CountSteps()
     learn = vision_learner(dls, resnet18, pretrained=False, metrics=accuracy, cbs=counter)
     with learn.no_bar():

@@ -14,7 +14,8 @@ training thread, not by torch's map-style fetcher. So, once each module is impor
   loader: ``bs``, the ``_FakeLoader``'s workers); ``DataLoader.create_batches`` times each
   batch (``_native.Batch``: sent by a worker at once, held for its step on the training
   thread) with PIL's ``read``/``decode`` inside its items (``_pil``), and ``do_batch`` is its
-  ``collate``.
+  ``collate``. ``DataLoader.one_batch`` (``show_batch``, ``unet_learner``'s image size,
+  ``learn.summary()``) is a look at a batch, not a step: its iterator and batch are not timed.
 * ``fasttransform.transform`` (``fastcore.transform`` before fastai 2.8): ``Transform._call``
   of an item transform inside a batch is a span by what its class does (``Resize``: resize,
   ``ToTensor``: convert, ``RandomResizedCrop``: resize, flips: augment; see
@@ -71,6 +72,9 @@ def stage_of(cls):
 class _Local(threading.local):
     #: The batch this thread is making (a ``_native.Batch``) until its collate starts.
     batch = None
+    #: Inside ``DataLoader.one_batch`` (a look at a batch: ``show_batch``, ``unet_learner``'s
+    #: image size, ``learn.summary()``): no step, no batch timed.
+    peek = 0
 
 
 _LOCAL = _Local()
@@ -109,6 +113,14 @@ def _made_by(cls, began):
 
     def make(fake_loader):
         it = cls(fake_loader)
+        if _LOCAL.peek:
+            # The training loop's next() leaves an iterator so marked alone (as one wrapped
+            # with pipeprof.torch.profile): a look at one batch is no step of the program's.
+            try:
+                it._pipeprof_manual = True
+            except Exception:
+                pass
+            return it
         loader = getattr(fake_loader, "d", None)
         if loader is not None:
             began(loader, it, settings)
@@ -122,6 +134,9 @@ def _made_by(cls, began):
 def _create_batches(orig):
     def create_batches(self, samps):
         batches = orig(self, samps)
+        if _LOCAL.peek:
+            yield from batches
+            return
         worker = _in_worker()
         try:
             while True:
@@ -164,14 +179,30 @@ def _do_batch(orig):
     return do_batch
 
 
+def _one_batch(orig):
+    def one_batch(self):
+        _LOCAL.peek += 1
+        try:
+            return orig(self)
+        finally:
+            _LOCAL.peek -= 1
+
+    one_batch.__wrapped__ = orig
+    one_batch._pipeprof = True
+    one_batch.__doc__ = orig.__doc__
+    return one_batch
+
+
 def install_load(load_mod, began):
-    """``fastai.data.load``: its ``_loaders``, ``DataLoader.create_batches`` and ``do_batch``."""
+    """``fastai.data.load``: its ``_loaders``, ``DataLoader.create_batches``, ``do_batch`` and
+    ``one_batch``."""
     DataLoader = load_mod.DataLoader
     if getattr(DataLoader.create_batches, "_pipeprof", False):
         return
     load_mod._loaders = tuple(_made_by(cls, began) for cls in load_mod._loaders)
     DataLoader.create_batches = _create_batches(DataLoader.create_batches)
     DataLoader.do_batch = _do_batch(DataLoader.do_batch)
+    DataLoader.one_batch = _one_batch(DataLoader.one_batch)
 
 
 # ---------------------------------------------------------------- item transforms
