@@ -95,7 +95,7 @@ def main():
 
     model = SmallNet(len(labels))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    train_steps = train_images = eval_batches = 0
+    train_steps = train_images = eval_batches = eval_images = 0
     for epoch in range(args.epochs):
         model.train()
         for step, batch in enumerate(train_dataloader):
@@ -114,10 +114,11 @@ def main():
             correct += (outputs.argmax(-1) == batch["labels"]).sum().item()
             seen += len(batch["labels"])
             eval_batches += 1
+            eval_images += len(batch["labels"])
         print(f"epoch {epoch}: accuracy {100 * correct / seen:.2f}")
     print(
         f"counted: train_steps={train_steps} train_images={train_images} eval_batches={eval_batches} "
-        f"batch_size={args.batch_size}"
+        f"eval_images={eval_images} batch_size={args.batch_size}"
     )
     print(f"accuracy {100 * correct / seen:.2f} after {args.epochs} epochs")
 

@@ -130,8 +130,10 @@ def test_accelerate_batches_training_steps_and_eval_are_the_scripts_own(env, tmp
     assert len(s["epochs"]) == epochs, s["epochs"]
     assert [e["steps"] for e in s["epochs"]] == [c["train_steps"] / epochs] * epochs, s["epochs"]
     assert [e["images"] for e in s["epochs"]] == [c["train_images"] / epochs] * epochs, s["epochs"]
-    # Eval apart: one validate span per eval batch, one compute per training step.
+    # Eval apart: one validate span per eval batch, one compute per training step, and the
+    # images evaluated counted in their epochs' rows.
     assert count(s, "validate") == c["eval_batches"], s["stages"]
+    assert sum(e.get("val_images", 0) for e in s["epochs"]) == c["eval_images"], s["epochs"]
     assert count(s, "compute") == c["train_steps"], s["stages"]
     # Each training step's compute holds the body that trained on its batch (the read-ahead
     # moves no boundary): the median compute is at least the median body the script timed.
@@ -159,6 +161,7 @@ def test_hf_datasets_rows_are_decoded_and_transformed_in_stages_by_kind(env, tmp
     assert s["settings"].get("batch_size") == c["batch_size"], s["settings"]
     assert (s["steps"], s["images"]) == (c["train_steps"], c["train_images"]), (s["steps"], s["images"], c)
     assert count(s, "validate") == c["eval_batches"], s["stages"]
+    assert sum(e.get("val_images", 0) for e in s["epochs"]) == c["eval_images"], s["epochs"]
     names = stage_names(s)
     assert {"read", "decode", "resize", "augment", "convert", "collate"} <= names, names
     # The samples' stages cover the batch: no fetch span of its own.
