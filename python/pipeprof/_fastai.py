@@ -16,6 +16,9 @@ training thread, not by torch's map-style fetcher. So, once each module is impor
   thread) with PIL's ``read``/``decode`` inside its items (``_pil``), and ``do_batch`` is its
   ``collate``. ``DataLoader.one_batch`` (``show_batch``, ``unet_learner``'s image size,
   ``learn.summary()``) is a look at a batch, not a step: its iterator and batch are not timed.
+  In a ``--check-advice`` re-run, the loader arguments it sets (``PIPEPROF_CHECK``, read by
+  ``_override``) are set on each fastai loader as it is made; its steps stop the program as
+  any torch iterator's do (``one_batch``'s counts none).
 * ``fasttransform.transform`` (``fastcore.transform`` before fastai 2.8): ``Transform._call``
   of an item transform inside a batch is a span by what its class does (``Resize``: resize,
   ``ToTensor``: convert, ``RandomResizedCrop``: resize, flips: augment; see
@@ -38,7 +41,7 @@ import os
 import threading
 
 import pipeprof
-from pipeprof import _native, _pil, _state, _torch_fetch
+from pipeprof import _native, _override, _pil, _state, _torch_fetch
 
 _T = _state.THREAD
 _TORCH = _state.TORCH
@@ -193,9 +196,41 @@ def _one_batch(orig):
     return one_batch
 
 
+def apply(loader, knobs):
+    """A ``--check-advice`` re-run's loader arguments (``_override.KNOBS``) set on a fastai
+    loader just made: they live in its ``_FakeLoader`` (workers, pinned memory, persistent
+    workers, prefetch) and its ``bs``. Arguments only a loader with workers takes are left out
+    when it has none, as ``_override.apply`` does for torch's."""
+    fake = loader.fake_l
+    if "num_workers" in knobs:
+        fake.num_workers = knobs["num_workers"]
+    if "pin_memory" in knobs:
+        fake.pin_memory = loader.pin_memory = knobs["pin_memory"]
+    workers = fake.num_workers or 0
+    if "persistent_workers" in knobs and workers > 0:
+        fake.persistent_workers = knobs["persistent_workers"]
+    elif workers == 0:
+        fake.persistent_workers = False
+    if "prefetch_factor" in knobs and workers > 0:
+        fake.prefetch_factor = knobs["prefetch_factor"]
+    if "batch_size" in knobs and loader.bs is not None:
+        loader.bs = knobs["batch_size"]
+
+
+def _checked_init(orig, knobs):
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        apply(self, knobs)
+
+    __init__.__wrapped__ = orig
+    __init__._pipeprof = True
+    return __init__
+
+
 def install_load(load_mod, began):
     """``fastai.data.load``: its ``_loaders``, ``DataLoader.create_batches``, ``do_batch`` and
-    ``one_batch``."""
+    ``one_batch``; and in a ``--check-advice`` re-run that sets loader arguments, its
+    ``__init__`` (fastai's loader is no torch ``DataLoader``: ``_override`` does not see it)."""
     DataLoader = load_mod.DataLoader
     if getattr(DataLoader.create_batches, "_pipeprof", False):
         return
@@ -203,6 +238,9 @@ def install_load(load_mod, began):
     DataLoader.create_batches = _create_batches(DataLoader.create_batches)
     DataLoader.do_batch = _do_batch(DataLoader.do_batch)
     DataLoader.one_batch = _one_batch(DataLoader.one_batch)
+    knobs = {k: v for k, v in (_state.CHECK.asked or {}).items() if k in _override.KNOBS}
+    if knobs and _state.RUN.main:
+        DataLoader.__init__ = _checked_init(DataLoader.__init__, knobs)
 
 
 # ---------------------------------------------------------------- item transforms

@@ -9,10 +9,11 @@ here: the batch size, the training steps and images, the epochs, the loader's wo
 stages, the loss, the validation batches, the program's CPU and memory. fastai missing fails,
 never skips (scripts/test.sh installs it)."""
 
+import json
 import math
 import sys
 
-from conftest import count
+from conftest import count, pipeprof_bin
 from test_corpus import CORPUS, counted, env, run, run_counted, stage_names  # noqa: F401 (env: the fixture)
 
 
@@ -71,4 +72,22 @@ def test_fastai_without_workers_decodes_on_the_training_thread(env, tmp_path):  
     c, s = run_counted("fastai_datablock", ["--epochs", epochs, "--num-workers", 0], env, tmp_path)
     check_numbers(c, s, epochs)
     # No worker process: the items are made on the training thread, inside its next().
+    assert not [t for t in s["loader_threads"] if t["name"].startswith("loader-")], s["loader_threads"]
+
+
+def test_a_check_advice_rerun_sets_the_fastai_loaders_arguments_and_stops_after_its_steps(env, tmp_path):  # noqa: F811
+    # What `--check-advice` asks of a re-run (PIPEPROF_CHECK): fastai's loader is no torch
+    # DataLoader, yet its workers and batch size are the re-run's, and the program stops after
+    # the steps asked (the look at one batch before training is none of them).
+    e = dict(env, PIPEPROF_CHECK=json.dumps({"num_workers": 0, "batch_size": 8, "steps": 3}))
+    summary = tmp_path / "s.json"
+    cmd = [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", summary, "--"]
+    script = [sys.executable, CORPUS / "fastai_datablock.py", "--epochs", 2, "--num-workers", 2]
+    p = run([*cmd, *script], e, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    # The program's own look at a batch says what its loader was built with.
+    assert "a batch: images (8, 3, 64, 64)" in p.stdout, p.stdout
+    s = json.loads(summary.read_text())
+    assert (s["settings"].get("workers"), s["settings"].get("batch_size")) == (0, 8), s["settings"]
+    assert (s["steps"], s["images"]) == (3, 24), (s["steps"], s["images"])
     assert not [t for t in s["loader_threads"] if t["name"].startswith("loader-")], s["loader_threads"]
