@@ -39,7 +39,9 @@ began is part of the same step (its wait is added to the step's), once: that ite
 batch in the step is a loop of its own. An epoch is one pass over the first DataLoader
 iterated with autograd on; a new iterator of it starts a new epoch only when the last one ran
 out or gave more than one batch (``next(iter(loader))`` every step is one epoch, not one per
-step). A batch taken with autograd off is a validation step.
+step). A batch taken with autograd off is a validation step. fastai's ``DataLoader`` makes
+torch's iterators itself, not through ``DataLoader.__iter__``: ``_fastai`` says each one it
+makes to :func:`began`, as ``__iter__`` does (its hooks are registered once this module's are).
 
 A training step is one whose body trained: ``backward()`` ran or the optimizer stepped (between
 the sampled steps ``torch.autograd.backward`` is torch's own behind ``_native.BackwardMark``,
