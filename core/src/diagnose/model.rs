@@ -284,13 +284,16 @@ pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
 /// The program's process tree's CPU per image while it trained, ms (see
 /// [`tree_compute_cpu_ms`]); `None` without a process sample, images or time.
 pub fn tree_cpu_ms(s: &Summary) -> Option<f64> {
+    tree_cpu_ms_at(s, s.images_per_s)
+}
+
+/// The same at a training rate of `rate` images/s.
+pub fn tree_cpu_ms_at(s: &Summary, rate: f64) -> Option<f64> {
     let m = &s.machine;
     match m.process_cpu_training_pct.map(f64::from) {
         // While it trained, at its training rate: the start-up's CPU (imports, a framework's
         // first compile) is not the steps'.
-        Some(pct) if pct.is_finite() && pct > 0.0 && s.images_per_s > 0.0 => {
-            Some(pct / 100.0 * 1000.0 / s.images_per_s)
-        }
+        Some(pct) if pct.is_finite() && pct > 0.0 && rate > 0.0 => Some(pct / 100.0 * 1000.0 / rate),
         _ => {
             let pct = f64::from(m.process_cpu_mean_pct?);
             (pct.is_finite() && pct > 0.0 && s.images > 0 && s.elapsed_s > 0.0)
@@ -572,6 +575,10 @@ pub fn cores_of(s: &Summary) -> (f64, f64, f64) {
         }
         _ => cores,
     };
+    // At least the cores the process used while it trained: a median of the others' load
+    // beside a mean of its own can leave it fewer than it had.
+    let used = m.process_cpu_training_pct.map(|p| f64::from(p) / 100.0).filter(|u| u.is_finite());
+    let free = free.max(used.unwrap_or(0.0)).min(cores);
     let physical = match m.physical_cores {
         Some(n) if n > 0 => (n as f64).min(cores),
         _ => cores,
@@ -711,7 +718,10 @@ impl Pipeline {
         let (compute_ms, cold) = compute_step(s, cpu_device, others_cores, transfer_ms);
         compute_cpu_ms_per_image *= cold;
         if cpu_device && st.tf_data && st.tf_trace.is_some() {
-            if let Some(tree) = tree_cpu_ms(s) {
+            // The process's CPU from its first step's end on, over the rate from there: the
+            // first step (TensorFlow's compile) in neither.
+            let steady = super::classify::measured_now(s).map_or(s.images_per_s, |n| n.rate);
+            if let Some(tree) = tree_cpu_ms_at(s, steady) {
                 compute_cpu_ms_per_image = traced_cpu_within_tree(&mut loader, compute_cpu_ms_per_image, tree);
             }
         }

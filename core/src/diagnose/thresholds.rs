@@ -50,10 +50,10 @@ pub const COMPETE_SHARE: f64 = 0.10;
 /// per image (its map and loading over those and the step's) from which the map limits the
 /// run whatever the step's wait for its batch: its threads hold the cores the step needs, so
 /// the step slows instead of waiting (the wait inside the step, `IteratorGetNext`, stays low
-/// while tf.data keeps a few batches ahead). At two thirds the map takes twice the step's CPU:
-/// measured on 2 cores, a blur map at 77% ran the same script 2.5× slower than its identity
-/// map (loading alone, 45%).
-pub const TF_MAP_CPU_SHARE: f64 = 2.0 / 3.0;
+/// while tf.data keeps a few batches ahead). At 60% the map takes 1.5× the step's CPU:
+/// measured on 2 cores (`python/corpus/tf_heavy_map_cpu.py`), a blur map at 70–84% ran the
+/// script 1.3–3.3× slower than its identity map, which (loading alone) was at 34–45%.
+pub const TF_MAP_CPU_SHARE: f64 = 0.6;
 /// Share of wall time in validation passes from which it is flagged.
 pub const VALIDATION_SHARE: f64 = 0.10;
 /// Smallest predicted gain worth advising.
