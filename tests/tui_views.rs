@@ -83,6 +83,7 @@ fn run(wait: f64, transfer: f64, compute: f64) -> Snapshot {
             from_step: None,
             startup_compute_ms: None,
             changed_at: None,
+            validate_ms: 0.0,
         },
         loader_busy: 0.4,
         epochs: vec![

@@ -62,6 +62,15 @@ pub struct StepSplit {
     /// from them is provisional.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed_at: Option<u64>,
+    /// Validation passes after training began, ms in all: inside the run's images/s clock but
+    /// no training (an eval loop between epochs); the training rate leaves them out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub validate_ms: f64,
+}
+
+/// For serde: a total left out of the JSON when nothing was timed.
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The training loop's wait / transfer / compute totals over a phase of the run.
@@ -112,6 +121,8 @@ pub(super) struct Split {
     first_compute_ns: Option<u64>,
     /// Start of the first wait: when training began.
     train_start_ns: u64,
+    /// Validation spans after training began, ns.
+    validate_ns: u64,
     /// Since the last workers change, when there was one.
     phase: Option<Phase>,
     points: VecDeque<StepPoint>,
@@ -125,6 +136,7 @@ impl Split {
             first_wait_ns: None,
             first_compute_ns: None,
             train_start_ns: u64::MAX,
+            validate_ns: 0,
             phase: None,
             points: VecDeque::with_capacity(RECENT_POINTS),
             cur: StepPoint::default(),
@@ -140,6 +152,8 @@ impl Split {
                 self.train_start_ns = self.train_start_ns.min(s.start_ns);
                 self.first_wait_ns.get_or_insert(s.dur_ns);
             }
+            // An eval loop before training (a sanity check) is outside the rate's clock.
+            Stage::Validate if s.start_ns >= self.train_start_ns => self.validate_ns += s.dur_ns,
             _ => {}
         }
         self.track_step(s);
@@ -232,6 +246,7 @@ impl Split {
             from_step: phase.map(|p| p.first_step),
             startup_compute_ms: startup_compute.filter(|_| phase.is_none()).map(ms),
             changed_at,
+            validate_ms: ms(self.validate_ns),
         }
     }
 }
@@ -270,6 +285,32 @@ mod tests {
         assert!(startup_compute_one_off(31, 3, 10));
         assert!(!startup_compute_one_off(30, 3, 10));
         assert!(!startup_compute_one_off(31, 2, 10));
+    }
+
+    #[test]
+    fn validation_between_epochs_is_left_out_of_the_training_rate() {
+        // Two epochs of 4 steps (10 ms each, 4 images), an eval pass of 40 ms between them;
+        // one before training (a sanity check) is outside the rate's clock from the start.
+        let ms = 1_000_000;
+        let mut a = Aggregator::new(RunSettings::default());
+        a.push(&span(Stage::Validate, 0, 30 * ms, NONE));
+        let mut t = 100 * ms;
+        for k in 0..8u64 {
+            a.push(&span(Stage::Wait, t, ms, NONE));
+            a.push(&Event::Span(SpanRecord { step: k, ..span_record(Stage::Compute, t + ms, 9 * ms) }));
+            a.push(&step(k, (k / 4) as u32, 1.0, 1, t + 10 * ms));
+            t += 10 * ms;
+            if k == 3 {
+                a.push(&span(Stage::Validate, t, 40 * ms, NONE));
+                t += 40 * ms;
+            }
+        }
+        let s = a.summary();
+        assert!((s.split.validate_ms - 40.0).abs() < 1e-9, "{:?}", s.split);
+        // The run's clock holds 120 ms for 32 images; training took 80 of them.
+        assert!((s.images_per_s - 32.0 / 0.120).abs() < 1e-6, "{}", s.images_per_s);
+        let now = crate::diagnose::measured_now(&s).map(|n| n.rate).unwrap_or_default();
+        assert!((now - 32.0 / 0.080).abs() < 1e-6, "{now}");
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub struct Now {
 ///
 /// After a change of workers (`from_step`): images per step over that pipeline's mean step
 /// (wait + transfer + compute). Otherwise the whole run's images over its time, from the first
-/// wait, less a one-off first compute's excess over a typical one (a compile, a warm-up). The
+/// wait, less a one-off first compute's excess over a typical one (a compile, a warm-up) and
+/// the validation passes inside it (an eval loop between epochs trains nothing). The
 /// first wait stays in: the loader was working to fill the queue, and leaving it out would
 /// credit the run with batches made before its clock started (with 8 workers, 8 batches).
 pub fn measured_now(s: &Summary) -> Option<Now> {
@@ -61,7 +62,9 @@ pub fn measured_now(s: &Summary) -> Option<Now> {
     }
     let run_ms = s.images as f64 / s.images_per_s * 1000.0;
     let one_off = sp.startup_compute_ms.map_or(0.0, |f| (f - sp.compute_ms).max(0.0));
-    let ms = if run_ms - one_off > 0.0 { run_ms - one_off } else { run_ms };
+    // Validation between epochs trains nothing: the training rate leaves its time out.
+    let left_out = one_off + sp.validate_ms.max(0.0);
+    let ms = if run_ms - left_out > 0.0 { run_ms - left_out } else { run_ms };
     Some(Now { rate: per_s(s.images as f64, ms), from_step: 1, to_step: s.steps })
 }
 
