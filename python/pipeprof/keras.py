@@ -322,9 +322,12 @@ class Hooks:
                 sampler.pending.append((step, end - body, body))
             elif self._pp_in_graph and step != self._pp_first:
                 # TensorFlow, outside a window: the step's wait for tf.data is inside its
-                # interval, apportioned by the share the windows measured.
+                # interval, apportioned by the share the windows measured, once the next window
+                # has closed (or training ended): the share of every window up to it, not only
+                # the first's, whose steps took the batches made ahead during the compile.
                 self._pp_unsplit.append((step, end - body, body))
-                self._pp_apportion()
+                if len(self._pp_unsplit) > _UNSPLIT_MAX:
+                    self._pp_apportion()
             else:
                 # (The run's first step on TensorFlow: the compile, reported apart.)
                 _native.record("compute", end - body, body, step)

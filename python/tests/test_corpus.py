@@ -37,6 +37,7 @@ QUICK = {
     "keras_sequence_no_super": ["--epochs", "1", "--steps-per-epoch", "2"],
     "keras_one_step_epochs": ["--epochs", "2"],
     "tf_read_decode_map": ["--epochs", "1"],
+    "tf_heavy_map_cpu": ["--epochs", "1", "--steps-per-epoch", "3", "--blurs", "2"],
     "fastai_datablock": ["--epochs", "1"],
 }
 
