@@ -105,4 +105,5 @@ tfpip() { "$tfvenv/bin/python" -m pip --disable-pip-version-check "$@"; }
 PIP_NO_CACHE_DIR=1 tfpip install --quiet --no-deps tf-keras==2.21.*
 tfpip install --quiet --force-reinstall --no-deps "$wheel"
 # pytest exits 5 when it collected no tests: with `set -e` that fails the run, as it must.
-PIPEPROF_BIN="$venv/bin/pipeprof" PIPEPROF_TF_PYTHON="$tfvenv/bin/python" "$venv/bin/python" -m pytest python/tests -q -p no:cacheprovider
+# --durations: the 25 slowest tests listed at the end, where CI time goes.
+PIPEPROF_BIN="$venv/bin/pipeprof" PIPEPROF_TF_PYTHON="$tfvenv/bin/python" "$venv/bin/python" -m pytest python/tests -q -p no:cacheprovider --durations=25
