@@ -267,11 +267,12 @@ impl Facts<'_> {
         let sev = self.severity.label();
         let waited = format!("{:.1}%", sp.wait_share * 100.0);
         match limiter {
-            Limiter::Preprocess if self.tf_map_takes_cores() => format!(
-                "CPU preprocessing in tf.data's map{} limits training: it takes {} of this process's CPU per image on the {} cores the step trains on, so its threads take the cores the step needs; the step waited for its batch {waited} of its time",
+            Limiter::Preprocess if self.tf_map_cpu_share().is_some_and(|x| x >= TF_MAP_CPU_SHARE) => format!(
+                "CPU preprocessing in tf.data's map{} limits training: it takes {} of this process's CPU per image on the {} cores the step trains on{}; the step waited for its batch {waited} of its time",
                 self.costliest_stages(),
                 pct(self.tf_map_cpu_share().unwrap_or(0.0)),
-                self.p.cores as usize
+                self.p.cores as usize,
+                if self.tf_map_takes_cores() { ", so its threads take the cores the step needs" } else { "" }
             ),
             Limiter::Io | Limiter::Preprocess if self.loader_keeps_up() => format!(
                 "Input-bound ({sev}): the loop waited for data {waited} of each step although the loader keeps up on average ({} vs {}): it stalls, mostly in {}",

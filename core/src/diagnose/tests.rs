@@ -1902,12 +1902,25 @@ fn a_heavy_tf_data_map_on_the_cpu_is_preprocessing_with_the_in_step_wait_and_its
     // Measured: the heavy map ran the script at 198 images/s (its own clock), the identity
     // map at 577: the map's CPU limits the run, through the wait when the trace windows saw
     // the step wait for its batch, through the cores when they saw tf.data's buffer full.
-    let cases: [(&str, B, bool, &str); 4] = [
+    let cases: [(&str, B, bool, &str); 5] = [
         (
             "heavy map, windows past the start-up: the step waits for its batch",
             tf_map_on_cpu(&HEAVY_MAP, 32.07, 70.12, 93.3, 1.0, 163.5),
             true,
             "31.4%",
+        ),
+        (
+            "heavy map beside other programs: the process had more cores than their median left",
+            tf_map_on_cpu(
+                &[("read", 0.036), ("decode", 0.41), ("resize", 0.07), ("augment", 1.21), ("transform", 3.76)],
+                17.36,
+                66.27,
+                110.5,
+                1.24,
+                218.0,
+            ),
+            true,
+            "20.8%",
         ),
         (
             "heavy map, one window on the batches made during the compile: no wait, the cores taken",
