@@ -21,6 +21,10 @@
 //!    decode/resize). The stage name only decides which off-CPU time counts as storage; the
 //!    on-CPU clock decides the rest. Without loader spans: `Io` if iowait ≥ [`IOWAIT_PCT`] or
 //!    the data is on a network/FUSE mount, else `Preprocess`.
+//!    A `tf.data` pipeline beside training on the CPU is `Preprocess` also where its step
+//!    hardly waits: when its map takes [`TF_MAP_CPU_SHARE`] (60%) or more of the process's CPU
+//!    per image on cores that are all busy (the step slows instead of waiting: the map's
+//!    threads take the cores it needs).
 //! 4. `Overhead` — not input-bound and the step's cost does not follow its work: compute
 //!    < [`OVERHEAD_STEP_MS`] (5 ms) per step, or the optimizer step (whose cost follows the
 //!    parameter count, not the batch) ≥ [`FIXED_COST_SHARE`] (50%) of compute in a model under
