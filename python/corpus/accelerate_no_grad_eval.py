@@ -99,8 +99,9 @@ def main():
     )
 
     train_steps = train_images = eval_batches = eval_images = 0
-    body_s = []
+    body_s, epoch_s = [], []
     for epoch in range(args.epochs):
+        epoch_t0 = time.perf_counter()  # the epoch: its training pass and its eval pass
         model.train()
         for step, batch in enumerate(train_dataloader):
             t0 = time.perf_counter()
@@ -128,12 +129,14 @@ def main():
             accurate += accurate_preds.long().sum().item()
             eval_batches += 1
             eval_images += len(batch["label"])
+        epoch_s.append(time.perf_counter() - epoch_t0)
         accelerator.print(f"epoch {epoch}: {100 * accurate / num_elems:.2f}")
 
     body_s.sort()
     accelerator.print(
         f"counted: train_steps={train_steps} train_images={train_images} eval_batches={eval_batches} "
-        f"eval_images={eval_images} batch_size={args.batch_size} body_p50_ms={1e3 * body_s[(len(body_s) - 1) // 2]:.3f}"
+        f"eval_images={eval_images} batch_size={args.batch_size} body_p50_ms={1e3 * body_s[(len(body_s) - 1) // 2]:.3f} "
+        f"epoch_s={','.join(f'{s:.3f}' for s in epoch_s)}"
     )
     accelerator.print(f"accuracy {100 * accurate / num_elems:.2f} after {args.epochs} epochs")
 

@@ -11,6 +11,7 @@ counts its own training steps and images, and prints them last.
 
 import argparse
 import os
+import time
 
 import _data
 import albumentations as A
@@ -80,7 +81,9 @@ def main():
     model = net(len(_data.CLASSES) + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     train_steps = train_images = 0
+    epoch_s = []
     for epoch in range(args.epochs):
+        epoch_t0 = time.perf_counter()  # the epoch: its training pass (no eval pass)
         model.train()
         total = 0.0
         for images, masks in loader:
@@ -91,8 +94,12 @@ def main():
             total += loss.item()
             train_steps += 1
             train_images += len(images)
+        epoch_s.append(time.perf_counter() - epoch_t0)
         print(f"epoch {epoch}: loss {total / len(loader):.4f}")
-    print(f"counted: train_steps={train_steps} train_images={train_images} batch_size={args.batch_size}")
+    print(
+        f"counted: train_steps={train_steps} train_images={train_images} batch_size={args.batch_size} "
+        f"epoch_s={','.join(f'{s:.3f}' for s in epoch_s)}"
+    )
     print(f"loss {total / len(loader):.4f} after {args.epochs} epochs")
 
 

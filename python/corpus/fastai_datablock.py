@@ -97,7 +97,8 @@ def main():
         f"counted: train_steps={counter.train_steps} train_images={counter.train_images} "
         f"valid_batches={counter.valid_batches} batch_size={args.bs} num_workers={args.num_workers} "
         f"loss_min={min(counter.losses):.4f} loss_max={max(counter.losses):.4f} "
-        f"maxrss_mb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}"
+        f"maxrss_mb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} "
+        f"epoch_s={','.join(f'{s:.3f}' for s in counter.epoch_s)}"
     )
     print(f"epoch_s: {epochs}")
     print(f"valid_loss {valid_loss:.4f} accuracy {100 * acc:.2f} after {args.epochs} epochs")

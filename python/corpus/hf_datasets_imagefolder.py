@@ -99,7 +99,9 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     train_steps = train_images = eval_batches = eval_images = 0
     clock_s = clock_images = 0.0
+    epoch_s = []
     for epoch in range(args.epochs):
+        epoch_t0 = time.perf_counter()  # the epoch: its training pass and its eval pass
         model.train()
         started, images_before = time.perf_counter(), train_images
         for step, batch in enumerate(train_dataloader):
@@ -123,10 +125,12 @@ def main():
             seen += len(batch["labels"])
             eval_batches += 1
             eval_images += len(batch["labels"])
+        epoch_s.append(time.perf_counter() - epoch_t0)
         print(f"epoch {epoch}: accuracy {100 * correct / seen:.2f}")
     print(
         f"counted: train_steps={train_steps} train_images={train_images} eval_batches={eval_batches} "
-        f"eval_images={eval_images} batch_size={args.batch_size} train_images_per_s={clock_images / clock_s:.2f}"
+        f"eval_images={eval_images} batch_size={args.batch_size} train_images_per_s={clock_images / clock_s:.2f} "
+        f"epoch_s={','.join(f'{s:.3f}' for s in epoch_s)}"
     )
     print(f"accuracy {100 * correct / seen:.2f} after {args.epochs} epochs")
 

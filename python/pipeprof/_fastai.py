@@ -43,6 +43,8 @@ import threading
 import pipeprof
 from pipeprof import _native, _override, _pil, _state, _torch_fetch
 
+_now = _native.now_ns
+
 _T = _state.THREAD
 _TORCH = _state.TORCH
 
@@ -115,6 +117,7 @@ def _made_by(cls, began):
     ``began`` (``_torch_loop``) told that the fastai loader made it."""
 
     def make(fake_loader):
+        begun = _now()  # before the workers start: the epoch's clock starts here
         it = cls(fake_loader)
         if _LOCAL.peek:
             # The training loop's next() leaves an iterator so marked alone (as one wrapped
@@ -126,7 +129,7 @@ def _made_by(cls, began):
             return it
         loader = getattr(fake_loader, "d", None)
         if loader is not None:
-            began(loader, it, settings)
+            began(loader, it, settings, begun)
         return it
 
     make.__wrapped__ = cls

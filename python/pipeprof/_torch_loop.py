@@ -183,15 +183,20 @@ def _is_train_loader(loader):
     return ref is not None and ref() is loader
 
 
-def began(loader, it, read=None):
+def began(loader, it, read=None, begun=None):
     """``loader`` made the iterator ``it`` (``DataLoader.__iter__``; fastai's loader makes
     torch's iterator itself, ``_fastai``): the training loader's pass and its settings
-    (``read``: see :func:`_send_settings`). Returns ``it``."""
+    (``read``: see :func:`_send_settings`). ``begun``: when the loader was asked for ``it``,
+    before its workers started: a new training pass's epoch starts then, as the program's own
+    clock of it does (the time to start the workers and wait for the first batch is the
+    epoch's). Returns ``it``."""
     loop = _TORCH.loop
+    if begun is None:
+        begun = _now()
     # What the program's own classes do when read or set (a property that raises, a
     # __setattr__ that refuses) is theirs: whatever fails here leaves the value unknown.
     try:
-        it._pipeprof_t = _now()
+        it._pipeprof_t = begun
     except Exception:
         pass
     try:
@@ -216,7 +221,7 @@ def began(loader, it, read=None):
         train = False
     if train:
         try:
-            loop.train_pass(it)
+            loop.train_pass(it, begun)
         except Exception:
             # An iterator that takes no weak reference: its passes are not told apart.
             pass
@@ -250,7 +255,8 @@ def install(dataloader_mod):
     _give_hooks()
 
     def __iter__(self):
-        return began(self, orig_iter(self))
+        begun = _now()
+        return began(self, orig_iter(self), begun=begun)
 
     # `loop.begin`, torch's `__next__`, then `loop.took` or `loop.failed`: a method of the
     # extension, so that no frame of ours sits under torch's (see `hooked_next` in

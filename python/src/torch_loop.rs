@@ -761,8 +761,12 @@ impl Loop {
 
     /// `DataLoader.__iter__` made `it` for the training loader: a new pass when the last
     /// iterator ran out or was left after several batches (a `break`); one batch taken from a
-    /// fresh iterator every step is not an epoch.
-    fn train_pass(&self, py: Python<'_>, it: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// fresh iterator every step is not an epoch. `begun`: when the loader was asked for `it`
+    /// (before its workers started): a new pass's epoch starts there, a mark on its clock (a
+    /// validation record with no images, as Keras's hook sends), so that the epoch's time
+    /// holds its loader's start and its first batch, as the program's own clock does.
+    #[pyo3(signature = (it, begun=None))]
+    fn train_pass(&self, py: Python<'_>, it: &Bound<'_, PyAny>, begun: Option<u64>) -> PyResult<()> {
         // First, so that an iterator without weak references changes nothing.
         let weak = PyWeakrefReference::new(it)?.unbind();
         let len = self.pass_len(py, it);
@@ -772,7 +776,16 @@ impl Loop {
         };
         if new_pass {
             self.end_step(py, None);
-            self.counters().epoch += 1;
+            let (step, epoch) = {
+                let mut c = self.counters();
+                c.epoch += 1;
+                (c.step, c.epoch.max(0) as u32)
+            };
+            if let (Some(end_ns), Some(p)) = (begun, probe()) {
+                let (images, loss, correct, queued, validation) = (0, 0.0, 0, 0, true);
+                let mark = StepRecord { no_loss: true, step, epoch, images, loss, correct, end_ns, queued, validation };
+                probes::layer::record_step(&p, mark);
+            }
         }
         let addr = it.as_ptr() as usize;
         self.counters().train_iter = Some(TrainIter { weak, addr, ran_out: false, batches: 0, len });

@@ -112,10 +112,23 @@ def test_a_corpus_script_runs_under_pipeprof_as_it_runs_alone(name, env, tmp_pat
 
 
 def counted(stdout):
-    """The script's own counters: its `counted: key=value ...` line, as numbers."""
+    """The script's own counters: its `counted: key=value ...` line, as numbers (a value of
+    several, `epoch_s=3.1,2.9`, as a list of them)."""
     line = next((x for x in stdout.splitlines() if x.startswith("counted: ")), None)
     assert line, f"no counted: line in\n{stdout}"
-    return {k: float(v) for k, v in (kv.split("=") for kv in line.removeprefix("counted: ").split())}
+    pairs = (kv.split("=") for kv in line.removeprefix("counted: ").split())
+    return {k: [float(x) for x in v.split(",")] if "," in v else float(v) for k, v in pairs}
+
+
+def check_epoch_times(c, s):
+    """Each epoch's time in the summary is the script's own clock of it (`epoch_s`: from the top
+    of its epoch loop, before the loader's iterator is made, to the end of its eval pass),
+    within ±10%: the loader's start and the first batch's wait are the epoch's."""
+    theirs = c["epoch_s"] if isinstance(c["epoch_s"], list) else [c["epoch_s"]]
+    ours = [e["seconds"] for e in s["epochs"]]
+    assert len(ours) == len(theirs), (ours, theirs)
+    for o, t in zip(ours, theirs):
+        assert abs(o - t) <= 0.1 * t, f"epoch seconds {ours} against the script's own {theirs}"
 
 
 def test_accelerate_batches_training_steps_and_eval_are_the_scripts_own(env, tmp_path):
@@ -139,6 +152,7 @@ def test_accelerate_batches_training_steps_and_eval_are_the_scripts_own(env, tmp
     # Each training step's compute holds the body that trained on its batch (the read-ahead
     # moves no boundary): the median compute is at least the median body the script timed.
     assert stage(s, "compute")["p50_ms"] >= c["body_p50_ms"], (stage(s, "compute"), c)
+    check_epoch_times(c, s)
 
 
 def stage_names(s):
@@ -158,7 +172,7 @@ def test_hf_datasets_rows_are_decoded_and_transformed_in_stages_by_kind(env, tmp
     # 🤗 datasets: the Image feature decodes each row with PIL inside Dataset.__getitems__ (one
     # call for the batch), with_transform runs a torchvision Compose; the eval loop's no_grad()
     # wraps the forward only.
-    c, s = run_counted("hf_datasets_imagefolder", ["--epochs", "1"], env, tmp_path)
+    c, s = run_counted("hf_datasets_imagefolder", ["--epochs", "2"], env, tmp_path)
     assert s["settings"].get("batch_size") == c["batch_size"], s["settings"]
     assert (s["steps"], s["images"]) == (c["train_steps"], c["train_images"]), (s["steps"], s["images"], c)
     assert count(s, "validate") == c["eval_batches"], s["stages"]
@@ -167,13 +181,14 @@ def test_hf_datasets_rows_are_decoded_and_transformed_in_stages_by_kind(env, tmp
     assert {"read", "decode", "resize", "augment", "convert", "collate"} <= names, names
     # The samples' stages cover the batch: no fetch span of its own.
     assert "fetch" not in names, names
+    check_epoch_times(c, s)
 
 
 def test_cv2_and_albumentations_are_stages_by_kind(env, tmp_path):
     # cv2.imread/cvtColor in a custom Dataset, an albumentations Compose: decode, convert, and
     # each transform by kind (Resize; HorizontalFlip and RandomBrightnessContrast; Normalize and
     # ToTensorV2), not one fetch.
-    c, s = run_counted("cv2_albumentations_masks", ["--epochs", "1"], env, tmp_path)
+    c, s = run_counted("cv2_albumentations_masks", ["--epochs", "2"], env, tmp_path)
     assert s["settings"].get("batch_size") == c["batch_size"], s["settings"]
     assert (s["steps"], s["images"]) == (c["train_steps"], c["train_images"]), (s["steps"], s["images"], c)
     names = stage_names(s)
@@ -182,3 +197,4 @@ def test_cv2_and_albumentations_are_stages_by_kind(env, tmp_path):
     # Every batch's samples were timed: one collate per batch, a decode per picture and mask.
     assert count(s, "collate") == c["train_steps"], s["stages"]
     assert count(s, "decode") == 2 * c["train_images"], s["stages"]
+    check_epoch_times(c, s)

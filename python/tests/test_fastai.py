@@ -14,7 +14,15 @@ import math
 import sys
 
 from conftest import count, pipeprof_bin
-from test_corpus import CORPUS, counted, env, run, run_counted, stage_names  # noqa: F401 (env: the fixture)
+from test_corpus import (  # noqa: F401 (env: the fixture)
+    CORPUS,
+    check_epoch_times,
+    counted,
+    env,
+    run,
+    run_counted,
+    stage_names,
+)
 
 
 def check_numbers(c, s, epochs):
@@ -26,6 +34,8 @@ def check_numbers(c, s, epochs):
     assert [(e["steps"], e["images"]) for e in s["epochs"]] == [
         (c["train_steps"] / epochs, c["train_images"] / epochs)
     ] * epochs, s["epochs"]
+    # Each epoch's time is the script's own (fastai's before_epoch to after_epoch).
+    check_epoch_times(c, s)
     # Validation (under no_grad): its own rows, one per batch.
     assert count(s, "validate") == c["valid_batches"], s["stages"]
     assert count(s, "compute") == c["train_steps"], s["stages"]
