@@ -7,7 +7,8 @@ Arming is ``pipeprof._auto.start()``, exactly what ``pipeprof run`` does in a pr
 Disarming asks nothing of the hook modules: what they changed is found by comparison.
 
 * Before arming, the namespaces the hooks may change are copied: each framework module
-  (``torch``, ``torchvision``, ``PIL``, ``fastai``, ``keras``, ``tf_keras``, and ``sys`` for its
+  (``torch``, ``torchvision``, ``PIL``, ``fastai`` with ``fasttransform``/``fastcore`` (its item
+  transforms), ``cv2``, ``albumentations``, ``keras``, ``tf_keras``, and ``sys`` for its
   ``excepthook``) and each class it defines, as they are now, or for a module imported while
   armed, as its own code left it (:class:`_Watcher`, behind pipeprof's post-import finders, so
   before their patch). After, every entry that changed to one of pipeprof's objects (a
@@ -32,7 +33,9 @@ import threading
 import types
 
 #: The packages whose modules pipeprof's hooks patch, and ``sys`` (``excepthook``).
-FRAMEWORKS = frozenset({"torch", "torchvision", "PIL", "fastai", "keras", "tf_keras", "sys"})
+FRAMEWORKS = frozenset(
+    {"torch", "torchvision", "PIL", "fastai", "fasttransform", "fastcore", "cv2", "albumentations", "keras", "tf_keras", "sys"}
+)
 
 #: pipeprof's modules that hold no hook state: this one and the ones that drive it.
 _DRIVERS = frozenset(

@@ -336,6 +336,22 @@ def test_keras_notebook_twice_and_a_failing_cell(tmp_path):
     assert after["last"] == {"steps": 16, "interrupted": False}
 
 
+def test_a_profiled_stretch_puts_cv2_and_albumentations_back_as_they_were():
+    # The cv2/albumentations hooks (_cv2) are in place inside `pipeprof.profile()` (a cell's
+    # stretch) and gone after it: their packages are among _arming's frameworks.
+    code = """
+import cv2, albumentations as A, pipeprof
+before = (cv2.imread, cv2.resize, A.BasicTransform.__call__)
+with pipeprof.profile(live=False, no_gpu=True):
+    inside = (cv2.imread, cv2.resize, A.BasicTransform.__call__)
+after = (cv2.imread, cv2.resize, A.BasicTransform.__call__)
+print([a is not b for a, b in zip(inside, before)], [a is b for a, b in zip(after, before)])
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "[True, True, True] [True, True, True]", p.stdout + p.stderr
+
+
 def test_import_pipeprof_imports_no_ipython():
     code = "import sys, pipeprof; print('IPython' in sys.modules, 'pipeprof.notebook' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
