@@ -15,6 +15,25 @@ REPO = Path(__file__).resolve().parents[2]
 HANG_S = 120
 
 
+#: The parent's pipeprof settings a run of its own must not inherit.
+INHERITED = ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_MAIN_PID", "PIPEPROF_LISTEN", "PIPEPROF_CHECK")
+
+
+def corpus_env(tmp_path_factory, python, make, threads, **extra):
+    """The environment of a corpus script's runs: its generated data (`make`, run by `python`
+    in python/corpus/) in a folder of the test's, a private runtime folder, none of a parent
+    run's settings, the frameworks' math on `threads` (a dict of variables) and `extra`."""
+    data = tmp_path_factory.mktemp("corpus-data")
+    runtime = tmp_path_factory.mktemp("run")
+    runtime.chmod(0o700)
+    e = dict(os.environ, CORPUS_DATA=str(data), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1", **extra)
+    for k in INHERITED:
+        e.pop(k, None)
+    e.update(threads)
+    subprocess.run([python, "-c", make], cwd=REPO / "python" / "corpus", env=e, check=True, timeout=HANG_S)
+    return e
+
+
 def pipeprof_bin():
     p = Path(os.environ.get("PIPEPROF_BIN", REPO / "target" / "release" / "pipeprof"))
     if not p.exists():

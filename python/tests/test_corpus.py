@@ -7,13 +7,12 @@ program still reaches its final line. TensorFlow scripts run with the TensorFlow
 python (PIPEPROF_TF_PYTHON); a missing framework fails, never skips."""
 
 import json
-import os
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import HANG_S, REPO, count, pipeprof_bin, stage
+from conftest import HANG_S, REPO, corpus_env, count, pipeprof_bin, stage
 from test_keras_tf import tf_python
 
 CORPUS = REPO / "python" / "corpus"
@@ -63,17 +62,10 @@ def metric_names(line):
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """The environment of every run: the generated images, made once, in a folder of the test's."""
-    data = tmp_path_factory.mktemp("corpus-data")
-    runtime = tmp_path_factory.mktemp("run")
-    runtime.chmod(0o700)
-    e = dict(os.environ, CORPUS_DATA=str(data), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")
-    for k in ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_MAIN_PID", "PIPEPROF_LISTEN", "PIPEPROF_CHECK"):
-        e.pop(k, None)
     # One thread for the frameworks' math: two cores, and the loader's workers beside it.
-    e.update(OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false", TF_CPP_MIN_LOG_LEVEL="2")
+    threads = dict(OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false", TF_CPP_MIN_LOG_LEVEL="2")
     make = "import _data; _data.image_folder(); _data.segmentation_folder()"
-    subprocess.run([sys.executable, "-c", make], cwd=CORPUS, env=e, check=True, timeout=HANG_S)
-    return e
+    return corpus_env(tmp_path_factory, sys.executable, make, threads)
 
 
 def test_every_script_has_a_budget_and_a_header():

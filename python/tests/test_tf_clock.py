@@ -8,12 +8,11 @@ the loader's thread rows. TensorFlow runs from its own environment (PIPEPROF_TF_
 without it these tests fail, they never skip."""
 
 import json
-import os
 import re
 import subprocess
 
 import pytest
-from conftest import HANG_S, REPO, count, pipeprof_bin
+from conftest import HANG_S, REPO, corpus_env, count, pipeprof_bin
 from test_keras_tf import tf_python
 
 CORPUS = REPO / "python" / "corpus"
@@ -24,16 +23,9 @@ TOLERANCE = 0.10
 def env(tmp_path_factory):
     """The runs' environment: the generated data in a folder of the tests', one thread for
     TensorFlow's math (two cores)."""
-    data = tmp_path_factory.mktemp("corpus-data")
-    runtime = tmp_path_factory.mktemp("run")
-    runtime.chmod(0o700)
-    e = dict(os.environ, CORPUS_DATA=str(data), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1", KERAS_BACKEND="tensorflow")
-    for k in ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_MAIN_PID", "PIPEPROF_LISTEN", "PIPEPROF_CHECK"):
-        e.pop(k, None)
-    e.update(OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    threads = dict(OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
     make = "import _data; _data.image_folder(); _data.segmentation_folder()"
-    subprocess.run([tf_python(), "-c", make], cwd=CORPUS, env=e, check=True, timeout=HANG_S)
-    return e
+    return corpus_env(tmp_path_factory, tf_python(), make, threads, KERAS_BACKEND="tensorflow")
 
 
 def profiled(name, env, tmp_path, *args):

@@ -14,12 +14,11 @@ loader supplied every image trained). The identity map does not get the map's ve
 runs from its own environment (PIPEPROF_TF_PYTHON); without it the test fails, never skips."""
 
 import json
-import os
 import re
 import subprocess
 
 import pytest
-from conftest import HANG_S, REPO, pipeprof_bin
+from conftest import HANG_S, REPO, corpus_env, pipeprof_bin
 from test_keras_tf import tf_python
 
 CORPUS = REPO / "python" / "corpus"
@@ -31,17 +30,16 @@ TOLERANCE = 0.25
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """The runs' environment: the generated images in a folder of the test's, one OpenMP
-    thread (two cores)."""
-    data = tmp_path_factory.mktemp("corpus-data")
-    runtime = tmp_path_factory.mktemp("run")
-    runtime.chmod(0o700)
-    e = dict(os.environ, CORPUS_DATA=str(data), XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1", KERAS_BACKEND="tensorflow")
-    for k in ("PIPEPROF_PARENT", "PIPEPROF_PARENT_PID", "PIPEPROF_MAIN_PID", "PIPEPROF_LISTEN", "PIPEPROF_CHECK"):
-        e.pop(k, None)
+    thread (two cores), the trace windows as a user gets them."""
+    e = corpus_env(
+        tmp_path_factory,
+        tf_python(),
+        "import _data; _data.image_folder()",
+        dict(OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2"),
+        KERAS_BACKEND="tensorflow",
+    )
     for k in [k for k in e if k.startswith("PIPEPROF_TF_")]:
-        e.pop(k)  # the trace windows as a user gets them
-    e.update(OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    subprocess.run([tf_python(), "-c", "import _data; _data.image_folder()"], cwd=CORPUS, env=e, check=True, timeout=HANG_S)
+        e.pop(k)
     return e
 
 
