@@ -787,7 +787,7 @@ pub fn busy_elsewhere(s: &Summary) -> Option<String> {
         let names: Vec<String> = m
             .others
             .iter()
-            .filter(|o| o.cpu_pct >= 5.0)
+            .filter(|o| f64::from(o.cpu_pct) >= crate::diagnose::NAMED_OTHER_PCT)
             .take(3)
             .map(|o| format!("{} {:.0}%", o.name, o.cpu_pct))
             .collect();

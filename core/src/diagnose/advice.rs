@@ -181,7 +181,7 @@ impl Facts<'_> {
 
     /// Contention from other programs: free the cores they hold.
     fn free_cores_advice(&self) -> Option<Advice> {
-        let others = &self.s.machine.others;
+        let others: Vec<_> = self.holders().collect();
         let other_cores = self.other_cores.unwrap_or(0.0);
         let after = self.p.without_contention(other_cores);
         let named = if others.is_empty() {

@@ -1,7 +1,8 @@
 //! Classification: the facts every rule reads, the limiter, the severity and the flags. No words
 //! here: [`super::evidence`] and [`super::advice`] explain what this module decided.
 
-use super::model::{measured, per_s, trains_on_cpu, Capacity, Pipeline};
+use super::model::{measured, trains_on_cpu, Capacity, Pipeline};
+use super::now::{measured_now, Now};
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
@@ -20,52 +21,6 @@ pub(super) enum OverheadWhy {
     /// The wait is the loop taking samples already in memory and batching them (this ms per
     /// image): the DataLoader's own per-step work, not preprocessing.
     InMemoryLoader(f64),
-}
-
-/// Today's rate as measured: images per step over the steady state's mean step time, and the
-/// steps that steady state covers.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Now {
-    pub rate: f64,
-    pub from_step: u64,
-    pub to_step: u64,
-}
-
-/// The measured rate of a summary's steady state, or `None` before a step is measured. Pure.
-///
-/// After a change of workers (`from_step`): images per step over that pipeline's mean step
-/// (wait + transfer + compute). Otherwise the whole run's images over its time, from the first
-/// wait, less a one-off first compute's excess over a typical one (a compile, a warm-up) and
-/// the validation passes inside it (an eval loop between epochs trains nothing). The
-/// first wait stays in: the loader was working to fill the queue, and leaving it out would
-/// credit the run with batches made before its clock started (with 8 workers, 8 batches).
-pub fn measured_now(s: &Summary) -> Option<Now> {
-    let sp = &s.split;
-    if s.steps == 0 {
-        return None;
-    }
-    let ok = |x: f64| x.is_finite() && x > 0.0;
-    if let Some(k) = sp.from_step {
-        let per_step =
-            if s.images > 0 { s.images as f64 / s.steps as f64 } else { s.settings.batch_size.max(1) as f64 };
-        return ok(sp.mean_step_ms).then(|| Now {
-            rate: per_s(per_step, sp.mean_step_ms),
-            from_step: (k + 1).min(s.steps),
-            to_step: s.steps,
-        });
-    }
-    if !ok(s.images_per_s) {
-        return None;
-    }
-    if s.images == 0 {
-        return Some(Now { rate: s.images_per_s, from_step: 1, to_step: s.steps });
-    }
-    let run_ms = s.images as f64 / s.images_per_s * 1000.0;
-    let one_off = sp.startup_compute_ms.map_or(0.0, |f| (f - sp.compute_ms).max(0.0));
-    // Validation between epochs trains nothing: the training rate leaves its time out.
-    let left_out = one_off + sp.validate_ms.max(0.0);
-    let ms = if run_ms - left_out > 0.0 { run_ms - left_out } else { run_ms };
-    Some(Now { rate: per_s(s.images as f64, ms), from_step: 1, to_step: s.steps })
 }
 
 /// Everything the rules read, computed once.
@@ -328,6 +283,11 @@ impl<'a> Facts<'a> {
         self.core_wait_share() >= CONTENTION_SHARE
     }
 
+    /// The other programs worth naming as holding the cores: [`NAMED_OTHER_PCT`] or more.
+    pub fn holders(&self) -> impl Iterator<Item = &probes::sampler::OtherCpu> + '_ {
+        self.s.machine.others.iter().filter(|o| f64::from(o.cpu_pct) >= NAMED_OTHER_PCT)
+    }
+
     /// Other programs (or the hypervisor's other guests) hold cores this run could use.
     pub fn competing_load(&self) -> bool {
         let others = self.other_cores.is_some_and(|c| c >= OTHER_CORES);
@@ -442,7 +402,7 @@ impl<'a> Facts<'a> {
         if self.contended() {
             flags.push(Flag::CoreContention {
                 share: self.core_wait_share(),
-                others: self.s.machine.others.iter().map(|o| o.name.clone()).collect(),
+                others: self.holders().map(|o| o.name.clone()).collect(),
                 external: self.competing_load(),
             });
         } else if self.cpu_saturated() && *limiter != Limiter::Io {

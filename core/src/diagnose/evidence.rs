@@ -440,9 +440,8 @@ impl Facts<'_> {
         let m = &self.s.machine;
         let mut who = Vec::new();
         if let Some(c) = self.other_cores {
-            let names: Vec<String> = m
-                .others
-                .iter()
+            let names: Vec<String> = self
+                .holders()
                 .map(|o| {
                     let n = if o.processes > 1 { format!(" ×{}", o.processes) } else { String::new() };
                     format!("{}{n} {:.0}%", o.name, o.cpu_pct)

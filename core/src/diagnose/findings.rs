@@ -2,8 +2,9 @@
 //! [`MAX_EVIDENCE`] items, the wait share first. Each item carries the figures that decide
 //! whether and how it is said; [`super::evidence`] puts the list into words, last.
 
-use super::classify::{Facts, Now, OverheadWhy};
+use super::classify::{Facts, OverheadWhy};
 use super::model::measured;
+use super::now::Now;
 use super::thresholds::*;
 use super::Limiter;
 use crate::aggregate::ComputePart;

@@ -82,6 +82,7 @@ mod evidence;
 mod findings;
 pub mod frameworks;
 pub mod model;
+mod now;
 pub mod ranks;
 #[cfg(test)]
 mod tests;
@@ -94,8 +95,8 @@ pub use thresholds::*;
 pub use types::*;
 pub use words::{loss_words, stall_words};
 
-pub use classify::{measured_now, Now};
 pub use diagnosed::Diagnosed;
+pub use now::{measured_now, Now};
 
 use crate::aggregate::Summary;
 

@@ -720,7 +720,7 @@ impl Pipeline {
         if cpu_device && st.tf_data && st.tf_trace.is_some() {
             // The process's CPU from its first step's end on, over the rate from there: the
             // first step (TensorFlow's compile) in neither.
-            let steady = super::classify::measured_now(s).map_or(s.images_per_s, |n| n.rate);
+            let steady = super::now::measured_now(s).map_or(s.images_per_s, |n| n.rate);
             if let Some(tree) = tree_cpu_ms_at(s, steady) {
                 compute_cpu_ms_per_image = traced_cpu_within_tree(&mut loader, compute_cpu_ms_per_image, tree);
             }

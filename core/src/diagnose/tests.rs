@@ -883,6 +883,23 @@ fn preempted_reads_are_contention_not_storage() {
 }
 
 #[test]
+fn a_program_under_five_percent_is_not_named_as_holding_the_cores() {
+    // The sampler lists every other program; a kernel worker at 0–1% is nothing to stop.
+    let v =
+        preempted_reads().others(1.4, &[("sh", 3, 140.0), ("process_api", 1, 0.4), ("kworker/0:2", 1, 4.9)]).verdict();
+    let named = |t: &str| t.contains("sh") && !t.contains("process_api") && !t.contains("kworker");
+    let flag = v.flags.iter().find_map(|f| match f {
+        Flag::CoreContention { others, .. } => Some(others.clone()),
+        _ => None,
+    });
+    assert_eq!(flag, Some(vec!["sh".to_string()]), "{:?}", v.flags);
+    let free = v.advice.iter().find(|a| a.change == Change::FreeCores).expect("advice names the competitors");
+    assert!(named(&free.action), "{}", free.action);
+    let line = v.evidence.iter().find(|e| e.contains("other programs kept")).expect("the contention line");
+    assert!(named(line), "{line}");
+}
+
+#[test]
 fn waits_between_short_spans_count_through_the_threads_scheduler_figures() {
     // 30 µs spans hold no preemption; the threads still waited for a core half their ready time.
     let mut b = B::new()

@@ -59,6 +59,10 @@ pub const VALIDATION_SHARE: f64 = 0.10;
 /// Smallest predicted gain worth advising.
 pub const MIN_GAIN: f64 = 1.10;
 
+/// A program that kept less than this % of a core busy is not named as one holding the cores
+/// (a kernel worker at 0–1%: nothing to stop).
+pub const NAMED_OTHER_PCT: f64 = 5.0;
+
 /// Share of the loader's wall time spent waiting for a core (off-CPU outside `read` when the
 /// run-queue wait is not measured) from which the evidence mentions it.
 pub const CORE_WAIT_SHARE: f64 = 0.2;
