@@ -139,7 +139,8 @@ def test_check_advice_re_runs_a_real_pytorch_script_with_each_loader_change(tmp_
     assert workers, out
     for r in rows:
         assert "failed" not in r, out
-        nums = re.findall(r"(\d+\.\d)\s+(\d+\.\d\d)×\s*$", r)
+        # A × measured while other programs held cores is in brackets: still a measurement.
+        nums = re.findall(r"(\d+\.\d)\s+\(?(\d+\.\d\d)×\)?\s*$", r)
         assert nums and float(nums[0][0]) > 0, f"no measured images/s in {r!r}:\n{out}"
 
 

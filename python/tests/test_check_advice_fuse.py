@@ -70,8 +70,9 @@ def test_check_advice_reads_a_slow_mount_from_a_local_copy_and_from_the_pack(tmp
         line = row(out, label)
         assert not re.search(r"skipped|failed", line), line
         # predicted images/s (a number, or a range where the model is off today's rate),
-        # predicted ×, measured images/s, measured ×; no floor ("≥").
-        assert re.search(r"\s(\d+\.\d|\d+–\d+)\s+(\d+\.\d\d|\d+\.\d–\d+\.\d)×\s+\d+\.\d\s+\d+\.\d\d×", line), line
+        # predicted ×, measured images/s, measured ×; no floor ("≥"). A × measured while other
+        # programs held cores (the mount's daemon, a busy CI machine) is in brackets: measured.
+        assert re.search(r"\s(\d+\.\d|\d+–\d+)\s+(\d+\.\d\d|\d+\.\d–\d+\.\d)×\s+\d+\.\d\s+\(?\d+\.\d\d×\)?", line), line
     # The copy's and the pack's cost, each on its own line, with when it pays.
     assert re.search(r"^the copy took \d+\.\d s: (worth it after \d+ epochs?|never worth it)", out, re.M), out
     assert re.search(r"^the pack took \d+\.\d s: (worth it after \d+ epochs?|never worth it)", out, re.M), out
