@@ -505,9 +505,26 @@ impl Facts<'_> {
             "{what} ({} per image) for a memory copy{still}: the loader could supply {}, training takes {}{floor}",
             ms(gone),
             rate(after.capacity().loader()),
-            rate(self.cap.compute),
+            self.training_takes(&after),
         );
         Some(Advice { action: action.into(), change, predicted_speedup: Some(gain), basis: Some(basis), reason })
+    }
+
+    /// What the training loop takes after a change to the loader: today's, or, where its
+    /// compute threads shared the cores with the workers' CPU ([`Pipeline::compute_beside_ms`]),
+    /// what it takes beside the lighter loader, and why.
+    fn training_takes(&self, after: &Pipeline) -> String {
+        let now = self.cap.compute;
+        let then = after.capacity().compute;
+        if then > now * 1.02 {
+            format!(
+                "{} (now {}: its compute threads wait less behind the workers for the cores)",
+                rate(then),
+                rate(now)
+            )
+        } else {
+            rate(now)
+        }
     }
 
     fn pre_resize_advice(&self) -> Option<Advice> {
@@ -551,7 +568,7 @@ impl Facts<'_> {
                 ms(aug.wall_ms),
                 ms(aug.on_cpu_ms),
                 rate(after.capacity().loader()),
-                rate(self.cap.compute)
+                self.training_takes(&after)
             ),
         })
     }

@@ -7,7 +7,6 @@ use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
 use probes::stage::Stage;
-use probes::ThreadRole;
 
 /// Why a run counts as per-step-overhead bound.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -141,26 +140,16 @@ impl<'a> Facts<'a> {
         self.p.loader.iter().any(|x| matches!(x.stage, Stage::Read | Stage::Decode) && x.wall_ms > 0.0)
     }
 
-    /// The threads the run's compute holds the cores with: as the run said, else the compute
-    /// threads the sampler saw, else every core (PyTorch's, TensorFlow's and JAX's default).
+    /// The threads the run's compute holds the cores with ([`super::model::compute_threads`]).
     pub fn compute_threads(&self) -> usize {
-        if let Some(t) = self.s.settings.compute_threads.filter(|t| *t > 0) {
-            return t;
-        }
-        let seen = self.s.machine.threads.iter().filter(|t| matches!(t.role, ThreadRole::Compute(_))).count();
-        if seen > 0 {
-            seen
-        } else {
-            self.p.cores as usize
-        }
+        super::model::compute_threads(self.s, self.p.cores)
     }
 
     /// Training on the CPU in a framework's program, `n` loader worker processes beside its
-    /// compute threads would outnumber the cores (see [`OVERSUBSCRIBED_TRY_GAIN`]).
-    /// pipeprof's own loop is not: its workers are threads beside a rayon pool, and its
-    /// calibration holds there.
+    /// compute threads would outnumber the cores ([`super::model::oversubscribed`]; see
+    /// [`OVERSUBSCRIBED_TRY_GAIN`]).
     pub fn oversubscribed(&self, n: usize) -> bool {
-        self.cpu_device && !self.s.settings.framework.is_empty() && self.compute_threads() + n > self.p.cores as usize
+        super::model::oversubscribed(self.s, self.cpu_device, self.p.cores, n)
     }
 
     /// The serial step of a loop that batches in-memory samples itself, when it does.

@@ -147,6 +147,13 @@ pub struct Pipeline {
     /// CPU device: the part of `compute_ms` its threads spent waiting for a core behind other
     /// programs, per step, ms (see [`compute_core_wait`]): freeing the cores gives it back.
     pub compute_wait_others_ms: f64,
+    /// CPU device, loader worker processes beside compute threads that already hold every core
+    /// ([`oversubscribed`]): the part of `compute_ms` the loader's CPU beside it cost, ms per
+    /// step ([`compute_beside_ms`]); 0 elsewhere. A change to the loader's CPU per image
+    /// changes it in proportion ([`Pipeline::compute_step_ms`]).
+    pub compute_beside_ms: f64,
+    /// The loader's CPU per image `compute_beside_ms` was measured at, ms.
+    pub beside_loader_cpu_ms: f64,
     /// CPU device, other programs holding cores: the compute's slow steps (p95 of the measured
     /// step), ms, when above `compute_ms`. Under contention they are not one-offs: which steps
     /// the scheduler slows is its choice, so a change that leaves compute the limit is
@@ -669,6 +676,62 @@ pub fn slow_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, compute
         .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms)
 }
 
+/// The threads a run's compute holds the cores with: as the run said
+/// (`torch.get_num_threads()`), else the compute threads the sampler saw, else every core
+/// (PyTorch's, TensorFlow's and JAX's default).
+pub fn compute_threads(s: &Summary, cores: f64) -> usize {
+    if let Some(t) = s.settings.compute_threads.filter(|t| *t > 0) {
+        return t;
+    }
+    let seen = s.machine.threads.iter().filter(|t| matches!(t.role, ThreadRole::Compute(_))).count();
+    if seen > 0 {
+        seen
+    } else {
+        cores as usize
+    }
+}
+
+/// Training on the CPU in a framework's program (`cpu_device`), `n` loader worker processes
+/// beside its compute threads ([`compute_threads`]) outnumber the `cores`. pipeprof's own loop
+/// is not counted: its workers are threads beside a rayon pool, whose waits for a core the
+/// sampler measures ([`compute_core_wait`]).
+pub fn oversubscribed(s: &Summary, cpu_device: bool, cores: f64, n: usize) -> bool {
+    cpu_device && !s.settings.framework.is_empty() && compute_threads(s, cores) + n > cores as usize
+}
+
+/// What of a compute step one ms of the loader's CPU beside it costs, where compute threads
+/// hold every core: a team of compute threads waits at each operation for its slowest member,
+/// so a core a worker holds stalls the team for about as long (its other threads spin). Fitted
+/// on the corpus's two scripts that train on the CPU with two workers and pack their images
+/// (`dcgan`: 1.15, its convolutions parallel; `lightning_module`: 0.6, a tiny model whose step
+/// is mostly one thread's Python): `docs/predictions-and-calibration.md`.
+pub const BESIDE_STALL: f64 = 0.8;
+/// At most this share of a measured compute step is put down to the loader beside it.
+pub const BESIDE_MAX_SHARE: f64 = 0.6;
+
+/// CPU device, loader worker processes beside compute threads on every core
+/// ([`oversubscribed`]): the part of the measured compute step (`compute_ms`) that was the
+/// loader's CPU beside it, ms per step: the loader's CPU per batch (`loader_cpu_ms` × `batch`)
+/// in the compute's share of the step, × [`BESIDE_STALL`], at most [`BESIDE_MAX_SHARE`] of
+/// the step. 0 without workers, for `tf.data` (its threads are the framework's own), or where
+/// the cores are not oversubscribed. Pure.
+pub fn compute_beside_ms(
+    oversubscribed: bool,
+    workers: usize,
+    loader_cpu_ms: f64,
+    batch: f64,
+    compute_share: f64,
+    compute_ms: f64,
+) -> f64 {
+    if !oversubscribed
+        || workers == 0
+        || ![loader_cpu_ms, batch, compute_share, compute_ms].iter().all(|x| x.is_finite() && *x > 0.0)
+    {
+        return 0.0;
+    }
+    (loader_cpu_ms * batch * compute_share.min(1.0) * BESIDE_STALL).min(compute_ms * BESIDE_MAX_SHARE)
+}
+
 /// The training process's serial work per batch ([`main_per_batch_ms`]) where it receives its
 /// batches: pipeprof's own loader hands them over an in-process channel, without a copy; a
 /// framework's workers are processes whose batches the training process receives; tf.data
@@ -749,13 +812,52 @@ impl Pipeline {
             compute_cpu_ms_per_image,
             input_bytes: st.input.iter().product::<usize>() as f64,
             compute_wait_others_ms: 0.0,
+            compute_beside_ms: 0.0,
+            beside_loader_cpu_ms: 0.0,
             compute_slow_ms: slow_compute_ms(s, cpu_device, others_cores, compute_ms),
             cold_cpu: st.cold_cpu.map_or(1.0, |c| c.factor()),
             packed_transform_ms: st.cold_cpu.and_then(|c| c.packed_ms),
             loop_waits: s.split.wait_share >= MODERATE_WAIT_SHARE,
         };
         p.compute_wait_others_ms = if cpu_device { compute_core_wait(s, &p, compute_ms) } else { 0.0 };
+        let beside_workers = if st.tf_data { 0 } else { st.workers };
+        p.beside_loader_cpu_ms = p.loader_cpu_ms();
+        p.compute_beside_ms = compute_beside_ms(
+            oversubscribed(s, cpu_device, cores, beside_workers),
+            beside_workers,
+            p.beside_loader_cpu_ms,
+            batch,
+            s.split.compute_share,
+            compute_ms,
+        );
         p
+    }
+
+    /// The compute step at this pipeline's loader, ms: `compute_ms`, with the part the
+    /// loader's CPU beside it cost ([`Pipeline::compute_beside_ms`]) in proportion to the
+    /// loader's CPU per image now, and none of it with the loader in the training process
+    /// (loading and training take turns there).
+    pub fn compute_step_ms(&self) -> f64 {
+        let beside = self.compute_beside_ms;
+        if beside <= 0.0 {
+            return self.compute_ms;
+        }
+        let now = if self.in_process || self.beside_loader_cpu_ms <= 0.0 {
+            0.0
+        } else {
+            beside * self.loader_cpu_ms() / self.beside_loader_cpu_ms
+        };
+        (self.compute_ms - beside + now).max(0.0)
+    }
+
+    /// The compute's CPU per image at this pipeline's loader: its threads spin while a worker
+    /// holds a core, so it follows the step ([`Pipeline::compute_step_ms`]).
+    fn compute_cpu_now_ms(&self) -> f64 {
+        if self.compute_ms > 0.0 {
+            self.compute_cpu_ms_per_image * self.compute_step_ms() / self.compute_ms
+        } else {
+            self.compute_cpu_ms_per_image
+        }
     }
 
     /// Loader wall time per image, ms.
@@ -807,12 +909,15 @@ impl Pipeline {
         Capacity {
             loader_latency: per_s(self.workers, self.loader_wall_ms()),
             loader_cpu: per_s(k, c),
-            shared_cpu: if self.cpu_device { per_s(k, c + self.compute_cpu_ms_per_image) } else { f64::INFINITY },
-            compute: per_s(self.batch, main + self.transfer_ms + self.compute_ms),
+            shared_cpu: if self.cpu_device { per_s(k, c + self.compute_cpu_now_ms()) } else { f64::INFINITY },
+            compute: per_s(self.batch, main + self.transfer_ms + self.compute_step_ms()),
             in_process: if self.in_process {
                 per_s(
                     self.batch,
-                    self.batch * self.loader_wall_ms() + self.main_per_batch_ms + self.transfer_ms + self.compute_ms,
+                    self.batch * self.loader_wall_ms()
+                        + self.main_per_batch_ms
+                        + self.transfer_ms
+                        + self.compute_step_ms(),
                 )
             } else {
                 f64::INFINITY
@@ -1010,6 +1115,8 @@ impl Pipeline {
             optimizer_ms: Some(fixed),
             compute_cpu_ms_per_image: cpu,
             compute_slow_ms: self.compute_slow_ms.map(|x| x * compute_ms / self.compute_ms.max(1e-9)),
+            // The loader's CPU per batch beside the step grows with the batch.
+            compute_beside_ms: self.compute_beside_ms * k,
             ..self.clone()
         })
     }
@@ -1055,6 +1162,8 @@ mod tests {
             compute_cpu_ms_per_image: 0.0,
             input_bytes: 3.0 * 150.0 * 150.0,
             compute_wait_others_ms: 0.0,
+            compute_beside_ms: 0.0,
+            beside_loader_cpu_ms: 0.0,
             compute_slow_ms: None,
             cold_cpu: 1.0,
             packed_transform_ms: None,
@@ -1267,5 +1376,57 @@ mod tests {
         let total: f64 =
             [Stage::Resize, Stage::Augment, Stage::Convert].iter().map(|&s| a.stage(s).unwrap().on_cpu_ms).sum();
         assert!((total - 0.1).abs() < 1e-9, "{a:#?}");
+    }
+
+    #[test]
+    fn the_loaders_cpu_beside_compute_threads_on_every_core_is_part_of_the_step() {
+        // (case, oversubscribed, workers, loader CPU ms/image, compute share, compute ms, part)
+        let table = [
+            (
+                "beside: its CPU per batch in compute's share, × the stall",
+                true,
+                2,
+                1.5,
+                0.9,
+                100.0,
+                1.5 * 32.0 * 0.9 * BESIDE_STALL,
+            ),
+            ("cores not oversubscribed", false, 2, 1.5, 0.9, 100.0, 0.0),
+            ("no workers: the loader takes turns with the step", true, 0, 1.5, 0.9, 100.0, 0.0),
+            ("at most a share of the step", true, 2, 10.0, 1.0, 100.0, 100.0 * BESIDE_MAX_SHARE),
+            ("nothing measured", true, 2, f64::NAN, 0.9, 100.0, 0.0),
+        ];
+        for (what, over, workers, loader, share, compute, want) in table {
+            let got = compute_beside_ms(over, workers, loader, 32.0, share, compute);
+            assert!((got - want).abs() < 1e-9, "{what}: {got} ≠ {want}");
+        }
+    }
+
+    #[test]
+    fn a_lighter_loader_gives_the_compute_back_what_its_cpu_beside_it_cost() {
+        // CPU training, 2 workers of 1.5 ms CPU an image beside a 100 ms step, 40 ms of it theirs.
+        let mut p = sim(2.0, 2.0, 2, 1.5, 100.0, 0.0);
+        p.cpu_device = true;
+        p.compute_cpu_ms_per_image = 4.0;
+        p.compute_beside_ms = 40.0;
+        p.beside_loader_cpu_ms = p.loader_cpu_ms();
+        // As measured: the step is the step.
+        assert_eq!(p.compute_step_ms(), 100.0);
+        // A loader of a third the CPU: a third of their part stays.
+        let lighter = p.clone().map_stage(Stage::Decode, |x| {
+            x.on_cpu_ms = 0.5;
+            x.wall_ms = 0.5;
+        });
+        assert!((lighter.compute_step_ms() - (60.0 + 40.0 / 3.0)).abs() < 1e-9);
+        assert!((lighter.compute_cpu_now_ms() - 4.0 * lighter.compute_step_ms() / 100.0).abs() < 1e-9);
+        assert!(lighter.capacity().compute > p.capacity().compute);
+        // The loader moved onto the training thread: it no longer runs beside the step.
+        assert_eq!(p.with_workers(0).compute_step_ms(), 60.0);
+        // Twice the batch: twice the loader's CPU beside each step.
+        let big = Pipeline { optimizer_ms: Some(0.0), ..p.clone() }.with_batch(64).unwrap();
+        assert!((big.compute_step_ms() - 200.0).abs() < 1e-9 && big.compute_beside_ms == 80.0, "{big:#?}");
+        // Without the part, the pack predicts less: the loop's ceiling stays.
+        let none = Pipeline { compute_beside_ms: 0.0, ..p.clone() };
+        assert!(p.speedup(&p.cached()).unwrap() > none.speedup(&none.cached()).unwrap());
     }
 }

@@ -1750,6 +1750,36 @@ fn the_compute_threads_are_the_runs_else_the_sampled_pool_else_every_core() {
 }
 
 #[test]
+fn only_worker_processes_beside_compute_threads_on_every_core_have_their_cpu_in_the_step() {
+    // A folder loaded by 2 worker processes beside torch's 2 compute threads on 2 cores.
+    let beside = || {
+        let mut b = folder_on_training_thread().workers(2, 2);
+        b.0.split.compute_share = 0.9;
+        b
+    };
+    let mut four_cores = beside();
+    four_cores.0.settings.cores = 4;
+    let mut own_loop = beside();
+    own_loop.0.settings.framework = String::new();
+    let cases: [(&str, B, bool); 5] = [
+        ("2 workers beside 2 compute threads on 2 cores", beside(), true),
+        ("no workers: loading takes turns with the step", folder_on_training_thread(), false),
+        ("on a GPU", beside().device("cuda:0").gpu(30.0, Some(true)), false),
+        ("pipeprof's own loop: the sampler measures its threads' waits", own_loop, false),
+        ("4 cores, 2 workers beside 2 threads: room for both", four_cores, false),
+    ];
+    for (what, b, part) in cases {
+        let p = Pipeline::from_summary(&b.0);
+        assert_eq!(p.compute_beside_ms > 0.0, part, "{what}: {p:#?}");
+        // As measured, the step is the step.
+        assert!((p.compute_step_ms() - p.compute_ms).abs() < 1e-9, "{what}");
+        if part {
+            assert!(p.cached().compute_step_ms() < p.compute_ms, "{what}: the pack frees the compute");
+        }
+    }
+}
+
+#[test]
 fn a_run_without_a_gpu_says_nothing_of_gpus() {
     for (what, b) in [
         ("mnist", mnist_in_memory()),
