@@ -41,7 +41,7 @@ fn scrape() -> Scrape {
         })
         .collect();
     let gpu = GpuPoint { t_ns: 1, util_pct: vec![Some(63.0)], mem_used_bytes: vec![Some(3 << 30)] };
-    Scrape { summary, gpu: Some(gpu), verdict: None }
+    Scrape { summary, gpu: Some(gpu), verdict: None, straggler: None }
 }
 
 fn main() {

@@ -461,7 +461,7 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         say_how_it_ended(ended, &prefix);
     }
     let fin = running.finish(None);
-    crate::progress::out(&report::render(&fin.done.summary, &fin.done.verdict()));
+    crate::progress::out(&report::render(&fin.done));
     fin.written?;
     match fin.collector_died {
         Some(why) => Err(anyhow::anyhow!(why)),

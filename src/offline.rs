@@ -99,7 +99,7 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
             let d = Diagnosed::new(a.summary);
             // The HTML on stdout stands in for the text report there.
             if !html.iter().any(|(p, _)| *p == Path::new("-")) {
-                crate::progress::out(&report::render(&d.summary, &d.verdict()));
+                crate::progress::out(&report::render(&d));
             }
             if let Some(p) = &args.summary {
                 std::fs::write(p, serde_json::to_string_pretty(&d)?)
@@ -148,10 +148,10 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
         let _ = writeln!(o, "rank {} = {}  ({model})", l.rank, p.display());
     }
     let summary = Summary { ranks: lines.into_iter().map(|(l, _, _)| l).collect(), ..Default::default() };
-    o.push_str(&report::render_ranks(&summary));
+    let straggler = diagnose::ranks::judge(&summary.ranks);
+    o.push_str(&report::render_ranks(&summary, straggler.as_ref()));
     crate::progress::out(&o);
     if let Some(p) = &args.summary {
-        let straggler = diagnose::ranks::judge(&summary.ranks);
         let d = Diagnosed { summary, verdict: None, straggler };
         std::fs::write(p, serde_json::to_string_pretty(&d)?)
             .with_context(|| format!("cannot write {}", p.display()))?;

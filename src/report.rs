@@ -4,13 +4,16 @@ use crate::aggregate::machine::MachineSummary;
 use crate::aggregate::ranks::RankLine;
 use crate::aggregate::Summary;
 use crate::diagnose::ranks::RanksVerdict;
-use crate::diagnose::{Limiter, Verdict};
+use crate::diagnose::{Diagnosed, Limiter, Verdict};
 use crate::units::{ms, pct};
 use probes::Stage;
 use std::fmt::Write;
 
-/// The report as text, ending with the verdict it is handed.
-pub fn render(s: &Summary, verdict: &Verdict) -> String {
+/// The report as text, ending with the verdict of the run (and of its ranks, in a distributed
+/// run) it is handed: judged once, by whoever finished the run ([`Diagnosed`]).
+pub fn render(d: &Diagnosed) -> String {
+    let s = &d.summary;
+    let verdict = &d.verdict();
     let mut o = String::new();
     render_header(&mut o, s);
     render_stage_table(&mut o, s);
@@ -19,7 +22,7 @@ pub fn render(s: &Summary, verdict: &Verdict) -> String {
     render_epochs(&mut o, s);
     render_machine(&mut o, s);
     render_files(&mut o, s);
-    o.push_str(&render_ranks(s));
+    o.push_str(&render_ranks(s, d.straggler().as_ref()));
     o.push_str(&render_verdict(verdict));
     o
 }
@@ -630,14 +633,13 @@ fn gpu_users(d: &crate::aggregate::machine::DeviceSummary) -> String {
 /// Ranks with their own column in the stage table at most (wider runs list their lines only).
 const RANK_COLUMNS: usize = 8;
 
-/// A distributed run: one line per rank, each stage's mean by rank, and the straggler verdict.
-/// Empty for a run of one process.
-pub fn render_ranks(s: &Summary) -> String {
+/// A distributed run: one line per rank, each stage's mean by rank, and the straggler verdict
+/// it is handed (`verdict`). Empty for a run of one process.
+pub fn render_ranks(s: &Summary, verdict: Option<&RanksVerdict>) -> String {
     let mut o = String::new();
     if s.ranks.is_empty() {
         return o;
     }
-    let verdict = crate::diagnose::ranks::judge(&s.ranks);
     let world = s.ranks.iter().map(|l| l.world_size).max().unwrap_or(0);
     let _ = writeln!(o, "ranks: {} of {world} reported", s.ranks.len());
     let sync =
@@ -687,7 +689,7 @@ fn render_rank_columns(o: &mut String, ranks: &[RankLine]) {
 }
 
 /// The straggler verdict: which rank, its headline, evidence and advice; or why none.
-fn render_straggler(o: &mut String, verdict: Option<RanksVerdict>) {
+fn render_straggler(o: &mut String, verdict: Option<&RanksVerdict>) {
     match verdict {
         None => {
             let _ = writeln!(
@@ -719,6 +721,12 @@ fn render_straggler(o: &mut String, verdict: Option<RanksVerdict>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report of `s` with its verdict (and its ranks', where it has them), as a run ends.
+    fn text(s: &Summary) -> String {
+        let straggler = crate::diagnose::ranks::judge(&s.ranks);
+        render(&Diagnosed { summary: s.clone(), verdict: Some(crate::diagnose::diagnose(s)), straggler })
+    }
     use crate::aggregate::{EpochSummary, Skipped, StageSummary};
 
     #[test]
@@ -752,7 +760,7 @@ mod tests {
             through: None,
         });
         s.skipped.push(Skipped { path: "a/b.png".into(), reason: "truncated".into() });
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         assert!(r.contains("decode") && r.contains("2.00ms") && r.contains("97%"), "{r}");
         assert!(r.contains("1.2500") && r.contains("50.0%"), "{r}");
         assert!(r.contains("a/b.png: truncated"), "{r}");
@@ -766,7 +774,7 @@ mod tests {
         let mut s = Summary { steps: 3, images: 0, ..Default::default() };
         s.settings.model = "sh".into();
         s.epochs.push(EpochSummary { no_loss: true, epoch: 1, steps: 3, ..Default::default() });
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         assert!(r.contains("model sh (- params, input -) · data -"), "{r}");
         assert!(r.contains("device - ·") && r.contains("batch - ·"), "{r}");
         assert!(!r.contains("0×0×0") && !r.contains("0 classes") && !r.contains("0.0000"), "{r}");
@@ -780,7 +788,7 @@ mod tests {
             compute_share: 1.0,
             ..Default::default()
         };
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         assert!(r.contains("transfer - (not timed apart: inside compute)"), "{r}");
         assert!(r.contains("batch_size=-"), "{r}");
     }
@@ -798,7 +806,7 @@ mod tests {
             startup_compute_ms: Some(18_500.0),
             ..Default::default()
         };
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         let line = r.lines().find(|l| l.starts_with("trained")).unwrap();
         assert!(line.contains("plus a 18.5 s first step"), "{line}");
         let rate: f64 = line.split(": ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
@@ -828,7 +836,7 @@ mod tests {
             let backward_ms = if *name == "dense_1" { 122.0 } else { i as f64 };
             s.layers.push(crate::aggregate::LayerSummary { name: name.to_string(), forward_ms: 1.0, backward_ms });
         }
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         let lines: Vec<&str> = r.lines().skip_while(|l| !l.starts_with("compute per step")).collect();
         assert!(lines[1].contains("dense_1 backward") && lines[1].contains("61% of compute"), "{r}");
         assert!(lines[2].contains("optimizer") && lines[2].contains("10% of compute"), "{r}");
@@ -855,14 +863,14 @@ mod tests {
             loader_threads: vec![t("loader-1", 300.0, Some(0.12)), t("loader-0", 120.0, Some(0.95))],
             ..Default::default()
         };
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         let line = |name: &str| r.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
         assert!(line("loader-1").contains("12%"), "{r}");
         assert!(line("loader-0").contains("95%") && line("loader-0").contains("40 spans"), "{r}");
         assert!(!r.contains("started"), "workers started once say nothing of starts: {r}");
         s.loader_threads[0].starts = 6;
         s.settings.framework = "pytorch".into();
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         assert!(line_of(&r, "loader-1").contains("started 6×"), "{r}");
         assert!(
             r.contains("started up to 6 times: once per pass over a loader (DataLoader(persistent_workers=True)"),
@@ -871,11 +879,7 @@ mod tests {
         for i in 0..20 {
             s.loader_threads.push(t(&format!("w{i}"), 1.0, None));
         }
-        assert!(
-            render(&s, &crate::diagnose::diagnose(&s)).contains("… and 10 more threads"),
-            "{}",
-            render(&s, &crate::diagnose::diagnose(&s))
-        );
+        assert!(text(&s).contains("… and 10 more threads"), "{}", text(&s));
     }
 
     #[test]
@@ -908,7 +912,7 @@ mod tests {
             val_images: 8,
             through: None,
         });
-        let r = render(&s, &crate::diagnose::diagnose(&s));
+        let r = text(&s);
         assert!(r.contains("val_loss") && r.contains("val_accuracy"), "{r}");
         assert!(r.contains("0.8750") && r.contains("75.0%"), "{r}");
         assert!(r.contains("validation passes took 30% of the run's wall time"), "{r}");
@@ -960,10 +964,10 @@ mod tests {
     #[test]
     fn ignored_files_are_counted_by_extension_only_when_there_are_some() {
         let mut s = Summary::default();
-        let none = render(&s, &crate::diagnose::diagnose(&s));
+        let none = text(&s);
         assert!(!none.contains("ignored"), "{none}");
         s.settings.ignored = "3 .txt, 1 .heic".into();
-        let some = render(&s, &crate::diagnose::diagnose(&s));
+        let some = text(&s);
         assert!(some.contains("ignored (not images pipeprof reads): 3 .txt, 1 .heic"), "{some}");
     }
 }

@@ -334,7 +334,7 @@ fn golden_run_summary_json() {
 #[test]
 fn golden_run_report_text() {
     let d = Diagnosed::new(aggregate().summary());
-    insta::assert_snapshot!(pipeprof::report::render(&d.summary, &d.verdict()));
+    insta::assert_snapshot!(pipeprof::report::render(&d));
 }
 
 /// A writer the test keeps a handle to after the trace is gone.

@@ -491,6 +491,8 @@ fn stage_table_has_a_row_per_rank_with_the_straggler_marked() {
         ..Default::default()
     };
     st.snap.summary.ranks = vec![line(0, 6.0), line(1, 41.0)];
+    // The collector judges the ranks; the view shows its judgement.
+    st.straggler = pipeprof::diagnose::ranks::judge(&st.snap.summary.ranks);
     let out = panel(120, 20, &st, view::render_stages);
     let row = |k: &str| out.lines().find(|l| l.contains(k)).unwrap_or_default().to_string();
     assert!(row("⇉ rank 0").contains("6%") && !row("⇉ rank 0").contains("straggler"), "{out}");

@@ -49,7 +49,7 @@ pub fn fragment(d: &Diagnosed) -> String {
     charts::workers(&mut o, s);
     o.push_str("</div></section>");
     sections::epochs(&mut o, s);
-    let text = crate::report::render(s, &v);
+    let text = crate::report::render(d);
     let _ = write!(
         o,
         "<details><summary>The text report</summary><pre>{}</pre></details><footer>pipeprof {} · summary schema {}</footer></div>",

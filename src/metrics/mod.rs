@@ -11,6 +11,7 @@ pub use serve::Listener;
 
 use crate::aggregate::machine::GpuPoint;
 use crate::aggregate::Summary;
+use crate::diagnose::ranks::RanksVerdict;
 use crate::diagnose::{Limiter, Verdict};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -50,6 +51,8 @@ pub struct Scrape {
     /// The newest GPU sample, if the GPU is sampled.
     pub gpu: Option<GpuPoint>,
     pub verdict: Option<Verdict>,
+    /// A distributed run's straggler verdict, judged by the collector with `verdict`.
+    pub straggler: Option<RanksVerdict>,
 }
 
 /// The `rank` label of a run of one process.
@@ -156,7 +159,9 @@ pub fn render(s: &Scrape) -> String {
         .map(|l| (vec![("rank", run.to_string()), ("limiter", l.to_string())], if *l == current { 1.0 } else { 0.0 }))
         .collect();
     gauges(&mut reg, "limiter", "What limits the run now: 1 for the verdict's limiter, 0 for the others", &limiter);
-    rank_metrics(&mut reg, sum);
+    if let Some(v) = &s.straggler {
+        rank_metrics(&mut reg, sum, v);
+    }
     let mut out = String::with_capacity(4096);
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &reg);
@@ -234,10 +239,8 @@ fn gpu_metrics(reg: &mut Registry, g: &GpuPoint, run: &str) {
     gauges(reg, "gpu_memory_used_bytes", "GPU memory used at the last sample", &mem);
 }
 
-/// A distributed run's straggler mark and all-reduce wait per rank, when its ranks were
-/// judged.
-fn rank_metrics(reg: &mut Registry, sum: &Summary) {
-    let Some(v) = crate::diagnose::ranks::judge(&sum.ranks) else { return };
+/// A distributed run's straggler mark and all-reduce wait per rank, from its ranks' verdict.
+fn rank_metrics(reg: &mut Registry, sum: &Summary, v: &RanksVerdict) {
     let straggler: Vec<_> = sum
         .ranks
         .iter()

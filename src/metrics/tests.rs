@@ -42,7 +42,7 @@ fn scrape(limiter: Option<Limiter>) -> Scrape {
         advice: vec![],
         provisional: false,
     });
-    Scrape { summary, gpu: Some(gpu), verdict }
+    Scrape { summary, gpu: Some(gpu), verdict, straggler: None }
 }
 
 /// The value of the sample line that starts with `series` (name and labels exactly).
@@ -129,6 +129,8 @@ fn a_distributed_run_has_a_series_per_rank_and_the_straggler_gauge() {
         ..Default::default()
     };
     sc.summary.ranks = vec![line(0, 6.0), line(1, 41.0)];
+    // The collector judges the ranks with the verdict; the scrape shows its judgement.
+    sc.straggler = crate::diagnose::ranks::judge(&sc.summary.ranks);
     let text = render(&sc);
     let p = "program=\"tiny.toml\"";
     // The whole run is "all"; each rank its number.

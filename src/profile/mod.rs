@@ -309,7 +309,7 @@ fn finish(
     outcome: anyhow::Result<anyhow::Result<Trained>>,
 ) -> anyhow::Result<Finished> {
     let session::Finished { done, failed, collector_died, written } = fin;
-    progress::out(&report::render(&done.summary, &done.verdict()));
+    progress::out(&report::render(&done));
     if let Some(why) = &failed {
         progress::say(&format!("pipeprof: RUN FAILED: {why}"));
         progress::say("pipeprof: the report above covers the steps done before the failure");

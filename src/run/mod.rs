@@ -720,7 +720,7 @@ fn finish(
     if let Some((log, kept)) = log {
         print_log_tail(log, kept);
     }
-    progress::out(&report::render(&done.summary, &done.verdict()));
+    progress::out(&report::render(&done));
     let processes = relays.processes.lock().map(|p| p.len()).unwrap_or(0);
     if processes == 0 {
         progress::warn(&format!(

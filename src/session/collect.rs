@@ -26,7 +26,7 @@ const PUBLISH_EVERY_EVENTS: u32 = 4096;
 
 /// A new, empty publication slot for `agg`'s run.
 pub fn latest(agg: &Aggregator) -> Latest {
-    Arc::new(Mutex::new(Live { snap: agg.snapshot(), verdict: None }))
+    Arc::new(Mutex::new(Live { snap: agg.snapshot(), verdict: None, straggler: None }))
 }
 
 /// Drains events into the aggregate and the exporters until [`Event::Finish`], publishing
@@ -113,7 +113,8 @@ fn publish_snapshot(agg: &mut Aggregator, latest: &Latest, dropped: &dyn Fn() ->
     // A stalled run may have no step yet: its verdict names the stall.
     let judge = snap.summary.steps > 0 || !snap.summary.stalls.is_empty();
     let verdict = judge.then(|| diagnose::diagnose(&snap.summary));
+    let straggler = diagnose::ranks::judge(&snap.summary.ranks);
     // The lock is held only for the move, not while the snapshot is built.
     // A view that panicked while reading poisons the lock; the slot is still whole.
-    *latest.lock().unwrap_or_else(|e| e.into_inner()) = Live { snap, verdict };
+    *latest.lock().unwrap_or_else(|e| e.into_inner()) = Live { snap, verdict, straggler };
 }

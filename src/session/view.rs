@@ -43,6 +43,7 @@ pub fn serve_metrics(
                 summary: l.snap.summary.clone(),
                 gpu: l.snap.gpu.last().cloned(),
                 verdict: l.verdict.clone(),
+                straggler: l.straggler.clone(),
             }
         }))
         .map_err(|e| progress::warn(&format!("cannot serve --metrics-listen ({e}); the run goes on without it")))

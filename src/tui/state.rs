@@ -4,6 +4,7 @@
 
 use crate::aggregate::machine::{GpuPoint, HostPoint};
 use crate::aggregate::{Snapshot, StepPoint};
+use crate::diagnose::ranks::RanksVerdict;
 use crate::diagnose::Verdict;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use probes::StepRecord;
@@ -61,6 +62,8 @@ pub enum Action {
 pub struct Live {
     pub snap: Snapshot,
     pub verdict: Option<Verdict>,
+    /// A distributed run's straggler verdict over `snap`'s ranks.
+    pub straggler: Option<RanksVerdict>,
 }
 
 /// Everything the views draw.
@@ -70,6 +73,8 @@ pub struct State {
     pub snap: Snapshot,
     /// The verdict shown with `snap`.
     pub verdict: Option<Verdict>,
+    /// The straggler verdict shown with `snap`'s ranks.
+    pub straggler: Option<RanksVerdict>,
     /// The newest publication received while paused, shown on resume.
     pending: Option<Live>,
     pub paused: bool,
@@ -111,6 +116,7 @@ impl State {
         } else {
             self.snap = live.snap;
             self.verdict = live.verdict;
+            self.straggler = live.straggler;
         }
     }
 
@@ -144,6 +150,7 @@ impl State {
                     if let Some(l) = self.pending.take() {
                         self.snap = l.snap;
                         self.verdict = l.verdict;
+                        self.straggler = l.straggler;
                     }
                 }
                 Action::Redraw
@@ -311,15 +318,15 @@ mod tests {
         let mut st = State::new(snap_at(1, 1));
         st.on_key(key(KeyCode::Char('p')));
         assert!(st.paused);
-        st.update(Live { snap: snap_at(2, 2), verdict: None });
-        st.update(Live { snap: snap_at(3, 3), verdict: None });
+        st.update(Live { snap: snap_at(2, 2), verdict: None, straggler: None });
+        st.update(Live { snap: snap_at(3, 3), verdict: None, straggler: None });
         assert_eq!(st.snap.summary.steps, 1, "frozen while paused");
         assert!(st.has_pending());
         st.on_key(key(KeyCode::Char('p')));
         assert!(!st.paused);
         assert_eq!(st.snap.summary.steps, 3, "resume shows the newest");
         assert!(!st.has_pending());
-        st.update(Live { snap: snap_at(4, 4), verdict: None });
+        st.update(Live { snap: snap_at(4, 4), verdict: None, straggler: None });
         assert_eq!(st.snap.summary.steps, 4, "live again");
     }
 

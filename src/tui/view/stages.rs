@@ -108,8 +108,7 @@ pub fn render_stages(f: &mut Frame, area: Rect, st: &State) {
     let rows = s.stages.iter().map(|x| stage_row(s, x, &cols));
     let run_ms = s.elapsed_s * 1000.0;
     let threads = thread_rows(s).iter().map(|t| thread_row(t, run_ms, &cols));
-    let verdict = crate::diagnose::ranks::judge(&s.ranks);
-    let ranks = s.ranks.iter().take(RANKS_SHOWN).map(|l| rank_row(l, verdict.as_ref(), &cols));
+    let ranks = s.ranks.iter().take(RANKS_SHOWN).map(|l| rank_row(l, st.straggler.as_ref(), &cols));
     let rows = rows.chain(threads).chain(ranks);
     let table = Table::new(rows, cols.widths.iter().copied().map(Constraint::Length))
         .header(Row::new(header(&cols)).style(bold()))
