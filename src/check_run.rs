@@ -19,8 +19,9 @@
 
 use crate::aggregate::settings::RunSettings;
 use crate::aggregate::Summary;
-use crate::check_advice::{self, FollowUp, Measured, INTERRUPTED, MAX_FOLLOW_UPS};
+use crate::check_advice::{self, MAX_FOLLOW_UPS};
 use crate::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
+use crate::rerun::{self, FollowUp, Measured, NoRate, Outcome};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,8 +30,6 @@ use std::time::Instant;
 /// The environment variable a re-run's hook reads: JSON, the [`LoaderKnobs`] to set, `steps`,
 /// the training steps after which the program is stopped, and a [`Redirect`] of its images.
 pub use probes::env::CHECK_ENV as ENV;
-/// Steps per re-run when `--steps` is not given.
-pub const DEFAULT_STEPS: u64 = 40;
 
 /// What `pipeprof run --check-advice` needs of the run.
 #[derive(Debug, Clone)]
@@ -178,21 +177,20 @@ pub fn reads_in(dir: &Path) -> u64 {
 /// Whether a data re-run measured `what` ("the copy", "the pack"): it read some of its images
 /// (`reads`, counted by the hook) and its program saw as many images and classes as the main
 /// run's (`main`, `ran`: the two runs' settings). The note that says so, or why not
-/// ([`check_advice::SKIPPED`]). Pure.
-pub fn proven(what: &str, reads: u64, main: &RunSettings, ran: &RunSettings) -> Result<String, String> {
-    let skipped = check_advice::SKIPPED;
+/// ([`NoRate::Skipped`]). Pure.
+pub fn proven(what: &str, reads: u64, main: &RunSettings, ran: &RunSettings) -> Result<String, NoRate> {
     if reads == 0 {
-        return Err(format!(
-            "{skipped}the re-run read no image from {what}: the program trained on data it did not open through the folder reader the hook redirects (a dataset of its own, one loaded back from a cache)"
-        ));
+        return Err(NoRate::Skipped(format!(
+            "the re-run read no image from {what}: the program trained on data it did not open through the folder reader the hook redirects (a dataset of its own, one loaded back from a cache)"
+        )));
     }
     let (images, classes) = (ran.images, ran.classes.len());
     if (images, classes) != (main.images, main.classes.len()) {
-        return Err(format!(
-            "{skipped}the re-run saw {images} images of {classes} classes in {what}, the main run {} of {}: not the same data",
+        return Err(NoRate::Skipped(format!(
+            "the re-run saw {images} images of {classes} classes in {what}, the main run {} of {}: not the same data",
             main.images,
             main.classes.len()
-        ));
+        )));
     }
     Ok(format!("{images} images, {classes} classes, as the main run; {reads} read from {what}"))
 }
@@ -266,7 +264,7 @@ const SIZED_AT_MOST: usize = 256;
 /// ImageFolder's), each at the size it is stored at (`--size`: known; `--as-stored`,
 /// `--shorter`: from the image's header, up to [`SIZED_AT_MOST`] of them, their mean for the
 /// rest). Stops at an interrupt.
-pub fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, String> {
+pub fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, NoRate> {
     use crate::data::scan::{scan_with, Rules};
     let rules = if keras { Rules::Keras } else { Rules::ImageFolder };
     let ds = scan_with(data, rules).map_err(|e| e.to_string())?;
@@ -279,7 +277,7 @@ pub fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, Strin
     let step = ds.samples.len().div_ceil(SIZED_AT_MOST).max(1);
     let (mut sized, mut pixels) = (0u64, 0u64);
     for s in ds.samples.iter().step_by(step) {
-        check_advice::stop_check()?;
+        rerun::stop_check()?;
         // An image whose size cannot be read is one pack skips: nothing written.
         if let Some((w, h)) = image_size(&s.path) {
             let (h, w) = stored.output(h, w);
@@ -344,28 +342,28 @@ pub fn header_size(b: &[u8]) -> Option<(u32, u32)> {
 }
 
 /// The pack of `data` in `tmp`, when it fits there (its size [`pack_bytes`] against the free
-/// space, with the copy's margin: else [`check_advice::SKIPPED`]): `pipeprof pack`, watched
+/// space, with the copy's margin: else [`NoRate::Skipped`]): `pipeprof pack`, watched
 /// as a re-run is (an interrupt passed on, never outliving this process).
-fn make_pack(exe: &Path, data: &Path, tmp: &Path, size: PackSize, keras: bool) -> Result<PathBuf, String> {
+fn make_pack(exe: &Path, data: &Path, tmp: &Path, size: PackSize, keras: bool) -> Result<PathBuf, NoRate> {
     let needed = pack_bytes(data, size, keras)?;
     check_advice::room_for("pack the data set", needed, check_advice::free_bytes(tmp), tmp)
-        .map_err(|e| format!("{}{e} (pipeprof pack {})", check_advice::SKIPPED, size.flag()))?;
+        .map_err(|e| NoRate::Skipped(format!("{e} (pipeprof pack {})", size.flag())))?;
     let out = tmp.join("data.ppk");
     let mut c = std::process::Command::new(exe);
     c.arg("pack").arg(data).arg(&out).args(size.flag().split(' '));
     if keras {
         c.args(["--layout", "keras"]);
     }
-    let (status, err) = check_advice::run_watched(c, exe)?;
+    let (status, err) = rerun::run_watched(c, exe)?;
     if !status.success() {
-        return Err(format!("pipeprof pack failed: {err}"));
+        return Err(NoRate::Failed(format!("pipeprof pack failed: {err}")));
     }
     Ok(out)
 }
 
 /// The copy or the pack a re-run reads, made in `tmp` from `data` (timed, before the re-run):
 /// the redirect, what it is called in the cost line, and its cost in seconds.
-fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Redirect, &'static str, f64), String> {
+fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Redirect, &'static str, f64), NoRate> {
     let from = std::path::absolute(data).map_err(|e| format!("cannot resolve {} ({e})", data.display()))?;
     let t0 = Instant::now();
     let (to, kind, what) = match moves {
@@ -378,56 +376,41 @@ fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Re
     Ok((Redirect { from, to, kind }, what, t0.elapsed().as_secs_f64()))
 }
 
-/// What a re-run gives: its rate (or why none), a note for its row, and for a data move the
-/// cost line's `what` and seconds.
-type Outcome = (Measured, Option<String>, Option<(&'static str, f64)>, Option<Summary>);
-
 /// One re-run: the data it reads made first (a copy or a pack, timed apart), then the program;
 /// a data re-run is a measurement only where it proved it read the data ([`proven`]).
 fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Summary) -> Outcome {
     let (redirect, cost) = match r.moves {
         None => (None, None),
-        Some(m) => match make_data(m, exe, Path::new(&main.settings.data), tmp) {
-            Ok((redirect, what, secs)) => (Some(redirect), Some((what, secs))),
-            Err(e) => return (Err(e), None, None, None),
-        },
+        Some(m) => {
+            let (redirect, what, secs) = make_data(m, exe, Path::new(&main.settings.data), tmp)?;
+            (Some(redirect), Some((what, secs)))
+        }
     };
     // Interrupted while the copy or the pack was made: no re-run.
-    if let Err(e) = check_advice::stop_check() {
-        return (Err(e), None, None, None);
-    }
+    rerun::stop_check()?;
     let summary = tmp.join(format!("run-{k}.json"));
     let why = tmp.join(format!("run-{k}.why"));
     let reads = tmp.join(format!("run-{k}.reads"));
     let counted = redirect.is_some() && std::fs::create_dir(&reads).is_ok();
     let back = Back { why_file: Some(&why), reads_dir: counted.then_some(reads.as_path()) };
     let env = [(ENV, env_value(r.set.as_ref(), opts.steps, redirect.as_ref(), back))];
-    let ran = check_advice::run_child_summary(exe, &child_args(opts, &summary), &env, &summary);
+    let ran = rerun::run_child_summary(exe, &child_args(opts, &summary), &env, &summary);
     if let Some(r) = &redirect {
         // The copy or the pack is not needed past its run: the space goes back at once.
         let _ = if r.to.is_dir() { std::fs::remove_dir_all(&r.to) } else { std::fs::remove_file(&r.to) };
     }
     // The hook could not make the redirect as the program asked: the row says why.
     match std::fs::read_to_string(&why) {
-        Ok(w) if !w.trim().is_empty() && !matches!(&ran, Err(e) if e == INTERRUPTED) => {
-            return (Err(format!("{}{}", check_advice::SKIPPED, w.trim())), None, None, None)
+        Ok(w) if !w.trim().is_empty() && ran != Err(NoRate::Interrupted) => {
+            return Err(NoRate::Skipped(w.trim().to_string()))
         }
         _ => {}
     }
-    let s = match ran {
-        Ok(s) => s,
-        Err(e) => return (Err(e), None, None, None),
-    };
-    let Some(rate) = check_advice::steady_rate(&s) else {
-        return (Err(check_advice::NO_RATE.into()), None, None, None);
-    };
-    match cost {
-        None => (Ok(rate), None, None, Some(s)),
-        Some((what, secs)) => match proven(what, reads_in(&reads), &main.settings, &s.settings) {
-            Ok(note) => (Ok(rate), Some(note), Some((what, secs)), Some(s)),
-            Err(e) => (Err(e), None, None, None),
-        },
-    }
+    let m = Measured::of(ran?)?;
+    let Some((what, secs)) = cost else { return Ok(m) };
+    let ran_settings = m.summary.as_ref().map(|s| s.settings.clone()).unwrap_or_default();
+    let note = proven(what, reads_in(&reads), &main.settings, &ran_settings)?;
+    Ok(Measured { note: Some(note), cost: Some((what, secs)), ..m })
 }
 
 /// Runs the re-runs and prints the table, then the cost of each copy or pack. Never fails the
@@ -446,40 +429,17 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
         runs.len() - 1,
         opts.steps
     ));
-    let mut results: Vec<(Measured, Option<String>)> = Vec::new();
-    let mut costs = Vec::new();
-    let mut loads = Vec::new();
-    for (k, r) in runs.iter().enumerate() {
-        let stop = |k: usize| {
-            crate::progress::say(&format!(
-                "check-advice: interrupted: {} of {} runs done, the rest skipped",
-                k,
-                runs.len()
-            ))
-        };
-        if crate::signal::stopping() {
-            stop(k);
-            break;
-        }
-        crate::progress::say(&format!("check-advice: run {}/{}: {} …", k + 1, runs.len(), r.row.label));
-        let (measured, note, cost, ran) = re_run(opts, r, k, &exe, &tmp, main);
-        if matches!(&measured, Err(e) if e == INTERRUPTED) {
-            stop(k);
-            break;
-        }
-        results.push((measured, note));
-        costs.push(cost);
-        loads.push(ran);
-    }
+    let labels: Vec<&str> = runs.iter().map(|r| r.row.label.as_str()).collect();
+    let results = rerun::drive(&labels, |k| re_run(opts, &runs[k], k, &exe, &tmp, main));
     drop(_tmp_guard);
     let rows: Vec<FollowUp> = runs.iter().map(|r| r.row.clone()).collect();
-    let main_rate = check_advice::steady_rate(main).unwrap_or(main.images_per_s);
-    let elsewhere = check_advice::Elsewhere::of(main, &loads.iter().map(Option::as_ref).collect::<Vec<_>>());
-    crate::progress::out(&check_advice::render(&rows[..results.len()], &results, main_rate, &elsewhere));
-    let base = results.first().and_then(|(m, _)| m.as_ref().ok().copied()).unwrap_or(main_rate);
-    for ((m, _), cost) in results.iter().zip(&costs) {
-        if let (Ok(after), Some((what, secs))) = (m, cost) {
-            crate::progress::out(&format!("{}\n", cost_line(what, *secs, main.settings.images, base, *after)));
+    let main_rate = rerun::steady_rate(main).unwrap_or(main.images_per_s);
+    let elsewhere = rerun::Elsewhere::of_outcomes(main, &results);
+    crate::progress::out(&rerun::render(&rows[..results.len()], &results, main_rate, &elsewhere));
+    let base = results.first().and_then(|m| m.as_ref().ok()).map_or(main_rate, |m| m.rate);
+    for m in results.iter().flatten() {
+        if let Some((what, secs)) = m.cost {
+            crate::progress::out(&format!("{}\n", cost_line(what, secs, main.settings.images, base, m.rate)));
         }
     }
 }
@@ -684,10 +644,10 @@ mod tests {
         assert_eq!(note, "192 images, 2 classes, as the main run; 320 read from the copy");
         // Never read from the pack (a dataset loaded back from a pickle): skipped, why.
         let e = proven("the pack", 0, &main, &main).unwrap_err();
-        assert!(e.starts_with(check_advice::SKIPPED) && e.contains("read no image from the pack"), "{e}");
+        assert!(matches!(&e, NoRate::Skipped(why) if why.contains("read no image from the pack")), "{e}");
         // A copy that left a linked class out: half the images, one class.
         let e = proven("the copy", 96, &main, &settings(96, &["circle"])).unwrap_err();
-        assert!(e.contains("saw 96 images of 1 classes in the copy, the main run 192 of 2"), "{e}");
+        assert!(e.to_string().contains("saw 96 images of 1 classes in the copy, the main run 192 of 2"), "{e}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
     }
     let check = check_run::Options {
         command: a.command.clone(),
-        steps: a.steps.unwrap_or(check_run::DEFAULT_STEPS),
+        steps: a.steps.unwrap_or(crate::rerun::DEFAULT_STEPS),
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
     };

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod offline;
 pub mod profile;
 pub mod report;
+pub mod rerun;
 pub mod run;
 pub mod session;
 pub mod tui;

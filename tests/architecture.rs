@@ -30,6 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["html"],
     &["session"],
     &["profile", "attach", "run", "offline", "cli"],
+    &["rerun"],
     &["check_advice"],
     &["check_run"],
     &["commands"],
