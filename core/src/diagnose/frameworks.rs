@@ -181,14 +181,20 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
     if sp.startup_wait_ms < 2.0 * sp.mean_step_ms.max(1.0) {
         return None;
     }
+    // Against the steady rate every prediction and re-run is read at (its waits, the restarts
+    // among them, in; evaluation and a one-off first compute out): the restarts of epochs
+    // 2 on are what persistent workers save of its time.
+    let Some(n) = super::now::measured_now(s).filter(|n| n.rate.is_finite() && n.rate > 0.0) else {
+        return None;
+    };
+    let now = n.rate;
+    let run_s = s.images as f64 / now;
     let saved_s = sp.startup_wait_ms / 1000.0 * (epochs - 1.0);
-    let gain = s.elapsed_s / (s.elapsed_s - saved_s).max(f64::MIN_POSITIVE);
-    // Against the whole run's measured rate: the restarts are spread over every epoch.
-    let now = s.images as f64 / s.elapsed_s;
-    let basis = (now.is_finite() && now > 0.0 && s.steps > 0).then_some(super::Basis {
+    let gain = run_s / (run_s - saved_s).max(f64::MIN_POSITIVE);
+    let basis = (s.steps > 0 && run_s > 0.0).then_some(super::Basis {
         now,
-        from_step: 1,
-        to_step: s.steps,
+        from_step: n.from_step,
+        to_step: n.to_step,
         predicted: now * gain,
         model_now: now,
         range: None,
@@ -302,15 +308,20 @@ mod tests {
         let mut s = summary("pytorch", 4, Some(false));
         s.epochs = vec![EpochSummary::default(), EpochSummary::default(), EpochSummary::default()];
         s.elapsed_s = 10.0;
+        (s.steps, s.images, s.images_per_s) = (100, 3200, 320.0);
+        // A second of the 10 evaluates: no training in it, as the re-runs' rates leave it out.
+        s.split.validate_ms = 1000.0;
         s.split.mean_step_ms = 50.0;
         s.split.startup_wait_ms = 1500.0;
         let out = in_user_terms(Vec::new(), &s);
         assert_eq!(out.len(), 1);
         let set = LoaderKnobs { persistent_workers: Some(true), ..LoaderKnobs::default() };
         assert_eq!(out[0].change, Change::Loader { code: "DataLoader(..., persistent_workers=True)".into(), set });
-        // 1.5 s saved in each of 2 later epochs of a 10 s run: 10 / 7.
+        // 1.5 s saved in each of 2 later epochs of 9 s of training: 9 / 6, against its rate.
         let g = out[0].predicted_speedup.unwrap_or_default();
-        assert!((g - 10.0 / 7.0).abs() < 1e-9, "{g}");
+        assert!((g - 9.0 / 6.0).abs() < 1e-9, "{g}");
+        let now = out[0].basis.map(|b| b.now).unwrap_or_default();
+        assert!((now - 3200.0 / 9.0).abs() < 1e-9, "{now}");
         // Not when workers already persist, there are none, one epoch, or start-up is short.
         for (workers, persistent, epochs, startup) in [
             (4, Some(true), 3, 1500.0),
@@ -321,6 +332,7 @@ mod tests {
             let mut s = summary("pytorch", workers, persistent);
             s.epochs = vec![EpochSummary::default(); epochs];
             s.elapsed_s = 10.0;
+            (s.steps, s.images, s.images_per_s) = (100, 3200, 320.0);
             s.split.mean_step_ms = 50.0;
             s.split.startup_wait_ms = startup;
             assert!(in_user_terms(Vec::new(), &s).is_empty(), "{workers} {persistent:?} {epochs} {startup}");
