@@ -184,9 +184,7 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
     // Against the steady rate every prediction and re-run is read at (its waits, the restarts
     // among them, in; evaluation and a one-off first compute out): the restarts of epochs
     // 2 on are what persistent workers save of its time.
-    let Some(n) = super::now::measured_now(s).filter(|n| n.rate.is_finite() && n.rate > 0.0) else {
-        return None;
-    };
+    let n = super::now::measured_now(s).filter(|n| n.rate.is_finite() && n.rate > 0.0)?;
     let now = n.rate;
     let run_s = s.images as f64 / now;
     let saved_s = sp.startup_wait_ms / 1000.0 * (epochs - 1.0);
