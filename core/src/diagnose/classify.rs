@@ -1,8 +1,9 @@
 //! Classification: the facts every rule reads, the limiter, the severity and the flags. No words
 //! here: [`super::evidence`] and [`super::advice`] explain what this module decided.
 
-use super::model::{measured, trains_on_cpu, Capacity, Pipeline};
+use super::model::{Capacity, Pipeline};
 use super::now::{measured_now, Now};
+use super::readings::{measured, trains_on_cpu};
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
@@ -140,16 +141,16 @@ impl<'a> Facts<'a> {
         self.p.loader.iter().any(|x| matches!(x.stage, Stage::Read | Stage::Decode) && x.wall_ms > 0.0)
     }
 
-    /// The threads the run's compute holds the cores with ([`super::model::compute_threads`]).
+    /// The threads the run's compute holds the cores with ([`super::readings::compute_threads`]).
     pub fn compute_threads(&self) -> usize {
-        super::model::compute_threads(self.s, self.p.cores)
+        super::readings::compute_threads(self.s, self.p.cores)
     }
 
     /// Training on the CPU in a framework's program, `n` loader worker processes beside its
-    /// compute threads would outnumber the cores ([`super::model::oversubscribed`]; see
+    /// compute threads would outnumber the cores ([`super::readings::oversubscribed`]; see
     /// [`OVERSUBSCRIBED_TRY_GAIN`]).
     pub fn oversubscribed(&self, n: usize) -> bool {
-        super::model::oversubscribed(self.s, self.cpu_device, self.p.cores, n)
+        super::readings::oversubscribed(self.s, self.cpu_device, self.p.cores, n)
     }
 
     /// The serial step of a loop that batches in-memory samples itself, when it does.

@@ -3,8 +3,8 @@
 //! whether and how it is said; [`super::evidence`] puts the list into words, last.
 
 use super::classify::{Facts, OverheadWhy};
-use super::model::measured;
 use super::now::Now;
+use super::readings::measured;
 use super::thresholds::*;
 use super::Limiter;
 use crate::aggregate::ComputePart;

@@ -57,7 +57,7 @@
 //! says so and the gain is a range ([`Basis::range`]). Advice is given when the gain is ≥
 //! [`MIN_GAIN`], or when no number can be predicted but the action is still the fix (use the
 //! GPU, a tiny model's bigger batch). Stage costs are trimmed means; on the CPU device an
-//! input-bound run's compute step is taken hot, as fed ([`model::hot_compute_ms`]: the lesser
+//! input-bound run's compute step is taken hot, as fed ([`readings::hot_compute_ms`]: the lesser
 //! of the pool's CPU per step over its overlap and the training thread's CPU less transfer).
 //! With other programs holding cores, a change that leaves compute the limit is a range down to
 //! the compute's slow steps ([`widen_for_slow_steps`], [`Basis::slow_steps`]).
@@ -84,6 +84,7 @@ pub mod frameworks;
 pub mod model;
 mod now;
 pub mod ranks;
+pub mod readings;
 #[cfg(test)]
 mod tests;
 pub mod thresholds;

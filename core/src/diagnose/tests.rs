@@ -1363,7 +1363,7 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     };
     b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 7.0)];
     let p = Pipeline::from_summary(&b.0);
-    assert!((p.compute_ms - 5.0 / super::model::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
+    assert!((p.compute_ms - 5.0 / super::readings::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
     // Slow opens: the pool woke and spun through long waits (its CPU over the overlap is 4 ms),
     // the training thread spent 4.5 ms with its 2 ms transfer: the lesser, 2.5 ms, is the hot
     // step.
@@ -2053,7 +2053,7 @@ fn a_heavy_tf_data_map_on_the_cpu_is_preprocessing_with_the_in_step_wait_and_its
 fn traced_stages_share_out_the_processs_cpu_where_their_wall_is_more() {
     use super::model::traced_cpu_within_tree;
     let b = tf_map_on_cpu(&HEAVY_MAP, 32.07, 70.12, 93.3, 1.0, 163.5);
-    let mut loader = super::model::loader_costs(&b.0);
+    let mut loader = super::readings::loader_costs(&b.0);
     let wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
     // 7.59 ms of wall and 2.2 ms of compute in 5.7 ms of the process's CPU an image.
     let compute = traced_cpu_within_tree(&mut loader, 2.2, 5.7);
@@ -2064,7 +2064,7 @@ fn traced_stages_share_out_the_processs_cpu_where_their_wall_is_more() {
     // Within the process's CPU already, or measured on-CPU: unchanged.
     let mut again = loader.clone();
     assert_eq!(traced_cpu_within_tree(&mut again, compute, 10.0), compute);
-    let mut measured = super::model::loader_costs(&b.0);
+    let mut measured = super::readings::loader_costs(&b.0);
     measured[0].measured = true;
     assert_eq!(traced_cpu_within_tree(&mut measured, 2.2, 5.7), 2.2);
 }
