@@ -124,7 +124,7 @@ type Decoded = Vec<Result<Image, String>>;
 /// Decodes and resizes one sample to u8 HWC at the size asked for (bilinear, antialiased:
 /// PIL's `Image.BILINEAR`); the error text matches the loader's skip reasons.
 fn decode_one(path: &Path, opts: &BuildOptions, resizer: &mut Resizer) -> Result<Image, String> {
-    let bytes = crate::data::loader::read_capped(path, crate::data::loader::MAX_IMAGE_BYTES)?;
+    let bytes = crate::data::folder::read_capped(path, crate::data::folder::MAX_IMAGE_BYTES)?;
     #[allow(clippy::panic)]
     if opts.panic_on.as_deref().is_some_and(|p| path.to_string_lossy().contains(p)) {
         panic!("test hook: the decoder panics on {}", path.display());

@@ -4,6 +4,7 @@
 
 pub mod augment;
 pub mod demo;
+pub mod folder;
 pub mod image;
 pub mod loader;
 pub mod plan;
