@@ -31,14 +31,7 @@ pub fn applicable(change: &Change) -> bool {
 
 /// The baseline, then the top advice pipeprof can apply, best first. Pure.
 pub fn plan(v: &Verdict) -> Vec<FollowUp> {
-    let mut out = vec![FollowUp {
-        label: "as run (no change)".into(),
-        change: None,
-        predicted: Some(1.0),
-        range: None,
-        against: None,
-        floor: false,
-    }];
+    let mut out = vec![FollowUp::baseline()];
     for a in &v.advice {
         let known = out.iter().any(|f| f.change.as_ref() == Some(&a.change));
         if !applicable(&a.change) || known || out.len() > MAX_FOLLOW_UPS {

@@ -100,15 +100,7 @@ fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMov
 /// [`MAX_FOLLOW_UPS`] loader changes, and the local copy and the pack of `data` (the folder the
 /// run read, from its settings) once each. Pure.
 pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
-    let baseline = FollowUp {
-        label: "as run (no change)".into(),
-        change: None,
-        predicted: Some(1.0),
-        range: None,
-        against: None,
-        floor: false,
-    };
-    let mut out = vec![ReRun { row: baseline, set: None, moves: None }];
+    let mut out = vec![ReRun { row: FollowUp::baseline(), set: None, moves: None }];
     let mut loaders = 0;
     for a in &v.advice {
         if let Some((label, moves)) = data_move(a, data) {

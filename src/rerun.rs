@@ -32,6 +32,18 @@ pub struct FollowUp {
 }
 
 impl FollowUp {
+    /// The first row: the run as it was, re-run unchanged, the table's ×1.
+    pub fn baseline() -> FollowUp {
+        FollowUp {
+            label: "as run (no change)".into(),
+            change: None,
+            predicted: Some(1.0),
+            range: None,
+            against: None,
+            floor: false,
+        }
+    }
+
     /// The row of `a`, labelled `label`: its change and what it predicted.
     pub fn of(a: &crate::diagnose::Advice, label: String) -> FollowUp {
         FollowUp {
@@ -435,15 +447,7 @@ mod tests {
 
     /// The table's rows for `advice`: the baseline, then a row each.
     fn plan(advice: Vec<Advice>) -> Vec<FollowUp> {
-        let base = FollowUp {
-            label: "as run (no change)".into(),
-            change: None,
-            predicted: None,
-            range: None,
-            against: None,
-            floor: false,
-        };
-        std::iter::once(base)
+        std::iter::once(FollowUp::baseline())
             .chain(advice.iter().enumerate().map(|(k, a)| FollowUp::of(a, format!("advice {}", k + 1))))
             .collect()
     }
