@@ -245,7 +245,7 @@ impl Facts<'_> {
         }
         format!(
             "; training on the CPU, the workers take cores from compute ({} of compute CPU per image counted)",
-            ms(self.p.compute_cpu_ms_per_image)
+            ms(self.p.compute_cpu_now_ms())
         )
     }
 

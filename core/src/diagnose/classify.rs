@@ -310,7 +310,7 @@ impl<'a> Facts<'a> {
     /// Loader CPU is a visible share of the process's CPU work (CPU device only).
     pub fn loader_competes(&self) -> bool {
         let c = self.p.loader_cpu_ms();
-        let total = c + self.p.compute_cpu_ms_per_image;
+        let total = c + self.p.compute_cpu_now_ms();
         self.cpu_device && total > 0.0 && c / total >= COMPETE_SHARE
     }
 
@@ -321,7 +321,7 @@ impl<'a> Facts<'a> {
             return None;
         }
         let loader = self.p.loader_cpu_ms();
-        let total = loader + self.p.compute_cpu_ms_per_image;
+        let total = loader + self.p.compute_cpu_now_ms();
         (loader > 0.0 && total.is_finite()).then(|| loader / total)
     }
 

@@ -379,15 +379,15 @@ impl Facts<'_> {
                 Some(share) => format!(
                     "training on the CPU: tf.data's map and loading use {} of CPU per image, the step {}: {} of this process's CPU (it used {} an image), on the same {} cores",
                     ms(self.p.loader_cpu_ms()),
-                    ms(self.p.compute_cpu_ms_per_image),
+                    ms(self.p.compute_cpu_now_ms()),
                     pct(share),
-                    ms(self.p.loader_cpu_ms() + self.p.compute_cpu_ms_per_image),
+                    ms(self.p.loader_cpu_ms() + self.p.compute_cpu_now_ms()),
                     self.p.cores as usize
                 ),
                 None => format!(
                     "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
                     ms(self.p.loader_cpu_ms()),
-                    ms(self.p.compute_cpu_ms_per_image)
+                    ms(self.p.compute_cpu_now_ms())
                 ),
             },
             Evidence::Transfer { mb_per_batch } => format!(

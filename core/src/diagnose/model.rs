@@ -150,8 +150,16 @@ pub struct Pipeline {
     /// step ([`compute_beside_ms`]); 0 elsewhere. A change to the loader's CPU per image
     /// changes it in proportion ([`Pipeline::compute_step_ms`]).
     pub compute_beside_ms: f64,
-    /// The loader's CPU per image `compute_beside_ms` was measured at, ms.
+    /// The loader's CPU per image `compute_beside_ms` and `compute_cpu_beside_ms` were
+    /// measured at, ms.
     pub beside_loader_cpu_ms: f64,
+    /// CPU device, pipeprof's own loop fed cold (its step measured longer than the fed step,
+    /// [`fed_compute_ms`](super::readings::fed_compute_ms)): the compute's CPU per image beyond
+    /// its fed cost (`compute_cpu_ms_per_image`), ms. It was spent beside the loader's CPU
+    /// (its threads spin for cores the loader's threads hold, and run cold between waits), and
+    /// stays in proportion to the loader's CPU per image
+    /// ([`Pipeline::compute_cpu_now_ms`]): a worker more keeps all of it, a pack takes it away.
+    pub compute_cpu_beside_ms: f64,
     /// CPU device, other programs holding cores: the compute's slow steps (p95 of the measured
     /// step), ms, when above `compute_ms`. Under contention they are not one-offs: which steps
     /// the scheduler slows is its choice, so a change that leaves compute the limit is
@@ -478,13 +486,21 @@ impl Pipeline {
     }
 
     /// The compute's CPU per image at this pipeline's loader: its threads spin while a worker
-    /// holds a core, so it follows the step ([`Pipeline::compute_step_ms`]).
-    fn compute_cpu_now_ms(&self) -> f64 {
-        if self.compute_ms > 0.0 {
+    /// holds a core, so it follows the step ([`Pipeline::compute_step_ms`]); and the part of
+    /// it spent beside the loader's CPU ([`Pipeline::compute_cpu_beside_ms`]) in proportion to
+    /// the loader's CPU per image now (none of it with the loader's CPU gone).
+    pub fn compute_cpu_now_ms(&self) -> f64 {
+        let fed = if self.compute_ms > 0.0 {
             self.compute_cpu_ms_per_image * self.compute_step_ms() / self.compute_ms
         } else {
             self.compute_cpu_ms_per_image
-        }
+        };
+        let beside = if self.compute_cpu_beside_ms > 0.0 && self.beside_loader_cpu_ms > 0.0 {
+            self.compute_cpu_beside_ms * self.loader_cpu_ms() / self.beside_loader_cpu_ms
+        } else {
+            0.0
+        };
+        fed + beside
     }
 
     /// Loader wall time per image, ms.
@@ -791,6 +807,7 @@ mod tests {
             compute_wait_others_ms: 0.0,
             compute_beside_ms: 0.0,
             beside_loader_cpu_ms: 0.0,
+            compute_cpu_beside_ms: 0.0,
             compute_slow_ms: None,
             cold_cpu: 1.0,
             packed_transform_ms: None,
@@ -1055,5 +1072,38 @@ mod tests {
         // Without the part, the pack predicts less: the loop's ceiling stays.
         let none = Pipeline { compute_beside_ms: 0.0, ..p.clone() };
         assert!(p.speedup(&p.cached()).unwrap() > none.speedup(&none.cached()).unwrap());
+    }
+
+    #[test]
+    fn the_computes_cpu_spent_beside_the_loader_stays_with_the_loaders_cpu() {
+        // pipeprof's own loop on 2 cores: 1 worker of 9 ms CPU an image, the compute's CPU
+        // 3 ms an image measured, 1.2 of it beyond its fed cost.
+        let mut p = sim(2.0, 2.0, 1, 9.0, 60.0, 0.0);
+        p.cpu_device = true;
+        p.compute_cpu_ms_per_image = 1.8;
+        p.compute_cpu_beside_ms = 1.2;
+        p.beside_loader_cpu_ms = p.loader_cpu_ms();
+        let cpu = |q: &Pipeline| q.compute_cpu_now_ms();
+        // (case, pipeline, compute CPU per image it predicts)
+        let table = [
+            ("as measured", p.clone(), 3.0),
+            ("a worker more: the loader's CPU stays on the cores, and all of it", p.with_workers(2), 3.0),
+            ("packed: the loader's CPU gone, and with it the part beside it", p.cached(), 1.8),
+            (
+                "a loader of a third the CPU: a third of the part",
+                p.clone().map_stage(Stage::Decode, |x| {
+                    x.on_cpu_ms = 3.0;
+                    x.wall_ms = 3.0;
+                }),
+                1.8 + 1.2 / 3.0,
+            ),
+        ];
+        for (what, q, want) in table {
+            assert!((cpu(&q) - want).abs() < 1e-6, "{what}: {} ≠ {want}", cpu(&q));
+        }
+        // More workers share the cores with all of it: less than sharing them with the fed cost.
+        let fed = Pipeline { compute_cpu_beside_ms: 0.0, ..p.clone() };
+        assert!(p.with_workers(2).capacity().shared_cpu < fed.with_workers(2).capacity().shared_cpu);
+        assert!((p.with_workers(2).capacity().shared_cpu - 2.0 / (9.0 + 3.0) * 1000.0).abs() < 1e-6);
     }
 }

@@ -274,6 +274,22 @@ pub fn compute_threads(s: &Summary, cores: f64) -> usize {
     }
 }
 
+/// CPU device: the compute's CPU per image as measured, ms: the compute pool's and the
+/// training thread's mean CPU use × the step time, where sampled; else the process tree's
+/// less the loader's ([`tree_compute_cpu_ms`]), at most every free core through each step.
+pub fn compute_cpu_ms(s: &Summary, loader: &[StageCost], batch: f64, free_cores: f64) -> f64 {
+    let cores_used: f64 =
+        s.machine.threads.iter().filter(|t| t.role.runs_the_model()).map(|t| f64::from(t.cpu_mean_pct) / 100.0).sum();
+    if cores_used > 0.0 {
+        return (cores_used * s.split.mean_step_ms).max(0.0) / batch;
+    }
+    // Every free core busy while it computes is all the compute can take: a loop that waits
+    // burns CPU between its steps too (threads spinning for work that does not come, the
+    // start-up), which a tree's CPU counts.
+    let all_cores = (s.split.compute_ms * free_cores).max(0.0) / batch;
+    tree_compute_cpu_ms(s, loader).map_or(all_cores, |t| t.min(all_cores))
+}
+
 /// Training on the CPU in a framework's program (`cpu_device`), `n` loader worker processes
 /// beside its compute threads ([`compute_threads`]) outnumber the `cores`. pipeprof's own loop
 /// is not counted: its workers are threads beside a rayon pool, whose waits for a core the
@@ -305,30 +321,17 @@ impl Pipeline {
     /// work ([`serial_main_ms`]) and how its workers start ([`worker_start_ms`]).
     pub fn from_summary(s: &Summary) -> Pipeline {
         let st = &s.settings;
-        let m = &s.machine;
         let (cores, physical_cores, free_cores) = cores_of(s);
         let mut loader = loader_costs(s);
         let cpu_device = trains_on_cpu(s);
         let batch = trained_batch(s);
-        let mut compute_cpu_ms_per_image = if cpu_device {
-            // The compute pool and the train thread: their mean CPU use × the step time.
-            let cores_used: f64 =
-                m.threads.iter().filter(|t| t.role.runs_the_model()).map(|t| f64::from(t.cpu_mean_pct) / 100.0).sum();
-            if cores_used > 0.0 {
-                (cores_used * s.split.mean_step_ms).max(0.0) / batch
-            } else {
-                // Every free core busy while it computes is all the compute can take: a loop
-                // that waits burns CPU between its steps too (threads spinning for work that
-                // does not come, the start-up), which a tree's CPU counts.
-                let all_cores = (s.split.compute_ms * free_cores).max(0.0) / batch;
-                tree_compute_cpu_ms(s, &loader).map_or(all_cores, |t| t.min(all_cores))
-            }
-        } else {
-            0.0
-        };
+        let mut compute_cpu_ms_per_image = if cpu_device { compute_cpu_ms(s, &loader, batch, free_cores) } else { 0.0 };
         let transfer_ms = step_part(s, Stage::Transfer, s.split.transfer_ms);
         let others_cores = (cores - free_cores).max(0.0);
         let (compute_ms, cold) = compute_step(s, cpu_device, others_cores, transfer_ms);
+        // Measured cold, its CPU per image shrinks with the step; the rest was spent beside
+        // the loader's CPU, and stays with it (`Pipeline::compute_cpu_beside_ms`).
+        let compute_cpu_beside_ms = compute_cpu_ms_per_image * (1.0 - cold);
         compute_cpu_ms_per_image *= cold;
         if cpu_device && st.tf_data && st.tf_trace.is_some() {
             // The process's CPU from its first step's end on, over the rate from there: the
@@ -364,6 +367,7 @@ impl Pipeline {
             compute_wait_others_ms: 0.0,
             compute_beside_ms: 0.0,
             beside_loader_cpu_ms: 0.0,
+            compute_cpu_beside_ms,
             compute_slow_ms: slow_compute_ms(s, cpu_device, others_cores, compute_ms),
             cold_cpu: st.cold_cpu.map_or(1.0, |c| c.factor()),
             packed_transform_ms: st.cold_cpu.and_then(|c| c.packed_ms),

@@ -1364,6 +1364,19 @@ fn an_input_bound_cpu_run_predicts_the_hot_compute_step_from_the_pools_cpu() {
     b.0.machine.threads = vec![t("compute-0", 3.0), t("compute-1", 2.0), t("train", 7.0)];
     let p = Pipeline::from_summary(&b.0);
     assert!((p.compute_ms - 5.0 / super::readings::POOL_OVERLAP).abs() < 1e-9, "{}", p.compute_ms);
+    // Its CPU per image shrinks with the step fed; the rest was spent beside the loader's CPU
+    // and is kept apart: as the run is, the compute's CPU is the measured one.
+    let cold = Pipeline { compute_ms: 20.0, ..p.clone() };
+    let fed_share = p.compute_ms / 20.0;
+    let measured = p.compute_cpu_ms_per_image + p.compute_cpu_beside_ms;
+    assert!(p.compute_cpu_beside_ms > 0.0, "{p:#?}");
+    assert!((p.compute_cpu_ms_per_image - measured * fed_share).abs() < 1e-9, "{p:#?}");
+    assert!((p.compute_cpu_now_ms() - measured).abs() < 1e-9 && cold.compute_ms > p.compute_ms);
+    // Packed, little of the loader's CPU is left, and little of that part.
+    let packed = p.cached().compute_cpu_now_ms();
+    assert!(
+        packed >= p.compute_cpu_ms_per_image && packed < p.compute_cpu_ms_per_image + 0.1 * p.compute_cpu_beside_ms
+    );
     // Slow opens: the pool woke and spun through long waits (its CPU over the overlap is 4 ms),
     // the training thread spent 4.5 ms with its 2 ms transfer: the lesser, 2.5 ms, is the hot
     // step.
