@@ -712,7 +712,13 @@ impl Facts<'_> {
             change: Change::UseDevice("cuda".into()),
             predicted_speedup: None,
             basis: None,
-            reason: format!("{why} (needs a build with --features cuda)"),
+            // pipeprof's own loop trains on a GPU only when built for it; a program's build
+            // flags are its own.
+            reason: if self.s.settings.framework.is_empty() {
+                format!("{why} (needs a build with --features cuda)")
+            } else {
+                why
+            },
         }
     }
 }

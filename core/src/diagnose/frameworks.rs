@@ -33,37 +33,24 @@ fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(
     }
 }
 
-/// [`say`] for PyTorch: the `DataLoader`'s arguments, the device moves.
+/// [`say`] for PyTorch: the `DataLoader`'s arguments ([`knobs`], written as code by
+/// [`torch_code`]), the device moves.
 fn say_torch(change: &Change, st: &RunSettings, predicted: bool) -> Option<(String, String)> {
     let w = st.workers;
+    let code = || knobs_torch(change, st).map(|k| torch_code(&k));
     Some(match change {
-        Change::Workers(n) => (
-            format!("{} the DataLoader's workers {w} → {n}", if predicted { "raise" } else { "try" }),
-            if w == 0 && st.persistent_workers != Some(true) {
-                format!("DataLoader(..., num_workers={n}, persistent_workers=True)")
-            } else {
-                format!("DataLoader(..., num_workers={n})")
-            },
-        ),
-        Change::BatchSize(n) => (
-            format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size),
-            format!("DataLoader(..., batch_size={n})"),
-        ),
-        Change::Prefetch(depth) => {
-            if w == 0 {
-                // Without workers nothing loads ahead: workers first.
-                (
-                    "load batches ahead in worker processes".into(),
-                    "DataLoader(..., num_workers=2, prefetch_factor=2)".into(),
-                )
-            } else {
-                let factor = depth.div_ceil(w).max(2);
-                let now = st.prefetch_factor.unwrap_or(2);
-                (
-                    format!("queue more batches per worker: prefetch_factor {now} → {factor}"),
-                    format!("DataLoader(..., prefetch_factor={factor})"),
-                )
-            }
+        Change::Workers(n) => {
+            (format!("{} the DataLoader's workers {w} → {n}", if predicted { "raise" } else { "try" }), code()?)
+        }
+        Change::BatchSize(n) => {
+            (format!("raise the batch size {} → {n} (and the learning rate with it)", st.batch_size), code()?)
+        }
+        // Without workers nothing loads ahead: workers first.
+        Change::Prefetch(_) if w == 0 => ("load batches ahead in worker processes".into(), code()?),
+        Change::Prefetch(_) => {
+            let factor = knobs_torch(change, st)?.prefetch_factor?;
+            let now = st.prefetch_factor.unwrap_or(2);
+            (format!("queue more batches per worker: prefetch_factor {now} → {factor}"), code()?)
         }
         Change::UseDevice(d) if d == "cpu" => {
             ("or train on the CPU".into(), "device = \"cpu\"  # model.to(device), batch.to(device)".into())
@@ -78,6 +65,23 @@ fn say_torch(change: &Change, st: &RunSettings, predicted: bool) -> Option<(Stri
         ),
         _ => return None,
     })
+}
+
+/// The `DataLoader` arguments `k` sets, as code: `DataLoader(..., num_workers=2,
+/// persistent_workers=True)`. Pure.
+fn torch_code(k: &LoaderKnobs) -> String {
+    let py = |b: bool| if b { "True" } else { "False" };
+    let args: Vec<String> = [
+        k.num_workers.map(|n| format!("num_workers={n}")),
+        k.batch_size.map(|n| format!("batch_size={n}")),
+        k.persistent_workers.map(|b| format!("persistent_workers={}", py(b))),
+        k.prefetch_factor.map(|n| format!("prefetch_factor={n}")),
+        k.pin_memory.map(|b| format!("pin_memory={}", py(b))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!("DataLoader(..., {})", args.join(", "))
 }
 
 /// [`say`] for Keras: Keras 3 puts the workers on the PyDataset, tf.keras 2 (tf_keras) on fit
@@ -118,24 +122,29 @@ fn say_keras(change: &Change, st: &RunSettings, predicted: bool) -> Option<(Stri
 /// start-up hook can set them without an edit: `pipeprof run --check-advice` re-runs the
 /// program with them. Pure.
 fn knobs(fw: Framework, change: &Change, s: &Summary) -> Option<LoaderKnobs> {
-    let st = &s.settings;
+    match (fw, change) {
+        (Framework::PyTorch, _) => knobs_torch(change, &s.settings),
+        (Framework::Keras, Change::Workers(n)) if !s.settings.tf_data => {
+            Some(LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() })
+        }
+        _ => None,
+    }
+}
+
+/// [`knobs`] for PyTorch's `DataLoader`: workers (persisting, where it had none and they did
+/// not), the batch size, batches queued per worker (two workers first, where it had none).
+fn knobs_torch(change: &Change, st: &RunSettings) -> Option<LoaderKnobs> {
     let w = st.workers;
-    Some(match (fw, change) {
-        (Framework::PyTorch, Change::Workers(n)) => LoaderKnobs {
+    let none = LoaderKnobs::default;
+    Some(match change {
+        Change::Workers(n) => LoaderKnobs {
             num_workers: Some(*n),
             persistent_workers: (w == 0 && st.persistent_workers != Some(true)).then_some(true),
-            ..LoaderKnobs::default()
+            ..none()
         },
-        (Framework::PyTorch, Change::BatchSize(n)) => LoaderKnobs { batch_size: Some(*n), ..LoaderKnobs::default() },
-        (Framework::PyTorch, Change::Prefetch(_)) if w == 0 => {
-            LoaderKnobs { num_workers: Some(2), prefetch_factor: Some(2), ..LoaderKnobs::default() }
-        }
-        (Framework::PyTorch, Change::Prefetch(depth)) => {
-            LoaderKnobs { prefetch_factor: Some(depth.div_ceil(w).max(2)), ..LoaderKnobs::default() }
-        }
-        (Framework::Keras, Change::Workers(n)) if !st.tf_data => {
-            LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() }
-        }
+        Change::BatchSize(n) => LoaderKnobs { batch_size: Some(*n), ..none() },
+        Change::Prefetch(_) if w == 0 => LoaderKnobs { num_workers: Some(2), prefetch_factor: Some(2), ..none() },
+        Change::Prefetch(depth) => LoaderKnobs { prefetch_factor: Some(depth.div_ceil(w).max(2)), ..none() },
         _ => return None,
     })
 }
@@ -157,8 +166,6 @@ pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
                     None => Change::Code(code),
                 };
             }
-            // pipeprof's own build flags mean nothing to a Python program.
-            a.reason = a.reason.replace(" (needs a build with --features cuda)", "");
             a
         })
         .collect();
@@ -239,7 +246,7 @@ mod tests {
             action: "pipeprof's words".into(),
             change,
             predicted_speedup: Some(2.0),
-            reason: "why (needs a build with --features cuda)".into(),
+            reason: "why".into(),
             basis: None,
         }
     }
@@ -278,7 +285,6 @@ mod tests {
             assert_eq!(out[0].change.command().as_deref(), Some(code), "{fw} {change:?}");
             assert_ne!(out[0].action, "pipeprof's words");
             assert_eq!(out[0].predicted_speedup, Some(2.0), "the prediction is the model's");
-            assert!(!out[0].reason.contains("--features"), "{}", out[0].reason);
             assert!(!out[0].change.command().unwrap_or_default().starts_with("--"));
         }
         // A change with no framework form keeps its words (a cache of its own, contention).

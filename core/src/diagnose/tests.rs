@@ -575,6 +575,13 @@ fn gpu_present_with_cpu_device_is_unused() {
     assert!(v.flags.contains(&Flag::GpuUnused), "{:?}", v.flags);
     let a = v.advice.iter().find(|a| a.change == Change::UseDevice("cuda".into()));
     assert!(a.is_some_and(|a| a.predicted_speedup.is_none()), "{:?}", v.advice);
+    // pipeprof's own loop needs its CUDA build; a program's build flags are its own.
+    assert!(a.is_some_and(|a| a.reason.ends_with("(needs a build with --features cuda)")), "{a:?}");
+    let mut program = compute_bound_gpu().device("cpu").gpu(0.0, Some(false));
+    program.0.settings.framework = "jax".into();
+    let v = program.verdict();
+    let a = v.advice.iter().find(|a| a.change == Change::UseDevice("cuda".into()));
+    assert!(a.is_some_and(|a| !a.reason.contains("--features")), "{a:?}");
 }
 
 #[test]
