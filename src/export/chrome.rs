@@ -10,12 +10,13 @@
 //! thread and process names, `C` counters (CPU, RSS, storage, queue, images/s, per GPU), and
 //! instant events for the run's settings, verdict changes and the final summary.
 
+use super::schema::{self, cpu, gpu, rss, span, step, storage};
 use super::Exporter;
 use crate::aggregate::RunSettings;
 use crate::diagnose::{Diagnosed, Verdict};
 use probes::sample::{GpuSample, HostSample};
 use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -115,8 +116,8 @@ impl<W: Write + Send> ChromeTrace<W> {
             layer_track: false,
             failure: Arc::new(OnceLock::new()),
         };
-        t.raw(&json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":process_name}}))?;
-        t.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":0,"args":{"name":"pipeprof"}}))?;
+        t.raw(&json!({"ph":"M","name":schema::PROCESS_NAME,"pid":pid,"tid":0,"args":obj([(schema::NAME, process_name.into())])}))?;
+        t.raw(&json!({"ph":"M","name":schema::THREAD_NAME,"pid":pid,"tid":0,"args":obj([(schema::NAME, "pipeprof".into())])}))?;
         Ok(t)
     }
 
@@ -153,8 +154,8 @@ impl<W: Write + Send> ChromeTrace<W> {
         let (pid, tid) = (self.pid, LAYER_TID);
         if !self.layer_track {
             self.layer_track = true;
-            self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,"args":{"name":"train: layers"}}))?;
-            self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":tid,"args":{"sort_index":1}}))?;
+            self.raw(&json!({"ph":"M","name":schema::THREAD_NAME,"pid":pid,"tid":tid,"args":obj([(schema::NAME, "train: layers".into())])}))?;
+            self.raw(&json!({"ph":"M","name":schema::THREAD_SORT,"pid":pid,"tid":tid,"args":{"sort_index":1}}))?;
         }
         self.last_ts = self.last_ts.max(l.start_ns + l.dur_ns);
         let phase = if l.backward { "backward" } else { "forward" };
@@ -174,7 +175,7 @@ impl<W: Write + Send> ChromeTrace<W> {
                         "per-sample loader spans capped at {SAMPLE_SPAN_CAP}: later ones are left out of the trace \
                          (the report's statistics still count them); use --trace-level stage for long runs"
                     );
-                    self.instant("trace capped", s.start_ns, json!({ "message": msg }))?;
+                    self.instant(schema::CAPPED, s.start_ns, json!({ "message": msg }))?;
                 }
                 return Ok(());
             }
@@ -196,27 +197,32 @@ impl<W: Write + Send> ChromeTrace<W> {
             us(s.dur_ns)
         )?;
         let mut sep = "";
-        for (k, v) in [("step", s.step), ("sample", s.sample), ("bytes", s.bytes)] {
+        for (k, v) in [(span::STEP, s.step), (span::SAMPLE, s.sample), (span::BYTES, s.bytes)] {
             if v != NONE {
                 write!(self.out, "{sep}\"{k}\":{v}")?;
                 sep = ",";
             }
         }
         if s.cpu_ns != NONE {
-            write!(self.out, "{sep}\"cpu_us\":{:.3}", us(s.cpu_ns))?;
+            write!(self.out, "{sep}\"{}\":{:.3}", span::CPU_US, us(s.cpu_ns))?;
             sep = ",";
         }
         if s.queue_ns != NONE {
             // Off-CPU split: waiting for a core, and the rest (blocked: storage, locks).
             let core_wait = s.queue_ns.min(s.dur_ns);
-            write!(self.out, "{sep}\"core_wait_us\":{:.3}", us(core_wait))?;
+            write!(self.out, "{sep}\"{}\":{:.3}", span::CORE_WAIT_US, us(core_wait))?;
             if s.cpu_ns != NONE {
                 let blocked = s.dur_ns.saturating_sub(s.cpu_ns.min(s.dur_ns)).saturating_sub(core_wait);
-                write!(self.out, ",\"blocked_us\":{:.3}", us(blocked))?;
+                write!(self.out, ",\"{}\":{:.3}", span::BLOCKED_US, us(blocked))?;
             }
         }
         self.out.write_all(b"}}")
     }
+}
+
+/// A JSON object of these keys and values (the keys: [`schema`]'s names).
+fn obj<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
 /// The events that are more than one line of trace.
@@ -226,13 +232,13 @@ impl<W: Write + Send> ChromeTrace<W> {
     fn thread(&mut self, id: u32, name: &str, role: ThreadRole) -> std::io::Result<()> {
         let sort = if role == ThreadRole::Train { 0 } else { id as i64 };
         let pid = self.pid;
-        self.raw(&json!({"ph":"M","name":"thread_sort_index","pid":pid,"tid":id,"args":{"sort_index":sort}}))?;
-        let mut args = json!({ "name": name });
+        self.raw(&json!({"ph":"M","name":schema::THREAD_SORT,"pid":pid,"tid":id,"args":{"sort_index":sort}}))?;
+        let mut args = obj([(schema::NAME, name.into())]);
         if !role.is_other() {
             // For `pipeprof report` on the trace: viewers show the name.
-            args["role"] = serde_json::to_value(role).map_err(std::io::Error::other)?;
+            args[schema::ROLE] = serde_json::to_value(role).map_err(std::io::Error::other)?;
         }
-        self.raw(&json!({"ph":"M","name":"thread_name","pid":pid,"tid":id,"args":args}))
+        self.raw(&json!({"ph":"M","name":schema::THREAD_NAME,"pid":pid,"tid":id,"args":args}))
     }
 
     /// A training step: its counters, the rate since the last step, and a mark when the loss
@@ -244,16 +250,19 @@ impl<W: Write + Send> ChromeTrace<W> {
         };
         self.last_step_end = Some(st.end_ns);
         self.last_ts = self.last_ts.max(st.end_ns);
-        self.counter(
-            "step",
-            st.end_ns,
-            json!({"step": st.step, "epoch": st.epoch, "images": st.images, "loss": st.loss,
-                   "correct": st.correct, "batches_ready": st.queued}),
-        )?;
-        self.counter("images/s", st.end_ns, json!({ "images/s": rate }))?;
+        let args = obj([
+            (step::STEP, st.step.into()),
+            (step::EPOCH, st.epoch.into()),
+            (step::IMAGES, st.images.into()),
+            (step::LOSS, st.loss.into()),
+            (step::CORRECT, st.correct.into()),
+            (step::BATCHES_READY, st.queued.into()),
+        ]);
+        self.counter(step::EVENT, st.end_ns, args)?;
+        self.counter(schema::RATE, st.end_ns, obj([(schema::RATE, rate.into())]))?;
         if !st.loss.is_finite() {
             let word = probes::nonfinite::word(f64::from(st.loss)).unwrap_or("NaN");
-            self.instant("loss not finite", st.end_ns, json!({"step": st.step, "loss": word}))?;
+            self.instant(schema::LOSS_NOT_FINITE, st.end_ns, json!({"step": st.step, "loss": word}))?;
         }
         Ok(())
     }
@@ -262,13 +271,15 @@ impl<W: Write + Send> ChromeTrace<W> {
     /// making the file durable.
     fn host(&mut self, h: &HostSample) -> std::io::Result<()> {
         self.last_ts = self.last_ts.max(h.t_ns);
-        self.counter("CPU %", h.t_ns, json!({"process": h.process_cpu_pct, "machine": h.global_cpu_pct}))?;
-        self.counter("RSS MB", h.t_ns, json!({ "rss": h.rss_bytes as f64 / 1e6 }))?;
+        let usage = obj([(cpu::PROCESS, h.process_cpu_pct.into()), (cpu::MACHINE, h.global_cpu_pct.into())]);
+        self.counter(cpu::EVENT, h.t_ns, usage)?;
+        self.counter(rss::EVENT, h.t_ns, obj([(rss::RSS, (h.rss_bytes as f64 / 1e6).into())]))?;
         if let Some(r) = h.read_bytes_per_s {
+            let write = h.write_bytes_per_s.unwrap_or(0.0) / 1e6;
             self.counter(
-                "storage MB/s",
+                storage::EVENT,
                 h.t_ns,
-                json!({"read": r / 1e6, "write": h.write_bytes_per_s.unwrap_or(0.0) / 1e6}),
+                obj([(storage::READ, (r / 1e6).into()), (storage::WRITE, write.into())]),
             )?;
         }
         self.out.flush()
@@ -279,23 +290,23 @@ impl<W: Write + Send> ChromeTrace<W> {
         for d in &g.devices {
             let mut args = serde_json::Map::new();
             if let Some(u) = d.util_pct {
-                args.insert("util %".into(), u.into());
+                args.insert(gpu::UTIL.into(), u.into());
             }
             if let Some(m) = d.mem_used_bytes {
-                args.insert("memory GB".into(), (m as f64 / 1e9).into());
+                args.insert(gpu::MEMORY_GB.into(), (m as f64 / 1e9).into());
             }
             if let Some(r) = d.pcie_rx_bytes_per_s {
-                args.insert("PCIe to GPU MB/s".into(), (r / 1e6).into());
+                args.insert(gpu::PCIE_TO_GPU.into(), (r / 1e6).into());
             }
             if let Some(t) = d.pcie_tx_bytes_per_s {
-                args.insert("PCIe from GPU MB/s".into(), (t / 1e6).into());
+                args.insert(gpu::PCIE_FROM_GPU.into(), (t / 1e6).into());
             }
             if !args.is_empty() {
-                self.counter(&format!("GPU {}", d.index), g.t_ns, serde_json::Value::Object(args))?;
+                self.counter(&gpu::counter(d.index), g.t_ns, Value::Object(args))?;
             }
         }
         if let Some(reason) = g.status.off_reason() {
-            self.instant("GPU sampling off", g.t_ns, json!({ "reason": reason }))?;
+            self.instant(schema::GPU_OFF, g.t_ns, obj([(schema::REASON, reason.into())]))?;
         }
         Ok(())
     }
@@ -305,9 +316,9 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
     fn settings(&mut self, s: &RunSettings) -> std::io::Result<()> {
         let mut args = serde_json::to_value(s).map_err(std::io::Error::other)?;
         if let Some(o) = args.as_object_mut() {
-            o.insert("trace_version".into(), TRACE_VERSION.into());
+            o.insert(schema::TRACE_VERSION_KEY.into(), TRACE_VERSION.into());
         }
-        self.instant("settings", probes::clock::now_ns(), args)
+        self.instant(schema::SETTINGS, probes::clock::now_ns(), args)
     }
 
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
@@ -323,7 +334,11 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
             Event::Step(_) => {}
             Event::Skipped { path, reason } => {
                 let t = self.last_ts;
-                self.instant("skipped file", t, json!({"path": path, "reason": reason}))?;
+                self.instant(
+                    schema::SKIPPED,
+                    t,
+                    obj([(schema::PATH, Value::from(&**path)), (schema::REASON, Value::from(&**reason))]),
+                )?;
             }
             Event::Host(h) => self.host(h)?,
             Event::Gpu(g) => self.gpu(g)?,
@@ -339,7 +354,7 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
             }
             Event::Settings(v) => {
                 let t = self.last_ts;
-                self.instant("settings", t, (**v).clone())?;
+                self.instant(schema::SETTINGS, t, (**v).clone())?;
             }
             Event::Failed(why) => {
                 let t = self.last_ts;
@@ -366,7 +381,7 @@ impl<W: Write + Send> Exporter for ChromeTrace<W> {
                 o.insert("failed".into(), json!(why));
             }
         }
-        self.instant("summary", t, args)
+        self.instant(schema::SUMMARY, t, args)
     }
 
     fn finish(&mut self) -> std::io::Result<()> {
@@ -455,7 +470,7 @@ mod tests {
         assert!(evs.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "loader-0"));
         let role = evs.iter().find(|e| e["name"] == "thread_name" && e["tid"] == 2).map(|e| e["args"]["role"].clone());
         assert_eq!(role, Some(json!({"loader": {"worker": 0, "generation": 0}})));
-        let cpu = evs.iter().find(|e| e["ph"] == "C" && e["name"] == "CPU %").unwrap();
+        let cpu = evs.iter().find(|e| e["ph"] == "C" && e["name"] == cpu::EVENT).unwrap();
         assert_eq!(cpu["args"]["process"], 150.0);
         let settings = evs.iter().find(|e| e["name"] == "settings").unwrap();
         assert_eq!(

@@ -4,6 +4,7 @@ pub mod chrome;
 pub mod guard;
 pub mod ranks;
 pub mod read;
+pub mod schema;
 
 use crate::aggregate::RunSettings;
 use crate::diagnose::{Diagnosed, Verdict};

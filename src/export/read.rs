@@ -1,6 +1,7 @@
 //! Reading runs back: a trace written by pipeprof (complete, or cut short by `kill -9`), or a
 //! summary JSON.
 
+use super::schema::{self, cpu, gpu, rss, span, step};
 use crate::aggregate::{Aggregator, RunSettings, Summary};
 use probes::sampler::{GpuDevice, GpuSample, GpuStatus, HostSample};
 use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
@@ -111,8 +112,8 @@ pub fn summary_from_trace(events: &[Value]) -> (Summary, bool) {
     r.finish()
 }
 
-/// Host samples held back to pair the counters of one timestamp ("CPU %" and "RSS MB" come
-/// one after the other): bounded, so a day-long trace does not keep every sample.
+/// Host samples held back to pair the counters of one timestamp (the CPU and memory counters
+/// come one after the other): bounded, so a day-long trace does not keep every sample.
 const HOST_WINDOW: usize = 64;
 
 /// The run's statistics rebuilt one trace event at a time: what it keeps is bounded whatever
@@ -149,7 +150,7 @@ impl TraceSummary {
             // The run's settings: pipeprof's own first (before any span), then what the program
             // said (`pipeprof run`, `attach`: its batch size, workers, framework), key by key
             // and range-checked, as the live run merged them.
-            if e["name"] == "settings" {
+            if e["name"] == schema::SETTINGS {
                 if !self.settings_seen {
                     *self.agg.settings_mut() = RunSettings::default();
                     self.settings_seen = true;
@@ -157,7 +158,7 @@ impl TraceSummary {
                 self.agg.settings_mut().merge_json(&e["args"]);
             }
             // The summary written at the end of the run: the last one counts.
-            if e["name"] == "summary" {
+            if e["name"] == schema::SUMMARY {
                 if let Ok(s) = serde_json::from_value(e["args"].clone()) {
                     self.written = Some(s);
                 }
@@ -298,27 +299,27 @@ fn push_trace_event(agg: &mut Aggregator, host: &mut std::collections::BTreeMap<
             let Some(stage) = Stage::from_name(name) else { return false };
             agg.push(&Event::Span(span_record(stage, e)));
         }
-        ("M", "thread_name") => {
+        ("M", schema::THREAD_NAME) => {
             let id = e["tid"].as_u64().unwrap_or(0) as u32;
             if id != 0 {
-                let n = e["args"]["name"].as_str().unwrap_or("").into();
+                let n = e["args"][schema::NAME].as_str().unwrap_or("").into();
                 // Written only for a thread that had one; a trace from before roles has none.
-                let role = serde_json::from_value(e["args"]["role"].clone()).unwrap_or_default();
+                let role = serde_json::from_value(e["args"][schema::ROLE].clone()).unwrap_or_default();
                 agg.push(&Event::Thread { id, name: n, role });
             }
         }
-        ("C", "step") => agg.push(&Event::Step(step_record(e))),
-        ("C", "CPU %") | ("C", "RSS MB") => host_counter(host, name, e),
-        ("C", n) if n.starts_with("GPU ") => agg.push(&Event::Gpu(Box::new(gpu_sample(n, e)))),
-        ("i", "GPU sampling off") => {
-            let reason = e["args"]["reason"].as_str().unwrap_or("off").to_string();
+        ("C", step::EVENT) => agg.push(&Event::Step(step_record(e))),
+        ("C", cpu::EVENT) | ("C", rss::EVENT) => host_counter(host, name, e),
+        ("C", n) if gpu::index_of(n).is_some() => agg.push(&Event::Gpu(Box::new(gpu_sample(n, e)))),
+        ("i", schema::GPU_OFF) => {
+            let reason = e["args"][schema::REASON].as_str().unwrap_or("off").to_string();
             agg.push(&Event::Gpu(Box::new(GpuSample::off(ns(&e["ts"]), reason))));
         }
-        ("i", "skipped file") => agg.push(&Event::Skipped {
-            path: e["args"]["path"].as_str().unwrap_or("?").into(),
-            reason: e["args"]["reason"].as_str().unwrap_or("?").into(),
+        ("i", schema::SKIPPED) => agg.push(&Event::Skipped {
+            path: e["args"][schema::PATH].as_str().unwrap_or("?").into(),
+            reason: e["args"][schema::REASON].as_str().unwrap_or("?").into(),
         }),
-        ("i", "trace capped") => return true,
+        ("i", schema::CAPPED) => return true,
         _ => {}
     }
     false
@@ -332,11 +333,11 @@ fn span_record(stage: Stage, e: &Value) -> SpanRecord {
         thread: e["tid"].as_u64().unwrap_or(0) as u32,
         start_ns: ns(&e["ts"]),
         dur_ns: ns(&e["dur"]),
-        cpu_ns: a.get("cpu_us").map(ns).unwrap_or(NONE),
-        queue_ns: a.get("core_wait_us").map(ns).unwrap_or(NONE),
-        step: num(a, "step"),
-        sample: num(a, "sample"),
-        bytes: num(a, "bytes"),
+        cpu_ns: a.get(span::CPU_US).map(ns).unwrap_or(NONE),
+        queue_ns: a.get(span::CORE_WAIT_US).map(ns).unwrap_or(NONE),
+        step: num(a, span::STEP),
+        sample: num(a, span::SAMPLE),
+        bytes: num(a, span::BYTES),
     }
 }
 
@@ -345,14 +346,14 @@ fn step_record(e: &Value) -> StepRecord {
     let a = &e["args"];
     StepRecord {
         no_loss: false,
-        step: num(a, "step"),
-        epoch: a["epoch"].as_u64().unwrap_or(0) as u32,
-        images: a["images"].as_u64().unwrap_or(0) as u32,
+        step: num(a, step::STEP),
+        epoch: a[step::EPOCH].as_u64().unwrap_or(0) as u32,
+        images: a[step::IMAGES].as_u64().unwrap_or(0) as u32,
         // A trace leaves a NaN or inf loss out of its counter.
-        loss: a["loss"].as_f64().map_or(f32::NAN, |l| l as f32),
-        correct: a["correct"].as_u64().unwrap_or(0) as u32,
+        loss: a[step::LOSS].as_f64().map_or(f32::NAN, |l| l as f32),
+        correct: a[step::CORRECT].as_u64().unwrap_or(0) as u32,
         end_ns: ns(&e["ts"]),
-        queued: a["batches_ready"].as_u64().unwrap_or(0) as u32,
+        queued: a[step::BATCHES_READY].as_u64().unwrap_or(0) as u32,
         validation: false,
     }
 }
@@ -362,26 +363,26 @@ fn host_counter(host: &mut std::collections::BTreeMap<u64, HostSample>, name: &s
     let t = ns(&e["ts"]);
     let h = host.entry(t).or_insert_with(|| HostSample { t_ns: t, ..Default::default() });
     let a = &e["args"];
-    if name == "CPU %" {
-        h.process_cpu_pct = a["process"].as_f64().unwrap_or(0.0) as f32;
-        h.global_cpu_pct = a["machine"].as_f64().unwrap_or(0.0) as f32;
+    if name == cpu::EVENT {
+        h.process_cpu_pct = a[cpu::PROCESS].as_f64().unwrap_or(0.0) as f32;
+        h.global_cpu_pct = a[cpu::MACHINE].as_f64().unwrap_or(0.0) as f32;
     } else {
-        h.rss_bytes = (a["rss"].as_f64().unwrap_or(0.0) * 1e6) as u64;
+        h.rss_bytes = (a[rss::RSS].as_f64().unwrap_or(0.0) * 1e6) as u64;
     }
 }
 
 /// One GPU's sample from its `GPU N` counter.
 fn gpu_sample(counter: &str, e: &Value) -> GpuSample {
     let a = &e["args"];
-    let index = counter[4..].parse().unwrap_or(0);
+    let index = gpu::index_of(counter).unwrap_or(0);
     GpuSample {
         t_ns: ns(&e["ts"]),
         status: GpuStatus::Ok,
         devices: vec![GpuDevice {
             index,
             name: format!("GPU {index}"),
-            util_pct: a["util %"].as_f64().map(|v| v as f32),
-            mem_used_bytes: a["memory GB"].as_f64().map(|v| (v * 1e9) as u64),
+            util_pct: a[gpu::UTIL].as_f64().map(|v| v as f32),
+            mem_used_bytes: a[gpu::MEMORY_GB].as_f64().map(|v| (v * 1e9) as u64),
             ..Default::default()
         }],
     }
@@ -581,26 +582,116 @@ mod tests {
         );
     }
 
+    /// A span of `stage` on thread `tid` from `start_us`, `dur_us` long, with its CPU time.
+    fn span(stage: Stage, tid: u32, start_us: u64, dur_us: u64, cpu_us: Option<u64>, step: u64, sample: u64) -> Event {
+        Event::Span(SpanRecord {
+            stage,
+            thread: tid,
+            start_ns: start_us * 1000,
+            dur_ns: dur_us * 1000,
+            cpu_ns: cpu_us.map_or(NONE, |c| c * 1000),
+            queue_ns: NONE,
+            step,
+            sample,
+            bytes: NONE,
+        })
+    }
+
+    /// A step of `images` ending at `end_us`.
+    fn step_at(step: u64, end_us: u64, images: u32, loss: f32) -> Event {
+        Event::Step(StepRecord {
+            no_loss: false,
+            step,
+            epoch: 0,
+            images,
+            loss,
+            correct: 2,
+            end_ns: end_us * 1000,
+            queued: 1,
+            validation: false,
+        })
+    }
+
+    /// The trace pipeprof writes of `events` (settings: 2 workers, batches of 4), closed, and
+    /// its events.
+    fn written(events: &[Event]) -> (String, Vec<Value>) {
+        use super::super::chrome::{ChromeTrace, TraceLevel};
+        use super::super::Exporter;
+        let mut buf = Vec::new();
+        let mut t = ChromeTrace::new(&mut buf, "t", TraceLevel::Sample).unwrap();
+        t.settings(&RunSettings { workers: 2, batch_size: 4, ..Default::default() }).unwrap();
+        for e in events {
+            t.event(e).unwrap();
+        }
+        t.finish().unwrap();
+        drop(t);
+        let text = String::from_utf8(buf).unwrap();
+        let events = parse_trace_text(&text).0;
+        (text, events)
+    }
+
+    /// A run's events of each kind the reader reads back.
+    fn one_step() -> Vec<Event> {
+        vec![
+            span(Stage::Decode, 2, 10, 1000, Some(900), 0, 1),
+            span(Stage::Wait, 1, 0, 900, None, 0, NONE),
+            Event::Host(Box::new(HostSample {
+                t_ns: 500_000,
+                process_cpu_pct: 50.0,
+                global_cpu_pct: 60.0,
+                rss_bytes: 12_000_000,
+                ..Default::default()
+            })),
+            step_at(0, 1000, 4, 1.5),
+        ]
+    }
+
+    #[test]
+    fn every_kind_of_event_written_reads_back_as_it_was() {
+        let gpu =
+            GpuDevice { index: 1, util_pct: Some(40.0), mem_used_bytes: Some(2_000_000_000), ..Default::default() };
+        let mut events = vec![Event::Thread { id: 2, name: "loader-0".into(), role: probes::ThreadRole::loader(0) }];
+        events.extend(one_step());
+        events.push(Event::Gpu(Box::new(GpuSample { t_ns: 600_000, status: GpuStatus::Ok, devices: vec![gpu] })));
+        events.push(Event::Gpu(Box::new(GpuSample::off(700_000, "no driver"))));
+        events.push(Event::Skipped { path: "a/b.png".into(), reason: "not an image".into() });
+        let (_, trace) = written(&events);
+        let (s, capped) = summary_from_trace(&trace);
+        assert!(!capped);
+        // Settings, spans (their CPU share), the step's counters.
+        assert_eq!((s.settings.workers, s.settings.batch_size, s.steps, s.images), (2, 4, 1, 4));
+        let d = s.stages.iter().find(|x| x.stage == Stage::Decode).unwrap();
+        assert!((d.mean_ms - 1.0).abs() < 1e-9 && (d.on_cpu.unwrap() - 0.9).abs() < 1e-9, "{d:?}");
+        assert!((s.epochs[0].loss - 1.5).abs() < 1e-6);
+        // The thread and its role; the host's counters; the GPU's and its notice; the file.
+        assert_eq!(s.threads.get(&2).map(String::as_str), Some("loader-0"));
+        let named = trace.iter().find(|e| e["name"] == schema::THREAD_NAME && e["tid"] == 2).unwrap();
+        let role: probes::ThreadRole = serde_json::from_value(named["args"][schema::ROLE].clone()).unwrap();
+        assert_eq!(role, probes::ThreadRole::loader(0));
+        assert_eq!(s.machine.process_cpu_mean_pct, Some(50.0));
+        assert_eq!(s.machine.global_cpu_mean_pct, Some(60.0));
+        assert_eq!(s.machine.rss_peak_bytes, Some(12_000_000));
+        let g = s.machine.devices.iter().find(|d| d.index == 1).expect("GPU 1");
+        assert_eq!((g.util_mean_pct, g.mem_used_peak_bytes), (Some(40.0), Some(2_000_000_000)), "{g:?}");
+        assert_eq!(s.machine.gpu_samples, 2);
+        assert_eq!((s.skipped.len(), s.skipped[0].reason.as_str()), (1, "not an image"));
+    }
+
     #[test]
     fn a_trace_read_as_a_stream_gives_what_the_whole_file_gives() {
-        let lines = [
-            r#"{"ph":"i","name":"settings","ts":0,"args":{"workers":2,"batch_size":4}}"#,
-            r#"{"ph":"X","name":"decode","tid":2,"ts":10,"dur":1000,"args":{"step":0,"sample":1,"cpu_us":900}}"#,
-            r#"{"ph":"X","name":"wait","tid":1,"ts":0,"dur":900,"args":{"step":0}}"#,
-            r#"{"ph":"C","name":"CPU %","ts":500,"args":{"process":50,"machine":60}}"#,
-            r#"{"ph":"C","name":"RSS MB","ts":500,"args":{"rss":12}}"#,
-            r#"{"ph":"C","name":"step","ts":1000,"args":{"step":0,"epoch":0,"images":4,"loss":1.5,"correct":2,"batches_ready":1}}"#,
-        ];
-        let closed = format!("{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{}\n]}}\n", lines.join(",\n"));
+        let (closed, _) = written(&one_step());
         let (whole, _) = summary_from_trace(&parse_trace_text(&closed).0);
         let (streamed, events, complete, capped) = stream_trace(closed.as_bytes()).unwrap().unwrap();
-        assert_eq!((events, complete, capped), (6, true, false));
+        let lines = closed.lines().filter(|l| l.starts_with('{') && l.contains("\"ph\"")).count();
+        assert_eq!((events, complete, capped), (lines, true, false));
         assert_eq!(streamed, whole);
         assert_eq!((streamed.settings.workers, streamed.steps), (2, 1));
-        // Cut by a kill mid-line: the whole lines count, and it says it was not closed.
-        let cut = &closed[..closed.len() - 30];
+        // Cut by a kill mid-line (in the step's counter, the last): the whole lines count, and
+        // it says it was not closed.
+        let at = closed.rfind("\"name\":\"images/s\"").unwrap();
+        let cut = &closed[..closed[..at].rfind(step::BATCHES_READY).unwrap()];
         let (s, events, complete, _) = stream_trace(cut.as_bytes()).unwrap().unwrap();
-        assert_eq!((events, complete, s.steps), (5, false, 0));
+        assert_eq!((events, complete, s.steps), (lines - 2, false, 0));
         // Another layout (one line, a bare array, a summary): read whole instead.
         assert!(stream_trace(r#"{"traceEvents":[{"ph":"X"}]}"#.as_bytes()).unwrap().is_none());
         assert!(stream_trace("[\n{}\n]".as_bytes()).unwrap().is_none());
@@ -608,16 +699,10 @@ mod tests {
 
     #[test]
     fn spans_and_steps_are_recomputed_from_trace_events() {
-        let evs: Vec<Value> = serde_json::from_str(
-            r#"[{"ph":"i","name":"settings","ts":0,"args":{"workers":2,"batch_size":4}},
-                {"ph":"X","name":"decode","tid":2,"ts":10,"dur":1000,"args":{"step":0,"sample":1,"cpu_us":900}},
-                {"ph":"X","name":"wait","tid":1,"ts":0,"dur":900,"args":{"step":0}},
-                {"ph":"X","name":"wait","tid":1,"ts":1000,"dur":300,"args":{"step":1}},
-                {"ph":"X","name":"compute","tid":1,"ts":1300,"dur":700,"args":{"step":1}},
-                {"ph":"C","name":"step","ts":1000,"args":{"step":0,"epoch":0,"images":4,"loss":1.5,"correct":2,"batches_ready":1}}]"#,
-        )
-        .unwrap();
-        let (s, capped) = summary_from_trace(&evs);
+        let mut events = one_step();
+        events.push(span(Stage::Wait, 1, 1000, 300, None, 1, NONE));
+        events.push(span(Stage::Compute, 1, 1300, 700, None, 1, NONE));
+        let (s, capped) = summary_from_trace(&written(&events).1);
         assert!(!capped);
         assert_eq!(s.settings.workers, 2);
         assert_eq!((s.steps, s.images), (1, 4));
