@@ -8,8 +8,9 @@
 //!
 //! Everything pipeprof needs is three things: `probes::attach::init(..)` once, spans named
 //! after the stages (`read`, `decode`, `resize`, `wait`, `transfer`, `compute`, …) wherever
-//! your code does that work, and `session.step(..)` after each step. The rest of this file
-//! is an ordinary image classifier with its own loader threads.
+//! your code does that work, and `session.step(..)` after each step. A thread given its role
+//! (`probes::set_thread_role`, as the loader threads here) also gets a row of per-thread CPU.
+//! The rest of this file is an ordinary image classifier with its own loader threads.
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Conv2d, Linear, Optimizer, VarBuilder, VarMap};
@@ -163,22 +164,26 @@ fn start_loader(
     for w in 0..args.workers {
         let (files, next, tx) = (files.clone(), next.clone(), tx.clone());
         let (batch, size, steps) = (args.batch as usize, args.size, args.steps);
-        workers.push(std::thread::Builder::new().name(format!("loader-{w}")).spawn(move || loop {
-            let b = next.fetch_add(1, Ordering::Relaxed);
-            if b >= steps {
-                return;
-            }
-            let mut xs = Vec::with_capacity(batch * 3 * (size * size) as usize);
-            let mut ys = Vec::with_capacity(batch);
-            for k in 0..batch as u64 {
-                let i = (b * batch as u64 + k) % files.len() as u64;
-                let (path, label) = &files[i as usize];
-                if load(path, size, i, &mut xs).is_ok() {
-                    ys.push(*label);
+        workers.push(std::thread::Builder::new().name(format!("loader-{w}")).spawn(move || {
+            // What the thread is, for its row of per-thread CPU.
+            probes::set_thread_role(probes::ThreadRole::loader(u32::from(w)));
+            loop {
+                let b = next.fetch_add(1, Ordering::Relaxed);
+                if b >= steps {
+                    return;
                 }
-            }
-            if tx.send((xs, ys)).is_err() {
-                return;
+                let mut xs = Vec::with_capacity(batch * 3 * (size * size) as usize);
+                let mut ys = Vec::with_capacity(batch);
+                for k in 0..batch as u64 {
+                    let i = (b * batch as u64 + k) % files.len() as u64;
+                    let (path, label) = &files[i as usize];
+                    if load(path, size, i, &mut xs).is_ok() {
+                        ys.push(*label);
+                    }
+                }
+                if tx.send((xs, ys)).is_err() {
+                    return;
+                }
             }
         })?);
     }

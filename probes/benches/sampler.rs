@@ -25,12 +25,17 @@ fn main() {
     let lib = fake_nvml::build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench")).expect("fake NVML builds");
     std::env::set_var("FAKE_NVML_DEVICES", "2");
 
-    // Named idle threads, so the per-thread path has something to read.
+    // Idle loader threads, so the per-thread path has something to read.
     let (_keep, parked): (Vec<_>, Vec<_>) = (0..8)
         .map(|i| {
             let (tx, rx) = std::sync::mpsc::channel::<()>();
-            let h =
-                std::thread::Builder::new().name(format!("loader-{i}")).spawn(move || rx.recv().ok()).expect("spawn");
+            let h = std::thread::Builder::new()
+                .name(format!("loader-{i}"))
+                .spawn(move || {
+                    probes::set_thread_role(probes::ThreadRole::loader(i));
+                    rx.recv().ok()
+                })
+                .expect("spawn");
             (tx, h)
         })
         .unzip();
@@ -40,8 +45,7 @@ fn main() {
     });
     println!("io accounting probe (once per run): {:.0} µs wall", wall);
 
-    let prefixes = vec!["loader".to_string(), "train".to_string()];
-    let mut host = HostSampler::new(std::process::id(), prefixes, IoAccounting::ASSUMED).expect("host sampler");
+    let mut host = HostSampler::new(std::process::id(), true, IoAccounting::ASSUMED).expect("host sampler");
     host.sample();
     // Back-to-back calls skip sysinfo's CPU refresh (< 200 ms apart): procfs part only.
     let (w, c) = per_call_us(500, || {

@@ -52,7 +52,7 @@ pub struct HostSample {
     /// when unavailable.
     #[serde(with = "crate::nonfinite::option", default)]
     pub iowait_pct: Option<f32>,
-    /// CPU of the process's threads whose names start with one of the configured prefixes.
+    /// CPU of the process's threads that were given a role ([`crate::set_thread_role`]).
     pub threads: Vec<ThreadCpu>,
     /// Whole-machine % of CPU time stolen by the hypervisor for other guests (a noisy
     /// neighbour on a VM), from `/proc/stat`; `None` when unavailable.

@@ -17,13 +17,14 @@ const BUSY_NS: u64 = 100_000_000;
 
 #[test]
 fn busy_thread_raises_process_cpu_and_shows_in_its_thread_row() {
-    let mut host = HostSampler::new(std::process::id(), vec!["busy-".into()], IoAccounting::ASSUMED).expect("sampler");
+    let mut host = HostSampler::new(std::process::id(), true, IoAccounting::ASSUMED).expect("sampler");
     let before = host.sample();
     let (done_tx, done_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let busy = std::thread::Builder::new()
         .name("busy-0".into())
         .spawn(move || {
+            probes::set_thread_role(ThreadRole::loader(7));
             // A fixed amount of CPU work, measured on the thread's own CPU clock.
             let start = clock::thread_cpu_ns();
             let mut x = 0u64;
@@ -49,12 +50,12 @@ fn busy_thread_raises_process_cpu_and_shows_in_its_thread_row() {
     // /proc counts in clock ticks (10 ms): allow one tick of rounding.
     assert!(row.cpu_ns + 10_000_000 >= BUSY_NS, "{row:?}");
     assert!(row.cpu_pct > 0.0);
-    assert!(after.threads.iter().all(|t| t.name.starts_with("busy-")));
+    assert_eq!(row.role, ThreadRole::loader(7));
 }
 
 #[test]
 fn this_processs_threads_carry_the_role_they_were_given() {
-    let mut host = HostSampler::new(std::process::id(), vec!["role-".into()], IoAccounting::ASSUMED).expect("sampler");
+    let mut host = HostSampler::new(std::process::id(), true, IoAccounting::ASSUMED).expect("sampler");
     let (ready_tx, ready_rx) = mpsc::channel();
     let spawn = |name: &str, role: Option<ThreadRole>| {
         let ready_tx = ready_tx.clone();
@@ -82,18 +83,21 @@ fn this_processs_threads_carry_the_role_they_were_given() {
     }
     let role = |name: &str| s.threads.iter().find(|t| t.name == name).map(|t| t.role);
     assert_eq!(role("role-a"), Some(ThreadRole::Compute(3)), "{:?}", s.threads);
-    assert_eq!(role("role-b"), Some(ThreadRole::Other), "no role given: none made up from the name");
+    assert_eq!(role("role-b"), None, "no role given: not listed, none made up from the name");
+    // Off: no thread is read.
+    let mut off = HostSampler::new(std::process::id(), false, IoAccounting::ASSUMED).expect("sampler");
+    assert!(off.sample().threads.is_empty());
 }
 
 #[test]
 fn sample_has_cores_memory_and_iowait() {
-    let mut host = HostSampler::new(std::process::id(), Vec::new(), IoAccounting::ASSUMED).expect("sampler");
+    let mut host = HostSampler::new(std::process::id(), false, IoAccounting::ASSUMED).expect("sampler");
     let s = host.sample();
     assert!(!s.per_core_pct.is_empty());
     assert!(s.per_core_pct.iter().all(|c| (0.0..=100.0).contains(c)), "{:?}", s.per_core_pct);
     assert!((0.0..=100.0).contains(&s.global_cpu_pct));
     assert!(s.rss_bytes > 0);
-    assert!(s.threads.is_empty(), "no prefixes, no thread rows");
+    assert!(s.threads.is_empty(), "thread rows off, none");
     if Path::new("/proc/stat").exists() {
         assert!(s.iowait_pct.is_some());
     }
@@ -124,7 +128,7 @@ fn uncached_file_read_is_seen_as_storage_bytes_or_reported_unmeasurable() {
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     drop(f);
 
-    let mut host = HostSampler::new(std::process::id(), Vec::new(), acc).expect("sampler");
+    let mut host = HostSampler::new(std::process::id(), false, acc).expect("sampler");
     let before = host.sample();
     let mut buf = Vec::new();
     std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut buf)).expect("read");
@@ -147,7 +151,7 @@ fn uncached_file_read_is_seen_as_storage_bytes_or_reported_unmeasurable() {
 #[test]
 fn hidden_io_accounting_reports_none_not_zero() {
     let none = IoAccounting { reads: false, writes: false };
-    let mut host = HostSampler::new(std::process::id(), Vec::new(), none).expect("sampler");
+    let mut host = HostSampler::new(std::process::id(), false, none).expect("sampler");
     let s = host.sample();
     assert_eq!(s.read_bytes_per_s, None);
     assert_eq!(s.write_bytes_per_s, None);
@@ -191,11 +195,9 @@ fn child_holding(mb: usize) -> (std::process::Child, std::process::ChildStdin) {
 #[test]
 fn program_memory_is_the_process_tree_and_a_host_is_apart() {
     let (mut child, stdin) = child_holding(200);
-    let own = HostSampler::new(std::process::id(), Vec::new(), IoAccounting::ASSUMED).expect("sampler").sample();
-    let hosted = HostSampler::new(std::process::id(), Vec::new(), IoAccounting::ASSUMED)
-        .expect("sampler")
-        .program_below()
-        .sample();
+    let own = HostSampler::new(std::process::id(), false, IoAccounting::ASSUMED).expect("sampler").sample();
+    let hosted =
+        HostSampler::new(std::process::id(), false, IoAccounting::ASSUMED).expect("sampler").program_below().sample();
     drop(stdin);
     child.wait().expect("child ends when its stdin closes");
 

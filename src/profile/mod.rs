@@ -233,7 +233,6 @@ fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::Samp
     let cfg = probes::sampler::SamplerConfig {
         hz: opts.sample_hz,
         gpu: !opts.no_gpu,
-        thread_prefixes: vec!["loader".into(), "train".into(), "compute".into()],
         ..probes::sampler::SamplerConfig::default()
     };
     match probes::sampler::start(probe.clone(), cfg) {

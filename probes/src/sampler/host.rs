@@ -378,7 +378,7 @@ pub struct HostSampler {
     pid: u32,
     // Our own process: its CPU clock is exact (ns), sysinfo's is in 10 ms ticks.
     own: bool,
-    prefixes: Vec<String>,
+    thread_roles: bool,
     io: IoAccounting,
     tick_ns: u64,
     last_cpu_refresh_ns: u64,
@@ -422,9 +422,10 @@ impl std::fmt::Debug for HostSampler {
 }
 
 impl HostSampler {
-    /// A sampler for process `pid`, with per-thread CPU for threads whose names start with
-    /// one of `thread_prefixes`. Takes the baseline readings.
-    pub fn new(pid: u32, thread_prefixes: Vec<String>, io: IoAccounting) -> Result<Self, SamplerError> {
+    /// A sampler for process `pid`, with per-thread CPU for the threads given a role
+    /// (`thread_roles`; this process's only: see [`super::SamplerConfig::thread_roles`]). Takes
+    /// the baseline readings.
+    pub fn new(pid: u32, thread_roles: bool, io: IoAccounting) -> Result<Self, SamplerError> {
         let sys = System::new().map_err(|e| SamplerError::Host(e.to_string()))?;
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -432,7 +433,7 @@ impl HostSampler {
             sys,
             pid,
             own: pid == std::process::id(),
-            prefixes: thread_prefixes,
+            thread_roles,
             io,
             // 100 Hz is the Linux default; only a failing sysconf falls back to it.
             tick_ns: if hz > 0 { 1_000_000_000 / hz as u64 } else { 10_000_000 },
@@ -660,9 +661,9 @@ impl HostSampler {
         (pages.saturating_mul(self.page_size), n)
     }
 
-    /// CPU of the matching threads over the last `dt_ns`, and the new per-thread baseline.
+    /// CPU of the threads given a role over the last `dt_ns`, and the new per-thread baseline.
     fn threads(&mut self, dt_ns: u64) -> Vec<ThreadCpu> {
-        if self.prefixes.is_empty() {
+        if !(self.thread_roles && self.own) {
             return Vec::new();
         }
         let dir = format!("/proc/{}/task", self.pid);
@@ -675,6 +676,11 @@ impl HostSampler {
             let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 continue;
             };
+            // The role given where the thread was made.
+            let role = crate::role::os_thread_role(tid);
+            if role.is_other() {
+                continue;
+            }
             // A thread may exit between listing and reading: skip it.
             let Ok(text) = std::fs::read_to_string(format!("{dir}/{tid}/stat")) else {
                 continue;
@@ -682,9 +688,6 @@ impl HostSampler {
             let Some(st) = parse_task_stat(&text) else {
                 continue;
             };
-            if !self.prefixes.iter().any(|p| st.comm.starts_with(p.as_str())) {
-                continue;
-            }
             let cpu_ns = st.ticks.saturating_mul(self.tick_ns);
             // A thread not seen before was born (or renamed) since the last sample: all its
             // CPU time is from this interval.
@@ -692,8 +695,6 @@ impl HostSampler {
             // The run-queue wait of the run's own threads, whatever their spans cover.
             let sched_ns =
                 std::fs::read(format!("{dir}/{tid}/schedstat")).ok().and_then(|t| clock::parse_schedstat(&t));
-            // The role given where the thread was made: known for this process's own threads.
-            let role = if self.own { crate::role::os_thread_role(tid) } else { Default::default() };
             let cpu_pct = cpu_pct(prev, cpu_ns, dt_ns);
             out.push(ThreadCpu { tid, name: st.comm, cpu_pct, cpu_ns, sched_ns, role });
             seen.insert(tid, cpu_ns);

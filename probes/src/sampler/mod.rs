@@ -47,9 +47,11 @@ pub struct SamplerConfig {
     pub hz: f64,
     /// Whether to start the GPU sampler.
     pub gpu: bool,
-    /// Threads of the sampled process whose names start with one of these get per-thread CPU;
-    /// empty = none (saves reading every thread's `/proc` entry).
-    pub thread_prefixes: Vec<String>,
+    /// Per-thread CPU for the threads given a role where they were made
+    /// ([`crate::set_thread_role`]): the sampled process's own, when it is this one (another
+    /// process's roles are not known here). Off: none (saves reading every thread's `/proc`
+    /// entry). Default on.
+    pub thread_roles: bool,
     /// The process to sample (default: this one).
     pub pid: u32,
     /// Whether processes started below `pid` count as the run's on a GPU (`pipeprof run`:
@@ -67,7 +69,7 @@ impl Default for SamplerConfig {
         SamplerConfig {
             hz: DEFAULT_HZ,
             gpu: true,
-            thread_prefixes: vec!["loader".to_string(), "train".to_string()],
+            thread_roles: true,
             pid: std::process::id(),
             gpu_tree: false,
             program_below: false,
@@ -169,7 +171,7 @@ impl Drop for SamplerHandle {
 pub fn start(probe: Probe, cfg: SamplerConfig) -> Result<SamplerHandle, SamplerError> {
     let period = cfg.period();
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-    let mut host = HostSampler::new(cfg.pid, cfg.thread_prefixes.clone(), IoAccounting::ASSUMED)?;
+    let mut host = HostSampler::new(cfg.pid, cfg.thread_roles, IoAccounting::ASSUMED)?;
     if cfg.program_below {
         host = host.program_below();
     }
