@@ -33,7 +33,7 @@ fn main() {
     use candle_nn::{VarBuilder, VarMap};
     use pipeprof::config::ModelConfig;
     use pipeprof::train::gpu_events::{cuda::StreamEvents, PhaseEvents};
-    use pipeprof::train::{model::Cnn, optim::Opt, pinned::Staging, seed_weights};
+    use pipeprof::train::{device::pinned::Staging, model::Cnn, optim::Opt, seed_weights};
     use probes::Stage;
     use std::time::Instant;
 

@@ -14,7 +14,7 @@
 //! (default 2) for both rayon (`RAYON_NUM_THREADS`) and torch (`OMP_NUM_THREADS`,
 //! `torch.set_num_threads`); the large CNN's batch: `PIPEPROF_BENCH_BATCH` (default 8);
 //! rounds: `PIPEPROF_BENCH_ROUNDS` (default 3); `PIPEPROF_BENCH_MALLOC=default` skips
-//! [`pipeprof::train::keep_freed_memory`]. The peer runs when `python3 -c "import torch"`
+//! [`pipeprof::train::device::keep_freed_memory`]. The peer runs when `python3 -c "import torch"`
 //! works; `PIPEPROF_PYTHON` names another interpreter.
 //!
 //! Each round runs pipeprof's three variants one step each in turn, then the peer's steps;
@@ -212,7 +212,7 @@ fn main() {
     // As `pipeprof profile` does on a CPU device (PIPEPROF_BENCH_MALLOC=default leaves glibc's
     // settings, to measure what this is worth in alternating processes).
     if std::env::var("PIPEPROF_BENCH_MALLOC").as_deref() != Ok("default") {
-        pipeprof::train::keep_freed_memory(&Device::Cpu);
+        pipeprof::train::device::keep_freed_memory(&Device::Cpu);
     }
     let cases = [
         Case {

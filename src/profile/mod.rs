@@ -50,10 +50,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     let (mut cfg, model) = config::load_model(opts.model.as_deref())?;
     let model_name = model.to_string();
     opts.apply(&mut cfg);
-    let dev = train::parse_device(&opts.device)?;
+    let dev = train::device::parse_device(&opts.device)?;
     // Before any thread starts: the allocator setting covers every thread's allocations only
     // when no thread has taken an arena of its own yet.
-    train::keep_freed_memory(&dev);
+    train::device::keep_freed_memory(&dev);
     // candle computes on rayon's global pool; named threads make its CPU use visible (they
     // would otherwise inherit the name of the thread that started the pool).
     let _ = rayon::ThreadPoolBuilder::new()
