@@ -31,21 +31,24 @@ use crate::diagnose::Diagnosed;
 use crate::session::{self, Out, Running, SecondInterrupt, Session, Stop, TraceSpec};
 use crate::{progress, report, signal};
 pub mod ending;
+mod relay;
+mod terminal;
+
+use relay::{connection_cap, raise_open_files, serve, Relays};
+use terminal::{follow_job_control, give_terminal, own_terminal};
 
 use anyhow::{bail, Context};
 use ending::{outcome, sig_name, Act, Ending, Look, Outcome, Why};
 use probes::attach::accept::Acceptor;
-use probes::attach::wire;
 use probes::Probe;
 use std::ffi::OsString;
-use std::io::{BufReader, IsTerminal};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
@@ -74,34 +77,6 @@ pub struct Options {
     /// `--metrics-listen`: serve `/metrics` there while the program runs.
     pub metrics_listen: Option<String>,
     pub metrics_allow_remote: bool,
-}
-
-/// The producers relaying into this run: connections not yet ended, and who they were.
-#[derive(Default)]
-struct Relays {
-    open: AtomicUsize,
-    /// Most connections at once ([`connection_cap`]); said once when reached.
-    cap: usize,
-    cap_said: AtomicBool,
-    processes: Mutex<Vec<String>>,
-    /// When bytes last arrived from any process of the run (monotonic ns).
-    last_ns: AtomicU64,
-}
-
-/// A connection that notes when bytes arrive.
-struct Noting<'a> {
-    conn: &'a UnixStream,
-    last: &'a AtomicU64,
-}
-
-impl std::io::Read for Noting<'_> {
-    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
-        let n = (&mut &*self.conn).read(b)?;
-        if n > 0 {
-            self.last.store(probes::clock::now_ns(), Ordering::Relaxed);
-        }
-        Ok(n)
-    }
 }
 
 /// Files this run made, removed on every way out (the listener's socket, the hook's folder,
@@ -197,174 +172,6 @@ pub fn program_name(command: &[OsString]) -> String {
         Some(script) if is_python && !script.starts_with('-') => base(script),
         _ => base(first),
     }
-}
-
-/// Relays one process of the run on a thread of its own (never blocks the accept thread).
-fn relay_one(mut conn: UnixStream, probe: &Probe, relays: &Arc<Relays>) {
-    let open = relays.open.fetch_add(1, Ordering::SeqCst);
-    if open >= relays.cap {
-        relays.open.fetch_sub(1, Ordering::SeqCst);
-        if !relays.cap_said.swap(true, Ordering::SeqCst) {
-            progress::warn(&format!(
-                "{} processes of the run are connected at once, the most this run takes (its open-file \
-                 limit): later ones are turned away and their spans are missing",
-                relays.cap
-            ));
-        }
-        return;
-    }
-    let (probe, mine) = (probe.clone(), relays.clone());
-    let spawned = std::thread::Builder::new().name("pp-relay".into()).spawn(move || {
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-        match wire::check_peer_hello(&mut conn) {
-            Ok(wire::Peer::Producer) => {
-                let _ = conn.set_read_timeout(None);
-                let noting = Noting { conn: &conn, last: &mine.last_ns };
-                let r = probes::attach::producer::relay(&mut BufReader::new(noting), &probe);
-                if let Ok(mut p) = mine.processes.lock() {
-                    p.push(format!("{} (pid {})", r.hello.program, r.hello.pid));
-                }
-                if r.dropped > 0 {
-                    progress::warn(&format!(
-                        "{} (pid {}) lost {} events (its buffer was full while pipeprof was slow to read, or \
-                         its connection broke): counted in the report's dropped events",
-                        r.hello.program, r.hello.pid, r.dropped
-                    ));
-                }
-                if let Some(e) = r.error.filter(|e| *e != wire::WireError::Closed) {
-                    progress::warn(&format!(
-                        "{} (pid {}) connection ended: {e}; what it sent until then is kept (a process still \
-                         running connects again and counts what it lost)",
-                        r.hello.program, r.hello.pid
-                    ));
-                }
-            }
-            Ok(wire::Peer::Viewer) => progress::warn(
-                "a viewer tried to attach to `pipeprof run`'s socket: this run is shown here, not served",
-            ),
-            Err(e) => progress::warn(&format!("refused a connection to the run's socket: {e}")),
-        }
-        let _ = conn.shutdown(std::net::Shutdown::Both);
-        mine.open.fetch_sub(1, Ordering::SeqCst);
-    });
-    if spawned.is_err() {
-        relays.open.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Accepts the run's processes until stopped. Stopping needs no connection to the socket
-/// file (a cleaner may have removed it); a failing accept (out of file descriptors) is said
-/// once per streak and retried after a pause, never in a busy loop.
-fn serve(listener: UnixListener, probe: Probe, relays: Arc<Relays>) -> std::io::Result<Acceptor> {
-    Acceptor::spawn(
-        "pp-accept",
-        listener,
-        move |conn| relay_one(conn, &probe, &relays),
-        |e, failures| {
-            if failures == 1 {
-                progress::warn(&format!(
-                    "cannot accept a process of the run ({e}): retrying, with pauses; processes connecting \
-                     meanwhile are turned away and their spans are missing"
-                ));
-            }
-        },
-    )
-}
-
-/// Most processes relayed at once under an open-file limit of `nofile`: each costs one
-/// descriptor; some are kept for the trace, the log and the run's own files.
-pub fn connection_cap(nofile: u64) -> usize {
-    const KEPT: u64 = 64;
-    nofile.saturating_sub(KEPT).clamp(16, 16_384) as usize
-}
-
-/// Raises this process's open-file limit to its hard limit (a run of 64 ranks × 16 workers
-/// passes the usual soft limit of 1024) and returns the limit in force.
-fn raise_open_files() -> u64 {
-    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit on a struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
-            return 1024;
-        }
-        let want = libc::rlimit { rlim_cur: l.rlim_max.min(1 << 20), rlim_max: l.rlim_max };
-        if want.rlim_cur > l.rlim_cur && libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-            return want.rlim_cur;
-        }
-    }
-    l.rlim_cur
-}
-
-/// Gives the terminal to the process group `pgid` (0: ours), ignoring the SIGTTOU a background
-/// group gets for asking.
-fn give_terminal(pgid: libc::pid_t) {
-    // SAFETY: plain libc calls on fd 0; the previous SIGTTOU disposition is put back.
-    unsafe {
-        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        let target = if pgid == 0 { libc::getpgrp() } else { pgid };
-        libc::tcsetpgrp(0, target);
-        libc::signal(libc::SIGTTOU, old);
-    }
-}
-
-/// Job control for a program that holds the terminal (`--once` on a terminal): Ctrl-Z stops
-/// its group, not pipeprof, whose shell would wait for it forever. So when the program was
-/// stopped from the terminal, pipeprof takes the terminal back and stops its own job
-/// (SIGTSTP's default action: the shell gets its prompt); once continued, it continues the
-/// program's group, with the terminal when `fg` gave it (after `bg`, without: a later `fg`
-/// gives it then, since pipeprof's group is found holding it).
-fn follow_job_control(child_pid: libc::pid_t, continued: &AtomicBool) {
-    if stopped_from_terminal(child_pid) {
-        give_terminal(0);
-        if !orphaned() {
-            continued.store(false, Ordering::SeqCst);
-            // SAFETY: a signal to our own process group (the shell's job).
-            unsafe { libc::kill(0, libc::SIGTSTP) };
-            // The stop reaches this thread a moment after kill returns: wait for the SIGCONT
-            // that ends it (`fg` or `bg`), not for kill to return.
-            while !continued.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        if own_terminal() {
-            give_terminal(child_pid);
-        }
-        // SAFETY: the program's process group, which we started.
-        unsafe { libc::kill(-child_pid, libc::SIGCONT) };
-    } else if own_terminal() {
-        // `fg` after `bg`: the terminal is ours, its keys are the program's.
-        give_terminal(child_pid);
-    }
-}
-
-/// Whether our process group is orphaned (no parent outside it in our session: nobody could
-/// continue it, and the kernel drops a SIGTSTP sent to it).
-fn orphaned() -> bool {
-    // SAFETY: read-only process queries.
-    unsafe {
-        let parent = libc::getppid();
-        libc::getpgid(parent) == libc::getpgrp() || libc::getsid(parent) != libc::getsid(0)
-    }
-}
-
-/// Whether the program was stopped by the terminal (Ctrl-Z's SIGTSTP, or a read or write of
-/// a background job: SIGTTIN, SIGTTOU) since the last look. Its exit is left for `try_wait`.
-fn stopped_from_terminal(pid: libc::pid_t) -> bool {
-    // SAFETY: waitid on our own child with a zeroed siginfo we own; WNOHANG never blocks and
-    // without WEXITED an exit is not reaped here.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WSTOPPED | libc::WNOHANG) != 0 {
-            return false;
-        }
-        info.si_pid() == pid && matches!(info.si_status(), libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
-    }
-}
-
-/// Whether this process's group owns the terminal on stdin.
-fn own_terminal() -> bool {
-    // SAFETY: read-only libc queries.
-    std::io::stdin().is_terminal() && unsafe { libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
 /// How `pipeprof run` ended: the run's summary with its verdict, and the exit code (the
@@ -795,13 +602,6 @@ mod tests {
             assert_eq!(program_name(&words(cmd)), name, "{cmd}");
         }
         assert_eq!(program_name(&[]), "program");
-    }
-
-    #[test]
-    fn the_connection_cap_leaves_descriptors_for_the_runs_own_files() {
-        assert_eq!(connection_cap(1024), 960);
-        assert_eq!(connection_cap(1_048_576), 16_384);
-        assert_eq!(connection_cap(0), 16);
     }
 
     #[test]
