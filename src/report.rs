@@ -609,7 +609,7 @@ fn render_gpus(o: &mut String, m: &MachineSummary) {
 }
 
 /// Who uses a GPU, as NVML listed it: the run's processes with their memory, or why not.
-fn gpu_users(d: &crate::aggregate::machine::DeviceSummary) -> String {
+fn gpu_users(d: &crate::aggregate::machine::gpu::DeviceSummary) -> String {
     match d.this_process_on_gpu {
         Some(true) if d.run_processes.is_empty() => "the run uses it".into(),
         Some(true) => {

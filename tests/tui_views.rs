@@ -2,7 +2,8 @@
 //! The live view rendered without a terminal (ratatui's TestBackend) from hand-built state,
 //! snapshot-tested with insta. Review changed snapshots by eye: they are the screen.
 
-use pipeprof::aggregate::machine::{DeviceSummary, GpuPoint, HostPoint};
+use pipeprof::aggregate::machine::gpu::DeviceSummary;
+use pipeprof::aggregate::machine::{GpuPoint, HostPoint};
 use pipeprof::aggregate::{EpochSummary, RunSettings, Snapshot, StageSummary, StepPoint, StepSplit, Summary};
 use pipeprof::diagnose::{Advice, Change, Flag, Limiter, Severity, Verdict};
 use pipeprof::tui::state::Focus;

@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_ranks_gpu_is_the_device_numbered_like_its_local_rank() {
-        use crate::aggregate::machine::DeviceSummary;
+        use crate::aggregate::machine::gpu::DeviceSummary;
         let dev = |index, util| DeviceSummary { index, util_mean_pct: util, ..Default::default() };
         let machine = MachineSummary { devices: vec![dev(0, Some(90.0)), dev(1, Some(35.0))], ..Default::default() };
         let s = Summary::default();

@@ -2,7 +2,8 @@
 
 use super::model::Pipeline;
 use super::*;
-use crate::aggregate::machine::{DeviceSummary, ThreadSummary};
+use crate::aggregate::machine::gpu::DeviceSummary;
+use crate::aggregate::machine::ThreadSummary;
 use crate::aggregate::{RunSettings, StageSummary, StepSplit};
 use probes::fsinfo::{FsInfo, FsKind};
 use probes::sampler::GpuStatus;

@@ -3,7 +3,7 @@
 //! is off) and prefetch-queue occupancy. All share one time axis, oldest left.
 
 use super::{dim, fmt_bytes, fmt_ms, fmt_share, section, truncate_end};
-use crate::aggregate::machine::DeviceSummary;
+use crate::aggregate::machine::gpu::DeviceSummary;
 use crate::aggregate::StepPoint;
 use crate::tui::state::{Focus, State, Windowed};
 use probes::sampler::GpuStatus;
