@@ -1,28 +1,12 @@
 //! The host sampler: CPU (sysinfo), the process's CPU, memory and storage I/O, iowait and
-//! named threads' CPU (procfs). Everything Linux-specific reads `/proc` and degrades to
-//! `None` elsewhere.
+//! the CPU of the threads given a role (procfs). Everything Linux-specific reads `/proc` and
+//! degrades to `None` elsewhere. Whether storage bytes are counted here: [`super::io_accounting`].
 
+use super::io_accounting::IoAccounting;
 use super::{HostSample, OtherCpu, SamplerError, ThreadCpu};
 use crate::clock;
-use crate::fsinfo::{self, FsKind};
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, MINIMUM_CPU_UPDATE_INTERVAL};
-
-/// Whether the kernel accounts storage bytes per process here (see [`probe_io_accounting`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IoAccounting {
-    /// Reads that reach storage show up in `read_bytes` of `/proc/<pid>/io`.
-    pub reads: bool,
-    /// Writes show up in `write_bytes`.
-    pub writes: bool,
-}
-
-impl IoAccounting {
-    /// Not checked: trust the counters when they are readable.
-    pub const ASSUMED: IoAccounting = IoAccounting { reads: true, writes: true };
-}
 
 /// Cumulative counters of `/proc/<pid>/io`, bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -290,85 +274,12 @@ fn reaped_children_ticks(text: &str) -> Option<u64> {
     Some((cutime.max(0) + cstime.max(0)) as u64)
 }
 
-fn read_proc_io(pid: u32) -> Option<ProcIo> {
+pub(super) fn read_proc_io(pid: u32) -> Option<ProcIo> {
     parse_proc_io(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
 }
 
 fn read_proc_stat() -> Option<CpuTimes> {
     parse_proc_stat_total(&std::fs::read_to_string("/proc/stat").ok()?)
-}
-
-/// Checks, with a scratch file in `dir`, whether the kernel counts this process's storage
-/// reads and writes: write and fsync 256 KiB, drop it from the page cache
-/// (`posix_fadvise(DONTNEED)`), read it back, and see whether `/proc/self/io` moved.
-///
-/// `dir` must be on a block-device filesystem: tmpfs, FUSE and network filesystems never
-/// reach a block device, so they would say "no" about a kernel that does count.
-pub fn probe_io_accounting(dir: &Path) -> std::io::Result<IoAccounting> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(format!(".pipeprof-io-probe-{}-{}", std::process::id(), clock::now_ns()));
-    // Created exclusive and private: a file or link someone else put at this name in a shared
-    // temp folder is never opened, written or removed.
-    let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
-    let result = probe_with_file(f, &path);
-    // Best effort: the file is ours and small; a failure to remove it changes no verdict.
-    let _ = std::fs::remove_file(&path);
-    result
-}
-
-fn probe_with_file(mut f: std::fs::File, path: &Path) -> std::io::Result<IoAccounting> {
-    let unreadable = || std::io::Error::other("/proc/self/io is not readable");
-    let data = vec![0x5Au8; 256 * 1024];
-    let before_write = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
-    f.write_all(&data)?;
-    f.sync_all()?;
-    drop_from_page_cache(&f);
-    drop(f);
-    let before_read = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
-    let mut buf = Vec::with_capacity(data.len());
-    std::fs::File::open(path)?.read_to_end(&mut buf)?;
-    let after = read_proc_io(std::process::id()).ok_or_else(unreadable)?;
-    Ok(IoAccounting {
-        reads: after.read_bytes > before_read.read_bytes,
-        writes: before_read.write_bytes > before_write.write_bytes,
-    })
-}
-
-#[cfg(target_os = "linux")]
-fn drop_from_page_cache(f: &std::fs::File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a valid open descriptor; the advice only affects cached pages of this file.
-    // A failure (unsupported) leaves the pages cached and the probe answers "no reads seen".
-    unsafe {
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn drop_from_page_cache(_f: &std::fs::File) {}
-
-/// Probes I/O accounting in the first local-disk scratch directory (the temp dir, then
-/// `/var/tmp`). Without `/proc/self/io` nothing is measurable; with it but no local scratch
-/// directory (temp on tmpfs, `/var/tmp` missing), the counters are trusted unverified.
-pub fn io_accounting_here() -> IoAccounting {
-    if read_proc_io(std::process::id()).is_none() {
-        return IoAccounting { reads: false, writes: false };
-    }
-    let candidates: [PathBuf; 2] = [std::env::temp_dir(), PathBuf::from("/var/tmp")];
-    for dir in &candidates {
-        if fsinfo::detect(dir).kind != FsKind::Local {
-            continue;
-        }
-        if let Ok(acc) = probe_io_accounting(dir) {
-            return acc;
-        }
-    }
-    IoAccounting::ASSUMED
-}
-
-/// Whether storage reads of this process can be measured here ([`io_accounting_here`]).
-pub fn storage_reads_measurable() -> bool {
-    io_accounting_here().reads
 }
 
 /// Takes host samples of one process. Each [`HostSampler::sample`] reports rates since the

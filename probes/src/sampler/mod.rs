@@ -12,16 +12,17 @@
 
 mod gpu;
 mod host;
+mod io_accounting;
 
 pub use gpu::{
     is_below, match_run, process_name, GpuInitError, GpuSampler, ListedProcess, ProcessOnDevice, Watch,
     HIDDEN_USE_BYTES, NVML_LIB_ENV,
 };
 pub use host::{
-    capped_cpu_pct, cpu_pct, io_accounting_here, iowait_pct, parse_proc_io, parse_proc_stat_total,
-    parse_statm_resident_pages, parse_task_stat, probe_io_accounting, rate_per_s, steal_pct, storage_reads_measurable,
-    top_others, CpuTimes, HostSampler, IoAccounting, ProcIo, TaskStat,
+    capped_cpu_pct, cpu_pct, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_statm_resident_pages,
+    parse_task_stat, rate_per_s, steal_pct, top_others, CpuTimes, HostSampler, ProcIo, TaskStat,
 };
+pub use io_accounting::{io_accounting_here, probe_io_accounting, storage_reads_measurable, IoAccounting};
 
 pub use crate::sample::{
     GpuDevice, GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, ThreadCpu, MAX_RUN_PROCESSES,
