@@ -2,24 +2,11 @@
 //! the CPU of the threads given a role (procfs). Everything Linux-specific reads `/proc` and
 //! degrades to `None` elsewhere. Whether storage bytes are counted here: [`super::io_accounting`].
 
-use super::io_accounting::IoAccounting;
+use super::io_accounting::{read_proc_io, IoAccounting, ProcIo};
 use super::{HostSample, OtherCpu, SamplerError, ThreadCpu};
 use crate::clock;
 use std::collections::{HashMap, HashSet};
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, MINIMUM_CPU_UPDATE_INTERVAL};
-
-/// Cumulative counters of `/proc/<pid>/io`, bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProcIo {
-    /// Returned by read system calls (any source).
-    pub rchar: u64,
-    /// Written by write system calls.
-    pub wchar: u64,
-    /// Fetched from storage.
-    pub read_bytes: u64,
-    /// Sent (or to be sent) to storage.
-    pub write_bytes: u64,
-}
 
 /// Whole-machine CPU time from the first line of `/proc/stat`, clock ticks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -215,25 +202,6 @@ pub fn parse_proc_stat_total(text: &str) -> Option<CpuTimes> {
     Some(CpuTimes { total, iowait: v[4], steal: v.get(7).copied().unwrap_or(0) })
 }
 
-/// Parses `/proc/<pid>/io`; `None` unless all four byte counters are present.
-pub fn parse_proc_io(text: &str) -> Option<ProcIo> {
-    let (mut rchar, mut wchar, mut read_bytes, mut write_bytes) = (None, None, None, None);
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim().parse::<u64>().ok();
-        match key {
-            "rchar" => rchar = value,
-            "wchar" => wchar = value,
-            "read_bytes" => read_bytes = value,
-            "write_bytes" => write_bytes = value,
-            _ => {}
-        }
-    }
-    Some(ProcIo { rchar: rchar?, wchar: wchar?, read_bytes: read_bytes?, write_bytes: write_bytes? })
-}
-
 /// Parses `/proc/<pid>/task/<tid>/stat` (or `/proc/<pid>/stat`).
 ///
 /// The name sits in parentheses and may itself contain spaces and parentheses, so fields are
@@ -272,10 +240,6 @@ fn reaped_children_ticks(text: &str) -> Option<u64> {
     let cutime: i64 = rest.next()?.parse().ok()?;
     let cstime: i64 = rest.next()?.parse().ok()?;
     Some((cutime.max(0) + cstime.max(0)) as u64)
-}
-
-pub(super) fn read_proc_io(pid: u32) -> Option<ProcIo> {
-    parse_proc_io(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
 }
 
 fn read_proc_stat() -> Option<CpuTimes> {
@@ -749,14 +713,6 @@ mod tests {
         assert_eq!(iowait_pct(a, b), Some(25.0));
         assert_eq!(iowait_pct(a, a), None);
         assert_eq!(iowait_pct(b, a), None);
-    }
-
-    #[test]
-    fn proc_io_needs_all_byte_counters() {
-        let text = "rchar: 6976\nwchar: 10\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
-        assert_eq!(parse_proc_io(text), Some(ProcIo { rchar: 6976, wchar: 10, read_bytes: 4096, write_bytes: 8192 }));
-        assert_eq!(parse_proc_io("rchar: 1\nwchar: 2\n"), None);
-        assert_eq!(parse_proc_io(""), None);
     }
 
     #[test]

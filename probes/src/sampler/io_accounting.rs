@@ -1,8 +1,8 @@
-//! Whether the kernel counts a process's storage bytes here ([`IoAccounting`]): a scratch file
-//! written, dropped from the page cache and read back on a local disk, `/proc/self/io` read
-//! before and after. Storage figures are shown only where they can be measured.
+//! A process's I/O counters (`/proc/<pid>/io`: [`ProcIo`]) and whether the kernel counts its
+//! storage bytes here ([`IoAccounting`]): a scratch file written, dropped from the page cache
+//! and read back on a local disk, the counters read before and after. Storage figures are
+//! shown only where they can be measured.
 
-use super::host::read_proc_io;
 use crate::clock;
 use crate::fsinfo::{self, FsKind};
 use std::io::{Read, Write};
@@ -93,4 +93,53 @@ pub fn io_accounting_here() -> IoAccounting {
 /// Whether storage reads of this process can be measured here ([`io_accounting_here`]).
 pub fn storage_reads_measurable() -> bool {
     io_accounting_here().reads
+}
+
+/// Cumulative counters of `/proc/<pid>/io`, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcIo {
+    /// Returned by read system calls (any source).
+    pub rchar: u64,
+    /// Written by write system calls.
+    pub wchar: u64,
+    /// Fetched from storage.
+    pub read_bytes: u64,
+    /// Sent (or to be sent) to storage.
+    pub write_bytes: u64,
+}
+
+/// Parses `/proc/<pid>/io`; `None` unless all four byte counters are present.
+pub fn parse_proc_io(text: &str) -> Option<ProcIo> {
+    let (mut rchar, mut wchar, mut read_bytes, mut write_bytes) = (None, None, None, None);
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim().parse::<u64>().ok();
+        match key {
+            "rchar" => rchar = value,
+            "wchar" => wchar = value,
+            "read_bytes" => read_bytes = value,
+            "write_bytes" => write_bytes = value,
+            _ => {}
+        }
+    }
+    Some(ProcIo { rchar: rchar?, wchar: wchar?, read_bytes: read_bytes?, write_bytes: write_bytes? })
+}
+
+pub(super) fn read_proc_io(pid: u32) -> Option<ProcIo> {
+    parse_proc_io(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_io_needs_all_byte_counters() {
+        let text = "rchar: 6976\nwchar: 10\nsyscr: 10\nsyscw: 0\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_proc_io(text), Some(ProcIo { rchar: 6976, wchar: 10, read_bytes: 4096, write_bytes: 8192 }));
+        assert_eq!(parse_proc_io("rchar: 1\nwchar: 2\n"), None);
+        assert_eq!(parse_proc_io(""), None);
+    }
 }

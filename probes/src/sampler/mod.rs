@@ -19,10 +19,12 @@ pub use gpu::{
     HIDDEN_USE_BYTES, NVML_LIB_ENV,
 };
 pub use host::{
-    capped_cpu_pct, cpu_pct, iowait_pct, parse_proc_io, parse_proc_stat_total, parse_statm_resident_pages,
-    parse_task_stat, rate_per_s, steal_pct, top_others, CpuTimes, HostSampler, ProcIo, TaskStat,
+    capped_cpu_pct, cpu_pct, iowait_pct, parse_proc_stat_total, parse_statm_resident_pages, parse_task_stat,
+    rate_per_s, steal_pct, top_others, CpuTimes, HostSampler, TaskStat,
 };
-pub use io_accounting::{io_accounting_here, probe_io_accounting, storage_reads_measurable, IoAccounting};
+pub use io_accounting::{
+    io_accounting_here, parse_proc_io, probe_io_accounting, storage_reads_measurable, IoAccounting, ProcIo,
+};
 
 pub use crate::sample::{
     GpuDevice, GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, RunProcess, ThreadCpu, MAX_RUN_PROCESSES,
