@@ -77,6 +77,7 @@
 
 mod advice;
 mod classify;
+mod command;
 mod diagnosed;
 mod evidence;
 mod findings;
@@ -91,7 +92,8 @@ pub mod thresholds;
 mod types;
 mod words;
 
-pub use advice::{gain_against_measured, widen_for_slow_steps, CACHE_FILE};
+pub use advice::{gain_against_measured, widen_for_slow_steps};
+pub use command::CACHE_FILE;
 pub use thresholds::*;
 pub use types::*;
 pub use words::{loss_words, stall_words};
