@@ -183,7 +183,7 @@ impl Facts<'_> {
 
     fn assumed_note(&self) -> &'static str {
         // TensorFlow's trace has no on-CPU clock: its CPU stages' shares scaled into the
-        // process's CPU per image where they added up to more (`model::traced_cpu_within_tree`).
+        // process's CPU per image where they added up to more (`estimates::traced_cpu_within_tree`).
         let scaled = |x: &super::model::StageCost| x.stage != Stage::Read && x.on_cpu_ms < x.wall_ms;
         if self.s.settings.tf_data && self.p.loader.iter().any(|x| !x.measured && scaled(x)) {
             " (on-CPU shares: the process's CPU per image shared out by the spans' wall time)"

@@ -79,6 +79,7 @@ mod advice;
 mod classify;
 mod command;
 mod diagnosed;
+pub mod estimates;
 mod evidence;
 mod findings;
 pub mod frameworks;

@@ -5,6 +5,7 @@
 //! workers start, and [`Pipeline::from_summary`], which puts them together. Reads a
 //! `Summary`; the model itself never does.
 
+use super::estimates::*;
 use super::model::*;
 use super::thresholds::{MODERATE_WAIT_SHARE, OTHER_CORES};
 use crate::aggregate::{StageSummary, Summary};

@@ -1414,7 +1414,7 @@ fn per_image_costs_come_from_the_trimmed_mean_not_one_slow_file() {
 
 #[test]
 fn the_hot_step_is_the_lesser_of_the_pools_and_a_working_training_threads_estimates() {
-    use super::model::hot_step_ms;
+    use super::estimates::hot_step_ms;
     // (pool CPU per step over its overlap, training thread's CPU less transfer) → hot step
     let table: [(f64, Option<f64>, f64); 9] = [
         // slow opens: the pool spun between 240 ms waits; the training thread says 0.47 ms.
@@ -2072,7 +2072,7 @@ fn a_heavy_tf_data_map_on_the_cpu_is_preprocessing_with_the_in_step_wait_and_its
 
 #[test]
 fn traced_stages_share_out_the_processs_cpu_where_their_wall_is_more() {
-    use super::model::traced_cpu_within_tree;
+    use super::estimates::traced_cpu_within_tree;
     let b = tf_map_on_cpu(&HEAVY_MAP, 32.07, 70.12, 93.3, 1.0, 163.5);
     let mut loader = super::readings::loader_costs(&b.0);
     let wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
