@@ -40,7 +40,9 @@ import zlib
 
 import numpy as np
 
-__all__ = ["PackedImageFolder", "PackedFile", "PackedFileError", "VERSION"]
+from pipeprof._keras_backend import backend_of, keras_module
+
+__all__ = ["PackedImageFolder", "PackedFile", "PackedFileError", "VERSION", "packed_dataset"]
 
 #: The first 8 bytes of every packed file.
 MAGIC = b"\x89PPK\r\n\x1a\n"
@@ -463,3 +465,221 @@ class PackedImageFolder:
 
     def __repr__(self):
         return f"PackedImageFolder({self.file.path!r}: {len(self)} images, {len(self.classes)} classes)"
+
+
+# --- Keras: a packed file as image_dataset_from_directory's dataset ---------------------------
+# For Keras programs (offered as pipeprof.keras.packed_dataset); Keras is imported only when
+# asked for. Nothing here is timed or installed.
+
+_LABEL_MODES = ("int", "categorical", "binary", None)
+
+
+def packed_dataset(
+    path,
+    batch_size=32,
+    image_size=None,
+    shuffle=True,
+    seed=None,
+    label_mode="int",
+    validation_split=None,
+    subset=None,
+    interpolation="bilinear",
+    workers=1,
+    use_multiprocessing=False,
+    max_queue_size=10,
+):
+    """What ``keras.utils.image_dataset_from_directory(DIR, ...)`` returns, read from the file
+    ``pipeprof pack DIR OUT --layout keras`` wrote: batches of float32 images (batch, height, width, 3) in
+    0–255 and their labels (``label_mode`` "int": int32, "categorical": one-hot, "binary":
+    float32 (batch, 1), None: images only), with ``class_names`` and ``file_paths``.
+
+    On the TensorFlow backend a ``tf.data.Dataset``; on the others a ``keras.utils.PyDataset``
+    (``workers``, ``use_multiprocessing``, ``max_queue_size`` are its). ``image_size=None``
+    keeps the packed size (the file must hold one size); another size is resized to
+    (``tf.image.resize`` / ``keras.ops.image.resize`` with ``interpolation``, as Keras does).
+    ``validation_split`` and ``subset`` ("training", "validation", "both") split as Keras does:
+    the same seed gives the same split of the same files. Shuffling reshuffles every epoch.
+
+    The file must be packed with Keras's folder rules (``pipeprof pack DIR OUT --layout
+    keras``); another layout is refused with :class:`pipeprof.data.PackedFileError`. The
+    source folder is not looked at: re-pack after changing it.
+    """
+    if label_mode not in _LABEL_MODES:
+        raise ValueError(f"label_mode must be one of {_LABEL_MODES}, got {label_mode!r}")
+    f = PackedFile(path)
+    if f.layout != "keras":
+        f.close()
+        raise PackedFileError(
+            f"{f.path} was packed with the {f.layout} layout, not Keras's: image_dataset_from_directory "
+            "skips hidden class folders, reads only .bmp .gif .jpeg .jpg .png and orders them its own way, "
+            f"so the classes, labels and files would differ; re-pack it with `{f.command('keras')}`"
+        )
+    if label_mode == "binary" and len(f.classes) != 2:
+        raise ValueError(f"label_mode='binary' needs 2 classes; {f.path} has {len(f.classes)}")
+    if image_size is None and not f.height:
+        raise ValueError(f"{f.path}: the images differ in size (packed with --shorter or --as-stored): pass image_size=(height, width)")
+    size = tuple(int(v) for v in image_size) if image_size is not None else (f.height, f.width)
+    parts, seed = _packed_split(len(f), shuffle, seed, validation_split, subset)
+    keras = keras_module()
+    make = _packed_tf if backend_of(keras) == "tensorflow" else _packed_py
+    out = [
+        make(keras, f, idx, batch_size, size, shuffle, seed, label_mode, interpolation, (workers, use_multiprocessing, max_queue_size))
+        for idx in parts
+    ]
+    for d, idx in zip(out, parts):
+        d.class_names = list(f.classes)
+        d.file_paths = [os.path.join(f.meta.get("source", ""), f.names[i]) for i in idx]
+    return out if subset == "both" else out[0]
+
+
+def _packed_split(n, shuffle, seed, validation_split, subset):
+    """The image indices of each subset asked for, and the seed used: Keras's order (one
+    ``RandomState(seed).shuffle`` of the files when shuffling) and its split (the last
+    ``int(validation_split * n)`` for validation)."""
+    import numpy as np
+
+    if subset not in ("training", "validation", "both", None):
+        raise ValueError(f'subset must be "training", "validation", "both" or None, got {subset!r}')
+    if validation_split and not 0 < validation_split < 1:
+        raise ValueError(f"validation_split must be between 0 and 1, got {validation_split}")
+    if bool(validation_split) != (subset is not None):
+        raise ValueError("validation_split and subset go together: give both or neither")
+    if validation_split and shuffle and seed is None:
+        raise ValueError("with validation_split and shuffle, give a seed: the training and validation calls must shuffle alike")
+    order = np.arange(n)
+    if shuffle:
+        if seed is None:
+            seed = int(np.random.randint(1_000_000))
+        np.random.RandomState(seed).shuffle(order)
+    if not validation_split:
+        return [order], seed
+    val = int(validation_split * n)
+    parts = {"training": order[: n - val], "validation": order[n - val :]}
+    return ([parts["training"], parts["validation"]] if subset == "both" else [parts[subset]]), seed
+
+
+def _packed_stored(f, idx):
+    """float32 (len(idx), h, w, 3) images at the file's one size (a slice of the map)."""
+    import numpy as np
+
+    x = f.batch(idx).astype(np.float32)
+    return np.repeat(x, 3, axis=3) if x.shape[3] == 1 else x
+
+
+def _packed_one(f, i):
+    """float32 (h, w, 3): image ``i`` at its own size."""
+    import numpy as np
+
+    x = f.image(int(i)).astype(np.float32)
+    return np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
+
+
+def _packed_tf(keras, f, idx, batch_size, size, shuffle, seed, label_mode, interpolation, _pydataset_args):
+    """A tf.data pipeline: indices → (shuffle) → images read by NumPy in parallel calls (a
+    batch at a time when the file holds one size), resized by ``tf.image.resize`` when the size
+    asked for is another, labels gathered by TensorFlow → prefetch."""
+    import numpy as np
+    import tensorflow as tf
+
+    labels = tf.constant(f.labels.astype(np.int32))
+    n_classes = len(f.classes)
+
+    def output(x, batch):
+        if label_mode is None:
+            return x
+        y = tf.gather(labels, batch)
+        if label_mode == "categorical":
+            y = tf.one_hot(y, n_classes)
+        elif label_mode == "binary":
+            y = tf.cast(tf.expand_dims(y, -1), tf.float32)
+        return x, y
+
+    def resized(x):
+        return x if tuple(x.shape[-3:-1]) == size else tf.image.resize(x, size, method=interpolation)
+
+    def stored(batch):
+        x = tf.numpy_function(lambda b: _packed_stored(f, b), [batch], tf.float32)
+        return output(resized(tf.ensure_shape(x, [None, f.height, f.width, 3])), batch)
+
+    def one(i):
+        x = tf.numpy_function(lambda j: _packed_one(f, j), [i], tf.float32)
+        return tf.image.resize(tf.ensure_shape(x, [None, None, 3]), size, method=interpolation), i
+
+    ds = tf.data.Dataset.from_tensor_slices(np.asarray(idx, dtype=np.int64))
+    if shuffle:
+        ds = ds.shuffle(len(idx), seed=seed, reshuffle_each_iteration=True)
+    if f.height:
+        ds = ds.batch(batch_size).map(stored, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = ds.map(one, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).map(output)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _packed_py(keras, f, idx, batch_size, size, shuffle, seed, label_mode, interpolation, pydataset_args):
+    workers, use_multiprocessing, max_queue_size = pydataset_args
+    cls = _packed_pydataset_class()
+    return cls(f, idx, batch_size, size, shuffle, seed, label_mode, interpolation, workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+
+
+def _packed_pydataset_class():
+    """``_PackedPyDataset``: made on first use (it subclasses Keras's PyDataset, and Keras is
+    imported only when asked for); found by name when a worker unpickles it (``__getattr__``)."""
+    cls = globals().get("_PackedPyDataset")
+    if cls is not None:
+        return cls
+    import numpy as np
+
+    keras = keras_module()
+
+    class _PackedPyDataset(keras.utils.PyDataset):
+        def __init__(self, file, indices, batch_size, size, shuffle, seed, label_mode, interpolation, **kwargs):
+            super().__init__(**kwargs)
+            self.file, self.batch_size, self.size = file, int(batch_size), tuple(size)
+            self.shuffle, self.label_mode, self.interpolation = shuffle, label_mode, interpolation
+            self._rng = np.random.default_rng(seed)
+            self._order = np.array(indices)
+            if shuffle:
+                self._rng.shuffle(self._order)
+
+        def __len__(self):
+            return -(-len(self._order) // self.batch_size)
+
+        def _images(self, idx):
+            f, k = self.file, keras_module()
+            if f.height and (f.height, f.width) == self.size:
+                return _packed_stored(f, idx)
+            if f.height:
+                x = k.ops.image.resize(_packed_stored(f, idx), self.size, interpolation=self.interpolation)
+            else:
+                x = k.ops.stack([k.ops.image.resize(_packed_one(f, i), self.size, interpolation=self.interpolation) for i in idx])
+            return np.asarray(k.ops.convert_to_numpy(x), dtype=np.float32)
+
+        def __getitem__(self, b):
+            if not 0 <= b < len(self):
+                raise IndexError(f"batch {b} out of range for {len(self)} batches")
+            idx = self._order[b * self.batch_size : (b + 1) * self.batch_size]
+            x = self._images(idx)
+            if self.label_mode is None:
+                return x
+            y = self.file.labels[idx].astype(np.int32)
+            if self.label_mode == "categorical":
+                y = np.eye(len(self.file.classes), dtype=np.float32)[y]
+            elif self.label_mode == "binary":
+                y = y.astype(np.float32)[:, None]
+            return x, y
+
+        def on_epoch_end(self):
+            if self.shuffle:
+                self._rng.shuffle(self._order)
+
+    _PackedPyDataset.__module__ = __name__
+    _PackedPyDataset.__qualname__ = "_PackedPyDataset"
+    globals()["_PackedPyDataset"] = _PackedPyDataset
+    return _PackedPyDataset
+
+
+def __getattr__(name):
+    # A spawned PyDataset worker unpickles `pipeprof.data._PackedPyDataset` by name.
+    if name == "_PackedPyDataset":
+        return _packed_pydataset_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{reload, Registry};
 
+mod fetch;
 mod term;
 mod torch_loop;
 
@@ -440,132 +441,6 @@ fn span(
     }
 }
 
-/// The calling thread's clocks at one point of a batch: its CPU time and its run-queue wait
-/// (`None` where the kernel does not say, or where they were not read).
-#[derive(Clone, Copy, Default)]
-struct Reading {
-    cpu: Option<u64>,
-    queue: Option<u64>,
-}
-
-impl Reading {
-    /// Now, when `read` (the clocks are system calls: the training thread reads them on a
-    /// sample of batches); nothing otherwise.
-    fn now(read: bool) -> Self {
-        if read {
-            Reading { cpu: Some(clock::thread_cpu_ns()), queue: clock::thread_queue_ns() }
-        } else {
-            Reading::default()
-        }
-    }
-
-    /// The CPU time and the run-queue wait from `self` to `later`.
-    fn until(self, later: Reading) -> (Option<u64>, Option<u64>) {
-        let since = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
-        (since(self.cpu, later.cpu), since(self.queue, later.queue))
-    }
-}
-
-/// A batch made by a DataLoader's fetcher, on the [`now_ns`] clock. `fetch` runs from
-/// `fetch_start` to `collate_start` (to `end` when there is no collate: a data set's
-/// `__getitems__`), `collate` from `collate_start` to `end`, each with the thread's clocks read
-/// at those points.
-#[derive(Clone, Copy)]
-struct BatchTimes {
-    /// `None` when spans inside the samples (PIL, torchvision) timed them instead.
-    fetch_start: Option<u64>,
-    collate_start: Option<u64>,
-    end: u64,
-    at_fetch: Reading,
-    at_collate: Reading,
-    at_end: Reading,
-}
-
-/// The `fetch` and `collate` spans of a batch.
-fn record_batch(p: &Probe, b: BatchTimes) {
-    if let Some(start) = b.fetch_start {
-        let (stop, (c, q)) = match b.collate_start {
-            Some(t1) => (t1, b.at_fetch.until(b.at_collate)),
-            None => (b.end, b.at_fetch.until(b.at_end)),
-        };
-        probes::layer::record(p, span(Stage::Fetch, start, stop.saturating_sub(start), None, c, q));
-    }
-    if let Some(start) = b.collate_start {
-        let (c, q) = b.at_collate.until(b.at_end);
-        probes::layer::record(p, span(Stage::Collate, start, b.end.saturating_sub(start), None, c, q));
-    }
-}
-
-/// A batch being made by a DataLoader's fetcher (`_torch_fetch._fetch_clocked`), timed as it
-/// goes: made as the fetch starts, told where the collate starts ([`Batch::collate`]) and where
-/// it ends ([`Batch::end`]), then sent ([`batch_spans`], or [`torch_loop::fetched`] on the
-/// training thread). At each point the thread's CPU and run-queue clocks are read too when
-/// `clocks` (the training thread reads them on a sample of batches), before the wall clock at
-/// the start and after it at the other two, so that neither span counts the other's reads.
-#[pyclass(module = "pipeprof._native")]
-pub struct Batch {
-    times: BatchTimes,
-    clocks: bool,
-    ended: bool,
-}
-
-#[pymethods]
-impl Batch {
-    #[new]
-    fn new(clocks: bool) -> Self {
-        let at_fetch = Reading::now(clocks);
-        let start = clock::now_ns();
-        let times = BatchTimes {
-            fetch_start: Some(start),
-            collate_start: None,
-            end: start,
-            at_fetch,
-            at_collate: Reading::default(),
-            at_end: Reading::default(),
-        };
-        Batch { times, clocks, ended: false }
-    }
-
-    /// The samples are made, `collate_fn` starts. `covered`: spans inside the samples (PIL,
-    /// torchvision) timed them, and the batch has no `fetch` span of its own.
-    fn collate(&mut self, covered: bool) {
-        self.times.collate_start = Some(clock::now_ns());
-        self.times.at_collate = Reading::now(self.clocks);
-        if covered {
-            self.times.fetch_start = None;
-        }
-    }
-
-    /// The batch is made.
-    fn end(&mut self) {
-        self.times.end = clock::now_ns();
-        self.times.at_end = Reading::now(self.clocks);
-        self.ended = true;
-    }
-}
-
-impl Batch {
-    /// Its times, ended now if [`Batch::end`] was not called.
-    fn times(&mut self) -> BatchTimes {
-        if !self.ended {
-            self.end();
-        }
-        self.times
-    }
-}
-
-/// Sends the `fetch` and `collate` spans of a batch made by a DataLoader's fetcher (see
-/// [`torch_loop::fetched`] for the training thread's batches): one call for both.
-#[pyfunction]
-fn batch_spans(py: Python<'_>, mut batch: PyRefMut<'_, Batch>) -> PyResult<()> {
-    let times = batch.times();
-    name_this_thread(py);
-    if let Some(p) = state()?.probe.clone() {
-        record_batch(&p, times);
-    }
-    Ok(())
-}
-
 /// The calling thread's run-queue wait so far (ns: time runnable without a core, from
 /// `/proc/thread-self/schedstat`), or `None` where the kernel does not say. Read at both ends of
 /// a span timed by the caller and pass the difference to [`record`] as `queue_ns`.
@@ -754,7 +629,7 @@ impl Drop for ThreadFlusher {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Span>()?;
     m.add_class::<ThreadFlusher>()?;
-    m.add_class::<Batch>()?;
+    m.add_class::<fetch::Batch>()?;
     m.add_class::<torch_loop::Loop>()?;
     m.add_class::<torch_loop::BackwardHook>()?;
     m.add_class::<torch_loop::BackwardMark>()?;
@@ -777,11 +652,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(step, m)?,
         wrap_pyfunction!(stages, m)?,
         wrap_pyfunction!(record, m)?,
-        wrap_pyfunction!(batch_spans, m)?,
+        wrap_pyfunction!(fetch::batch_spans, m)?,
         wrap_pyfunction!(torch_loop::fetched, m)?,
         wrap_pyfunction!(torch_loop::next_method, m)?,
-        wrap_pyfunction!(torch_loop::fetch_method, m)?,
-        wrap_pyfunction!(torch_loop::fetch_inner, m)?,
+        wrap_pyfunction!(fetch::fetch_method, m)?,
+        wrap_pyfunction!(fetch::fetch_inner, m)?,
         wrap_pyfunction!(torch_loop::flush_fetched, m)?,
         wrap_pyfunction!(torch_loop::saw_no_grad, m)?,
         wrap_pyfunction!(torch_loop::forget_thread_state, m)?,

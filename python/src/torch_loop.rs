@@ -11,7 +11,8 @@
 //! sampling) are one [`Loop`] behind a mutex taken only with the GIL held and never across a
 //! call into Python, so a hook that runs Python code re-entering another hook finds it free.
 
-use crate::{name_this_thread, record_batch, span, state, Batch, BatchTimes};
+use crate::fetch::{method, record_batch, Batch, BatchTimes};
+use crate::{name_this_thread, span, state};
 use probes::{clock, Probe, Stage, StepRecord};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
@@ -19,8 +20,7 @@ use pyo3::types::{PyDict, PyList, PyTuple, PyType, PyWeakrefReference};
 use pyo3::{ffi, intern};
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 
 /// Nanoseconds between two reads of a loss that lives on a GPU (each read waits for it).
 const GPU_LOSS_EVERY_NS: u64 = 1_000_000_000;
@@ -1078,8 +1078,7 @@ pub fn forget_thread_state() {
     HELD.with(|h| h.borrow_mut().take());
     AHEAD.set(None);
     // The process is a new one: whether it is a worker is asked again, its batches counted anew.
-    WORKER.store(0, Ordering::Relaxed);
-    BATCHES.store(0, Ordering::Relaxed);
+    crate::fetch::forget_process();
 }
 
 /// torch's own `_BaseDataLoaderIter.__next__` and the loop, for [`hooked_next`]: replaced by
@@ -1146,136 +1145,4 @@ pub fn next_method<'py>(
         ffi::METH_NOARGS,
         c"torch's DataLoader iterator __next__, timed by pipeprof run",
     )
-}
-
-/// torch's own `_MapDatasetFetcher.fetch`, the Python function that times a batch
-/// (`_torch_fetch._fetch_clocked`), the one that says whether this process is a DataLoader
-/// worker (and names it), and 1 batch in how many the training thread times (and reads the
-/// clocks of), for [`hooked_fetch`].
-struct FetchHook {
-    orig: Py<PyAny>,
-    clocked: Py<PyAny>,
-    is_worker: Py<PyAny>,
-    timed_every: u64,
-    clocks_every: u64,
-}
-
-/// Replaced by each [`fetch_method`], as [`NEXT`] is.
-static FETCH_HOOK: RwLock<Option<Arc<FetchHook>>> = RwLock::new(None);
-/// Whether this process is a DataLoader worker: 0 not asked yet, 1 yes, 2 no; and the batches
-/// the process made on its training thread so far. A forked worker starts both anew
-/// ([`forget_thread_state`]).
-static WORKER: AtomicU8 = AtomicU8::new(0);
-static BATCHES: AtomicU64 = AtomicU64::new(0);
-/// Whether a hook that times inside a sample (PIL, torchvision) is installed: then every batch
-/// is timed, its samples' spans inside it.
-static INNER: AtomicBool = AtomicBool::new(false);
-
-/// `_MapDatasetFetcher.fetch(index)` under `pipeprof run`, as the extension's own method (as
-/// [`hooked_next`] is): torch's own `fetch` for a batch that is not timed (3 in 4 on the
-/// training thread), called with no frame of ours; else `_fetch_clocked`, in its place.
-unsafe extern "C" fn hooked_fetch(slf: *mut ffi::PyObject, index: *mut ffi::PyObject) -> *mut ffi::PyObject {
-    Python::attach(|py| {
-        let hook = FETCH_HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(h) = hook.as_deref() else {
-            PyRuntimeError::new_err("pipeprof: the fetch hook was called before it was made").restore(py);
-            return std::ptr::null_mut();
-        };
-        // SAFETY: CPython calls a method with a live `self` and argument.
-        let (fetcher, index) = unsafe { (Bound::from_borrowed_ptr(py, slf), Bound::from_borrowed_ptr(py, index)) };
-        let plan = catch_unwind(AssertUnwindSafe(|| fetch_plan(py, h, &fetcher))).unwrap_or(None);
-        let out = match plan {
-            None => h.orig.bind(py).call1((&fetcher, &index)),
-            Some(Timed { worker, clocks }) => {
-                let inner = INNER.load(Ordering::Relaxed);
-                h.clocked.bind(py).call1((&h.orig, &fetcher, &index, worker, clocks, inner))
-            }
-        };
-        match out {
-            Ok(batch) => batch.into_ptr(),
-            Err(e) => {
-                e.restore(py);
-                std::ptr::null_mut()
-            }
-        }
-    })
-}
-
-/// How a timed batch is timed.
-struct Timed {
-    /// Made in a DataLoader worker process (sent at once), not on the training thread.
-    worker: bool,
-    /// The thread's CPU and run-queue clocks are read around it.
-    clocks: bool,
-}
-
-/// Whether the fetcher's next batch is timed: None for torch's own `fetch`.
-fn fetch_plan(py: Python<'_>, h: &FetchHook, fetcher: &Bound<'_, PyAny>) -> Option<Timed> {
-    // A data set sampled one index at a time (no batch): torch's own path, untimed.
-    if !fetcher.getattr(intern!(py, "auto_collation")).and_then(|a| a.is_truthy()).unwrap_or(false) {
-        return None;
-    }
-    let worker = match WORKER.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let w = h.is_worker.bind(py).call0().and_then(|w| w.is_truthy()).unwrap_or(false);
-            WORKER.store(if w { 1 } else { 2 }, Ordering::Relaxed);
-            w
-        }
-    };
-    if worker {
-        return Some(Timed { worker: true, clocks: true });
-    }
-    let n = BATCHES.fetch_add(1, Ordering::Relaxed);
-    if !n.is_multiple_of(h.timed_every) && !INNER.load(Ordering::Relaxed) {
-        return None;
-    }
-    Some(Timed { worker: false, clocks: n.is_multiple_of(h.clocks_every) })
-}
-
-/// Makes `fetch` for `base` (`_MapDatasetFetcher`, whose `fetch` is `orig`): a method of the
-/// extension ([`hooked_fetch`]); made again, the new one's hook replaces the old one's.
-#[pyfunction]
-#[pyo3(signature = (*, base, orig, clocked, is_worker, timed_every, clocks_every))]
-pub fn fetch_method<'py>(
-    py: Python<'py>,
-    base: &Bound<'py, PyType>,
-    orig: Py<PyAny>,
-    clocked: Py<PyAny>,
-    is_worker: Py<PyAny>,
-    timed_every: u64,
-    clocks_every: u64,
-) -> PyResult<Bound<'py, PyAny>> {
-    let hook =
-        FetchHook { orig, clocked, is_worker, timed_every: timed_every.max(1), clocks_every: clocks_every.max(1) };
-    *FETCH_HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(hook));
-    method(py, base, c"fetch", hooked_fetch, ffi::METH_O, c"torch's fetcher fetch, timed by pipeprof run")
-}
-
-/// A hook that times inside a sample (PIL, torchvision) is installed: every batch the training
-/// thread makes is timed from now on.
-#[pyfunction]
-pub fn fetch_inner() {
-    INNER.store(true, Ordering::Relaxed);
-}
-
-/// A method descriptor of `base` named `name` that runs `f` (`flags`: its calling convention).
-fn method<'py>(
-    py: Python<'py>,
-    base: &Bound<'py, PyType>,
-    name: &'static std::ffi::CStr,
-    f: ffi::PyCFunction,
-    flags: std::os::raw::c_int,
-    doc: &'static std::ffi::CStr,
-) -> PyResult<Bound<'py, PyAny>> {
-    // A method descriptor holds its definition for good: made once a process, never freed.
-    let def = Box::leak(Box::new(ffi::PyMethodDef {
-        ml_name: name.as_ptr(),
-        ml_meth: ffi::PyMethodDefPointer { PyCFunction: f },
-        ml_flags: flags,
-        ml_doc: doc.as_ptr(),
-    }));
-    // SAFETY: `base` is a live type, `def` lives for the rest of the process.
-    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(base.as_type_ptr(), def)) }
 }
