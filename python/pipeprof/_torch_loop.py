@@ -58,10 +58,10 @@ an iterator's first step with no mark is held until the next one says. When that
 the two are one step (its wait is both draws, what the training thread waited for its first
 batch; its images the first batch's), each later step counts the images of the batch drawn
 the step before, and the batch drawn last, trained on after the iterator ran out, is a step of
-its own from that ``next()`` on (``python/src/torch_loop.rs``: ``Loop::finish``).
+its own from that ``next()`` on (``python/src/torch_loop/steps.rs``: ``Loop::finish``).
 
 Cost per step on the training thread: one call into the extension per ``next()`` (and per
-batch made, ``_torch_fetch``), where the step's bookkeeping lives (``python/src/torch_loop.rs``:
+batch made, ``_torch_fetch``), where the step's bookkeeping lives (``python/src/torch_loop/``:
 on a 1 ms step every Python frame and attribute costs microseconds with caches torch's kernels
 left cold), and the ``backward()`` and optimizer hooks, one Python frame each, on one step in
 ``LOSS_EVERY``; ``python/benches/hook_cost.py`` measures each hook's cost in µs.
@@ -260,7 +260,7 @@ def install(dataloader_mod):
 
     # `loop.begin`, torch's `__next__`, then `loop.took` or `loop.failed`: a method of the
     # extension, so that no frame of ours sits under torch's (see `hooked_next` in
-    # python/src/torch_loop.rs: where the frames fall decides what CPython allocates).
+    # python/src/torch_loop/: where the frames fall decides what CPython allocates).
     __next__ = _native.next_method(Base, orig_next, loop)
     _TORCH.next_hook, _TORCH.next_orig = __next__, orig_next
 

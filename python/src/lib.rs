@@ -654,7 +654,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(record, m)?,
         wrap_pyfunction!(fetch::batch_spans, m)?,
         wrap_pyfunction!(torch_loop::fetched, m)?,
-        wrap_pyfunction!(torch_loop::next_method, m)?,
+        wrap_pyfunction!(torch_loop::next::next_method, m)?,
         wrap_pyfunction!(fetch::fetch_method, m)?,
         wrap_pyfunction!(fetch::fetch_inner, m)?,
         wrap_pyfunction!(torch_loop::flush_fetched, m)?,
