@@ -107,7 +107,7 @@ fn os_tid() -> Option<u32> {
 }
 
 /// Keeps the calling thread's role under its OS id, for this process's host sampler
-/// ([`os_thread_role`]), until the thread ends.
+/// ([`os_thread_roles`]), until the thread ends.
 pub(crate) fn remember_os_role(role: ThreadRole) {
     if let (Some(tid), Ok(mut roles)) = (os_tid(), OS_ROLES.lock()) {
         if roles.len() < MAX_OS_ROLES || roles.contains_key(&tid) {
@@ -117,10 +117,12 @@ pub(crate) fn remember_os_role(role: ThreadRole) {
     }
 }
 
-/// The role of this process's thread with OS id `tid` ([`ThreadRole::Other`] when none was
-/// given, or the thread is another process's).
-pub fn os_thread_role(tid: u32) -> ThreadRole {
-    OS_ROLES.try_lock().ok().and_then(|r| r.get(&tid).copied()).unwrap_or_default()
+/// Every role this process's threads were given, by OS id (a thread not in it has none, or is
+/// another process's), as one reading: the host sampler's, once a sample. A lock waited for,
+/// not tried: a thread whose role a busy lock hid would drop out of one sample and count all
+/// its CPU since birth in the next.
+pub fn os_thread_roles() -> BTreeMap<u32, ThreadRole> {
+    OS_ROLES.lock().map(|r| r.clone()).unwrap_or_else(|e| e.into_inner().clone())
 }
 
 /// In a child process right after `fork`: the parent's roles are its threads', which do not
@@ -176,13 +178,13 @@ mod tests {
         let (tid, seen) = std::thread::spawn(|| {
             remember_os_role(ThreadRole::Compute(7));
             let tid = os_tid().unwrap();
-            (tid, os_thread_role(tid))
+            (tid, os_thread_roles().get(&tid).copied())
         })
         .join()
         .unwrap();
-        assert_eq!(seen, ThreadRole::Compute(7));
+        assert_eq!(seen, Some(ThreadRole::Compute(7)));
         // The thread ended: its OS id is free again, and so is its role.
-        assert_eq!(os_thread_role(tid), ThreadRole::Other);
-        assert_eq!(os_thread_role(os_tid().unwrap()), ThreadRole::Other, "another thread's role is not this one's");
+        assert_eq!(os_thread_roles().get(&tid), None);
+        assert_eq!(os_thread_roles().get(&os_tid().unwrap()), None, "another thread's role is not this one's");
     }
 }

@@ -545,6 +545,7 @@ impl HostSampler {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();
         };
+        let roles = crate::role::os_thread_roles();
         let mut out = Vec::new();
         let mut seen = HashMap::with_capacity(self.prev_threads.len());
         for entry in entries.flatten() {
@@ -552,10 +553,9 @@ impl HostSampler {
                 continue;
             };
             // The role given where the thread was made.
-            let role = crate::role::os_thread_role(tid);
-            if role.is_other() {
+            let Some(&role) = roles.get(&tid).filter(|r| !r.is_other()) else {
                 continue;
-            }
+            };
             // A thread may exit between listing and reading: skip it.
             let Ok(text) = std::fs::read_to_string(format!("{dir}/{tid}/stat")) else {
                 continue;
