@@ -37,7 +37,8 @@ fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(
 /// [`torch_code`]), the device moves.
 fn say_torch(change: &Change, st: &RunSettings, predicted: bool) -> Option<(String, String)> {
     let w = st.workers;
-    let code = || knobs_torch(change, st).map(|k| torch_code(&k));
+    let knobs = knobs_torch(change, st);
+    let code = || knobs.as_ref().map(torch_code);
     Some(match change {
         Change::Workers(n) => {
             (format!("{} the DataLoader's workers {w} → {n}", if predicted { "raise" } else { "try" }), code()?)
@@ -48,7 +49,7 @@ fn say_torch(change: &Change, st: &RunSettings, predicted: bool) -> Option<(Stri
         // Without workers nothing loads ahead: workers first.
         Change::Prefetch(_) if w == 0 => ("load batches ahead in worker processes".into(), code()?),
         Change::Prefetch(_) => {
-            let factor = knobs_torch(change, st)?.prefetch_factor?;
+            let factor = knobs.as_ref()?.prefetch_factor?;
             let now = st.prefetch_factor.unwrap_or(2);
             (format!("queue more batches per worker: prefetch_factor {now} → {factor}"), code()?)
         }

@@ -387,11 +387,7 @@ impl Pipeline {
         if beside <= 0.0 {
             return self.compute_ms;
         }
-        let now = if self.in_process || self.beside_loader_cpu_ms <= 0.0 {
-            0.0
-        } else {
-            beside * self.loader_cpu_ms() / self.beside_loader_cpu_ms
-        };
+        let now = if self.in_process { 0.0 } else { beside * self.loader_cpu_share() };
         (self.compute_ms - beside + now).max(0.0)
     }
 
@@ -405,12 +401,17 @@ impl Pipeline {
         } else {
             self.compute_cpu_ms_per_image
         };
-        let beside = if self.compute_cpu_beside_ms > 0.0 && self.beside_loader_cpu_ms > 0.0 {
-            self.compute_cpu_beside_ms * self.loader_cpu_ms() / self.beside_loader_cpu_ms
+        fed + self.compute_cpu_beside_ms.max(0.0) * self.loader_cpu_share()
+    }
+
+    /// The loader's CPU per image now over what it was where the parts beside it were
+    /// measured (`beside_loader_cpu_ms`): what those parts are scaled by; 0 where not measured.
+    fn loader_cpu_share(&self) -> f64 {
+        if self.beside_loader_cpu_ms > 0.0 {
+            self.loader_cpu_ms() / self.beside_loader_cpu_ms
         } else {
             0.0
-        };
-        fed + beside
+        }
     }
 
     /// Loader wall time per image, ms.
