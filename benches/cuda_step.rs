@@ -9,7 +9,7 @@
 //!
 //! Printed, medians over the steps, one table:
 //! - step with one synchronisation (the loss read back) — the reference;
-//! - step synchronised after each phase (`PIPEPROF_GPU_SYNC=phase`, today's default), and with
+//! - step synchronised after each phase (`PIPEPROF_GPU_SYNC=phase`; events are the default), and with
 //!   device events per phase read after the step (`events`): their ratio to the reference is
 //!   what timing costs (goal ≤ 1.02);
 //! - forward, backward, optimizer from the events;

@@ -83,11 +83,13 @@ pub enum GpuSync {
 }
 
 impl GpuSync {
-    /// `PIPEPROF_GPU_SYNC=phase|step` (default phase); an environment variable so that a
-    /// measurement of its cost needs no new command-line flag.
+    /// `PIPEPROF_GPU_SYNC=events|phase|step` (default events: on an H200, 2026-11-28, waiting
+    /// per phase cost the 42.5 M CNN 15% of its images/s against one wait per step, and events
+    /// cost nothing measurable, docs/gpu.md); an environment variable so that a measurement of
+    /// its cost needs no new command-line flag.
     pub fn from_env() -> anyhow::Result<GpuSync> {
         match std::env::var("PIPEPROF_GPU_SYNC") {
-            Err(std::env::VarError::NotPresent) => Ok(GpuSync::Phase),
+            Err(std::env::VarError::NotPresent) => Ok(GpuSync::Events),
             Ok(v) => GpuSync::parse(&v),
             Err(e) => anyhow::bail!("PIPEPROF_GPU_SYNC: {e}; use phase, step or events"),
         }
@@ -95,9 +97,9 @@ impl GpuSync {
 
     fn parse(s: &str) -> anyhow::Result<GpuSync> {
         match s.trim() {
-            "" | "phase" => Ok(GpuSync::Phase),
+            "phase" => Ok(GpuSync::Phase),
             "step" => Ok(GpuSync::Step),
-            "events" => Ok(GpuSync::Events),
+            "" | "events" => Ok(GpuSync::Events),
             other => anyhow::bail!("PIPEPROF_GPU_SYNC={other:?}: use phase, step or events"),
         }
     }
@@ -378,7 +380,7 @@ mod tests {
 
     #[test]
     fn gpu_sync_parses_phase_step_and_events_and_rejects_the_rest() {
-        assert_eq!(GpuSync::parse("").unwrap(), GpuSync::Phase);
+        assert_eq!(GpuSync::parse("").unwrap(), GpuSync::Events, "the default");
         assert_eq!(GpuSync::parse("phase").unwrap(), GpuSync::Phase);
         assert_eq!(GpuSync::parse(" step ").unwrap(), GpuSync::Step);
         assert_eq!(GpuSync::parse("events").unwrap(), GpuSync::Events);
