@@ -38,6 +38,9 @@ CPU_LIMIT_SCALE = 5
 # machine's start and one full run (scripts/gpu-truth.sh's header).
 RERUN_BUDGET_S = 200
 RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?) images/s")
+# Where pipeprof's report starts in a run's output, and the lines pipeprof prints before it.
+REPORT_MARK = "── pipeprof report"
+OWN_LINES = ("pipeprof:", "check-advice:")
 OWN_SKIP = "needs a GPU: pipeprof's own CUDA loop (scripts/gpu-check.sh --cpu-only runs it on the CPU)"
 
 # Per mode: the generated data (name, demo-data arguments) and each case's size. The GPU
@@ -272,9 +275,19 @@ def stop_group(p):
 
 
 def program_rate(text):
-    """The last "N images/s" the program printed, or None."""
-    found = RATE.findall(text)
+    """The last "N images/s" the program printed, or None: pipeprof's own lines (its report, which
+    names rates of its own, and its "pipeprof:" / "check-advice:" lines) are not the program's."""
+    text = text.split(REPORT_MARK, 1)[0]
+    lines = [line for line in text.splitlines() if not line.startswith(OWN_LINES)]
+    found = RATE.findall("\n".join(lines))
     return float(found[-1]) if found else None
+
+
+def steady_rate(summary):
+    """pipeprof's training rate, as its report shows it: the verdict's `now` (the one-off first
+    step and validation left out), else the summary's whole-run images/s."""
+    now = ((summary or {}).get("verdict") or {}).get("now") or {}
+    return now.get("images_per_s") or (summary or {}).get("images_per_s")
 
 
 def load_summary(path):
@@ -311,9 +324,11 @@ def pair(ctx, case, cmd, limit, env=None):
     plain = ctx.run(f"{case}.plain", cmd, limit, env)
     pp, summary = pipeprof_run(ctx, f"{case}.pipeprof", cmd, limit, env)
     plain_ips, under = program_rate(plain.text), program_rate(pp.text)
-    pp_ips = (summary or {}).get("images_per_s")
+    pp_ips = steady_rate(summary)
     verdict, detail = verdict_of(summary)
     detail["program_ips_under_pipeprof"] = "-" if under is None else f"{under:.1f}"
+    whole = (summary or {}).get("images_per_s")
+    detail["pipeprof_whole_run_ips"] = "-" if whole is None else f"{whole:.1f}"
     detail["wall_s"] = f"{plain.wall:.1f}/{pp.wall:.1f}"
     why = plain.failure("the plain run", ctx.rel(f"{case}.plain")) or pp.failure(
         "the run under pipeprof", ctx.rel(f"{case}.pipeprof"))
@@ -480,7 +495,7 @@ def case_cnn_step(ctx):
     """pipeprof's own 42.5 M CNN step on cuda (gpu-check's cnn-large-gpu*) beside PyTorch's on the
     same model, and what per-phase timing costs."""
     ips = {n: (check_summary(ctx, n) or {}).get("images_per_s") for n in
-           ("cnn-large-gpu", "cnn-large-gpu-sync-step", "cnn-large-gpu-events")}
+           ("cnn-large-gpu", "cnn-large-gpu-sync-step", "cnn-large-gpu-sync-phase")}
     s = check_summary(ctx, "cnn-large-gpu") or {}
     step = (s.get("split") or {}).get("mean_step_ms")
     torch_ms, why = torch_step_ms(ctx)
@@ -489,7 +504,8 @@ def case_cnn_step(ctx):
     if step and torch_ms:
         detail["pipeprof_over_torch"] = f"{step / torch_ms:.2f}x (goal <= 1.5)"
     one = ips["cnn-large-gpu-sync-step"]
-    for name, key in (("cnn-large-gpu", "timing_cost_sync_per_phase"), ("cnn-large-gpu-events", "timing_cost_events")):
+    # The default times each phase with CUDA events; PIPEPROF_GPU_SYNC=phase waits after each.
+    for name, key in (("cnn-large-gpu", "timing_cost_events"), ("cnn-large-gpu-sync-phase", "timing_cost_sync_per_phase")):
         if one and ips[name]:
             detail[key] = f"{one / ips[name]:.3f}x (goal <= 1.02)"
     verdict, more = verdict_of(s)

@@ -452,6 +452,7 @@ pub(crate) fn verdict_with(advice: Vec<crate::diagnose::Advice>) -> Verdict {
         flags: Vec::new(),
         advice,
         provisional: false,
+        now: None,
     }
 }
 

@@ -791,6 +791,7 @@ mod tests {
             flags: vec![crate::diagnose::Flag::Simulated { what: "--slow resize=+4ms".into() }],
             advice,
             provisional: false,
+            now: None,
         }
     }
 

@@ -203,6 +203,7 @@ fn io_verdict() -> Verdict {
         ],
         flags: vec![Flag::NetworkStorage { fs_type: "fuse.rclone".into() }],
         provisional: false,
+        now: None,
         advice: vec![
             Advice {
                 action: "Cache the decoded images on local disk".into(),
@@ -231,6 +232,7 @@ fn compute_verdict() -> Verdict {
         evidence: vec!["compute 99% of step time".into(), "wait 0.1%".into(), "queue full at 95% of steps".into()],
         flags: vec![Flag::ComputeCompetesWithLoader],
         provisional: false,
+        now: None,
         advice: vec![Advice {
             action: "Train on a GPU".into(),
             change: Change::UseDevice("cuda".into()),
@@ -257,6 +259,7 @@ fn collecting() -> State {
             flags: vec![],
             advice: vec![],
             provisional: false,
+            now: None,
         },
     )
 }

@@ -73,6 +73,7 @@ fn verdict() -> Verdict {
         flags: vec![Flag::TooFewWorkers { workers: 2, cores: 8 }],
         advice: vec![workers, resize],
         provisional: false,
+        now: None,
     }
 }
 

@@ -41,6 +41,7 @@ fn scrape(limiter: Option<Limiter>) -> Scrape {
         flags: vec![],
         advice: vec![],
         provisional: false,
+        now: None,
     });
     Scrape { summary, gpu: Some(gpu), verdict, straggler: None }
 }

@@ -147,6 +147,7 @@ fn judge(s: &Summary, finished: bool) -> Verdict {
             flags,
             advice: Vec::new(),
             provisional: false,
+            now: measured_now(s),
         };
     }
     let headline = f.headline(&limiter);
@@ -157,6 +158,7 @@ fn judge(s: &Summary, finished: bool) -> Verdict {
             None => headline,
         },
         provisional,
+        now: measured_now(s),
         evidence: f.evidence(&limiter),
         advice: frameworks::in_user_terms(f.advice(&limiter, &flags), s),
         severity: f.severity,

@@ -5,9 +5,12 @@
 use crate::aggregate::Summary;
 
 /// Today's rate as measured: images per step over the steady state's mean step time, and the
-/// steps that steady state covers.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// steps that steady state covers. The rate the report shows and every predicted gain is a
+/// ratio to; in a summary's verdict as `now` (`images_per_s` there: the summary's own
+/// `images_per_s` is the whole run's, its one-off first step and validation included).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Now {
+    #[serde(rename = "images_per_s")]
     pub rate: f64,
     pub from_step: u64,
     pub to_step: u64,

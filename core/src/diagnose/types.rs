@@ -264,4 +264,7 @@ pub struct Verdict {
     /// window fills.
     #[serde(default)]
     pub provisional: bool,
+    /// The training rate this verdict read ([`super::measured_now`]); none before a step.
+    #[serde(default)]
+    pub now: Option<super::Now>,
 }
