@@ -73,8 +73,7 @@ pub fn child_options(
         check_advice: false,
         trace: None,
         html: None,
-        metrics_listen: None,
-        metrics_allow_remote: false,
+        metrics: Default::default(),
         ..parent.clone()
     };
     if moves_off_slow_storage(change) {
@@ -572,7 +571,7 @@ mod tests {
             slow: slowed(&["decode=+1ms", "read=+2ms"]),
             no_tui: true,
             no_gpu: true,
-            metrics_listen: Some("127.0.0.1:0".into()),
+            metrics: crate::metrics::MetricsArgs { metrics_listen: Some("127.0.0.1:0".into()), ..Default::default() },
             ..ProfileOptions::default()
         };
         let a = child_args(&parent, Some(&Change::Workers(3)), 40, Path::new("/tmp/r.json"), None);

@@ -1,10 +1,11 @@
-//! Command-line interface: every clap type lives here. Commands take plain option structs;
-//! `main` converts. This module looks down only (config, data, export value types).
+//! Command-line interface: every clap type lives here but two, which live with what they
+//! define: `profile`'s flags are [`crate::profile::Options`] (checked and written back as flags
+//! there), `--metrics-listen`'s are [`crate::metrics::MetricsArgs`]. The other commands take
+//! plain option structs; `commands` converts. This module looks down only.
 
 use crate::data::demo::DemoFormat;
-use crate::export::chrome::TraceLevel;
 use crate::flags;
-use crate::limits::{MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PER_CLASS, MAX_PREFETCH, MAX_WORKERS};
+use crate::limits::{MAX_PER_CLASS, MAX_WORKERS};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -26,7 +27,7 @@ pub enum Command {
     /// Train a CNN described in cnn.toml on an image folder and report per-stage timings.
     ///
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
-    Profile(Box<ProfileArgs>),
+    Profile(Box<crate::profile::Options>),
     /// Start a training program instrumented and watch it: `pipeprof run -- python train.py`.
     ///
     /// A Python script needs no edit: PyTorch DataLoader iterations and Keras `fit` are timed
@@ -159,98 +160,6 @@ pub struct ReportArgs {
     pub html_fragment: Option<PathBuf>,
 }
 
-#[derive(Debug, Args, Clone, Default)]
-pub struct ProfileArgs {
-    /// Model and training description (Keras-like TOML). Default: the built-in examples/cnn.toml.
-    #[arg(long = flags::MODEL, value_name = "FILE")]
-    pub model: Option<PathBuf>,
-    /// Image folder with one sub-folder per class, or a packed cache written by `pipeprof cache`.
-    /// Default: a generated demo set in the cache folder.
-    #[arg(long = flags::DATA, value_name = "DIR|FILE")]
-    pub data: Option<PathBuf>,
-    /// Validation images (one sub-folder per class, same classes as --data), checked after
-    /// every epoch (overrides [data] validation_split).
-    #[arg(long = flags::VAL_DATA, value_name = "DIR")]
-    pub val_data: Option<PathBuf>,
-    /// Epochs to train (overrides [train] epochs).
-    #[arg(long = flags::EPOCHS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_EPOCHS as u64))]
-    pub epochs: Option<usize>,
-    /// Stop after N steps in total, over as many epochs as needed (overrides --epochs).
-    #[arg(long = flags::STEPS, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub steps: Option<u64>,
-    /// Images per batch (overrides [train] batch_size).
-    #[arg(long = flags::BATCH_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE as u64))]
-    pub batch_size: Option<usize>,
-    /// Loader worker threads: a number, or "auto" = start with 1 and add workers while the
-    /// training loop waits and it helps, up to the cores (overrides [data] workers).
-    #[arg(long = flags::WORKERS, value_parser = parse_workers)]
-    pub workers: Option<crate::config::Workers>,
-    /// Batches waiting in the prefetch queue (overrides [data] prefetch).
-    #[arg(long = flags::PREFETCH, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_PREFETCH as u64))]
-    pub prefetch: Option<usize>,
-    /// Seed for shuffling and weight initialisation (overrides [data] seed).
-    #[arg(long = flags::SEED)]
-    pub seed: Option<u64>,
-    /// Device to train on: cpu, cuda or cuda:N (CUDA needs a build with --features cuda).
-    #[arg(long = flags::DEVICE, default_value = "cpu")]
-    pub device: String,
-    /// Write the run's summary (settings, stages, epochs, skipped files) as JSON.
-    #[arg(long = flags::SUMMARY, value_name = "FILE")]
-    pub summary: Option<PathBuf>,
-    /// Write a Chrome/Perfetto trace (JSON) of every span, streamed as the run goes.
-    #[arg(long = flags::TRACE, value_name = "FILE")]
-    pub trace: Option<PathBuf>,
-    /// Write the report as one self-contained HTML page when the run ends (charts included).
-    #[arg(long = flags::HTML, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// Trace detail: "sample" (default) adds one span per image per loader stage, up to
-    /// 200,000 of them; "stage" keeps only the training loop's stages and counters.
-    #[arg(long = flags::TRACE_LEVEL, value_enum, default_value_t = TraceLevelArg::Sample)]
-    pub trace_level: TraceLevelArg,
-    /// Host and GPU samples per second (CPU figures refresh at most every 200 ms).
-    #[arg(long = flags::SAMPLE_HZ, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
-    pub sample_hz: f64,
-    /// Do not sample the GPU (NVML). Set PIPEPROF_NVML_LIB=/path/libnvidia-ml.so to load another library.
-    #[arg(long = flags::NO_GPU)]
-    pub no_gpu: bool,
-    /// Simulate slow storage: RATE (2MB/s), +LATENCY per file (+20ms), or both (2MB/s+20ms).
-    /// Shown as a simulation in every report.
-    #[arg(long = flags::THROTTLE_READ, value_name = "SPEC", value_parser = crate::data::simulate::parse_throttle)]
-    pub throttle_read: Option<crate::data::simulate::Throttle>,
-    /// Add time to one stage: STAGE=+MS, e.g. decode=+5ms (CPU work) or read=+10ms (waiting).
-    /// Repeatable. Shown as a simulation in every report.
-    #[arg(long = flags::SLOW, value_name = "STAGE=+MS", value_parser = crate::data::simulate::parse_slow)]
-    pub slow: Vec<crate::data::simulate::Slow>,
-    /// Testing hook: panic in the training loop at this step (proves the exit paths).
-    #[arg(long = flags::PANIC_AT_STEP, hide = true)]
-    pub panic_at_step: Option<u64>,
-    /// Testing hook: a loader worker panics while decoding this step.
-    #[arg(long = flags::PANIC_IN_LOADER_AT_STEP, hide = true)]
-    pub panic_in_loader_at_step: Option<u64>,
-    /// No live terminal view: print a progress line and the report (the default when stdout
-    /// or stdin is not a terminal).
-    #[arg(long = flags::NO_TUI)]
-    pub no_tui: bool,
-    /// After the report, re-run briefly with each applicable piece of advice (workers, batch
-    /// size, prefetch, the packed cache) and print predicted vs measured images/s.
-    #[arg(long = flags::CHECK_ADVICE)]
-    pub check_advice: bool,
-    /// Name a loader stage open longer than this as stalled, live and in the report (a read
-    /// that never returns: a FIFO, a hung network drive). Default 30.
-    #[arg(long = flags::STALL_AFTER, value_name = "SECONDS")]
-    pub stall_after: Option<f64>,
-    #[command(flatten)]
-    pub metrics: MetricsArgs,
-    /// Capacity of the event channel; when full, events are dropped and counted, never waited for.
-    #[arg(
-        long = flags::CHANNEL_CAPACITY,
-        default_value_t = probes::DEFAULT_CAPACITY,
-        hide = true,
-        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=probes::MAX_CAPACITY as u64)
-    )]
-    pub channel_capacity: usize,
-}
-
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  pipeprof run -- python train.py --epochs 2\n  pipeprof run --once --summary s.json -- python -m mypkg.train\n  pipeprof run --once --check-advice --steps 30 -- python train.py   # runs train.py again, once per advice\n\n\
@@ -294,7 +203,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", requires = "check_advice", value_parser = clap::value_parser!(u64).range(2..))]
     pub steps: Option<u64>,
     #[command(flatten)]
-    pub metrics: MetricsArgs,
+    pub metrics: crate::metrics::MetricsArgs,
     /// The program and its arguments, after `--`.
     #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -328,38 +237,7 @@ pub struct AttachArgs {
     #[arg(long)]
     pub no_tui: bool,
     #[command(flatten)]
-    pub metrics: MetricsArgs,
-}
-
-/// `--metrics-listen` and its guard, shared by profile, attach and run.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct MetricsArgs {
-    /// Serve Prometheus/OpenMetrics text at http://ADDR/metrics while the run goes (loopback
-    /// only unless --metrics-allow-remote); 127.0.0.1:0 picks a free port, printed on stderr.
-    #[arg(long = flags::METRICS_LISTEN, value_name = "ADDR")]
-    pub metrics_listen: Option<String>,
-    /// Allow --metrics-listen on a non-loopback address (the endpoint has no authentication).
-    #[arg(long = flags::METRICS_ALLOW_REMOTE, requires = "metrics_listen")]
-    pub metrics_allow_remote: bool,
-}
-
-/// `--trace-level` (see [`TraceLevel`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum TraceLevelArg {
-    /// Training-loop stages and counters only: small whatever the data set.
-    Stage,
-    /// Also one span per sample per loader stage, up to 200,000 (SAMPLE_SPAN_CAP).
-    #[default]
-    Sample,
-}
-
-impl From<TraceLevelArg> for TraceLevel {
-    fn from(a: TraceLevelArg) -> TraceLevel {
-        match a {
-            TraceLevelArg::Stage => TraceLevel::Stage,
-            TraceLevelArg::Sample => TraceLevel::Sample,
-        }
-    }
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// `demo-data --format` (see [`DemoFormat`]).
@@ -409,13 +287,6 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
         (Some(w), Some(h)) => Ok((w, h)),
         _ => Err(format!("size must be WxH with 1–16384 pixels each, got {s:?}")),
     }
-}
-
-/// `--workers`: "auto" or a number of workers in range.
-pub fn parse_workers(s: &str) -> Result<crate::config::Workers, String> {
-    let w: crate::config::Workers = s.parse()?;
-    crate::config::validate::workers_in_range(&flags::long(flags::WORKERS), w)?;
-    Ok(w)
 }
 
 /// Longest `attach --duration`: 30 days.

@@ -1,7 +1,7 @@
 //! From the command line to the commands: each `cli` argument struct becomes the plain options
 //! its command takes, and the command runs. The only module that knows both sides.
 
-use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, PackArgs, ProfileArgs, ReportArgs, RunArgs};
+use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, PackArgs, ReportArgs, RunArgs};
 use crate::{attach, cache, check_advice, check_run, offline, profile, run as run_cmd};
 use std::path::Path;
 
@@ -176,44 +176,12 @@ fn run_other(command: Command) -> anyhow::Result<()> {
 }
 
 /// `profile`, then `--check-advice`'s follow-up runs when asked for and the run was not stopped.
-fn profile(a: ProfileArgs) -> anyhow::Result<()> {
-    let opts = profile_options(a);
+fn profile(opts: profile::Options) -> anyhow::Result<()> {
     let run = profile::run(&opts)?;
     if opts.check_advice && !run.interrupted {
         check_advice::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
     }
     Ok(())
-}
-
-pub fn profile_options(a: ProfileArgs) -> profile::Options {
-    profile::Options {
-        model: a.model,
-        data: a.data,
-        val_data: a.val_data,
-        epochs: a.epochs,
-        steps: a.steps,
-        batch_size: a.batch_size,
-        workers: a.workers,
-        prefetch: a.prefetch,
-        seed: a.seed,
-        device: a.device,
-        summary: a.summary,
-        trace: a.trace,
-        html: a.html,
-        trace_level: a.trace_level.into(),
-        sample_hz: a.sample_hz,
-        no_gpu: a.no_gpu,
-        throttle_read: a.throttle_read,
-        slow: a.slow,
-        panic_at_step: a.panic_at_step,
-        panic_in_loader_at_step: a.panic_in_loader_at_step,
-        no_tui: a.no_tui,
-        check_advice: a.check_advice,
-        channel_capacity: a.channel_capacity,
-        metrics_listen: a.metrics.metrics_listen,
-        metrics_allow_remote: a.metrics.metrics_allow_remote,
-        stall_after: a.stall_after,
-    }
 }
 
 fn attach_options(a: AttachArgs) -> attach::Options {
@@ -279,45 +247,9 @@ mod tests {
     fn profile_args(args: &[std::ffi::OsString]) -> Result<profile::Options, String> {
         let argv = std::iter::once("pipeprof".into()).chain(args.iter().cloned());
         match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.command {
-            Some(Command::Profile(a)) => Ok(profile_options(*a)),
+            Some(Command::Profile(a)) => Ok(*a),
             _ => Err("not profile".into()),
         }
-    }
-
-    #[test]
-    fn options_written_as_flags_read_back_as_the_same_options() {
-        use crate::data::simulate::{parse_slow, parse_throttle};
-        let o = profile::Options {
-            model: Some("m.toml".into()),
-            data: Some("imgs dir".into()),
-            val_data: Some("val".into()),
-            epochs: Some(3),
-            steps: Some(40),
-            batch_size: Some(128),
-            workers: Some(crate::config::Workers::Auto),
-            prefetch: Some(6),
-            seed: Some(7),
-            device: "cuda:1".into(),
-            summary: Some("s.json".into()),
-            trace: Some("t.json".into()),
-            html: Some("r.html".into()),
-            trace_level: crate::export::chrome::TraceLevel::Stage,
-            sample_hz: 2.5,
-            no_gpu: true,
-            throttle_read: Some(parse_throttle("1.5MB/s+20ms").unwrap()),
-            slow: vec![parse_slow("decode=+1ms").unwrap(), parse_slow("read=+0.25ms").unwrap()],
-            panic_at_step: Some(5),
-            panic_in_loader_at_step: Some(6),
-            no_tui: true,
-            check_advice: true,
-            channel_capacity: 17,
-            stall_after: Some(0.5),
-            metrics_listen: Some("0.0.0.0:0".into()),
-            metrics_allow_remote: true,
-        };
-        assert_eq!(profile_args(&o.to_args()), Ok(o));
-        let d = profile::Options::default();
-        assert_eq!(profile_args(&d.to_args()), Ok(d));
     }
 
     #[test]

@@ -29,10 +29,11 @@ const LAYERS: &[&[&str]] = &[
     &["report", "tui", "export", "metrics"],
     &["html"],
     &["session"],
-    &["profile", "attach", "run", "offline", "cli"],
+    &["profile", "attach", "run", "offline"],
     &["rerun"],
     &["check_advice"],
     &["check_run"],
+    &["cli"],
     &["commands"],
 ];
 

@@ -170,7 +170,7 @@ fn check_profile_flag(flag: &str, value: &str) -> Result<(), String> {
     let arg = format!("{flag}={value}");
     let cli = Cli::try_parse_from(["pipeprof", "profile", &arg]).map_err(|e| e.to_string())?;
     let Some(Command::Profile(a)) = cli.command else { panic!("parsed as another command") };
-    pipeprof::commands::profile_options(*a).validate().map_err(|e| e.to_string())
+    a.validate().map_err(|e| e.to_string())
 }
 
 #[test]

@@ -22,8 +22,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-/// How much of the loader goes into the trace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How much of the loader goes into the trace (`profile --trace-level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum TraceLevel {
     /// Training-loop stages and counters only: small whatever the data set.
     Stage,

@@ -21,6 +21,18 @@ use prometheus_client::registry::Registry;
 use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 
+/// `--metrics-listen` and its guard, shared by profile, attach and run.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus/OpenMetrics text at http://ADDR/metrics while the run goes (loopback
+    /// only unless --metrics-allow-remote); 127.0.0.1:0 picks a free port, printed on stderr.
+    #[arg(long = crate::flags::METRICS_LISTEN, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// Allow --metrics-listen on a non-loopback address (the endpoint has no authentication).
+    #[arg(long = crate::flags::METRICS_ALLOW_REMOTE, requires = "metrics_listen")]
+    pub metrics_allow_remote: bool,
+}
+
 /// Parses `--metrics-listen`, refusing a non-loopback address unless `allow_remote` (the
 /// endpoint has no authentication), the way `attach`'s listener does.
 pub fn check_listen(addr: &str, allow_remote: bool) -> anyhow::Result<std::net::SocketAddr> {

@@ -45,8 +45,12 @@ pub struct Finished {
 pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     opts.validate()?;
     // Bound before anything starts: a taken port fails here, not mid-run.
-    let metrics =
-        opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
+    let metrics = opts
+        .metrics
+        .metrics_listen
+        .as_deref()
+        .map(|a| crate::metrics::bind(a, opts.metrics.metrics_allow_remote))
+        .transpose()?;
     let (mut cfg, model) = config::load_model(opts.model.as_deref())?;
     let model_name = model.to_string();
     opts.apply(&mut cfg);
