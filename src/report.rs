@@ -358,7 +358,7 @@ fn render_epochs(o: &mut String, s: &Summary) {
         if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
             // No GPU words in a run without one.
             let idle =
-                if crate::diagnose::readings::trains_on_cpu(s) { "no training step" } else { "the GPU trains nothing" };
+                if s.trains_on_cpu() { "no training step" } else { "the GPU trains nothing" };
             let _ = writeln!(o, "validation passes took {} of the run's wall time ({idle} meanwhile)", pct(share));
         }
     }

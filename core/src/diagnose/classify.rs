@@ -3,7 +3,7 @@
 
 use super::model::{Capacity, Pipeline};
 use super::now::{measured_now, Now};
-use super::readings::{measured, trains_on_cpu};
+use super::readings::measured;
 use super::thresholds::*;
 use super::{Flag, Limiter, Severity};
 use crate::aggregate::{ComputePart, StageSummary, Summary};
@@ -59,7 +59,7 @@ impl<'a> Facts<'a> {
         let p = Pipeline::from_summary(s);
         let cap = p.capacity();
         let m = &s.machine;
-        let cpu_device = trains_on_cpu(s);
+        let cpu_device = s.trains_on_cpu();
         let gpu_present = !m.devices.is_empty();
         // Unused when the run says it trains on the CPU and either NVML could see processes and
         // none was the run's, or the run knows its own device (pipeprof's loop, a Rust program:

@@ -270,11 +270,6 @@ pub fn per_s(n: f64, ms: f64) -> f64 {
     }
 }
 
-/// Whether a device string means the CPU (`cpu`, `CPU`).
-pub fn is_cpu_device(device: &str) -> bool {
-    device.trim().to_ascii_lowercase().starts_with("cpu")
-}
-
 /// A step of a loop that makes its own batches (no workers) from samples already in memory:
 /// taking the batch and computing it take turns, so a step is their sum, and each part either
 /// grows with the batch or does not. All ms per step at today's batch.

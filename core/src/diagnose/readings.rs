@@ -137,14 +137,6 @@ pub fn tree_cpu_ms_at(s: &Summary, rate: f64) -> Option<f64> {
     }
 }
 
-/// Whether the run trains on the CPU: its device says so (or says nothing), and NVML did not
-/// list any of its processes on a GPU. A program that never moved a batch to a device in a
-/// way pipeprof sees (JAX, Keras) but has a compute context on a GPU trains there.
-pub fn trains_on_cpu(s: &Summary) -> bool {
-    let d = s.settings.device.trim();
-    (d.is_empty() || is_cpu_device(d)) && s.machine.this_process_on_gpu != Some(true)
-}
-
 /// Images of the training steps TensorFlow's host-trace windows covered, when it sampled any.
 fn traced_images(s: &Summary) -> Option<f64> {
     let t = s.settings.tf_trace?;
@@ -324,7 +316,7 @@ impl Pipeline {
         let st = &s.settings;
         let (cores, physical_cores, free_cores) = cores_of(s);
         let mut loader = loader_costs(s);
-        let cpu_device = trains_on_cpu(s);
+        let cpu_device = s.trains_on_cpu();
         let batch = trained_batch(s);
         let mut compute_cpu_ms_per_image = if cpu_device { compute_cpu_ms(s, &loader, batch, free_cores) } else { 0.0 };
         let transfer_ms = step_part(s, Stage::Transfer, s.split.transfer_ms);
