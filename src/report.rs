@@ -357,8 +357,7 @@ fn render_epochs(o: &mut String, s: &Summary) {
         }
         if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
             // No GPU words in a run without one.
-            let idle =
-                if s.trains_on_cpu() { "no training step" } else { "the GPU trains nothing" };
+            let idle = if s.trains_on_cpu() { "no training step" } else { "the GPU trains nothing" };
             let _ = writeln!(o, "validation passes took {} of the run's wall time ({idle} meanwhile)", pct(share));
         }
     }

@@ -1,20 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Attach end to end: the example trainer (a user's own candle loop) and `pipeprof attach`.
 
+mod common;
+
 use pipeprof::data::demo::{DemoFormat, DemoSpec};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-
-fn example() -> PathBuf {
-    let p = Path::new(env!("CARGO_BIN_EXE_pipeprof")).parent().unwrap().join("examples/train_cnn");
-    assert!(
-        p.exists(),
-        "{} missing: run the tests with `cargo test --release --workspace` (it builds examples)",
-        p.display()
-    );
-    p
-}
 
 struct Env {
     dir: tempfile::TempDir,
@@ -44,7 +36,7 @@ impl Env {
 
     /// [`Env::start_example`] with more environment variables.
     fn start_example_env(&self, extra: &[&str], vars: &[(&str, &str)]) -> (Child, String) {
-        let mut child = Command::new(example())
+        let mut child = Command::new(common::example())
             .args(["--data", self.data.to_str().unwrap(), "--batch-size", "8", "--size", "24"])
             .args(extra)
             .envs(vars.iter().copied())
@@ -76,10 +68,6 @@ fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
-fn summary(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
-
 fn stage_count(s: &serde_json::Value, name: &str) -> u64 {
     s["stages"]
         .as_array()
@@ -105,7 +93,7 @@ fn attach_once_sees_every_stage_and_the_verdict() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("run ended"), "{stderr}");
     assert!(stdout.contains("verdict:"), "{stdout}");
-    let s = summary(&out_json);
+    let s = common::read_summary(&out_json);
     assert_eq!(s["steps"], 20, "the example waited for us: every step arrived");
     for st in ["read", "decode", "resize", "wait", "transfer", "compute", "forward", "backward", "optimizer"] {
         assert!(stage_count(&s, st) > 0, "stage {st} missing: {s}");
@@ -126,8 +114,8 @@ fn two_clients_at_once_both_get_the_whole_run() {
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", text(&out).1);
     }
-    assert_eq!(summary(&a)["steps"], 15);
-    assert_eq!(summary(&b)["steps"], 15);
+    assert_eq!(common::read_summary(&a)["steps"], 15);
+    assert_eq!(common::read_summary(&b)["steps"], 15);
     assert!(example.wait_with_output().unwrap().status.success());
 }
 
@@ -154,7 +142,7 @@ fn nothing_to_attach_to_and_remote_listen_are_explained() {
     let out = env.attach(&["--once"]).wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).1.contains("no instrumented run to attach to"), "{}", text(&out).1);
-    let out = Command::new(example())
+    let out = Command::new(common::example())
         .args(["--data", env.data.to_str().unwrap(), "--steps", "1"])
         .env("PIPEPROF_LISTEN", "0.0.0.0:0")
         .output()
@@ -181,7 +169,7 @@ fn attach_to_several_ranks_at_once_keeps_them_apart() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("as rank 1") && stderr.contains("as rank 0"), "{stderr}");
-    let s = summary(&out_json);
+    let s = common::read_summary(&out_json);
     assert_eq!(s["steps"], 22, "both ranks' steps count for the run");
     let ranks: Vec<(u64, u64)> = s["ranks"]
         .as_array()

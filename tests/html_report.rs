@@ -155,14 +155,7 @@ fn chromium(args: &[String]) -> Output {
     let child = c
         .spawn()
         .unwrap_or_else(|e| panic!("no `chromium` on PATH ({e}): apt-get install chromium (scripts/test.sh does)"));
-    struct Group(libc::pid_t);
-    impl Drop for Group {
-        fn drop(&mut self) {
-            // SAFETY: a signal to the process group this test started.
-            unsafe { libc::kill(-self.0, libc::SIGKILL) };
-        }
-    }
-    let _group = Group(child.id() as libc::pid_t);
+    let _group = common::GroupKilledOnDrop(child.id() as i32);
     common::output_within(child, std::time::Duration::from_secs(120), "chromium")
 }
 

@@ -6,7 +6,7 @@ mod common;
 use common::{demo, pipeprof, text, write_tiny_model};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// `GET path` over a plain TCP connection: status line, headers and body as one string, or
 /// None when nothing listens (yet, or any more).
@@ -33,15 +33,6 @@ fn metrics_address(lines: &mut impl Iterator<Item = std::io::Result<String>>) ->
         .expect("the bound address is printed on stderr")
 }
 
-/// Kills the run when the test ends, passed or not.
-struct Run(Child);
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn profile_serves_openmetrics_with_steps_stages_and_the_limiter_while_it_trains() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,7 +48,7 @@ fn profile_serves_openmetrics_with_steps_stages_and_the_limiter_while_it_trains(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut run = Run(child);
+    let mut run = common::KillOnDrop(child);
     let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
     // The address is printed once bound, before training starts.
     let mut addr = None;
@@ -126,7 +117,7 @@ fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut run = Run(child);
+    let mut run = common::KillOnDrop(child);
     let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
     let addr = metrics_address(&mut lines);
     std::thread::spawn(move || lines.for_each(drop));
@@ -194,7 +185,7 @@ fn run_reports_the_programs_memory_not_its_own() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut run = Run(child);
+    let mut run = common::KillOnDrop(child);
     let mut lines = BufReader::new(run.0.stderr.take().unwrap()).lines();
     let addr = metrics_address(&mut lines);
     let stderr = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());

@@ -11,15 +11,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
-/// Kills a process when the test ends, passed or not.
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The first `prefix…` of the child's stderr, cut at the next space or quote; the rest is
 /// drained on a thread so that a full pipe never holds the child up.
 fn stderr_word(c: &mut Child, prefix: &str) -> String {
@@ -73,7 +64,7 @@ fn a_real_prometheus_scrapes_the_series_with_their_labels() {
     let data = dir.path().join("data");
     demo(&data, 2, 16, 5);
     let model = write_tiny_model(dir.path());
-    let mut run = Killed(
+    let mut run = common::KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_pipeprof"))
             .args(["profile", "--no-tui", "--no-gpu", "--model", &model, "--data"])
             .arg(&data)
@@ -93,7 +84,7 @@ fn a_real_prometheus_scrapes_the_series_with_their_labels() {
         ),
     )
     .unwrap();
-    let mut prom = Killed(
+    let mut prom = common::KillOnDrop(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))

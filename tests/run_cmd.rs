@@ -7,7 +7,7 @@ mod common;
 
 use common::text;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// `pipeprof run` with a private runtime folder (its socket and start-up hook go there).
@@ -15,10 +15,6 @@ fn run_cmd(runtime: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
     c.env("XDG_RUNTIME_DIR", runtime).arg("run").arg("--once").arg("--no-gpu");
     c
-}
-
-fn summary(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).expect("summary written")).expect("summary is JSON")
 }
 
 #[test]
@@ -36,7 +32,7 @@ fn the_programs_exit_code_is_pipeprofs_and_a_failure_is_marked() {
     assert!(text(&out.stdout).contains("training"), "the program keeps its output");
     assert!(err.contains("RUN FAILED: sh exited with status 3"), "{err}");
     assert!(err.contains("no process of `sh -c echo training; exit 3` connected"), "{err}");
-    assert_eq!(summary(&s)["failed"], "sh exited with status 3");
+    assert_eq!(common::read_summary(&s)["failed"], "sh exited with status 3");
     // The run's scratch files are gone: the socket and the start-up hook's folder.
     let left: Vec<_> = std::fs::read_dir(dir.path().join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "{left:?}");
@@ -48,7 +44,7 @@ fn a_clean_exit_is_no_failure() {
     let s = dir.path().join("s.json");
     let out = run_cmd(dir.path()).arg("--summary").arg(&s).args(["--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(summary(&s).get("failed").is_none());
+    assert!(common::read_summary(&s).get("failed").is_none());
 }
 
 #[test]
@@ -108,7 +104,7 @@ fn interrupt_run(args: &[&str], script: &str) -> (String, std::process::Output, 
     let mut report = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
     let out = child.wait_with_output().unwrap();
-    (report, out, summary(&s))
+    (report, out, common::read_summary(&s))
 }
 
 #[test]
@@ -160,12 +156,6 @@ fn the_stop_timeout_must_be_a_positive_number_of_seconds() {
     assert!(err.contains("--stop-timeout") && err.contains("must be more than 0"), "{err}");
 }
 
-fn example() -> PathBuf {
-    let p = Path::new(env!("CARGO_BIN_EXE_pipeprof")).parent().unwrap().join("examples/train_cnn");
-    assert!(p.exists(), "{} missing: run the tests with `cargo test --release --workspace`", p.display());
-    p
-}
-
 #[test]
 fn a_rust_program_started_under_run_sends_its_stages_to_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -178,7 +168,7 @@ fn a_rust_program_started_under_run_sends_its_stages_to_it() {
         .arg("--trace")
         .arg(&t)
         .arg("--")
-        .arg(example())
+        .arg(common::example())
         .arg("--data")
         .arg(&data)
         .args(["--steps", "5", "--size", "16", "--workers", "1", "--batch-size", "4"])
@@ -186,7 +176,7 @@ fn a_rust_program_started_under_run_sends_its_stages_to_it() {
         .unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let v = summary(&s);
+    let v = common::read_summary(&s);
     assert_eq!(v["steps"], 5, "{err}");
     assert_eq!(v["images"], 20);
     let stages: Vec<&str> = v["stages"].as_array().unwrap().iter().filter_map(|x| x["stage"].as_str()).collect();
@@ -213,7 +203,7 @@ fn rust_programs_started_per_rank_are_kept_apart() {
     let one = |rank: u32, steps: u32| {
         format!(
             "RANK={rank} LOCAL_RANK={rank} WORLD_SIZE=2 '{}' --data '{}' --steps {steps} --size 16 --workers 1 --batch-size 4",
-            example().display(),
+            common::example().display(),
             data.display()
         )
     };
@@ -228,7 +218,7 @@ fn rust_programs_started_per_rank_are_kept_apart() {
         .unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let v = summary(&s);
+    let v = common::read_summary(&s);
     assert_eq!(v["steps"], 13, "{err}");
     let ranks: Vec<(u64, u64, u64)> = v["ranks"]
         .as_array()
@@ -277,7 +267,7 @@ fn the_gpu_is_the_runs_when_nvml_lists_a_process_started_below_it() {
     let child: u32 = std::fs::read_to_string(&pids).unwrap().trim().parse().unwrap();
     assert!(report.contains(&format!("the run uses it: sh pid {child} 520 MiB")), "{report}");
     assert!(!report.contains("unused"), "{report}");
-    let v = summary(&s);
+    let v = common::read_summary(&s);
     let d = &v["machine"]["devices"][0];
     assert_eq!(d["this_process_on_gpu"], true, "{d}");
     assert_eq!(d["run_processes"][0]["pid"], child, "{d}");
@@ -301,7 +291,7 @@ fn a_run_whose_socket_file_was_removed_still_ends_with_its_report() {
     let out = common::output_within(child, std::time::Duration::from_secs(60), "pipeprof run");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("── pipeprof report"), "{}", text(&out.stdout));
-    assert!(summary(&s).get("failed").is_none());
+    assert!(common::read_summary(&s).get("failed").is_none());
 }
 
 /// `pipeprof run` of `sh -c script` with a trace and a summary, stderr read line by line into
@@ -343,17 +333,9 @@ fn files_kept_and_scratch_gone(dir: &Path) {
     let t = std::fs::read_to_string(dir.join("t.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&t).expect("the trace parses");
     assert!(v["traceEvents"].is_array());
-    summary(&dir.join("s.json"));
+    common::read_summary(&dir.join("s.json"));
     let left: Vec<_> = std::fs::read_dir(dir.join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "{left:?}");
-}
-
-/// Whether `pid` is gone (or a zombie waiting for its reaper: it runs no more).
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
 }
 
 #[test]
@@ -391,7 +373,7 @@ fn a_second_sigterm_ends_a_group_that_ignores_it_and_still_writes_everything() {
     assert_eq!(status.code(), Some(137), "{seen:#?}");
     assert!(seen.iter().any(|l| l.contains("SIGKILL to its process group")), "{seen:#?}");
     files_kept_and_scratch_gone(dir.path());
-    assert!(gone(sleeper), "the program's group is still running");
+    assert!(common::gone(sleeper), "the program's group is still running");
 }
 
 #[test]
@@ -413,7 +395,7 @@ fn a_hangup_ends_the_group_and_still_writes_everything() {
     assert_eq!(status.code(), Some(143), "sh died of the SIGTERM sent to its group: {seen:#?}");
     assert!(seen.iter().any(|l| l.contains("the terminal hung up: SIGTERM")), "{seen:#?}");
     files_kept_and_scratch_gone(dir.path());
-    assert!(gone(sleeper), "the program's group is still running");
+    assert!(common::gone(sleeper), "the program's group is still running");
 }
 
 #[test]
@@ -428,5 +410,5 @@ fn a_closed_stdout_costs_neither_the_summary_nor_the_programs_exit_code() {
     // Before: a panic printing the report (exit 101), and no summary.
     assert_eq!(status.code(), Some(3), "{seen:#?}");
     assert!(!seen.iter().any(|l| l.contains("panicked")), "{seen:#?}");
-    assert_eq!(summary(&dir.path().join("s.json"))["failed"], "sh exited with status 3");
+    assert_eq!(common::read_summary(&dir.path().join("s.json"))["failed"], "sh exited with status 3");
 }

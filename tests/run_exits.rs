@@ -3,6 +3,8 @@
 //! under `--once` on a real pty (an interactive bash drives it), SIGQUIT/USR1/USR2/ALRM, and
 //! pipeprof killed outright.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -148,24 +150,6 @@ fn first_pids(child: &mut std::process::Child) -> (Vec<i32>, std::thread::JoinHa
     (line.split_whitespace().map(|p| p.parse().expect("the script printed pids")).collect(), rest)
 }
 
-/// The program's process group, killed when the test ends (a failed one leaves nothing).
-struct Group(i32);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // SAFETY: the group this test's program made (harmless when gone).
-        unsafe { libc::kill(-self.0, libc::SIGKILL) };
-    }
-}
-
-/// Whether `pid` is gone (or a zombie: it runs no more).
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
 /// Whether `done` holds within [`BOUND`] (looked at every 20 ms: a bound, not a wait).
 fn within(mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + BOUND;
@@ -185,7 +169,7 @@ fn quit_usr1_usr2_and_alrm_end_the_run_as_sigterm_does() {
         // The program's group: sh and a sleeper it started; it prints both pids first.
         let mut child = start_run(dir.path(), "sleep 1000 & echo $$ $!; wait");
         let (pids, rest) = first_pids(&mut child);
-        let (_group, sleeper) = (Group(pids[0]), pids[1]);
+        let (_group, sleeper) = (common::GroupKilledOnDrop(pids[0]), pids[1]);
         // Before: pipeprof died of the signal, the trace open, no summary, the group running.
         // SAFETY: a signal to the child this test started.
         unsafe { libc::kill(child.id() as i32, sig) };
@@ -206,7 +190,7 @@ fn quit_usr1_usr2_and_alrm_end_the_run_as_sigterm_does() {
         let left: Vec<_> =
             std::fs::read_dir(dir.path().join("pipeprof")).unwrap().flatten().map(|e| e.path()).collect();
         assert!(left.is_empty(), "signal {sig}: {left:?}");
-        assert!(gone(sleeper), "signal {sig}: the program's group is still running");
+        assert!(common::gone(sleeper), "signal {sig}: the program's group is still running");
     }
 }
 
@@ -216,11 +200,11 @@ fn the_program_does_not_outlive_a_pipeprof_killed_outright() {
     // The program itself (pipeprof's child) prints its pid.
     let mut child = start_run(dir.path(), "echo $$; exec sleep 1000");
     let (pids, _rest) = first_pids(&mut child);
-    let _group = Group(pids[0]);
+    let _group = common::GroupKilledOnDrop(pids[0]);
     child.kill().unwrap();
     child.wait().unwrap();
     // Before: the program went on, reparented, unseen. Now it gets SIGTERM when pipeprof dies.
-    assert!(within(|| gone(pids[0])), "the program outlived pipeprof");
+    assert!(within(|| common::gone(pids[0])), "the program outlived pipeprof");
 }
 
 use std::os::unix::process::ExitStatusExt;

@@ -68,3 +68,47 @@ pub fn output_within(child: std::process::Child, limit: std::time::Duration, wha
         }
     }
 }
+
+/// The example Rust training program `pipeprof run` drives (built by `cargo test --workspace`).
+pub fn example() -> std::path::PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_pipeprof")).parent().unwrap().join("examples/train_cnn");
+    assert!(
+        p.exists(),
+        "{} missing: run the tests with `cargo test --release --workspace` (it builds examples)",
+        p.display()
+    );
+    p
+}
+
+/// A summary file (`--summary`) as JSON.
+pub fn read_summary(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).expect("summary written")).expect("summary is JSON")
+}
+
+/// Whether `pid` is gone (or a zombie: it runs no more).
+pub fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A child killed (and reaped) when the test ends, passed or not.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process group killed when the test ends, passed or not (a failed test leaves nothing).
+pub struct GroupKilledOnDrop(pub i32);
+
+impl Drop for GroupKilledOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a process group the test started (harmless when gone).
+        unsafe { libc::kill(-self.0, libc::SIGKILL) };
+    }
+}
