@@ -5,9 +5,9 @@
 //! `cargo bench --bench cache [-- DIR]`. Without DIR, uses the 200 noisy 500×375 JPEGs the
 //! loader bench writes to target/bench-photos.
 
-use pipeprof::cache::{build, BuildOptions, Packed};
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
-use pipeprof::data::{scan, Loader, LoaderConfig, SampleSource};
+use pipeprof_trainer::cache::{build, BuildOptions, Packed};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::{scan, Loader, LoaderConfig, SampleSource};
 use probes::{clock, Probe};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,9 +46,9 @@ fn main() {
     let r = build(&BuildOptions {
         data: dir.clone(),
         out: out.clone(),
-        size: pipeprof::cache::Size::Fixed { height: 150, width: 150 },
+        size: pipeprof_trainer::cache::Size::Fixed { height: 150, width: 150 },
         channels: 3,
-        rules: pipeprof::data::scan::Rules::Pipeprof,
+        rules: pipeprof_trainer::data::scan::Rules::Pipeprof,
         exact_decode: false,
         model: "bench".into(),
         workers: cores,

@@ -31,9 +31,9 @@ fn main() {
 fn main() {
     use candle_core::{DType, Device, Tensor};
     use candle_nn::{VarBuilder, VarMap};
-    use pipeprof::config::ModelConfig;
-    use pipeprof::train::gpu_events::{cuda::StreamEvents, PhaseEvents};
-    use pipeprof::train::{device::pinned::Staging, model::Cnn, optim::Opt, seed_weights};
+    use pipeprof_core::config::ModelConfig;
+    use pipeprof_trainer::train::gpu_events::{cuda::StreamEvents, PhaseEvents};
+    use pipeprof_trainer::train::{device::pinned::Staging, model::Cnn, optim::Opt, seed_weights};
     use probes::Stage;
     use std::time::Instant;
 

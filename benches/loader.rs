@@ -13,9 +13,9 @@
 //! Then, in this process: decode + resize per image with the scaled JPEG decode vs at full
 //! size, and the PSNR between the two results.
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
-use pipeprof::data::image::{decode, decode_for, Pixels, Resizer};
-use pipeprof::data::{scan, Dataset, Loader, LoaderConfig};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::image::{decode, decode_for, Pixels, Resizer};
+use pipeprof_trainer::data::{scan, Dataset, Loader, LoaderConfig};
 use probes::{clock, Probe, ProbeLayer};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,7 +60,7 @@ fn child(dir: &Path, spans: &str) {
 
 /// A photo-like frame: a lit gradient, 40 textured discs, sensor-like noise of ±`noise`.
 fn camera_frame(w: usize, h: usize, seed: u64, noise: u64) -> Vec<u8> {
-    let mut rng = pipeprof::data::rng::SplitMix::new(seed);
+    let mut rng = pipeprof_trainer::data::rng::SplitMix::new(seed);
     let discs: Vec<(f32, f32, f32, [f32; 3], f32)> = (0..40)
         .map(|_| {
             let (x, y) = (rng.below(w as u64) as f32, rng.below(h as u64) as f32);

@@ -4,9 +4,9 @@
 //!
 //! `cargo bench --bench metrics`
 
-use pipeprof::aggregate::machine::GpuPoint;
-use pipeprof::aggregate::{StageSummary, Summary};
 use pipeprof::metrics::{render, Listener, Scrape};
+use pipeprof_core::aggregate::machine::GpuPoint;
+use pipeprof_core::aggregate::{StageSummary, Summary};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
@@ -58,7 +58,7 @@ fn main() {
     // A distributed run of 8 ranks: each rank's series and the straggler gauges as well.
     let mut ranked = s.clone();
     ranked.summary.ranks = (0..8u32)
-        .map(|r| pipeprof::aggregate::ranks::RankLine {
+        .map(|r| pipeprof_core::aggregate::ranks::RankLine {
             rank: r,
             local_rank: r,
             world_size: 8,

@@ -5,9 +5,9 @@
 //!
 //! `cargo bench --bench report_rss` (PP_TRACE_MB sets the full size, default 1024).
 
-use pipeprof::aggregate::RunSettings;
 use pipeprof::export::chrome::{ChromeTrace, TraceLevel};
 use pipeprof::export::Exporter;
+use pipeprof_core::aggregate::RunSettings;
 use probes::sampler::HostSample;
 use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::path::Path;

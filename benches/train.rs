@@ -14,7 +14,7 @@
 //! (default 2) for both rayon (`RAYON_NUM_THREADS`) and torch (`OMP_NUM_THREADS`,
 //! `torch.set_num_threads`); the large CNN's batch: `PIPEPROF_BENCH_BATCH` (default 8);
 //! rounds: `PIPEPROF_BENCH_ROUNDS` (default 3); `PIPEPROF_BENCH_MALLOC=default` skips
-//! [`pipeprof::train::device::keep_freed_memory`]. The peer runs when `python3 -c "import torch"`
+//! [`pipeprof_trainer::train::device::keep_freed_memory`]. The peer runs when `python3 -c "import torch"`
 //! works; `PIPEPROF_PYTHON` names another interpreter.
 //!
 //! Each round runs pipeprof's three variants one step each in turn, then the peer's steps;
@@ -23,11 +23,11 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use pipeprof::config::ModelConfig;
-use pipeprof::train::layerwise;
-use pipeprof::train::model::Cnn;
-use pipeprof::train::optim::Opt;
-use pipeprof::train::seed_weights;
+use pipeprof_core::config::ModelConfig;
+use pipeprof_trainer::train::layerwise;
+use pipeprof_trainer::train::model::Cnn;
+use pipeprof_trainer::train::optim::Opt;
+use pipeprof_trainer::train::seed_weights;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
@@ -212,7 +212,7 @@ fn main() {
     // As `pipeprof profile` does on a CPU device (PIPEPROF_BENCH_MALLOC=default leaves glibc's
     // settings, to measure what this is worth in alternating processes).
     if std::env::var("PIPEPROF_BENCH_MALLOC").as_deref() != Ok("default") {
-        pipeprof::train::device::keep_freed_memory(&Device::Cpu);
+        pipeprof_trainer::train::device::keep_freed_memory(&Device::Cpu);
     }
     let cases = [
         Case {

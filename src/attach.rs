@@ -1,10 +1,10 @@
 //! `pipeprof attach`: watch a training run in another process.
 
-use crate::aggregate::RunSettings;
-use crate::diagnose::Diagnosed;
 use crate::report;
 use crate::session::{Running, SecondInterrupt, Session, Stop, TraceSpec};
 use anyhow::{bail, Context};
+use pipeprof_core::aggregate::RunSettings;
+use pipeprof_core::diagnose::Diagnosed;
 use probes::attach::conn::{Address, Stream};
 use probes::attach::wire::{self, Frame, ServerStats};
 use probes::{Event, Probe};
@@ -185,14 +185,14 @@ fn list() -> anyhow::Result<()> {
     let dir = probes::attach::runtime_dir()?;
     let found = discover(&dir);
     if found.is_empty() {
-        crate::progress::out(&format!(
+        pipeprof_trainer::progress::out(&format!(
             "no instrumented runs in {}\n",
-            crate::progress::clean(&dir.display().to_string())
+            pipeprof_trainer::progress::clean(&dir.display().to_string())
         ));
     }
     for f in found {
         let line = format!("{}  {}  {}", f.pid, f.program, f.socket.display());
-        crate::progress::out(&format!("{}\n", crate::progress::clean(&line)));
+        pipeprof_trainer::progress::out(&format!("{}\n", pipeprof_trainer::progress::clean(&line)));
     }
     Ok(())
 }
@@ -203,28 +203,29 @@ fn settings_of(hello: &wire::Hello, addr: &str) -> anyhow::Result<RunSettings> {
     // out; the others are kept.
     let mut settings = RunSettings::default();
     for why in settings.merge_json(&hello.settings) {
-        crate::progress::warn(&format!("{addr}: a setting the run sent does not read, left out: {why}"));
+        pipeprof_trainer::progress::warn(&format!("{addr}: a setting the run sent does not read, left out: {why}"));
     }
     if let Err(why) = crate::export::read::check_settings(&settings) {
         bail!("{addr}: the run sent settings out of range ({why}): not attaching");
     }
     if settings.model.is_empty() {
-        settings.model = crate::model_source::ModelSource::Program(crate::aggregate::settings::clean_name(
-            &hello.program,
-            crate::aggregate::settings::MAX_NAME,
-        ));
+        settings.model =
+            pipeprof_core::model_source::ModelSource::Program(pipeprof_core::aggregate::settings::clean_name(
+                &hello.program,
+                pipeprof_core::aggregate::settings::MAX_NAME,
+            ));
     }
     Ok(settings)
 }
 
 fn say_how_it_ended(ended: Ended, prefix: &str) {
     match ended {
-        Ended::Run(stats) => crate::progress::say(&format!(
+        Ended::Run(stats) => pipeprof_trainer::progress::say(&format!(
             "{prefix}pipeprof: run ended ({} events dropped in the run, {} slow clients cut off, {} events not sendable)",
             stats.events_dropped, stats.slow_clients_dropped, stats.unencodable_frames
         )),
-        Ended::Other(why) if why == "detached" => crate::progress::say(&format!("{prefix}pipeprof: detached; the run goes on")),
-        Ended::Other(why) => crate::progress::say(&format!("{prefix}pipeprof: {why}")),
+        Ended::Other(why) if why == "detached" => pipeprof_trainer::progress::say(&format!("{prefix}pipeprof: detached; the run goes on")),
+        Ended::Other(why) => pipeprof_trainer::progress::say(&format!("{prefix}pipeprof: {why}")),
     }
 }
 
@@ -301,7 +302,7 @@ fn watch_one(args: &Options) -> anyhow::Result<Watched> {
     let settings = settings_of(&opened.hello, &opened.addr)?;
     let hello = &opened.hello;
     // The program name comes from the other process.
-    crate::progress::say(&format!(
+    pipeprof_trainer::progress::say(&format!(
         "pipeprof: attached to {} (pid {}) at {}; {} detaches, the run goes on",
         hello.program,
         hello.pid,
@@ -316,11 +317,11 @@ fn watch_one(args: &Options) -> anyhow::Result<Watched> {
 /// `attach A B …`: several runs (the ranks of one distributed run) watched as one, each
 /// connection's events counted for the run and for its rank.
 fn watch_ranks(args: &Options) -> anyhow::Result<Watched> {
-    if args.also.len() >= crate::aggregate::ranks::MAX_RANKS {
+    if args.also.len() >= pipeprof_core::aggregate::ranks::MAX_RANKS {
         bail!(
             "{} targets: attach watches at most {} ranks at once",
             args.also.len() + 1,
-            crate::aggregate::ranks::MAX_RANKS
+            pipeprof_core::aggregate::ranks::MAX_RANKS
         );
     }
     let targets: Vec<&str> = args.target.iter().chain(&args.also).map(String::as_str).collect();
@@ -328,13 +329,13 @@ fn watch_ranks(args: &Options) -> anyhow::Result<Watched> {
     let said: Vec<Option<probes::Rank>> = opened.iter().map(|o| o.hello.rank).collect();
     let ranks = ranks_of(&said).map_err(|e| anyhow::anyhow!(e))?;
     if said.iter().any(Option::is_none) {
-        crate::progress::warn(
+        pipeprof_trainer::progress::warn(
             "a process named no rank (no RANK/WORLD_SIZE in its environment): ranked by the order given",
         );
     }
     let settings = settings_of(&opened[0].hello, &opened[0].addr)?;
     for (o, r) in opened.iter().zip(&ranks) {
-        crate::progress::say(&format!(
+        pipeprof_trainer::progress::say(&format!(
             "pipeprof: attached to {} (pid {}) at {} as rank {}",
             o.hello.program, o.hello.pid, o.addr, r.rank
         ));
@@ -356,7 +357,7 @@ fn watch_ranks(args: &Options) -> anyhow::Result<Watched> {
 impl Watched {
     /// What the greetings said, before any event: the threads each program has, and each
     /// rank's own settings (its batch size, workers).
-    fn prime(&self, agg: &mut crate::aggregate::Aggregator) {
+    fn prime(&self, agg: &mut pipeprof_core::aggregate::Aggregator) {
         for c in &self.conns {
             let hello = &c.opened.hello;
             for t in hello.thread_events() {
@@ -461,7 +462,7 @@ pub fn run(args: &Options) -> anyhow::Result<Diagnosed> {
         say_how_it_ended(ended, &prefix);
     }
     let fin = running.finish(None);
-    crate::progress::out(&report::render(&fin.done));
+    pipeprof_trainer::progress::out(&report::render(&fin.done));
     fin.written?;
     match fin.collector_died {
         Some(why) => Err(anyhow::anyhow!(why)),

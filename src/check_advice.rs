@@ -6,10 +6,10 @@
 //! (one typed change made, written as flags by `profile::Options::to_args`), the same number
 //! of steps and its own summary file; a failed run says why and the rest go on.
 
-use crate::aggregate::Summary;
-use crate::diagnose::{Change, Verdict};
 use crate::profile::Options as ProfileOptions;
 use crate::rerun::{self, run_watched, steady_rate, stop_check, FollowUp, Measured, NoRate, Outcome};
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::{Change, Verdict};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -81,7 +81,7 @@ pub fn child_options(
         o.slow.retain(|s| s.stage != probes::Stage::Read);
     }
     match change {
-        Some(Change::Workers(w)) => o.workers = Some(crate::config::Workers::Fixed(*w)),
+        Some(Change::Workers(w)) => o.workers = Some(pipeprof_core::config::Workers::Fixed(*w)),
         Some(Change::BatchSize(b)) => o.batch_size = Some(*b),
         Some(Change::Prefetch(p)) => o.prefetch = Some(*p),
         Some(Change::Cache { .. } | Change::CopyLocal) => {
@@ -227,7 +227,7 @@ pub fn copy_local(data: &Path, tmp: &Path) -> Result<(PathBuf, String), NoRate> 
 fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Result<f64, NoRate> {
     let t0 = Instant::now();
     let mut c = Command::new(exe);
-    use crate::flags::{long, DATA, MODEL, OUT};
+    use pipeprof_core::flags::{long, DATA, MODEL, OUT};
     c.arg("cache").arg(long(DATA)).arg(data).arg(long(OUT)).arg(out);
     if let Some(m) = model {
         c.arg(long(MODEL)).arg(m);
@@ -243,14 +243,14 @@ fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Res
 /// `parent` is the main run's options, `data` the data it read.
 pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdict) {
     let runs = plan(verdict);
-    crate::progress::out("\n");
+    pipeprof_trainer::progress::out("\n");
     if runs.len() == 1 {
-        crate::progress::out("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check\n");
+        pipeprof_trainer::progress::out("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check\n");
         return;
     }
     let Some((exe, tmp, _tmp_guard)) = rerun_setup("pipeprof-check") else { return };
     let steps = parent.steps.unwrap_or(rerun::DEFAULT_STEPS);
-    crate::progress::out(&format!(
+    pipeprof_trainer::progress::out(&format!(
         "check-advice: 1 baseline + {} follow-up runs of {steps} steps each (this run's settings, one change per run)\n",
         runs.len() - 1
     ));
@@ -259,7 +259,7 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
     drop(_tmp_guard);
     let elsewhere = rerun::Elsewhere::of_outcomes(main, &results);
     let main_rate = steady_rate(main).unwrap_or(main.images_per_s);
-    crate::progress::out(&rerun::render(&runs[..results.len()], &results, main_rate, &elsewhere));
+    pipeprof_trainer::progress::out(&rerun::render(&runs[..results.len()], &results, main_rate, &elsewhere));
 }
 
 /// One follow-up: the data it reads made first (a copy, the cache), then this binary with
@@ -312,17 +312,19 @@ pub fn rerun_setup(prefix: &str) -> Option<(PathBuf, PathBuf, TempDir)> {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            crate::progress::out(&format!("check-advice: cannot find this program to re-run it ({e}): skipped\n"));
+            pipeprof_trainer::progress::out(&format!(
+                "check-advice: cannot find this program to re-run it ({e}): skipped\n"
+            ));
             return None;
         }
     };
     for line in sweep(&std::env::temp_dir()) {
-        crate::progress::say(&format!("check-advice: {line}"));
+        pipeprof_trainer::progress::say(&format!("check-advice: {line}"));
     }
     match TempDir::private(prefix) {
         Ok(guard) => Some((exe, guard.path().to_path_buf(), guard)),
         Err(e) => {
-            crate::progress::out(&format!("check-advice: {e}: skipped\n"));
+            pipeprof_trainer::progress::out(&format!("check-advice: {e}: skipped\n"));
             None
         }
     }
@@ -354,7 +356,7 @@ impl TempDir {
     fn new(dir: &Path) -> TempDir {
         rerun::SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
         let d = dir.to_path_buf();
-        crate::signal::on_abort(Box::new(move || {
+        pipeprof_core::signal::on_abort(Box::new(move || {
             let _ = std::fs::remove_dir_all(&d);
         }));
         TempDir(dir.to_path_buf())
@@ -441,8 +443,8 @@ fn alive(pid: u32) -> bool {
 /// A verdict that says only `advice` (what the plans read), for the re-run plans' tests here
 /// and in `check_run`.
 #[cfg(test)]
-pub(crate) fn verdict_with(advice: Vec<crate::diagnose::Advice>) -> Verdict {
-    use crate::diagnose::{Limiter, Severity};
+pub(crate) fn verdict_with(advice: Vec<pipeprof_core::diagnose::Advice>) -> Verdict {
+    use pipeprof_core::diagnose::{Limiter, Severity};
     Verdict {
         limiter: Limiter::Preprocess,
         severity: Severity::High,
@@ -459,7 +461,7 @@ pub(crate) fn verdict_with(advice: Vec<crate::diagnose::Advice>) -> Verdict {
 mod tests {
     use super::verdict_with as verdict;
     use super::*;
-    use crate::diagnose::Advice;
+    use pipeprof_core::diagnose::Advice;
 
     fn advice(change: Change, gain: Option<f64>) -> Advice {
         Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into(), basis: None }
@@ -505,8 +507,8 @@ mod tests {
     }
 
     /// Options with `--slow` values, as the command line gives them.
-    fn slowed(specs: &[&str]) -> Vec<crate::data::simulate::Slow> {
-        specs.iter().map(|s| crate::data::simulate::parse_slow(s).unwrap()).collect()
+    fn slowed(specs: &[&str]) -> Vec<pipeprof_trainer::data::simulate::Slow> {
+        specs.iter().map(|s| pipeprof_trainer::data::simulate::parse_slow(s).unwrap()).collect()
     }
 
     #[test]
@@ -561,7 +563,7 @@ mod tests {
     #[test]
     fn child_args_replace_outputs_steps_and_the_changed_flag() {
         let parent = ProfileOptions {
-            workers: Some(crate::config::Workers::Fixed(1)),
+            workers: Some(pipeprof_core::config::Workers::Fixed(1)),
             summary: Some("s.json".into()),
             check_advice: true,
             trace: Some("t.json".into()),
@@ -610,7 +612,7 @@ mod tests {
         // slowdowns stay; every other change keeps the whole simulation.
         let parent = ProfileOptions {
             data: Some("imgs".into()),
-            throttle_read: Some(crate::data::simulate::parse_throttle("2MB/s+20ms").unwrap()),
+            throttle_read: Some(pipeprof_trainer::data::simulate::parse_throttle("2MB/s+20ms").unwrap()),
             slow: slowed(&["read=+30ms", "decode=+1ms"]),
             ..ProfileOptions::default()
         };

@@ -17,11 +17,11 @@
 //! program's output is kept from the terminal (the last line of its errors says why a re-run
 //! failed); its side effects are its own.
 
-use crate::aggregate::settings::RunSettings;
-use crate::aggregate::Summary;
 use crate::check_advice::{self, MAX_FOLLOW_UPS};
-use crate::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
 use crate::rerun::{self, FollowUp, Measured, NoRate, Outcome};
+use pipeprof_core::aggregate::settings::RunSettings;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -78,7 +78,7 @@ pub enum RedirectKind {
 }
 
 /// The row of advice that moves the images, when the program named its folder (`data`).
-fn data_move(a: &crate::diagnose::Advice, data: &str) -> Option<(String, DataMove)> {
+fn data_move(a: &pipeprof_core::diagnose::Advice, data: &str) -> Option<(String, DataMove)> {
     if data.is_empty() {
         return None;
     }
@@ -257,14 +257,14 @@ const SIZED_AT_MOST: usize = 256;
 /// `--shorter`: from the image's header, up to [`SIZED_AT_MOST`] of them, their mean for the
 /// rest). Stops at an interrupt.
 pub fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, NoRate> {
-    use crate::data::scan::{scan_with, Rules};
+    use pipeprof_trainer::data::scan::{scan_with, Rules};
     let rules = if keras { Rules::Keras } else { Rules::ImageFolder };
     let ds = scan_with(data, rules).map_err(|e| e.to_string())?;
     let count = ds.samples.len() as u64;
     let stored = match size {
         PackSize::Exact { height, width } => return Ok(count.saturating_mul(height as u64 * width as u64 * 3)),
-        PackSize::Shorter(s) => crate::cache::Size::Shorter { shorter: s as u32 },
-        PackSize::AsStored | PackSize::Unknown => crate::cache::Size::AsStored,
+        PackSize::Shorter(s) => pipeprof_trainer::cache::Size::Shorter { shorter: s as u32 },
+        PackSize::AsStored | PackSize::Unknown => pipeprof_trainer::cache::Size::AsStored,
     };
     let step = ds.samples.len().div_ceil(SIZED_AT_MOST).max(1);
     let (mut sized, mut pixels) = (0u64, 0u64);
@@ -295,7 +295,7 @@ fn image_size(path: &Path) -> Option<(u32, u32)> {
         return Some(wh);
     }
     let bytes = std::fs::read(path).ok()?;
-    crate::data::image::decode(&bytes, 3).ok().map(|p| (p.width, p.height))
+    pipeprof_trainer::data::image::decode(&bytes, 3).ok().map(|p| (p.width, p.height))
 }
 
 /// (width, height) from the start of a PNG (IHDR) or a JPEG (its first SOF marker). Pure.
@@ -410,13 +410,13 @@ fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Su
 pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
     let data = main.settings.data.as_str();
     let runs = plan(verdict, data);
-    crate::progress::out("\n");
+    pipeprof_trainer::progress::out("\n");
     if runs.len() == 1 {
-        crate::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers; the image folder copied or packed): nothing to check\n");
+        pipeprof_trainer::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers; the image folder copied or packed): nothing to check\n");
         return;
     }
     let Some((exe, tmp, _tmp_guard)) = check_advice::rerun_setup("pipeprof-check-run") else { return };
-    crate::progress::out(&format!(
+    pipeprof_trainer::progress::out(&format!(
         "check-advice: running the program again: 1 baseline + {} runs of {} steps each, one change per run (its output hidden; its side effects are its own)\n",
         runs.len() - 1,
         opts.steps
@@ -427,11 +427,14 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
     let rows: Vec<FollowUp> = runs.iter().map(|r| r.row.clone()).collect();
     let main_rate = rerun::steady_rate(main).unwrap_or(main.images_per_s);
     let elsewhere = rerun::Elsewhere::of_outcomes(main, &results);
-    crate::progress::out(&rerun::render(&rows[..results.len()], &results, main_rate, &elsewhere));
+    pipeprof_trainer::progress::out(&rerun::render(&rows[..results.len()], &results, main_rate, &elsewhere));
     let base = results.first().and_then(|m| m.as_ref().ok()).map_or(main_rate, |m| m.rate);
     for m in results.iter().flatten() {
         if let Some((what, secs)) = m.cost {
-            crate::progress::out(&format!("{}\n", cost_line(what, secs, main.settings.images, base, m.rate)));
+            pipeprof_trainer::progress::out(&format!(
+                "{}\n",
+                cost_line(what, secs, main.settings.images, base, m.rate)
+            ));
         }
     }
 }
@@ -440,7 +443,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
 mod tests {
     use super::*;
     use crate::check_advice::verdict_with as verdict;
-    use crate::diagnose::{Advice, Basis};
+    use pipeprof_core::diagnose::{Advice, Basis};
 
     fn loader(code: &str, set: LoaderKnobs, gain: f64) -> Advice {
         Advice {

@@ -3,10 +3,10 @@
 //! there), `--metrics-listen`'s are [`crate::metrics::MetricsArgs`]. The other commands take
 //! plain option structs; `commands` converts. This module looks down only.
 
-use crate::data::demo::DemoFormat;
-use crate::flags;
-use crate::limits::{MAX_PER_CLASS, MAX_WORKERS};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pipeprof_core::flags;
+use pipeprof_core::limits::{MAX_PER_CLASS, MAX_WORKERS};
+use pipeprof_trainer::data::demo::DemoFormat;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -93,11 +93,11 @@ pub enum PackLayout {
     Keras,
 }
 
-impl From<PackLayout> for crate::data::scan::Rules {
+impl From<PackLayout> for pipeprof_trainer::data::scan::Rules {
     fn from(l: PackLayout) -> Self {
         match l {
-            PackLayout::Imagefolder => crate::data::scan::Rules::ImageFolder,
-            PackLayout::Keras => crate::data::scan::Rules::Keras,
+            PackLayout::Imagefolder => pipeprof_trainer::data::scan::Rules::ImageFolder,
+            PackLayout::Keras => pipeprof_trainer::data::scan::Rules::Keras,
         }
     }
 }
@@ -189,7 +189,7 @@ pub struct RunArgs {
     /// After an interrupt is passed on, how long the program has to end before pipeprof sends
     /// SIGTERM to its whole process group (its workers too), and SIGKILL 5 s later. Ctrl-C a
     /// second time sends SIGTERM at once and ends pipeprof.
-    #[arg(long, default_value_t = crate::signal::STOP_TIMEOUT.as_secs_f64(), value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, default_value_t = pipeprof_core::signal::STOP_TIMEOUT.as_secs_f64(), value_name = "SECONDS", value_parser = parse_seconds)]
     pub stop_timeout: f64,
     /// After the report, run the program again, briefly, once as it is and once per piece of
     /// advice the start-up hook can apply without an edit (DataLoader num_workers,

@@ -2,7 +2,8 @@
 //! its command takes, and the command runs. The only module that knows both sides.
 
 use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, PackArgs, ReportArgs, RunArgs};
-use crate::{attach, cache, check_advice, check_run, offline, profile, run as run_cmd};
+use crate::{attach, check_advice, check_run, offline, profile, run as run_cmd};
+use pipeprof_trainer::cache;
 use std::path::Path;
 
 /// Runs the command the user asked for (`profile` on the built-in default when none); returns
@@ -13,7 +14,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let checked = checked.and_then(|()| distinct_files(&outputs(&command), inputs(&command)));
     if let Err(why) = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err)) {
         // A usage error, as clap's are: nothing has started.
-        crate::progress::say(&format!("error: {why}"));
+        pipeprof_trainer::progress::say(&format!("error: {why}"));
         return Ok(2);
     }
     if let Command::Run(a) = command {
@@ -38,9 +39,11 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         no_gpu: a.no_gpu,
     };
     let ran = run_cmd::run(&run_options(a))?;
-    if ran.code != 0 || crate::signal::stopping() {
+    if ran.code != 0 || pipeprof_core::signal::stopping() {
         let code = ran.code;
-        crate::progress::out(&format!("\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"));
+        pipeprof_trainer::progress::out(&format!(
+            "\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"
+        ));
         return Ok(code);
     }
     check_run::run(&check, &ran.done.summary, &ran.done.verdict());
@@ -227,7 +230,7 @@ pub fn pack_options(a: PackArgs) -> cache::PackOptions {
 }
 
 fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
-    let spec = crate::data::demo::DemoSpec {
+    let spec = pipeprof_trainer::data::demo::DemoSpec {
         classes: a.classes,
         per_class: a.per_class,
         size: a.size,
@@ -235,7 +238,7 @@ fn demo_data(a: DemoArgs) -> anyhow::Result<()> {
         seed: a.seed,
     };
     let n = spec.write(&a.dir).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.dir.display()))?;
-    crate::progress::out(&format!("wrote {n} images in {} classes to {}\n", spec.classes, a.dir.display()));
+    pipeprof_trainer::progress::out(&format!("wrote {n} images in {} classes to {}\n", spec.classes, a.dir.display()));
     Ok(())
 }
 

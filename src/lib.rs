@@ -1,18 +1,15 @@
 //! pipeprof: a data-pipeline profiler and bottleneck diagnoser for candle image training.
 //!
 //! Data flows one way, and modules only look down (ARCHITECTURE.md):
-//! probes (its own crate) → [`aggregate`] → [`diagnose`] → views ([`report`], [`tui`],
-//! [`export`], then [`html`]) → commands ([`profile`], [`attach`], [`offline`], [`cache`]) → [`commands`] /
-//! [`cli`]. Beside them: [`config`] and [`data`] (the inputs), [`train`] (the model and loop),
-//! [`session`] (the one run pipeline), [`progress`], [`signal`], [`flags`] and [`units`].
+//! probes (its own crate) → `pipeprof_core::aggregate` → `pipeprof_core::diagnose` → views
+//! ([`report`], [`tui`], [`export`], [`metrics`], then [`html`]) → [`session`] (the one run
+//! pipeline) → commands ([`profile`], [`attach`], [`run`], [`offline`], the checks) → [`cli`] →
+//! [`commands`].
 //!
 //! Three crates (ARCHITECTURE.md): `pipeprof-core` (the pure profiler: units to diagnose),
 //! `pipeprof-trainer` (the candle trainer: data, cache, train, progress) and this one, the
-//! views and commands. Their modules are re-exported here, so `crate::aggregate` inside and
-//! `pipeprof::aggregate` outside read as when all was one crate.
-
-pub use pipeprof_core::{aggregate, config, diagnose, flags, limits, model_source, signal, units};
-pub use pipeprof_trainer::{cache, data, progress, train};
+//! views and commands. Each is named where it is used (`pipeprof_core::diagnose`,
+//! `pipeprof_trainer::data`): a path says which crate holds the module.
 
 pub mod attach;
 pub mod check_advice;

@@ -5,14 +5,14 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             // The message may carry file names or a panic's text: no escape codes off a terminal.
-            pipeprof::progress::say(&format!("error: {e:#}"));
+            pipeprof_trainer::progress::say(&format!("error: {e:#}"));
             std::process::exit(1);
         }
     };
     if code != 0 {
         std::process::exit(code);
     }
-    if let Some(sig) = pipeprof::signal::received() {
+    if let Some(sig) = pipeprof_core::signal::received() {
         std::process::exit(128 + sig);
     }
 }

@@ -1,10 +1,10 @@
 //! `pipeprof report FILE [FILE2]`: the report of a saved run, or a before/after comparison.
 
-use crate::aggregate::Summary;
-use crate::diagnose::{self, Diagnosed};
 use crate::export::read::{self, Loaded};
 use crate::report;
 use anyhow::Context;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::{self, Diagnosed};
 use probes::Stage;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     if repair {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() {
-            crate::progress::say(&format!(
+            pipeprof_trainer::progress::say(&format!(
                 "pipeprof: {} is already a complete JSON file: nothing to repair",
                 path.display()
             ));
@@ -49,7 +49,7 @@ fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
             })?;
             crate::export::replace_file(path, fixed.as_bytes())
                 .with_context(|| format!("cannot replace {} with its repaired copy", path.display()))?;
-            crate::progress::say(&format!(
+            pipeprof_trainer::progress::say(&format!(
                 "pipeprof: repaired {}: kept {kept} complete events and closed the file",
                 path.display()
             ));
@@ -99,7 +99,7 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
             let d = Diagnosed::new(a.summary);
             // The HTML on stdout stands in for the text report there.
             if !html.iter().any(|(p, _)| *p == Path::new("-")) {
-                crate::progress::out(&report::render(&d));
+                pipeprof_trainer::progress::out(&report::render(&d));
             }
             if let Some(p) = &args.summary {
                 std::fs::write(p, serde_json::to_string_pretty(&d)?)
@@ -111,22 +111,22 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
         }
         Some(second) => {
             let b = load(second, args.repair)?;
-            crate::progress::out(&compare(&a.summary, &b.summary, first, second));
+            pipeprof_trainer::progress::out(&compare(&a.summary, &b.summary, first, second));
         }
     }
     Ok(())
 }
 
 /// Most files `pipeprof report` reads as ranks of one run.
-pub const MAX_RANK_FILES: usize = crate::aggregate::ranks::MAX_RANKS;
+pub const MAX_RANK_FILES: usize = pipeprof_core::aggregate::ranks::MAX_RANKS;
 
 /// The ranks of a distributed run, one file each: their lines side by side and the straggler.
 fn ranks(args: &Options) -> anyhow::Result<()> {
-    use crate::aggregate::ranks::RankLine;
+    use pipeprof_core::aggregate::ranks::RankLine;
     if args.files.len() > MAX_RANK_FILES {
         anyhow::bail!("{} files: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", args.files.len());
     }
-    let mut lines: Vec<(RankLine, &PathBuf, crate::model_source::ModelSource)> = Vec::new();
+    let mut lines: Vec<(RankLine, &PathBuf, pipeprof_core::model_source::ModelSource)> = Vec::new();
     for p in &args.files {
         let l = load(p, args.repair)?;
         let Some(rank) = l.summary.rank else {
@@ -150,7 +150,7 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
     let summary = Summary { ranks: lines.into_iter().map(|(l, _, _)| l).collect(), ..Default::default() };
     let straggler = diagnose::ranks::judge(&summary.ranks);
     o.push_str(&report::render_ranks(&summary, straggler.as_ref()));
-    crate::progress::out(&o);
+    pipeprof_trainer::progress::out(&o);
     if let Some(p) = &args.summary {
         let d = Diagnosed { summary, verdict: None, straggler };
         std::fs::write(p, serde_json::to_string_pretty(&d)?)

@@ -3,11 +3,11 @@
 
 mod machine;
 
-use crate::aggregate::ranks::RankLine;
-use crate::aggregate::Summary;
-use crate::diagnose::ranks::RanksVerdict;
-use crate::diagnose::{Diagnosed, Limiter, Verdict};
-use crate::units::{ms, pct};
+use pipeprof_core::aggregate::ranks::RankLine;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::ranks::RanksVerdict;
+use pipeprof_core::diagnose::{Diagnosed, Limiter, Verdict};
+use pipeprof_core::units::{ms, pct};
 use probes::Stage;
 use std::fmt::Write;
 
@@ -85,7 +85,7 @@ pub fn known(n: usize) -> String {
 }
 
 /// "42,500 params, input 3×150×150", with `-` for what the run did not say.
-pub fn model_facts(st: &crate::aggregate::RunSettings) -> String {
+pub fn model_facts(st: &pipeprof_core::aggregate::RunSettings) -> String {
     let input = if st.input.contains(&0) {
         "-".to_string()
     } else {
@@ -95,7 +95,7 @@ pub fn model_facts(st: &crate::aggregate::RunSettings) -> String {
 }
 
 /// "imgs (1200 images, 4 classes)", or `-` for a data set the run did not describe.
-pub fn data_facts(st: &crate::aggregate::RunSettings) -> String {
+pub fn data_facts(st: &pipeprof_core::aggregate::RunSettings) -> String {
     let mut parts = Vec::new();
     if st.images > 0 {
         parts.push(format!("{} images", st.images));
@@ -177,7 +177,7 @@ pub fn first_step_apart(s: &Summary) -> Option<(f64, f64)> {
     if !(extra >= 100.0 && run_ms > 0.0 && extra / run_ms >= FIRST_STEP_SHARE) {
         return None;
     }
-    let rate = crate::diagnose::measured_now(s)?.rate;
+    let rate = pipeprof_core::diagnose::measured_now(s)?.rate;
     (rate.is_finite() && rate > 0.0).then_some((first, rate))
 }
 
@@ -189,7 +189,7 @@ pub const STAGE_COLUMNS: [&str; 10] =
     ["stage", "count", "mean", "p50", "p95", "max", "total", "on-CPU", "core-wait", "blocked"];
 
 /// One stage's row of the stage table, cell by cell, in [`STAGE_COLUMNS`] order.
-pub fn stage_cells(x: &crate::aggregate::StageSummary) -> [String; 10] {
+pub fn stage_cells(x: &pipeprof_core::aggregate::StageSummary) -> [String; 10] {
     let share = |v: Option<f64>| v.map(pct).unwrap_or_else(|| "-".into());
     [
         x.stage.to_string(),
@@ -206,7 +206,7 @@ pub fn stage_cells(x: &crate::aggregate::StageSummary) -> [String; 10] {
 }
 
 /// A part of compute (forward, backward, optimizer): shown under `compute`, indented.
-pub fn is_inner_stage(x: &crate::aggregate::StageSummary) -> bool {
+pub fn is_inner_stage(x: &pipeprof_core::aggregate::StageSummary) -> bool {
     [Stage::Forward, Stage::Backward, Stage::Optimizer].iter().any(|k| x.is(*k))
 }
 
@@ -311,7 +311,7 @@ pub fn epoch_columns(s: &Summary) -> Vec<&'static str> {
 }
 
 /// One epoch's row, cell by cell, in [`epoch_columns`] order (`-` for what was not measured).
-pub fn epoch_cells(s: &Summary, e: &crate::aggregate::EpochSummary) -> Vec<String> {
+pub fn epoch_cells(s: &Summary, e: &pipeprof_core::aggregate::EpochSummary) -> Vec<String> {
     let no_acc = s.settings.no_accuracy;
     let acc = |a: f64| if no_acc { "-".to_string() } else { format!("{:.1}%", a * 100.0) };
     let epoch = match e.through {
@@ -355,7 +355,7 @@ fn render_epochs(o: &mut String, s: &Summary) {
             let trained: u64 = s.epochs.iter().map(|e| e.images).sum();
             let _ = writeln!(o, "validation evaluated {val_images} images, apart from the {trained} trained");
         }
-        if let Some(share) = s.validation_share().filter(|v| *v >= crate::diagnose::VALIDATION_SHARE) {
+        if let Some(share) = s.validation_share().filter(|v| *v >= pipeprof_core::diagnose::VALIDATION_SHARE) {
             // No GPU words in a run without one.
             let idle = if s.trains_on_cpu() { "no training step" } else { "the GPU trains nothing" };
             let _ = writeln!(o, "validation passes took {} of the run's wall time ({idle} meanwhile)", pct(share));
@@ -446,7 +446,7 @@ pub struct AdviceText {
 }
 
 /// The words of one piece of advice (the text report's and the HTML report's).
-pub fn advice_text(a: &crate::diagnose::Advice) -> AdviceText {
+pub fn advice_text(a: &pipeprof_core::diagnose::Advice) -> AdviceText {
     let command = a.change.command();
     AdviceText {
         action: command.as_ref().map(|_| a.action.clone()),
@@ -557,7 +557,7 @@ fn render_straggler(o: &mut String, verdict: Option<&RanksVerdict>) {
             let _ = writeln!(
                 o,
                 "straggler: not judged (needs two ranks with {} steps or more)",
-                crate::diagnose::ranks::RANK_MIN_STEPS
+                pipeprof_core::diagnose::ranks::RANK_MIN_STEPS
             );
         }
         Some(v) => {
@@ -586,10 +586,10 @@ mod tests {
 
     /// The report of `s` with its verdict (and its ranks', where it has them), as a run ends.
     fn text(s: &Summary) -> String {
-        let straggler = crate::diagnose::ranks::judge(&s.ranks);
-        render(&Diagnosed { summary: s.clone(), verdict: Some(crate::diagnose::diagnose(s)), straggler })
+        let straggler = pipeprof_core::diagnose::ranks::judge(&s.ranks);
+        render(&Diagnosed { summary: s.clone(), verdict: Some(pipeprof_core::diagnose::diagnose(s)), straggler })
     }
-    use crate::aggregate::{EpochSummary, Skipped, StageSummary};
+    use pipeprof_core::aggregate::{EpochSummary, Skipped, StageSummary};
 
     #[test]
     fn report_shows_stages_epochs_skips_and_drops() {
@@ -643,7 +643,7 @@ mod tests {
         // A PyTorch program whose copies to the device are inside compute.
         s.settings.framework = "pytorch".into();
         s.settings.transfer_unmeasured = true;
-        s.split = crate::aggregate::StepSplit {
+        s.split = pipeprof_core::aggregate::StepSplit {
             steps: 3,
             mean_step_ms: 2.0,
             compute_ms: 2.0,
@@ -660,7 +660,7 @@ mod tests {
         // 1500 steps of 1.57 ms after an 18.5 s first step (CUDA compiling PTX).
         let mut s = Summary { steps: 1500, images: 48_000, elapsed_s: 21.3, ..Default::default() };
         s.images_per_s = 48_000.0 / 21.3;
-        s.split = crate::aggregate::StepSplit {
+        s.split = pipeprof_core::aggregate::StepSplit {
             steps: 1500,
             mean_step_ms: 1.57,
             compute_ms: 1.57,
@@ -696,7 +696,11 @@ mod tests {
         s.stages.push(stage("optimizer", 20.0));
         for (i, name) in ["conv2d_1", "max_pooling2d_1", "conv2d_2", "flatten_1", "dense_1"].iter().enumerate() {
             let backward_ms = if *name == "dense_1" { 122.0 } else { i as f64 };
-            s.layers.push(crate::aggregate::LayerSummary { name: name.to_string(), forward_ms: 1.0, backward_ms });
+            s.layers.push(pipeprof_core::aggregate::LayerSummary {
+                name: name.to_string(),
+                forward_ms: 1.0,
+                backward_ms,
+            });
         }
         let r = text(&s);
         let lines: Vec<&str> = r.lines().skip_while(|l| !l.starts_with("compute per step")).collect();
@@ -712,7 +716,7 @@ mod tests {
 
     #[test]
     fn report_lists_loader_threads_with_their_on_cpu_share() {
-        use crate::aggregate::LoaderThread;
+        use pipeprof_core::aggregate::LoaderThread;
         let t = |name: &str, busy_ms, on_cpu| LoaderThread {
             thread: 1,
             name: name.into(),
@@ -781,13 +785,13 @@ mod tests {
         assert!(r.contains("validation evaluated 8 images, apart from the 12 trained"), "{r}");
     }
 
-    fn verdict(advice: Vec<crate::diagnose::Advice>) -> Verdict {
+    fn verdict(advice: Vec<pipeprof_core::diagnose::Advice>) -> Verdict {
         Verdict {
             limiter: Limiter::Preprocess,
-            severity: crate::diagnose::Severity::High,
+            severity: pipeprof_core::diagnose::Severity::High,
             headline: "the headline".into(),
             evidence: vec!["first number".into(), "second number".into()],
-            flags: vec![crate::diagnose::Flag::Simulated { what: "--slow resize=+4ms".into() }],
+            flags: vec![pipeprof_core::diagnose::Flag::Simulated { what: "--slow resize=+4ms".into() }],
             advice,
             provisional: false,
             now: None,
@@ -796,7 +800,7 @@ mod tests {
 
     #[test]
     fn verdict_block_shows_evidence_flags_and_the_command_before_its_words() {
-        use crate::diagnose::{Advice, Change};
+        use pipeprof_core::diagnose::{Advice, Change};
         let workers = Advice {
             action: "raise loader workers 1 → 2".into(),
             change: Change::Workers(2),

@@ -5,8 +5,8 @@
 //! table sets the predictions beside the measurements ([`render`]), saying which runs shared
 //! the machine with other programs ([`Elsewhere`]).
 
-use crate::aggregate::Summary;
-use crate::diagnose::Change;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::Change;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,7 +27,7 @@ pub struct FollowUp {
     /// The images/s the prediction is a ratio to (the main run's steady rate it was made on),
     /// when the advice says; else the main run's.
     pub against: Option<f64>,
-    /// The prediction is a floor ([`crate::diagnose::Basis::floor`]): shown as "≥".
+    /// The prediction is a floor ([`pipeprof_core::diagnose::Basis::floor`]): shown as "≥".
     pub floor: bool,
 }
 
@@ -45,7 +45,7 @@ impl FollowUp {
     }
 
     /// The row of `a`, labelled `label`: its change and what it predicted.
-    pub fn of(a: &crate::diagnose::Advice, label: String) -> FollowUp {
+    pub fn of(a: &pipeprof_core::diagnose::Advice, label: String) -> FollowUp {
         FollowUp {
             label,
             change: Some(a.change.clone()),
@@ -57,12 +57,15 @@ impl FollowUp {
     }
 }
 
-/// A run's rate as the predictions read it ([`crate::diagnose::measured_now`]: a one-off
+/// A run's rate as the predictions read it ([`pipeprof_core::diagnose::measured_now`]: a one-off
 /// first compute and the pipelines before the last change of workers left out), else the
 /// whole run's. Pure.
 pub fn steady_rate(s: &Summary) -> Option<f64> {
     let ok = |x: f64| x.is_finite() && x > 0.0;
-    crate::diagnose::measured_now(s).map(|n| n.rate).filter(|x| ok(*x)).or(Some(s.images_per_s).filter(|x| ok(*x)))
+    pipeprof_core::diagnose::measured_now(s)
+        .map(|n| n.rate)
+        .filter(|x| ok(*x))
+        .or(Some(s.images_per_s).filter(|x| ok(*x)))
 }
 
 /// Why a re-run gave no rate.
@@ -128,8 +131,8 @@ pub fn drive(labels: &[&str], mut each: impl FnMut(usize) -> Outcome) -> Vec<Out
     let n = labels.len();
     let mut done = Vec::with_capacity(n);
     for (k, label) in labels.iter().enumerate() {
-        if !crate::signal::stopping() {
-            crate::progress::say(&format!("check-advice: run {}/{n}: {label} …", k + 1));
+        if !pipeprof_core::signal::stopping() {
+            pipeprof_trainer::progress::say(&format!("check-advice: run {}/{n}: {label} …", k + 1));
             match each(k) {
                 Err(NoRate::Interrupted) => {}
                 outcome => {
@@ -138,7 +141,7 @@ pub fn drive(labels: &[&str], mut each: impl FnMut(usize) -> Outcome) -> Vec<Out
                 }
             }
         }
-        crate::progress::say(&format!("check-advice: interrupted: {k} of {n} runs done, the rest skipped"));
+        pipeprof_trainer::progress::say(&format!("check-advice: interrupted: {k} of {n} runs done, the rest skipped"));
         break;
     }
     done
@@ -188,7 +191,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(20);
 /// no input, no output but its errors (the last line returned), a process group of its own
 /// (so an interrupt reaches it once, passed on from here), and SIGTERM when this process dies
 /// (SIGKILL, the OOM killer: it never outlives pipeprof, as the main run's program does not).
-/// The first interrupt is passed on ([`crate::signal::received`]: SIGINT stays SIGINT, the
+/// The first interrupt is passed on ([`pipeprof_core::signal::received`]: SIGINT stays SIGINT, the
 /// others are SIGTERM) and the child gets [`CHILD_STOP`] to end (then SIGKILL): [`NoRate::Interrupted`];
 /// a second one ends this process at once ([`exit_at_once`]).
 pub fn run_watched(mut c: Command, exe: &Path) -> Result<(std::process::ExitStatus, String), NoRate> {
@@ -234,21 +237,22 @@ fn watch(child: &mut std::process::Child) -> Result<std::process::ExitStatus, No
             if let Some(sig) = interrupted_by(status) {
                 // Signalled by someone else while this process's signal thread has not seen
                 // an interrupt: this run ends as interrupted too.
-                if !crate::signal::stopping() {
-                    crate::signal::interrupt(sig);
+                if !pipeprof_core::signal::stopping() {
+                    pipeprof_core::signal::interrupt(sig);
                 }
                 return Err(NoRate::Interrupted);
             }
             return Ok(status);
         }
-        if crate::signal::interrupts() >= 2 {
+        if pipeprof_core::signal::interrupts() >= 2 {
             // SAFETY: kill on the child's own process group.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             exit_at_once();
         }
         match told {
-            None if crate::signal::stopping() => {
-                let sig = if crate::signal::received() == Some(libc::SIGINT) { libc::SIGINT } else { libc::SIGTERM };
+            None if pipeprof_core::signal::stopping() => {
+                let sig =
+                    if pipeprof_core::signal::received() == Some(libc::SIGINT) { libc::SIGINT } else { libc::SIGTERM };
                 // SAFETY: kill on the child, which is not yet reaped (its pid is still ours).
                 unsafe { libc::kill(pid, sig) };
                 told = Some(Instant::now());
@@ -269,20 +273,20 @@ pub(crate) static SCRATCH: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::ne
 /// A second interrupt while the re-runs are made (`run --check-advice`, whose run ends its
 /// own way): the scratch folders removed, exit now with 128 + the first signal.
 pub fn exit_at_once() -> ! {
-    crate::progress::say("check-advice: second interrupt: exiting now");
+    pipeprof_trainer::progress::say("check-advice: second interrupt: exiting now");
     for d in SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         let _ = std::fs::remove_dir_all(d);
     }
-    std::process::exit(128 + crate::signal::received().unwrap_or(libc::SIGINT));
+    std::process::exit(128 + pipeprof_core::signal::received().unwrap_or(libc::SIGINT));
 }
 
 /// Stops a wait of this process's own (the copy, sizing the pack) at an interrupt: the first
 /// gives [`NoRate::Interrupted`], a second exits at once.
 pub fn stop_check() -> Result<(), NoRate> {
-    if crate::signal::interrupts() >= 2 {
+    if pipeprof_core::signal::interrupts() >= 2 {
         exit_at_once();
     }
-    if crate::signal::stopping() {
+    if pipeprof_core::signal::stopping() {
         return Err(NoRate::Interrupted);
     }
     Ok(())
@@ -339,8 +343,12 @@ pub fn render(runs: &[FollowUp], results: &[Outcome], main_images_per_s: f64, el
             }
             Err(e) => {
                 // Why comes from a child's output: one line, cleaned.
-                let clean =
-                    |w: &str| crate::aggregate::settings::clean_name(w, crate::aggregate::settings::MAX_PATH_SHOWN);
+                let clean = |w: &str| {
+                    pipeprof_core::aggregate::settings::clean_name(
+                        w,
+                        pipeprof_core::aggregate::settings::MAX_PATH_SHOWN,
+                    )
+                };
                 let e = match e {
                     NoRate::Failed(why) => format!("failed: {}", clean(why)),
                     other => clean(&other.to_string()),
@@ -418,23 +426,23 @@ impl Elsewhere {
 }
 
 /// Why a run's measurement is not the change's alone: other programs kept cores busy
-/// ([`crate::diagnose::OTHER_CORES`] or more, the median sampled) or the hypervisor took them
-/// (steal [`crate::diagnose::STEAL_PCT`]% or more); `None` on a quiet machine. Pure.
+/// ([`pipeprof_core::diagnose::OTHER_CORES`] or more, the median sampled) or the hypervisor took them
+/// (steal [`pipeprof_core::diagnose::STEAL_PCT`]% or more); `None` on a quiet machine. Pure.
 pub fn busy_elsewhere(s: &Summary) -> Option<String> {
     let m = &s.machine;
     let mut why = Vec::new();
-    if let Some(c) = m.other_cores_median.map(f64::from).filter(|c| *c >= crate::diagnose::OTHER_CORES) {
+    if let Some(c) = m.other_cores_median.map(f64::from).filter(|c| *c >= pipeprof_core::diagnose::OTHER_CORES) {
         let names: Vec<String> = m
             .others
             .iter()
-            .filter(|o| f64::from(o.cpu_pct) >= crate::diagnose::NAMED_OTHER_PCT)
+            .filter(|o| f64::from(o.cpu_pct) >= pipeprof_core::diagnose::NAMED_OTHER_PCT)
             .take(3)
             .map(|o| format!("{} {:.0}%", o.name, o.cpu_pct))
             .collect();
         let names = if names.is_empty() { String::new() } else { format!(": {}", names.join(", ")) };
         why.push(format!("{c:.1} of {} cores busy{names}", m.cores));
     }
-    if let Some(st) = m.steal_mean_pct.map(f64::from).filter(|s| *s >= crate::diagnose::STEAL_PCT) {
+    if let Some(st) = m.steal_mean_pct.map(f64::from).filter(|s| *s >= pipeprof_core::diagnose::STEAL_PCT) {
         why.push(format!("{st:.0}% of the CPU stolen by the hypervisor"));
     }
     (!why.is_empty()).then(|| why.join(", "))
@@ -443,7 +451,7 @@ pub fn busy_elsewhere(s: &Summary) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::{Advice, Change};
+    use pipeprof_core::diagnose::{Advice, Change};
 
     /// The table's rows for `advice`: the baseline, then a row each.
     fn plan(advice: Vec<Advice>) -> Vec<FollowUp> {
@@ -492,7 +500,7 @@ mod tests {
     #[test]
     fn a_prediction_the_model_was_unsure_of_is_shown_as_its_range() {
         let mut a = advice(Change::Workers(4), Some(7.9));
-        a.basis = Some(crate::diagnose::Basis {
+        a.basis = Some(pipeprof_core::diagnose::Basis {
             now: 23.4,
             from_step: 1,
             to_step: 40,
@@ -531,7 +539,7 @@ mod tests {
     fn a_floor_reads_as_one_in_the_table_and_says_why_under_it() {
         let floor = |floor, range| {
             let mut a = advice(Change::Workers(2), Some(1.5));
-            a.basis = Some(crate::diagnose::Basis {
+            a.basis = Some(pipeprof_core::diagnose::Basis {
                 now: 90.0,
                 from_step: 1,
                 to_step: 40,
@@ -561,7 +569,7 @@ mod tests {
         // The run: the main run measured 420 images/s, the baseline re-run 686;
         // --workers 16 was predicted ×17.15 (7204 images/s) and measured 7474.
         let mut a = advice(Change::Workers(16), Some(17.15));
-        a.basis = Some(crate::diagnose::Basis {
+        a.basis = Some(pipeprof_core::diagnose::Basis {
             now: 420.0,
             from_step: 1,
             to_step: 40,

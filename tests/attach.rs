@@ -3,7 +3,7 @@
 
 mod common;
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

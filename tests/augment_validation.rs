@@ -4,7 +4,7 @@
 mod common;
 use common::{pipeprof, text};
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use serde_json::Value;
 use std::path::Path;
 

@@ -5,9 +5,9 @@
 mod common;
 use common::{pipeprof, text};
 
-use pipeprof::cache::{build, BuildOptions, CacheError, Packed};
-use pipeprof::data::image::{decode_for, Resizer};
-use pipeprof::data::{scan, Loader, LoaderConfig, SampleSource};
+use pipeprof_trainer::cache::{build, BuildOptions, CacheError, Packed};
+use pipeprof_trainer::data::image::{decode_for, Resizer};
+use pipeprof_trainer::data::{scan, Loader, LoaderConfig, SampleSource};
 use probes::Probe;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -21,9 +21,9 @@ fn opts(data: &Path, out: &Path) -> BuildOptions {
     BuildOptions {
         data: data.to_path_buf(),
         out: out.to_path_buf(),
-        size: pipeprof::cache::Size::Fixed { height: 32, width: 32 },
+        size: pipeprof_trainer::cache::Size::Fixed { height: 32, width: 32 },
         channels: 3,
-        rules: pipeprof::data::scan::Rules::Pipeprof,
+        rules: pipeprof_trainer::data::scan::Rules::Pipeprof,
         exact_decode: false,
         model: "tiny.toml".into(),
         workers: 3,
@@ -46,7 +46,7 @@ fn loader_cfg() -> LoaderConfig {
     LoaderConfig { height: 32, width: 32, batch_size: 7, workers: 2, seed: 9, epochs: 2, ..LoaderConfig::default() }
 }
 
-fn all_batches(src: Arc<dyn SampleSource>) -> Vec<pipeprof::data::Batch> {
+fn all_batches(src: Arc<dyn SampleSource>) -> Vec<pipeprof_trainer::data::Batch> {
     let (probe, _rx) = Probe::new(1 << 16);
     let mut l = Loader::start(src, loader_cfg(), probe).unwrap();
     std::iter::from_fn(|| l.next_batch()).collect()

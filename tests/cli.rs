@@ -108,7 +108,7 @@ fn tiny_model_learns_and_every_stage_arrives_in_causal_order() {
     let layers: Vec<&str> = s["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert!(!layers.is_empty());
     // Steps 1–3, then every 10th, of the 54 (steps 0..54): 1, 2, 3, 10, 20, 30, 40, 50.
-    let timed = (0..54).filter(|s| pipeprof::train::times_layers(*s)).count() as u64;
+    let timed = (0..54).filter(|s| pipeprof_trainer::train::times_layers(*s)).count() as u64;
     assert_eq!(timed, 8);
     assert_eq!(s["layer_steps"], 8);
     for l in &layers {
@@ -262,7 +262,7 @@ fn demo_data_writes_the_requested_set() {
         &[],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let ds = pipeprof::data::scan(d.path()).unwrap();
+    let ds = pipeprof_trainer::data::scan(d.path()).unwrap();
     assert_eq!(ds.class_counts(), vec![3, 3]);
     let img = image::open(&ds.samples[0].path).unwrap();
     assert_eq!((img.width(), img.height()), (20, 10));

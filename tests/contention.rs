@@ -6,7 +6,7 @@
 
 mod common;
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

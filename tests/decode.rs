@@ -2,10 +2,10 @@
 //! The decoder on a hostile ImageFolder tree (cut JPEGs, every accepted format, a stray .txt),
 //! and the scaled JPEG decode against a full decode + resize.
 
-use pipeprof::data::image::{
+use pipeprof_trainer::data::image::{
     decode, decode_for, decode_for_keeping_gray, decode_for_reusing, DecodeWarning, ImageError, Resizer, LIBJPEG,
 };
-use pipeprof::data::scan;
+use pipeprof_trainer::data::scan;
 use std::fs;
 use std::path::Path;
 
@@ -196,7 +196,7 @@ fn grayscale_jpeg_is_replicated_to_rgb_and_kept_as_luma() {
 
 #[test]
 fn hostile_jpegs_cut_between_scans_cut_cmyk_and_endless_scans_are_refused_with_a_reason() {
-    use pipeprof::data::image::MAX_JPEG_SCANS;
+    use pipeprof_trainer::data::image::MAX_JPEG_SCANS;
     let img = photo(64, 48);
     // A progressive file cut just before its last scan: no error inside a scan, but not all
     // its pixel data.

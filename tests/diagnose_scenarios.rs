@@ -2,8 +2,8 @@
 //! and on-CPU costs, a training loop that waits for each batch. Timestamps are computed, never
 //! read from a clock, so every verdict is exact and repeatable.
 
-use pipeprof::aggregate::{Aggregator, RunSettings, Summary};
-use pipeprof::diagnose::{diagnose, Change, Flag, Limiter, Severity};
+use pipeprof_core::aggregate::{Aggregator, RunSettings, Summary};
+use pipeprof_core::diagnose::{diagnose, Change, Flag, Limiter, Severity};
 use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 
 const MS: f64 = 1e6;

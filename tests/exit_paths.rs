@@ -2,7 +2,7 @@
 //! Every way a run can end leaves a loadable trace and the report: normal end, Ctrl-C,
 //! SIGTERM, a panic in training, and `kill -9` (then `report --repair`).
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -146,7 +146,7 @@ fn a_second_interrupt_after_the_grace_period_exits_at_once_with_trace_and_summar
     wait_for_span(&r.trace, "read");
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     // The stimulus: a user pressing Ctrl-C again after the grace period.
-    std::thread::sleep(pipeprof::signal::GRACE + Duration::from_millis(100));
+    std::thread::sleep(pipeprof_core::signal::GRACE + Duration::from_millis(100));
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

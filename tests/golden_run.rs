@@ -8,10 +8,10 @@
 //! aggregate, export, diagnose or report must leave them byte-identical (review a changed one
 //! by reading its `.snap.new`; never accept a change you cannot explain).
 
-use pipeprof::aggregate::{Aggregator, RunSettings};
-use pipeprof::diagnose::Diagnosed;
 use pipeprof::export::chrome::{ChromeTrace, TraceLevel};
 use pipeprof::export::Exporter;
+use pipeprof_core::aggregate::{Aggregator, RunSettings};
+use pipeprof_core::diagnose::Diagnosed;
 use probes::fsinfo::{FsInfo, FsKind};
 use probes::sampler::{GpuDevice, GpuSample, GpuStatus, HostSample, OtherCpu, ProcessMatch, ThreadCpu};
 use probes::{Event, LayerRecord, Rank, SpanRecord, Stage, StepRecord, ThreadRole, NONE};

@@ -5,7 +5,7 @@
 mod common;
 use common::{pipeprof, text};
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use serde_json::Value;
 use std::path::Path;
 
@@ -18,7 +18,7 @@ fn demo(dir: &Path, classes: usize) {
 
 /// The image extensions as the warnings list them.
 fn exts() -> String {
-    pipeprof::data::scan::EXTENSIONS.join("/.")
+    pipeprof_trainer::data::scan::EXTENSIONS.join("/.")
 }
 
 fn model(d: &Path) -> String {

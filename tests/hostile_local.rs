@@ -5,7 +5,7 @@
 mod common;
 use common::{output_within, text};
 
-use pipeprof::cache::{build, BuildOptions, Packed};
+use pipeprof_trainer::cache::{build, BuildOptions, Packed};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -131,9 +131,9 @@ fn a_cache_is_never_written_through_a_link_planted_at_its_temporary_name() {
     let opts = BuildOptions {
         data,
         out: out.clone(),
-        size: pipeprof::cache::Size::Fixed { height: 32, width: 32 },
+        size: pipeprof_trainer::cache::Size::Fixed { height: 32, width: 32 },
         channels: 3,
-        rules: pipeprof::data::scan::Rules::Pipeprof,
+        rules: pipeprof_trainer::data::scan::Rules::Pipeprof,
         exact_decode: false,
         model: "tiny.toml".into(),
         workers: 2,
@@ -350,9 +350,9 @@ fn a_cache_truncated_or_rewritten_under_the_run_skips_images_with_why_never_sigb
     let opts = BuildOptions {
         data,
         out: out.clone(),
-        size: pipeprof::cache::Size::Fixed { height: 32, width: 32 },
+        size: pipeprof_trainer::cache::Size::Fixed { height: 32, width: 32 },
         channels: 3,
-        rules: pipeprof::data::scan::Rules::Pipeprof,
+        rules: pipeprof_trainer::data::scan::Rules::Pipeprof,
         exact_decode: false,
         model: "tiny.toml".into(),
         workers: 2,

@@ -5,7 +5,7 @@
 
 use clap::Parser;
 use pipeprof::cli::{Cli, Command};
-use pipeprof::config::ModelConfig;
+use pipeprof_core::config::ModelConfig;
 
 /// The values, as TOML literals (a string literal for the huge string).
 fn hostile_toml() -> Vec<String> {
@@ -93,7 +93,7 @@ fn check_model(text: &str) -> Result<(), String> {
     let cfg = ModelConfig::parse(text, "hostile.toml").map_err(|e| e.to_string())?;
     let shapes = cfg.infer_shapes(3)?;
     // The estimate is total: a number or None, whatever the shapes.
-    let _ = pipeprof::train::shapes::memory_estimate(&shapes, &cfg.input, cfg.train.batch_size);
+    let _ = pipeprof_trainer::train::shapes::memory_estimate(&shapes, &cfg.input, cfg.train.batch_size);
     Ok(())
 }
 

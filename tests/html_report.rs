@@ -4,7 +4,7 @@
 //! (Debian's `chromium`, headless), which must build its DOM and draw its charts. Fails where
 //! `chromium` is not installed (scripts/test.sh installs it); never skips.
 
-use pipeprof::aggregate::{Aggregator, RunSettings};
+use pipeprof_core::aggregate::{Aggregator, RunSettings};
 use probes::sampler::HostSample;
 use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::os::unix::process::CommandExt;
@@ -57,7 +57,7 @@ fn summary_file(dir: &Path) -> PathBuf {
         let host = HostSample { t_ns: end_ns, process_cpu_pct: 90.0 + (k % 7) as f32, ..Default::default() };
         agg.push(&Event::Host(Box::new(host)));
     }
-    let d = pipeprof::diagnose::Diagnosed::new(agg.summary());
+    let d = pipeprof_core::diagnose::Diagnosed::new(agg.summary());
     let p = dir.join("s.json");
     std::fs::write(&p, serde_json::to_string_pretty(&d).unwrap()).unwrap();
     p

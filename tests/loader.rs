@@ -2,8 +2,8 @@
 //! The loader on awkward folders and files: every bad file is skipped with a reason, every
 //! good one arrives with the right label and correctly scaled pixels.
 
-use pipeprof::data::image::{decode, ImageError, Resizer};
-use pipeprof::data::{scan, Loader, LoaderConfig};
+use pipeprof_trainer::data::image::{decode, ImageError, Resizer};
+use pipeprof_trainer::data::{scan, Loader, LoaderConfig};
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
@@ -134,7 +134,7 @@ fn sixteen_bit_gray_alpha_and_cmyk_are_converted_with_correct_scaling() {
 
 #[test]
 fn resize_fills_chw_planes_in_unit_range() {
-    let px = pipeprof::data::image::Pixels {
+    let px = pipeprof_trainer::data::image::Pixels {
         width: 4,
         height: 2,
         channels: 3,

@@ -7,8 +7,8 @@ mod common;
 use common::{output_within, pipeprof, text};
 use std::io::{BufRead, Read};
 
-use pipeprof::cache::{build, BuildOptions, Header, Meta, Packed, Size, PIXELS_OFF};
-use pipeprof::data::scan::Rules;
+use pipeprof_trainer::cache::{build, BuildOptions, Header, Meta, Packed, Size, PIXELS_OFF};
+use pipeprof_trainer::data::scan::Rules;
 use std::path::Path;
 
 fn png(path: &Path, w: u32, h: u32, px: [u8; 3]) {
@@ -87,7 +87,7 @@ fn pack_takes_imagefolders_classes_files_and_order() {
     assert_eq!(p.labels(), [0, 1, 1, 1, 1, 1, 1, 1, 2, 3, 3]);
 
     // pipeprof's own loader's rules (what `cache` packs) differ on each point.
-    let own = pipeprof::data::scan(&data).unwrap();
+    let own = pipeprof_trainer::data::scan(&data).unwrap();
     assert_eq!(own.classes, ["Bee", "ant", "zebra"]);
     let own_names: Vec<String> =
         own.samples.iter().map(|s| s.path.strip_prefix(&data).unwrap().display().to_string()).collect();
@@ -115,7 +115,7 @@ fn a_folder_linked_twice_is_walked_twice_and_a_loop_once() {
     png(&data.join("cat/real/a.png"), 4, 4, [1, 2, 3]);
     std::os::unix::fs::symlink(data.join("cat/real"), data.join("cat/link")).unwrap();
     std::os::unix::fs::symlink(&data, data.join("cat/real/loop")).unwrap();
-    let ds = pipeprof::data::scan::scan_with(&data, Rules::ImageFolder).unwrap();
+    let ds = pipeprof_trainer::data::scan::scan_with(&data, Rules::ImageFolder).unwrap();
     let names: Vec<String> =
         ds.samples.iter().map(|s| s.path.strip_prefix(&data).unwrap().display().to_string()).collect();
     // os.walk(followlinks=True) lists the linked folder under both names; the loop back to
@@ -123,7 +123,7 @@ fn a_folder_linked_twice_is_walked_twice_and_a_loop_once() {
     assert_eq!(names, ["cat/link/a.png", "cat/real/a.png"]);
     assert!(ds.problems.iter().any(|p| p.reason.contains("already visited")), "{:?}", ds.problems);
     // pipeprof's loader enters each folder once.
-    assert_eq!(pipeprof::data::scan(&data).unwrap().samples.len(), 1);
+    assert_eq!(pipeprof_trainer::data::scan(&data).unwrap().samples.len(), 1);
 }
 
 /// Two images of different sizes and colours: 8 wide × 6 high, and 10 wide × 20 high.
@@ -322,7 +322,7 @@ fn keras_layout_takes_image_dataset_from_directorys_classes_files_and_order() {
     let v: serde_json::Value = serde_json::from_slice(json).unwrap();
     assert_eq!(v["layout"], "keras");
     // A damaged or stale file names the command that re-packs it with the same layout.
-    assert!(pipeprof::cache::rerun_command(Some(p.meta()), &out).ends_with("--size 4 --layout keras"));
+    assert!(pipeprof_trainer::cache::rerun_command(Some(p.meta()), &out).ends_with("--size 4 --layout keras"));
 }
 
 #[test]
@@ -367,7 +367,7 @@ fn the_rebuild_command_in_messages_parses_back_to_the_same_size_and_layout() {
     ];
     for (size, rules, flags) in table {
         let meta = Meta { source: "/data/imgs".into(), size, rules, ..Meta::default() };
-        let cmd = pipeprof::cache::rerun_command(Some(&meta), out);
+        let cmd = pipeprof_trainer::cache::rerun_command(Some(&meta), out);
         assert_eq!(cmd, format!("pipeprof pack /data/imgs /tmp/x.ppk {flags}").trim_end(), "{size:?}");
         let cli = pipeprof::cli::Cli::try_parse_from(cmd.split_whitespace()).unwrap();
         let Some(pipeprof::cli::Command::Pack(a)) = cli.command else { panic!("{cmd}: not pack") };

@@ -2,7 +2,7 @@
 //! `pipeprof report`: the summary schema is stable, and `report A B` prints the deltas of two
 //! fixture traces.
 
-use pipeprof::aggregate::{Aggregator, RunSettings};
+use pipeprof_core::aggregate::{Aggregator, RunSettings};
 use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::path::Path;
 use std::process::Command;
@@ -79,7 +79,7 @@ fn summary_json_schema_is_stable() {
     // The machine section depends on the machine: the schema test covers everything else.
     s.machine = Default::default();
     // The file holds the summary and its verdict (none here: the schema is the point).
-    let file = pipeprof::diagnose::Diagnosed { summary: s, verdict: None, straggler: None };
+    let file = pipeprof_core::diagnose::Diagnosed { summary: s, verdict: None, straggler: None };
     insta::assert_snapshot!(serde_json::to_string_pretty(&file).unwrap());
 }
 
@@ -185,8 +185,8 @@ fn report_reads_one_trace_per_rank_and_names_the_straggler() {
 fn a_crafted_summary_with_a_huge_hostile_name_gives_a_short_clean_report() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.json");
-    let mut v = serde_json::to_value(pipeprof::diagnose::Diagnosed::default()).unwrap();
-    v["schema_version"] = pipeprof::aggregate::SUMMARY_SCHEMA_VERSION.into();
+    let mut v = serde_json::to_value(pipeprof_core::diagnose::Diagnosed::default()).unwrap();
+    v["schema_version"] = pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION.into();
     // 900 KB of program name with a terminal escape in it (before: 533 MB and a panic).
     v["settings"]["model"] = format!("\u{1b}]0;owned\u{7}{}", "m".repeat(900_000)).into();
     v["failed"] = "boom\u{1b}[2J".into();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -173,7 +173,7 @@ fn a_ctrl_c_after_the_grace_period_exits_at_once_with_the_terminal_restored_and_
     // The view refreshes without steps too (on time): the loader's spans show.
     let Some((tmux, _)) = start_live_view_with(tmp.path(), &extra, &["read", "decode"]) else { return };
     tmux.run(&["send-keys", "-t", "pp", "C-c"]);
-    std::thread::sleep(pipeprof::signal::GRACE + Duration::from_millis(100));
+    std::thread::sleep(pipeprof_core::signal::GRACE + Duration::from_millis(100));
     tmux.run(&["send-keys", "-t", "pp", "C-c"]);
     let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
     assert!(after.contains("pipeprof-exit=130"), "{after}");
@@ -196,7 +196,7 @@ fn two_sigterms_apart_while_the_view_is_up_exit_at_once_with_the_terminal_restor
     let pid: i32 = std::fs::read_to_string(tmp.path().join("pid")).unwrap().trim().parse().unwrap();
     // The stimulus: `docker stop` twice, or a supervisor that insists.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    std::thread::sleep(pipeprof::signal::GRACE + Duration::from_millis(100));
+    std::thread::sleep(pipeprof_core::signal::GRACE + Duration::from_millis(100));
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let after = tmux.wait_for("pipeprof to exit", Duration::from_secs(60), Tmux::history, |s| s.contains("test-done"));
     assert!(after.contains("pipeprof-exit=143"), "{after}");

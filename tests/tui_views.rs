@@ -2,12 +2,12 @@
 //! The live view rendered without a terminal (ratatui's TestBackend) from hand-built state,
 //! snapshot-tested with insta. Review changed snapshots by eye: they are the screen.
 
-use pipeprof::aggregate::machine::gpu::DeviceSummary;
-use pipeprof::aggregate::machine::{GpuPoint, HostPoint};
-use pipeprof::aggregate::{EpochSummary, RunSettings, Snapshot, StageSummary, StepPoint, StepSplit, Summary};
-use pipeprof::diagnose::{Advice, Change, Flag, Limiter, Severity, Verdict};
 use pipeprof::tui::state::Focus;
 use pipeprof::tui::{view, State};
+use pipeprof_core::aggregate::machine::gpu::DeviceSummary;
+use pipeprof_core::aggregate::machine::{GpuPoint, HostPoint};
+use pipeprof_core::aggregate::{EpochSummary, RunSettings, Snapshot, StageSummary, StepPoint, StepSplit, Summary};
+use pipeprof_core::diagnose::{Advice, Change, Flag, Limiter, Severity, Verdict};
 use probes::fsinfo::{FsInfo, FsKind};
 use probes::sampler::GpuStatus;
 use probes::{Stage, StepRecord};
@@ -456,7 +456,7 @@ fn screen_states_paused_stopping_help_focus() {
 
 #[test]
 fn stage_table_lists_worker_threads_with_their_on_cpu_split() {
-    use pipeprof::aggregate::LoaderThread;
+    use pipeprof_core::aggregate::LoaderThread;
     let mut st = io_bound();
     let t = |thread, name: &str, on_cpu, starts| LoaderThread {
         thread,
@@ -480,7 +480,7 @@ fn stage_table_lists_worker_threads_with_their_on_cpu_split() {
 
 #[test]
 fn stage_table_has_a_row_per_rank_with_the_straggler_marked() {
-    use pipeprof::aggregate::ranks::RankLine;
+    use pipeprof_core::aggregate::ranks::RankLine;
     let mut st = io_bound();
     let line = |rank: u32, wait_ms: f64| RankLine {
         rank,
@@ -496,7 +496,7 @@ fn stage_table_has_a_row_per_rank_with_the_straggler_marked() {
     };
     st.snap.summary.ranks = vec![line(0, 6.0), line(1, 41.0)];
     // The collector judges the ranks; the view shows its judgement.
-    st.straggler = pipeprof::diagnose::ranks::judge(&st.snap.summary.ranks);
+    st.straggler = pipeprof_core::diagnose::ranks::judge(&st.snap.summary.ranks);
     let out = panel(120, 20, &st, view::render_stages);
     let row = |k: &str| out.lines().find(|l| l.contains(k)).unwrap_or_default().to_string();
     assert!(row("⇉ rank 0").contains("6%") && !row("⇉ rank 0").contains("straggler"), "{out}");

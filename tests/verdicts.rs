@@ -3,7 +3,7 @@
 //! it cannot flip on a noisy machine. One test function: the scenarios run one after the
 //! other, never beside another test's training.
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;

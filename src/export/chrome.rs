@@ -12,8 +12,8 @@
 
 use super::schema::{self, cpu, gpu, rss, span, step, storage};
 use super::Exporter;
-use crate::aggregate::RunSettings;
-use crate::diagnose::{Diagnosed, Verdict};
+use pipeprof_core::aggregate::RunSettings;
+use pipeprof_core::diagnose::{Diagnosed, Verdict};
 use probes::sample::{GpuSample, HostSample};
 use probes::{Event, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use serde_json::{json, Value};

@@ -6,8 +6,8 @@ pub mod ranks;
 pub mod read;
 pub mod schema;
 
-use crate::aggregate::RunSettings;
-use crate::diagnose::{Diagnosed, Verdict};
+use pipeprof_core::aggregate::RunSettings;
+use pipeprof_core::diagnose::{Diagnosed, Verdict};
 use probes::Event;
 use std::path::{Path, PathBuf};
 

@@ -10,9 +10,9 @@
 
 use super::chrome::{ChromeTrace, TraceLevel};
 use super::Exporter;
-use crate::aggregate::ranks::MAX_RANKS;
-use crate::aggregate::{Aggregator, RunSettings};
-use crate::diagnose::Diagnosed;
+use pipeprof_core::aggregate::ranks::MAX_RANKS;
+use pipeprof_core::aggregate::{Aggregator, RunSettings};
+use pipeprof_core::diagnose::Diagnosed;
 use probes::{Event, Rank};
 use std::collections::BTreeMap;
 use std::fs::File;

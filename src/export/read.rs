@@ -2,7 +2,7 @@
 //! summary JSON.
 
 use super::schema::{self, cpu, gpu, rss, span, step};
-use crate::aggregate::{Aggregator, RunSettings, Summary};
+use pipeprof_core::aggregate::{Aggregator, RunSettings, Summary};
 use probes::sampler::{GpuDevice, GpuSample, GpuStatus, HostSample};
 use probes::{Event, SpanRecord, Stage, StepRecord, NONE};
 use serde_json::Value;
@@ -23,7 +23,7 @@ pub enum ReadError {
     Schema { path: String, found: u64, expected: u32 },
 }
 
-pub use crate::aggregate::settings::MAX_CORES;
+pub use pipeprof_core::aggregate::settings::MAX_CORES;
 
 /// The settings of a run read from a file or a socket, in the ranges `profile` accepts: a
 /// damaged or hostile file is refused, not trusted to size loops and tables.
@@ -34,8 +34,8 @@ pub fn check_settings(s: &RunSettings) -> Result<(), String> {
 /// A summary read back: its settings and machine in range.
 pub fn check_summary(s: &Summary) -> Result<(), String> {
     check_settings(&s.settings)?;
-    crate::limits::in_range("ranks (lines)", s.ranks.len(), 0, crate::aggregate::ranks::MAX_RANKS)?;
-    crate::limits::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
+    pipeprof_core::limits::in_range("ranks (lines)", s.ranks.len(), 0, pipeprof_core::aggregate::ranks::MAX_RANKS)?;
+    pipeprof_core::limits::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
 }
 
 /// A run read back from disk.
@@ -408,7 +408,7 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
     let text = std::fs::read_to_string(path).map_err(io)?;
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
         if let (Some(version), Some(_)) = (v.get("schema_version"), v.get("stages")) {
-            let expected = crate::aggregate::SUMMARY_SCHEMA_VERSION;
+            let expected = pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION;
             // Fields of another schema would read as defaults without a word: refuse instead.
             if version.as_u64() != Some(u64::from(expected)) {
                 let found = version.as_u64().unwrap_or(u64::MAX);
@@ -502,7 +502,7 @@ mod tests {
 
     #[test]
     fn a_trace_with_an_overlong_line_or_300k_thread_names_reports_in_bounded_memory() {
-        let n = crate::aggregate::MAX_THREAD_NAMES + 5000;
+        let n = pipeprof_core::aggregate::MAX_THREAD_NAMES + 5000;
         let mut text = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
         text.push_str(&format!(
             "{{\"ph\":\"i\",\"name\":\"skipped file\",\"ts\":1,\"args\":{{\"path\":\"{}\"}}}},\n",
@@ -519,16 +519,16 @@ mod tests {
         // the names kept are bounded.
         assert_eq!((events, complete), (n, true));
         assert_eq!(s.skipped_count, 0);
-        assert_eq!(s.threads.len(), crate::aggregate::MAX_THREAD_NAMES);
+        assert_eq!(s.threads.len(), pipeprof_core::aggregate::MAX_THREAD_NAMES);
     }
 
     #[test]
     fn a_summary_of_200k_epochs_reports_the_first_and_last_50_and_sums_the_rest() {
-        use crate::aggregate::{EpochSummary, EPOCHS_KEPT};
+        use pipeprof_core::aggregate::{EpochSummary, EPOCHS_KEPT};
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("s.json");
-        let mut v = serde_json::to_value(crate::diagnose::Diagnosed::default()).unwrap();
-        v["schema_version"] = crate::aggregate::SUMMARY_SCHEMA_VERSION.into();
+        let mut v = serde_json::to_value(pipeprof_core::diagnose::Diagnosed::default()).unwrap();
+        v["schema_version"] = pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION.into();
         let epochs: Vec<EpochSummary> = (1..=200_000)
             .map(|e| EpochSummary { epoch: e, steps: 1, images: 2, loss: 1.0, accuracy: 0.5, ..Default::default() })
             .collect();
@@ -546,8 +546,8 @@ mod tests {
     fn summaries_of_another_schema_or_with_numbers_out_of_range_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("s.json");
-        let mut good = serde_json::to_value(crate::diagnose::Diagnosed::default()).unwrap();
-        good["schema_version"] = crate::aggregate::SUMMARY_SCHEMA_VERSION.into();
+        let mut good = serde_json::to_value(pipeprof_core::diagnose::Diagnosed::default()).unwrap();
+        good["schema_version"] = pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION.into();
         let write = |edit: &dyn Fn(&mut Value)| {
             let mut v = good.clone();
             edit(&mut v);
@@ -564,7 +564,7 @@ mod tests {
         // A distributed run's ranks: bounded like the run that writes them.
         let lines = |n: usize| Value::Array(vec![serde_json::json!({"rank": 0, "world_size": 1}); n]);
         assert!(write(&|v| v["ranks"] = lines(2)).is_ok());
-        let e = write(&|v| v["ranks"] = lines(crate::aggregate::ranks::MAX_RANKS + 1)).unwrap_err();
+        let e = write(&|v| v["ranks"] = lines(pipeprof_core::aggregate::ranks::MAX_RANKS + 1)).unwrap_err();
         assert!(e.contains("ranks (lines)"), "{e}");
         // The same numbers in a trace's settings event.
         let trace = format!(

@@ -3,9 +3,9 @@
 
 use super::escape::escape;
 use super::svg::{self, Frame};
-use crate::aggregate::timeline::TimelineBucket;
-use crate::aggregate::Summary;
-use crate::units::{ms, pct};
+use pipeprof_core::aggregate::timeline::TimelineBucket;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::units::{ms, pct};
 use probes::Stage;
 use std::fmt::Write;
 

@@ -18,8 +18,8 @@ mod tests;
 pub use charts::NO_TIMELINE;
 pub use escape::escape;
 
-use crate::diagnose::Diagnosed;
 use anyhow::Context;
+use pipeprof_core::diagnose::Diagnosed;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -98,7 +98,7 @@ pub fn write(target: &Path, d: &Diagnosed, form: Form) -> anyhow::Result<()> {
         Form::Fragment => fragment(d),
     };
     if target == Path::new("-") {
-        crate::progress::out(&html);
+        pipeprof_trainer::progress::out(&html);
         return Ok(());
     }
     crate::export::replace_file(target, html.as_bytes())
@@ -109,7 +109,7 @@ pub fn write(target: &Path, d: &Diagnosed, form: Form) -> anyhow::Result<()> {
 /// Says on stderr where the report was written (nothing for stdout).
 pub fn say_written(target: &Path) {
     if target != Path::new("-") {
-        crate::progress::say(&format!("pipeprof: HTML report written to {}", target.display()));
+        pipeprof_trainer::progress::say(&format!("pipeprof: HTML report written to {}", target.display()));
     }
 }
 

@@ -2,9 +2,9 @@
 //! Their words are the text report's and the diagnosis's own.
 
 use super::escape::escape;
-use crate::aggregate::Summary;
-use crate::diagnose::{Limiter, Severity, Verdict};
 use crate::report;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::{Limiter, Severity, Verdict};
 use std::fmt::Write;
 
 /// The banner's colour class: how much the limiter costs.

@@ -2,9 +2,9 @@
 //! its look: no script, nothing fetched, every name escaped, every chart, the order.
 
 use super::*;
-use crate::aggregate::timeline::TimelineBucket;
-use crate::aggregate::{EpochSummary, LoaderThread, StageSummary, StepSplit, Summary};
-use crate::diagnose::{Advice, Change, Flag, Limiter, Severity, Verdict};
+use pipeprof_core::aggregate::timeline::TimelineBucket;
+use pipeprof_core::aggregate::{EpochSummary, LoaderThread, StageSummary, StepSplit, Summary};
+use pipeprof_core::diagnose::{Advice, Change, Flag, Limiter, Severity, Verdict};
 
 const HOSTILE: &str = "<script>alert('x')</script> & \"q\" \u{1b}[2J";
 

@@ -9,10 +9,10 @@ pub mod serve;
 
 pub use serve::Listener;
 
-use crate::aggregate::machine::GpuPoint;
-use crate::aggregate::Summary;
-use crate::diagnose::ranks::RanksVerdict;
-use crate::diagnose::{Limiter, Verdict};
+use pipeprof_core::aggregate::machine::GpuPoint;
+use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::ranks::RanksVerdict;
+use pipeprof_core::diagnose::{Limiter, Verdict};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -26,10 +26,10 @@ use std::sync::atomic::AtomicU64;
 pub struct MetricsArgs {
     /// Serve Prometheus/OpenMetrics text at http://ADDR/metrics while the run goes (loopback
     /// only unless --metrics-allow-remote); 127.0.0.1:0 picks a free port, printed on stderr.
-    #[arg(long = crate::flags::METRICS_LISTEN, value_name = "ADDR")]
+    #[arg(long = pipeprof_core::flags::METRICS_LISTEN, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
     /// Allow --metrics-listen on a non-loopback address (the endpoint has no authentication).
-    #[arg(long = crate::flags::METRICS_ALLOW_REMOTE, requires = "metrics_listen")]
+    #[arg(long = pipeprof_core::flags::METRICS_ALLOW_REMOTE, requires = "metrics_listen")]
     pub metrics_allow_remote: bool,
 }
 
@@ -52,7 +52,7 @@ pub fn bind(addr: &str, allow_remote: bool) -> anyhow::Result<Listener> {
     let l = Listener::bind(a).map_err(|e| {
         anyhow::anyhow!("--metrics-listen {addr}: cannot listen ({e}); pick another port, or :0 for any")
     })?;
-    crate::progress::say(&format!("pipeprof: metrics on http://{}/metrics", l.addr()));
+    pipeprof_trainer::progress::say(&format!("pipeprof: metrics on http://{}/metrics", l.addr()));
     Ok(l)
 }
 
@@ -71,7 +71,7 @@ pub struct Scrape {
 pub const RANK: &str = "0";
 
 /// The `rank` label of a distributed run's whole-run series (each rank's own series carry its
-/// number; a run has at most [`crate::aggregate::ranks::MAX_RANKS`] of them).
+/// number; a run has at most [`pipeprof_core::aggregate::ranks::MAX_RANKS`] of them).
 pub const ALL_RANKS: &str = "all";
 
 /// Every value of the `limiter` label, in a fixed order: one of them is 1, the others 0.
@@ -122,7 +122,7 @@ struct Row<'a> {
     steps: u64,
     images: u64,
     loader_busy: f64,
-    stages: &'a [crate::aggregate::StageSummary],
+    stages: &'a [pipeprof_core::aggregate::StageSummary],
 }
 
 fn rank(r: &str) -> Labels {
@@ -222,7 +222,7 @@ fn step_metrics(reg: &mut Registry, rows: &[Row]) {
 
 /// Per stage of each row that ran: p50, p95 and the on-CPU share where measured.
 fn stage_metrics(reg: &mut Registry, rows: &[Row]) {
-    let per_stage = |f: &dyn Fn(&crate::aggregate::StageSummary) -> Option<f64>| -> Vec<(Labels, f64)> {
+    let per_stage = |f: &dyn Fn(&pipeprof_core::aggregate::StageSummary) -> Option<f64>| -> Vec<(Labels, f64)> {
         rows.iter()
             .flat_map(|r| {
                 r.stages.iter().filter(|x| x.count > 0).filter_map(|x| {

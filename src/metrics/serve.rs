@@ -136,7 +136,9 @@ impl Listener {
             },
             |e, failures| {
                 if failures == 1 {
-                    crate::progress::warn(&format!("/metrics: cannot accept connections ({e}); retrying, with pauses"));
+                    pipeprof_trainer::progress::warn(&format!(
+                        "/metrics: cannot accept connections ({e}); retrying, with pauses"
+                    ));
                 }
             },
         )?;

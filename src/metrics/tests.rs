@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use crate::aggregate::StageSummary;
-use crate::diagnose::{Limiter, Severity, Verdict};
+use pipeprof_core::aggregate::StageSummary;
+use pipeprof_core::diagnose::{Limiter, Severity, Verdict};
 
 fn stage(name: &str, p50_ms: f64, p95_ms: f64, on_cpu: Option<f64>) -> StageSummary {
     StageSummary {
@@ -113,7 +113,7 @@ fn every_limiter_has_a_label_in_the_fixed_set() {
 
 #[test]
 fn a_distributed_run_has_a_series_per_rank_and_the_straggler_gauge() {
-    use crate::aggregate::ranks::RankLine;
+    use pipeprof_core::aggregate::ranks::RankLine;
     let mut sc = scrape(Some(Limiter::Io));
     let line = |rank: u32, wait_ms: f64| RankLine {
         rank,
@@ -131,7 +131,7 @@ fn a_distributed_run_has_a_series_per_rank_and_the_straggler_gauge() {
     };
     sc.summary.ranks = vec![line(0, 6.0), line(1, 41.0)];
     // The collector judges the ranks with the verdict; the scrape shows its judgement.
-    sc.straggler = crate::diagnose::ranks::judge(&sc.summary.ranks);
+    sc.straggler = pipeprof_core::diagnose::ranks::judge(&sc.summary.ranks);
     let text = render(&sc);
     let p = "program=\"tiny.toml\"";
     // The whole run is "all"; each rank its number.

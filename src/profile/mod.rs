@@ -10,13 +10,16 @@ mod setup;
 
 pub use options::Options;
 
-use crate::aggregate::settings::{clean_name, MAX_NAME};
-use crate::aggregate::RunSettings;
-use crate::diagnose::Diagnosed;
+use crate::report;
 use crate::session::{self, Out, Running, SecondInterrupt, Session, TraceSpec};
-use crate::{config, progress, report, train};
 use anyhow::bail;
 use crossbeam_channel::Receiver;
+use pipeprof_core::aggregate::settings::{clean_name, MAX_NAME};
+use pipeprof_core::aggregate::RunSettings;
+use pipeprof_core::config;
+use pipeprof_core::diagnose::Diagnosed;
+use pipeprof_trainer::progress;
+use pipeprof_trainer::train;
 use probes::{Event, Probe, ProbeLayer, ThreadRole};
 use setup::Prepared;
 use std::thread::JoinHandle;
@@ -76,7 +79,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     if tracing::subscriber::set_global_default(subscriber).is_err() {
         progress::warn("a tracing subscriber is already installed: stage spans will not be measured");
     }
-    crate::data::loader::inject_panic_at_step(opts.panic_in_loader_at_step);
+    pipeprof_trainer::data::loader::inject_panic_at_step(opts.panic_in_loader_at_step);
     let samplers = start_samplers(opts, &probe);
     let trainer = spawn_trainer(opts, &cfg, &data, plan, dev, &running)?;
     let (watchdog_tx, watchdog_rx) = crossbeam_channel::bounded::<()>(0);
@@ -87,7 +90,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     let outcome = trainer.join().map_err(|p| {
         anyhow::anyhow!(
             "the training thread panicked in the training loop: {}",
-            crate::data::loader::panic_message(&*p)
+            pipeprof_trainer::data::loader::panic_message(&*p)
         )
     });
     drop(watchdog_tx);
@@ -201,8 +204,10 @@ fn spawn_watchdog(after: std::time::Duration, probe: &Probe, out: Out, stop: Rec
         let mut named = std::collections::HashSet::new();
         while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop.recv_timeout(WATCH_EVERY) {
             let now = probes::clock::now_ns();
-            for (w, open_ns) in crate::data::watch::stalled(&crate::data::watch::open_work(), now, threshold) {
-                let stall = crate::aggregate::Stall {
+            for (w, open_ns) in
+                pipeprof_trainer::data::watch::stalled(&pipeprof_trainer::data::watch::open_work(), now, threshold)
+            {
+                let stall = pipeprof_core::aggregate::Stall {
                     thread: w.thread.clone(),
                     stage: w.stage.name().into(),
                     file: w.file.clone(),
@@ -211,7 +216,7 @@ fn spawn_watchdog(after: std::time::Duration, probe: &Probe, out: Out, stop: Rec
                 };
                 // Named once per stall on the progress line; the live view shows it as a flag.
                 if named.insert((w.thread.clone(), w.since_ns)) {
-                    out.note(&crate::diagnose::stall_words(&stall));
+                    out.note(&pipeprof_core::diagnose::stall_words(&stall));
                 }
                 probe.send(Event::Stalled {
                     thread: w.thread.into_boxed_str(),
@@ -249,8 +254,8 @@ fn start_samplers(opts: &Options, probe: &Probe) -> Option<probes::sampler::Samp
 }
 
 /// The loader's settings for the training set: the model's input, the run's batches and workers.
-fn loader_config(opts: &Options, cfg: &config::ModelConfig, workers: usize) -> crate::data::LoaderConfig {
-    crate::data::LoaderConfig {
+fn loader_config(opts: &Options, cfg: &config::ModelConfig, workers: usize) -> pipeprof_trainer::data::LoaderConfig {
+    pipeprof_trainer::data::LoaderConfig {
         height: cfg.input.height as u32,
         width: cfg.input.width as u32,
         channels: cfg.input.channels,
@@ -280,7 +285,7 @@ fn spawn_trainer(
     let loader_cfg = loader_config(opts, cfg, plan.workers);
     let val = data.val.clone().map(|v| train::Validation {
         ds: std::sync::Arc::new(v),
-        loader: crate::data::LoaderConfig {
+        loader: pipeprof_trainer::data::LoaderConfig {
             shuffle: false,
             epochs: 1,
             max_steps: None,
@@ -296,7 +301,7 @@ fn spawn_trainer(
     Ok(std::thread::Builder::new().name(ThreadRole::Train.thread_name()).spawn(move || {
         probes::set_thread_role(ThreadRole::Train);
         let result = (|| {
-            let mut loader = crate::data::Loader::start(samples, loader_cfg, probe.clone())?;
+            let mut loader = pipeprof_trainer::data::Loader::start(samples, loader_cfg, probe.clone())?;
             let outcome = train::train(&cfg, classes, &dev, &mut loader, val.as_ref(), &probe, stop.flag(), &hooks)?;
             Ok(Trained { outcome, never_loaded: loader.classes_never_loaded() })
         })();

@@ -4,14 +4,14 @@
 //! its way back to flags ([`Options::to_args`], for `--check-advice`'s re-runs). A new flag is
 //! a field here and a line in `to_args`, then its use.
 
-use crate::config::{ModelConfig, Workers};
-use crate::data::simulate::{Slow, Throttle};
 use crate::export::chrome::TraceLevel;
-use crate::flags;
-use crate::limits::{MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH};
 use crate::metrics::MetricsArgs;
 use anyhow::bail;
 use clap::builder::RangedU64ValueParser;
+use pipeprof_core::config::{ModelConfig, Workers};
+use pipeprof_core::flags;
+use pipeprof_core::limits::{MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH};
+use pipeprof_trainer::data::simulate::{Slow, Throttle};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -75,11 +75,11 @@ pub struct Options {
     pub no_gpu: bool,
     /// Simulate slow storage: RATE (2MB/s), +LATENCY per file (+20ms), or both (2MB/s+20ms).
     /// Shown as a simulation in every report.
-    #[arg(long = flags::THROTTLE_READ, value_name = "SPEC", value_parser = crate::data::simulate::parse_throttle)]
+    #[arg(long = flags::THROTTLE_READ, value_name = "SPEC", value_parser = pipeprof_trainer::data::simulate::parse_throttle)]
     pub throttle_read: Option<Throttle>,
     /// Add time to one stage: STAGE=+MS, e.g. decode=+5ms (CPU work) or read=+10ms (waiting).
     /// Repeatable. Shown as a simulation in every report.
-    #[arg(long = flags::SLOW, value_name = "STAGE=+MS", value_parser = crate::data::simulate::parse_slow)]
+    #[arg(long = flags::SLOW, value_name = "STAGE=+MS", value_parser = pipeprof_trainer::data::simulate::parse_slow)]
     pub slow: Vec<Slow>,
     /// Testing hook: panic in the training loop at this step (proves the exit paths).
     #[arg(long = flags::PANIC_AT_STEP, hide = true)]
@@ -126,7 +126,7 @@ impl Default for Options {
 /// `--workers`: "auto" or a number of workers in range.
 pub fn parse_workers(s: &str) -> Result<Workers, String> {
     let w: Workers = s.parse()?;
-    crate::config::validate::workers_in_range(&flags::long(flags::WORKERS), w)?;
+    pipeprof_core::config::validate::workers_in_range(&flags::long(flags::WORKERS), w)?;
     Ok(w)
 }
 
@@ -285,7 +285,7 @@ mod tests {
     fn options_written_as_flags_read_back_as_the_same_options() {
         // Every option away from its default: a new flag is added here too (the struct literal
         // does not compile without it), and its `to_args` line is proved.
-        use crate::data::simulate::{parse_slow, parse_throttle};
+        use pipeprof_trainer::data::simulate::{parse_slow, parse_throttle};
         let o = Options {
             model: Some("m.toml".into()),
             data: Some("imgs dir".into()),
@@ -293,7 +293,7 @@ mod tests {
             epochs: Some(3),
             steps: Some(40),
             batch_size: Some(128),
-            workers: Some(crate::config::Workers::Auto),
+            workers: Some(pipeprof_core::config::Workers::Auto),
             prefetch: Some(6),
             seed: Some(7),
             device: "cuda:1".into(),

@@ -1,14 +1,14 @@
 //! Before training: the data (folder or cache, the validation set) and the run's settings.
 
 use super::Options;
-use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
-use crate::aggregate::RunSettings;
-use crate::cache::DataSource;
-use crate::config::ModelConfig;
-use crate::data::demo::DemoSpec;
-use crate::data::{self, Dataset};
-use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
+use pipeprof_core::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
+use pipeprof_core::aggregate::RunSettings;
+use pipeprof_core::config::ModelConfig;
+use pipeprof_core::model_source::ModelSource;
+use pipeprof_trainer::cache::DataSource;
+use pipeprof_trainer::data::demo::DemoSpec;
+use pipeprof_trainer::data::{self, Dataset};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -31,13 +31,16 @@ fn data_dir(opts: &Options) -> anyhow::Result<PathBuf> {
     let spec = DemoSpec::default();
     let dir = DemoSpec::default_dir();
     if !spec.is_present(&dir) {
-        crate::progress::say(&format!(
+        pipeprof_trainer::progress::say(&format!(
             "pipeprof: no --data given: writing the demo data set to {} (first run only)…",
             dir.display()
         ));
         spec.write(&dir).with_context(|| format!("cannot write the demo data set to {}", dir.display()))?;
     } else {
-        crate::progress::say(&format!("pipeprof: no --data given: using the demo data set in {}", dir.display()));
+        pipeprof_trainer::progress::say(&format!(
+            "pipeprof: no --data given: using the demo data set in {}",
+            dir.display()
+        ));
     }
     Ok(dir)
 }
@@ -51,13 +54,17 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model: &ModelSource) -> anyhow
         DataSource::Folder(f) => {
             ignored = f.ignored_summary();
             if let Some(i) = &ignored {
-                crate::progress::warn(&format!("ignored in class folders (not images pipeprof reads): {i}"));
+                pipeprof_trainer::progress::warn(&format!("ignored in class folders (not images pipeprof reads): {i}"));
             }
             for p in &f.problems {
-                crate::progress::warn(&format!("{}: {}", shown(&p.path), clean_name(&p.reason, MAX_PATH_SHOWN)));
+                pipeprof_trainer::progress::warn(&format!(
+                    "{}: {}",
+                    shown(&p.path),
+                    clean_name(&p.reason, MAX_PATH_SHOWN)
+                ));
             }
             for c in &f.empty_classes {
-                crate::progress::warn(&data::scan::empty_class_warning(&f.root, c));
+                pipeprof_trainer::progress::warn(&data::scan::empty_class_warning(&f.root, c));
             }
             let (train, val) = validation_set(opts, cfg, (*f).clone())?;
             (DataSource::Folder(Arc::new(train)), val)
@@ -72,8 +79,9 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model: &ModelSource) -> anyhow
                     dir.display()
                 )
             }
-            if let Some(why) = crate::cache::read_simulation_ignored(opts.throttle_read.as_ref(), &opts.slow) {
-                crate::progress::warn(&why);
+            if let Some(why) = pipeprof_trainer::cache::read_simulation_ignored(opts.throttle_read.as_ref(), &opts.slow)
+            {
+                pipeprof_trainer::progress::warn(&why);
             }
             let m = p.meta();
             let checked = if p.source_checked() {
@@ -81,7 +89,7 @@ pub fn prepare(opts: &Options, cfg: &ModelConfig, model: &ModelSource) -> anyhow
             } else {
                 format!("source {} is gone: not checked for staleness", shown(&m.source))
             };
-            crate::progress::say(&format!(
+            pipeprof_trainer::progress::say(&format!(
                 "pipeprof: training from the packed cache {} ({} images, {}; {} files were skipped when it was built)",
                 dir.display(),
                 p.len(),
@@ -100,7 +108,7 @@ fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Res
     if let Some(dir) = &opts.val_data {
         let v = data::scan(dir).with_context(|| format!("--val-data {}", dir.display()))?;
         for c in &v.empty_classes {
-            crate::progress::warn(&data::scan::empty_class_warning(dir, c));
+            pipeprof_trainer::progress::warn(&data::scan::empty_class_warning(dir, c));
         }
         let v = relabel_validation(v, &ds).with_context(|| format!("--val-data {}", dir.display()))?;
         return Ok((ds, Some(v)));
@@ -111,7 +119,7 @@ fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Res
     }
     let (train, val) = data::split::split(&ds, f, cfg.data.seed);
     if val.samples.is_empty() || train.samples.is_empty() {
-        crate::progress::warn(&format!(
+        pipeprof_trainer::progress::warn(&format!(
             "validation_split = {f} of {} images leaves {} for validation and {} for training: no validation pass",
             ds.samples.len(),
             val.samples.len(),
@@ -199,13 +207,13 @@ pub fn settings(
 /// Refuses a model that cannot fit: its parameter count overflows, or (on the CPU) training
 /// needs more than the machine's memory, estimated before anything is allocated.
 pub fn check_memory(
-    shapes: &[crate::train::shapes::ShapedLayer],
+    shapes: &[pipeprof_trainer::train::shapes::ShapedLayer],
     cfg: &ModelConfig,
     device: &str,
     model_name: &str,
 ) -> anyhow::Result<()> {
     let batch = cfg.train.batch_size;
-    let Some(need) = crate::train::shapes::memory_estimate(shapes, &cfg.input, batch) else {
+    let Some(need) = pipeprof_trainer::train::shapes::memory_estimate(shapes, &cfg.input, batch) else {
         bail!("{model_name}: the model's memory need cannot even be counted (over 2^64 bytes): use fewer or smaller layers");
     };
     // On a GPU the limit is the device's memory, which candle reports only by failing.

@@ -1,8 +1,8 @@
 //! The report's machine section: CPU, memory, storage, the data's file system, threads and
 //! each GPU with who uses it.
 
-use crate::aggregate::machine::MachineSummary;
-use crate::aggregate::Summary;
+use pipeprof_core::aggregate::machine::MachineSummary;
+use pipeprof_core::aggregate::Summary;
 use std::fmt::Write;
 
 fn mb(bytes: f64) -> String {
@@ -75,7 +75,7 @@ fn render_host(o: &mut String, m: &MachineSummary) {
         m.syscall_read_bytes_per_s_mean.map(|r| format!(" · {}/s through read calls", mb(r))).unwrap_or_default();
     let iowait = m.iowait_mean_pct.map(|w| format!(" · iowait {w:.1}%")).unwrap_or_default();
     let _ = writeln!(o, "  storage  {reads}{calls}{iowait}");
-    let threads: Vec<String> = crate::aggregate::machine::threads_by_worker(m)
+    let threads: Vec<String> = pipeprof_core::aggregate::machine::threads_by_worker(m)
         .into_iter()
         .map(|(name, pct)| format!("{name} {pct:.0}%"))
         .collect();
@@ -123,7 +123,7 @@ fn render_gpus(o: &mut String, m: &MachineSummary) {
 }
 
 /// Who uses a GPU, as NVML listed it: the run's processes with their memory, or why not.
-fn gpu_users(d: &crate::aggregate::machine::gpu::DeviceSummary) -> String {
+fn gpu_users(d: &pipeprof_core::aggregate::machine::gpu::DeviceSummary) -> String {
     match d.this_process_on_gpu {
         Some(true) if d.run_processes.is_empty() => "the run uses it".into(),
         Some(true) => {

@@ -15,7 +15,7 @@
 //!                ──► leftovers of its group: TERM, KILL after KILL_AFTER ──► Finish
 //! ```
 
-use crate::signal::KILL_AFTER;
+use pipeprof_core::signal::KILL_AFTER;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;

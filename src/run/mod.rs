@@ -26,10 +26,12 @@
 //! SIGQUIT/USR1/USR2/ALRM end it as SIGTERM does; Ctrl-Z under `--once` stops pipeprof's job
 //! with the program ([`follow_job_control`]); pipeprof killed outright, the program gets SIGTERM.
 
-use crate::aggregate::RunSettings;
-use crate::diagnose::Diagnosed;
+use crate::report;
 use crate::session::{self, Out, Running, SecondInterrupt, Session, Stop, TraceSpec};
-use crate::{progress, report, signal};
+use pipeprof_core::aggregate::RunSettings;
+use pipeprof_core::diagnose::Diagnosed;
+use pipeprof_core::signal;
+use pipeprof_trainer::progress;
 pub mod ending;
 mod relay;
 mod terminal;
@@ -197,7 +199,10 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
         .command
         .iter()
         .map(|w| {
-            crate::aggregate::settings::clean_name(&w.to_string_lossy(), crate::aggregate::settings::MAX_PATH_SHOWN)
+            pipeprof_core::aggregate::settings::clean_name(
+                &w.to_string_lossy(),
+                pipeprof_core::aggregate::settings::MAX_PATH_SHOWN,
+            )
         })
         .collect::<Vec<_>>()
         .join(" ");
@@ -262,7 +267,7 @@ fn start_session(
     metrics: Option<crate::metrics::Listener>,
 ) -> anyhow::Result<Running> {
     let settings = RunSettings {
-        model: crate::model_source::ModelSource::Program(program.to_string()),
+        model: pipeprof_core::model_source::ModelSource::Program(program.to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..RunSettings::default()
     };

@@ -3,7 +3,7 @@
 //! bytes last came; at most [`connection_cap`] at once, under the open-file limit raised to its
 //! hard limit.
 
-use crate::progress;
+use pipeprof_trainer::progress;
 use probes::attach::accept::Acceptor;
 use probes::attach::wire;
 use probes::Probe;

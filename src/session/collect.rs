@@ -1,11 +1,11 @@
 //! The collector: drains events into the aggregate and the exporters, publishes snapshots with
 //! their verdict for the views, and pairs the final summary with its verdict.
 
-use crate::aggregate::Aggregator;
-use crate::diagnose::{self, Diagnosed};
 use crate::export::Exporter;
 use crate::tui::Live;
 use crossbeam_channel::Receiver;
+use pipeprof_core::aggregate::Aggregator;
+use pipeprof_core::diagnose::{self, Diagnosed};
 use probes::Event;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ pub fn collect(
     let done = Diagnosed::new(agg.summary());
     for x in &mut exporters {
         if let Err(e) = x.summary(&done).and_then(|()| x.finish()) {
-            crate::progress::warn(&format!("cannot close an export: {e}"));
+            pipeprof_trainer::progress::warn(&format!("cannot close an export: {e}"));
         }
     }
     done
@@ -100,7 +100,7 @@ fn export(ev: &Event, exporters: &mut Vec<Box<dyn Exporter>>) {
     exporters.retain_mut(|x| match x.event(ev) {
         Ok(()) => true,
         Err(e) => {
-            crate::progress::warn(&format!("cannot write an export ({e}): that output stops here"));
+            pipeprof_trainer::progress::warn(&format!("cannot write an export ({e}): that output stops here"));
             false
         }
     });

@@ -22,14 +22,15 @@ pub use collect::{collect, latest, Latest};
 pub use summary::{failed_field, SummaryFile};
 pub use view::{live_view, serve_metrics, show, Out, Stop};
 
-use crate::aggregate::{Aggregator, RunSettings};
-use crate::diagnose::Diagnosed;
 use crate::export::chrome::{ChromeTrace, TraceLevel};
 use crate::export::guard::TraceGuard;
 use crate::export::Exporter;
-use crate::{progress, signal};
 use anyhow::Context;
 use crossbeam_channel::{Receiver, Sender};
+use pipeprof_core::aggregate::{Aggregator, RunSettings};
+use pipeprof_core::diagnose::Diagnosed;
+use pipeprof_core::signal;
+use pipeprof_trainer::progress;
 use probes::{Event, Probe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -310,7 +311,7 @@ impl Running {
                 let last = self.latest.lock().unwrap_or_else(|e| e.into_inner()).snap.summary.clone();
                 let why = format!(
                     "the collector thread (pp-collector) panicked: {}",
-                    crate::data::loader::panic_message(&*p)
+                    pipeprof_trainer::data::loader::panic_message(&*p)
                 );
                 (Diagnosed::new(last), Some(why))
             }

@@ -2,9 +2,9 @@
 //! collector has closed its outputs, with `failed` a field of the summary, never text patched
 //! into the JSON.
 
-use crate::diagnose::Diagnosed;
-use crate::progress;
 use anyhow::Context;
+use pipeprof_core::diagnose::Diagnosed;
+use pipeprof_trainer::progress;
 use std::path::{Path, PathBuf};
 
 /// Where the summary goes.

@@ -2,8 +2,9 @@
 //! its threads say ([`Out`]), and the stop they all obey ([`Stop`]).
 
 use super::Latest;
-use crate::{progress, signal};
 use crossbeam_channel::Receiver;
+use pipeprof_core::signal;
+use pipeprof_trainer::progress;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

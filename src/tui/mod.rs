@@ -11,11 +11,11 @@ pub mod view;
 
 pub use state::{Action, Focus, Live, State};
 
-use crate::aggregate::Snapshot;
 use crossbeam_channel::{Receiver, TryRecvError};
 use crossterm::event::{self, Event};
 use crossterm::terminal::{self, EnterAlternateScreen, LeaveAlternateScreen};
 use crossterm::{cursor, execute};
+use pipeprof_core::aggregate::Snapshot;
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 use std::io::{self, Stdout};
@@ -64,7 +64,7 @@ struct Guard {
 impl Guard {
     fn enter() -> io::Result<Guard> {
         install_panic_hook();
-        crate::signal::on_exit_restore_terminal(restore);
+        pipeprof_core::signal::on_exit_restore_terminal(restore);
         terminal::enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         let setup = (|| {
@@ -141,7 +141,7 @@ pub fn run(latest: Arc<Mutex<Live>>, done: Receiver<()>, stop: &'static AtomicBo
                     }
                     Action::Interrupt => {
                         // The same path as SIGINT: may exit at once (terminal restored first).
-                        crate::signal::interrupt_key();
+                        pipeprof_core::signal::interrupt_key();
                         break;
                     }
                 },

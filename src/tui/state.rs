@@ -2,11 +2,11 @@
 //! chose (pause, help, focus, chart window). No terminal here: key handling and windowing are
 //! pure and unit-tested, and views render it in tests from hand-built values.
 
-use crate::aggregate::machine::{GpuPoint, HostPoint};
-use crate::aggregate::{Snapshot, StepPoint};
-use crate::diagnose::ranks::RanksVerdict;
-use crate::diagnose::Verdict;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use pipeprof_core::aggregate::machine::{GpuPoint, HostPoint};
+use pipeprof_core::aggregate::{Snapshot, StepPoint};
+use pipeprof_core::diagnose::ranks::RanksVerdict;
+use pipeprof_core::diagnose::Verdict;
 use probes::StepRecord;
 
 /// Chart windows ←/→ choose from, seconds.

@@ -2,7 +2,7 @@
 // Each test crate uses its own subset.
 #![allow(dead_code)]
 
-use pipeprof::data::demo::{DemoFormat, DemoSpec};
+use pipeprof_trainer::data::demo::{DemoFormat, DemoSpec};
 use std::path::Path;
 use std::process::{Command, Output};
 

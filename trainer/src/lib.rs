@@ -1,7 +1,6 @@
 //! pipeprof-trainer: the candle trainer and its input pipeline: the loader ([`data`]), the
 //! packed cache ([`cache`]), the model and training loop ([`train`]) and the progress line
-//! ([`progress`]). Built on `pipeprof-core`, whose modules it re-exports so that `crate::config`
-//! and the like read as they did when all was one crate.
+//! ([`progress`]). Built on `pipeprof-core`, named where it is used (`pipeprof_core::config`).
 
 pub use pipeprof_core::{aggregate, config, limits, model_source, signal, units};
 

@@ -6,9 +6,9 @@
 //! processes) loses its control characters, so neither a terminal nor a log file can be made
 //! to show what it does not say. Nothing here panics when stderr or stdout is gone.
 
-use crate::aggregate::Summary;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pipeprof_core::aggregate::Summary;
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ const PLAIN_EVERY: Duration = Duration::from_secs(10);
 /// prints carries names and paths from files and other processes, and none of them may move
 /// the cursor, retitle the terminal or hide a line, on a terminal or in a log.
 pub fn clean(text: &str) -> String {
-    use crate::aggregate::settings::printable;
+    use pipeprof_core::aggregate::settings::printable;
     text.chars().map(|c| if printable(c) || c == '\n' || c == '\t' { c } else { '?' }).collect()
 }
 

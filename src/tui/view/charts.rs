@@ -3,9 +3,9 @@
 //! is off) and prefetch-queue occupancy. All share one time axis, oldest left.
 
 use super::{dim, fmt_bytes, fmt_ms, fmt_share, section, truncate_end};
-use crate::aggregate::machine::gpu::DeviceSummary;
-use crate::aggregate::StepPoint;
 use crate::tui::state::{Focus, State, Windowed};
+use pipeprof_core::aggregate::machine::gpu::DeviceSummary;
+use pipeprof_core::aggregate::StepPoint;
 use probes::sampler::GpuStatus;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};

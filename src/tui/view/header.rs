@@ -2,8 +2,8 @@
 //! far it got (epoch, step, images/s, loss, accuracy, elapsed, dropped events).
 
 use super::{bold, dim, fmt_elapsed, fmt_rate, kv, truncate_start};
-use crate::aggregate::Summary;
 use crate::tui::state::State;
+use pipeprof_core::aggregate::Summary;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};

@@ -117,7 +117,7 @@ fn kv<'a>(label: &'a str, value: String) -> [Span<'a>; 2] {
     [Span::styled(label, dim()), Span::styled(value, bold())]
 }
 
-pub use crate::units::ms as fmt_ms;
+pub use pipeprof_core::units::ms as fmt_ms;
 
 /// A 0–1 share as a whole percentage.
 pub fn fmt_share(v: f64) -> String {

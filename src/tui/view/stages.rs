@@ -2,10 +2,10 @@
 //! stages, of worker time for the loader's), on-CPU / waiting for a core / blocked, and rate.
 
 use super::{bold, dim, fmt_ms, fmt_rate, fmt_share, section};
-use crate::aggregate::ranks::RankLine;
-use crate::aggregate::{LoaderThread, StageSummary, Summary};
-use crate::diagnose::ranks::RanksVerdict;
 use crate::tui::state::{Focus, State};
+use pipeprof_core::aggregate::ranks::RankLine;
+use pipeprof_core::aggregate::{LoaderThread, StageSummary, Summary};
+use pipeprof_core::diagnose::ranks::RanksVerdict;
 use probes::Stage;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Style};

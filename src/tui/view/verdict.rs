@@ -2,8 +2,8 @@
 //! thing to do about it. Focused (Tab), it lists every piece of evidence and advice.
 
 use super::{bold, dim, section, truncate_end};
-use crate::diagnose::{Advice, Flag, Limiter, Severity, Verdict, MIN_STEPS};
 use crate::tui::state::{Focus, State};
+use pipeprof_core::diagnose::{Advice, Flag, Limiter, Severity, Verdict, MIN_STEPS};
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -54,10 +54,10 @@ pub fn flag_label(f: &Flag) -> String {
         Flag::Diverged { first_nan, first_inf } => {
             format!(
                 "{}: training diverged, lower the learning rate",
-                crate::diagnose::loss_words(*first_nan, *first_inf)
+                pipeprof_core::diagnose::loss_words(*first_nan, *first_inf)
             )
         }
-        Flag::Stalled(s) => crate::diagnose::stall_words(s),
+        Flag::Stalled(s) => pipeprof_core::diagnose::stall_words(s),
         Flag::ValidationHeavy { share } => format!("validation takes {:.0}% of the run", share * 100.0),
         Flag::CoreContention { share, others, external } => {
             let who = if *external && !others.is_empty() { format!(" ({})", others.join(", ")) } else { String::new() };
@@ -267,10 +267,10 @@ mod tests {
     fn an_advice_line_says_now_and_after_like_the_report() {
         let a = Advice {
             action: "raise loader workers 1 → 2".into(),
-            change: crate::diagnose::Change::Workers(2),
+            change: pipeprof_core::diagnose::Change::Workers(2),
             predicted_speedup: Some(2399.0 / 1220.0),
             reason: String::new(),
-            basis: Some(crate::diagnose::Basis {
+            basis: Some(pipeprof_core::diagnose::Basis {
                 now: 1220.0,
                 from_step: 1,
                 to_step: 30,
@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn the_live_view_names_a_diverged_loss_and_a_stall() {
-        let stall = crate::aggregate::Stall {
+        let stall = pipeprof_core::aggregate::Stall {
             thread: "loader-0".into(),
             stage: "read".into(),
             file: "a/zz_pipe.png".into(),

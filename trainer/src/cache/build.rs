@@ -5,11 +5,11 @@ use super::format::{
     encode_index, fingerprint, relative, Entry, Exact, Header, Meta, Size, ENTRY_LEN, HEADER_LEN, PIXELS_OFF, VERSION,
 };
 use super::CacheError;
-use crate::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
 use crate::data::image::{decode_for, Resizer};
 use crate::data::scan::{scan_with, Rules};
 use crate::data::Dataset;
-use crate::model_source::ModelSource;
+use pipeprof_core::aggregate::settings::{clean_name, shown, MAX_NAME, MAX_PATH_SHOWN};
+use pipeprof_core::model_source::ModelSource;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -161,7 +161,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     if let Some(e) = empty_class_refusal(&ds, opts.rules) {
         return Err(e);
     }
-    if crate::signal::stopping() {
+    if pipeprof_core::signal::stopping() {
         return Err(CacheError::Interrupted { out: opts.out.clone() });
     }
     if opts.progress {
@@ -177,7 +177,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport, CacheError> {
     let tmp = Temp { path, keep: false };
     // A second interrupt exits at once, without unwinding: the temporary goes with it.
     let doomed = tmp.path.clone();
-    crate::signal::on_abort(Box::new(move || {
+    pipeprof_core::signal::on_abort(Box::new(move || {
         let _ = std::fs::remove_file(&doomed);
     }));
     let werr = |source| CacheError::Write { path: tmp.path.clone(), source };
@@ -340,7 +340,7 @@ fn write_pixels(
         let mut next_write = 0;
         while next_write < chunks {
             // Ctrl-C (or SIGTERM): stop between chunks; the caller's temporary is removed.
-            if crate::signal::stopping() {
+            if pipeprof_core::signal::stopping() {
                 return Err(CacheError::Interrupted { out: opts.out.clone() });
             }
             let Ok((c, decoded)) = done_rx.recv() else { break };

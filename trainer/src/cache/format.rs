@@ -3,7 +3,7 @@
 
 use crate::data::scan::Rules;
 use crate::data::Dataset;
-use crate::model_source::ModelSource;
+use pipeprof_core::model_source::ModelSource;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -42,9 +42,9 @@ pub use format::{fingerprint, Entry, Exact, Header, Meta, Size, HEADER_LEN, MAGI
 pub use open::Packed;
 pub use source::{read_simulation_ignored, DataSource, SourceError};
 
-use crate::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
 use crate::data::scan::Rules;
-use crate::model_source::ModelSource;
+use pipeprof_core::aggregate::settings::{clean_name, shown, MAX_PATH_SHOWN};
+use pipeprof_core::model_source::ModelSource;
 use std::path::PathBuf;
 
 /// Why a cache cannot be written or used. Every message names the file and what to do.
@@ -164,7 +164,7 @@ pub struct PackOptions {
 /// Decode threads: `asked`, range-checked, or one per core.
 fn threads(asked: Option<usize>) -> anyhow::Result<usize> {
     if let Some(w) = asked {
-        use crate::limits::{in_range, MAX_WORKERS};
+        use pipeprof_core::limits::{in_range, MAX_WORKERS};
         in_range("--workers", w, 1, MAX_WORKERS).map_err(anyhow::Error::msg)?;
     }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -174,7 +174,7 @@ fn threads(asked: Option<usize>) -> anyhow::Result<usize> {
 /// [`build`] with Ctrl-C handled: an interrupt stops the writing, the temporary is removed,
 /// and `None` comes back (the process then exits 128 + the signal, as shells expect).
 fn build_interruptible(opts: &BuildOptions, verb: &str) -> anyhow::Result<Option<BuildReport>> {
-    crate::signal::install();
+    pipeprof_core::signal::install();
     match build(opts) {
         Ok(r) => Ok(Some(r)),
         Err(e @ CacheError::Interrupted { .. }) => {
@@ -250,7 +250,7 @@ fn summarise(verb: &str, r: &BuildReport, size: &str, data: &std::path::Path, ou
 /// loader takes (its scan rules, its reduced-scale JPEG decode), so `profile --data FILE` trains
 /// on the pixels `profile --data DIR` would.
 pub fn run(args: &CacheOptions) -> anyhow::Result<()> {
-    let (cfg, model) = crate::config::load_model(args.model.as_deref())?;
+    let (cfg, model) = pipeprof_core::config::load_model(args.model.as_deref())?;
     let (height, width) = (cfg.input.height as u32, cfg.input.width as u32);
     let opts = BuildOptions {
         data: args.data.clone(),

@@ -8,8 +8,8 @@
 
 use super::format::{decode_index, fingerprint, Entry, Header, Meta, Size, HEADER_LEN, MAGIC, OLDEST_READ, VERSION};
 use super::{rerun_command, CacheError};
-use crate::aggregate::settings::{clean_name, shown, MAX_NAME};
-use crate::model_source::ModelSource;
+use pipeprof_core::aggregate::settings::{clean_name, shown, MAX_NAME};
+use pipeprof_core::model_source::ModelSource;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

@@ -13,7 +13,7 @@
 //! (seed, epoch, sample): a run is reproducible whatever the worker count or timing.
 
 use super::rng::SplitMix;
-use crate::config::Augment;
+use pipeprof_core::config::Augment;
 
 /// The sampled parameters of one augmentation.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -24,7 +24,7 @@ pub struct LoaderConfig {
     /// Simulated extra work per stage (--slow).
     pub slow: Vec<super::simulate::Slow>,
     /// Random augmentations (off by default; never on for validation).
-    pub augment: crate::config::Augment,
+    pub augment: pipeprof_core::config::Augment,
 }
 
 impl Default for LoaderConfig {
@@ -42,7 +42,7 @@ impl Default for LoaderConfig {
             max_steps: None,
             throttle: None,
             slow: Vec::new(),
-            augment: crate::config::Augment::default(),
+            augment: pipeprof_core::config::Augment::default(),
         }
     }
 }

@@ -110,7 +110,7 @@ impl Dataset {
 pub fn empty_class_warning(root: &Path, class: &str) -> String {
     format!(
         "class folder {} has no .{} image: it is left out of the classes (add images to train it, or remove the folder)",
-        crate::aggregate::settings::shown(&root.join(class)),
+        pipeprof_core::aggregate::settings::shown(&root.join(class)),
         EXTENSIONS.join("/.")
     )
 }
@@ -129,7 +129,7 @@ pub fn kept_empty_class_warning(root: &Path, class: &str) -> String {
     format!(
         "class folder {} has no {} image: Keras keeps it as a class too (a model has an output it never sees); \
          add images or remove the folder",
-        crate::aggregate::settings::shown(&root.join(class)),
+        pipeprof_core::aggregate::settings::shown(&root.join(class)),
         KERAS_EXTENSIONS.join("/")
     )
 }

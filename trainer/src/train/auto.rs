@@ -22,7 +22,7 @@
 //! against what the added workers could give: one worker added to N gives at most 1/N, so a
 //! fixed "a fifth faster" rule could never pass past 5 workers.)
 
-use crate::units::pct;
+use pipeprof_core::units::pct;
 
 /// Steps measured per decision (after the warm-up following each change).
 pub const WINDOW: usize = 6;

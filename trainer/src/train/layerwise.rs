@@ -125,9 +125,9 @@ pub fn backward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
     use candle_core::{DType, Device};
     use candle_nn::{VarBuilder, VarMap};
+    use pipeprof_core::config::ModelConfig;
 
     const MODEL: &str = "[input]\nheight=10\nwidth=9\nchannels=3\n\
         [[layers]]\ntype=\"conv2d\"\nfilters=3\nkernel_size=3\npadding=\"same\"\nactivation=\"tanh\"\n\

@@ -8,17 +8,17 @@ pub mod layerwise;
 pub mod model;
 pub mod optim;
 /// Shape inference is pure (no tensor), so it lives with the schema in pipeprof-core.
-pub use crate::config::shapes;
+pub use pipeprof_core::config::shapes;
 pub mod staging;
 pub mod transfer;
 
-use crate::config::ModelConfig;
 use crate::data::{Dataset, Loader, LoaderConfig};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use device::{batch_bytes, host_span, keep_freed_memory, pageable, phase_done, DeviceTimer, GpuSync, Upload};
 use model::Cnn;
 use optim::Opt;
+use pipeprof_core::config::ModelConfig;
 use probes::{clock, Event, LayerRecord, Probe, Stage, StepRecord, NONE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -401,7 +401,7 @@ mod tests {
 
     #[test]
     fn weights_are_reproducible_for_a_seed() {
-        let cfg = ModelConfig::parse(crate::config::DEFAULT_MODEL, "cnn.toml").unwrap();
+        let cfg = ModelConfig::parse(pipeprof_core::config::DEFAULT_MODEL, "cnn.toml").unwrap();
         let dev = Device::Cpu;
         let values = |seed| {
             let vm = VarMap::new();

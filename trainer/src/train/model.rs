@@ -1,10 +1,10 @@
 //! A candle CNN built from `cnn.toml`, layer by layer, with candle's usual idioms.
 
 use super::shapes::same_padding;
-use crate::config::{Activation, LayerSpec, ModelConfig, Padding, Units};
 use candle_core::backprop::GradStore;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Conv2d, Conv2dConfig, Dropout, Linear, VarBuilder};
+use pipeprof_core::config::{Activation, LayerSpec, ModelConfig, Padding, Units};
 
 enum Layer {
     Conv { conv: Conv2d, pad: Option<(usize, usize, usize, usize)>, act: Activation },

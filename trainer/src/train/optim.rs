@@ -8,11 +8,11 @@
 //! operation in f32, with the same f64 coefficients rounded to f32, so the two agree within
 //! f32 rounding (`fused_steps_match_candles_optimizers_over_100_steps`).
 
-use crate::config::OptimizerKind;
 use candle_core::backend::BackendStorage;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Device, InplaceOp2, Layout, Result, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, SGD};
+use pipeprof_core::config::OptimizerKind;
 use rayon::prelude::*;
 use std::cell::RefCell;
 

@@ -75,8 +75,8 @@ mod tests {
     /// packs to bytes, and the bytes made f32 again are the batch bit for bit.
     #[test]
     fn every_batch_the_loader_makes_goes_as_bytes_and_comes_back_bit_identical() {
-        use crate::config::Augment;
         use crate::data::{demo::DemoSpec, scan, Loader, LoaderConfig};
+        use pipeprof_core::config::Augment;
         let d = tempfile::tempdir().unwrap();
         DemoSpec { classes: 2, per_class: 6, ..DemoSpec::default() }.write(d.path()).unwrap();
         let ds = std::sync::Arc::new(scan(d.path()).unwrap());
