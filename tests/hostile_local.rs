@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Issue 41, part A: a neighbour on the same machine, hostile names, a closed stdout, a cache
-//! changed under the run, an output path that cannot be written. Each test failed before its fix.
+//! Hostile local conditions: a neighbour on the same machine, hostile names, a closed stdout, a
+//! cache changed under the run, an output path that cannot be written.
 
 mod common;
 use common::{output_within, text};

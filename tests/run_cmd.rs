@@ -49,8 +49,8 @@ fn a_clean_exit_is_no_failure() {
 
 #[test]
 fn the_programs_command_line_is_shown_without_its_control_characters() {
-    // Issue 41: an argument with a newline or an escape code must not add a line or retitle
-    // the terminal in pipeprof's own messages.
+    // An argument with a newline or an escape code must not add a line or retitle the
+    // terminal in pipeprof's own messages.
     let dir = tempfile::tempdir().unwrap();
     let out = run_cmd(dir.path())
         .args(["--", "sh", "-c", "exit 0", "x\nFAKE LINE: all good\u{1b}]0;PWNED\u{7}"])

@@ -1,7 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! `pipeprof run`'s ways out that need a terminal or a signal it used not to handle: Ctrl-Z
-//! under `--once` on a real pty (an interactive bash drives it), SIGQUIT/USR1/USR2/ALRM, and
-//! pipeprof killed outright.
+//! `pipeprof run`'s ways out through a terminal or a signal: Ctrl-Z under `--once` on a real
+//! pty (an interactive bash drives it), SIGQUIT/USR1/USR2/ALRM, and pipeprof killed outright.
 
 mod common;
 
