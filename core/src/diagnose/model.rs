@@ -649,24 +649,9 @@ impl Pipeline {
     pub fn with_batch(&self, b: usize) -> Option<Pipeline> {
         let fixed = self.fixed_step_ms()?;
         let k = b.max(1) as f64 / self.batch;
-        let compute_ms = fixed + (self.compute_ms - fixed) * k;
-        let per_image_before = self.compute_ms / self.batch;
-        let per_image_after = compute_ms / (self.batch * k);
-        let cpu = if per_image_before > 0.0 {
-            self.compute_cpu_ms_per_image * per_image_after / per_image_before
-        } else {
-            self.compute_cpu_ms_per_image
-        };
         Some(Pipeline {
-            batch: self.batch * k,
-            compute_ms,
-            transfer_ms: self.transfer_ms * k,
             optimizer_ms: Some(fixed),
-            compute_cpu_ms_per_image: cpu,
-            compute_slow_ms: self.compute_slow_ms.map(|x| x * compute_ms / self.compute_ms.max(1e-9)),
-            // The loader's CPU per batch beside the step grows with the batch.
-            compute_beside_ms: self.compute_beside_ms * k,
-            ..self.clone()
+            ..self.with_batch_computing(b, fixed + (self.compute_ms - fixed) * k)
         })
     }
 
@@ -676,11 +661,28 @@ impl Pipeline {
     /// MLP's batch 32 → 128 gave ×3.7–4.1 on pipeprof's own loop, where growing the compute
     /// with the batch predicted ×1.1–1.7.
     pub fn with_batch_launch_bound(&self, b: usize) -> Pipeline {
+        self.with_batch_computing(b, self.compute_ms)
+    }
+
+    /// With batch size `b` and a step's compute of `compute_ms`: the copy and the loader's CPU
+    /// beside the step grow with the batch; the compute's CPU per image and its slow part
+    /// follow the compute.
+    fn with_batch_computing(&self, b: usize, compute_ms: f64) -> Pipeline {
         let k = b.max(1) as f64 / self.batch;
+        let per_image_before = self.compute_ms / self.batch;
+        let per_image_after = compute_ms / (self.batch * k);
+        let cpu = if per_image_before > 0.0 {
+            self.compute_cpu_ms_per_image * per_image_after / per_image_before
+        } else {
+            self.compute_cpu_ms_per_image
+        };
         Pipeline {
             batch: self.batch * k,
+            compute_ms,
             transfer_ms: self.transfer_ms * k,
-            compute_cpu_ms_per_image: self.compute_cpu_ms_per_image / k,
+            compute_cpu_ms_per_image: cpu,
+            compute_slow_ms: self.compute_slow_ms.map(|x| x * compute_ms / self.compute_ms.max(1e-9)),
+            // The loader's CPU per batch beside the step grows with the batch.
             compute_beside_ms: self.compute_beside_ms * k,
             ..self.clone()
         }
