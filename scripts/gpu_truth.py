@@ -400,12 +400,12 @@ def case_check_advice(ctx):
         detail[f"advice{k}"] = re.sub(r"\s{2,}", " | ", row.strip())
     ctx.notes += [f"{case} (plain rate: cnn-w0's):"] + [f"  {t}" for t in table]
     why = proc.failure("the run under pipeprof", ctx.rel(case))
-    if not why and not (summary or {}).get("images_per_s"):
+    if not why and not steady_rate(summary):
         why = f"pipeprof's summary has no images/s (see {ctx.rel(case)})"
     if not why and len(table) < 2:
         why = f"no --check-advice table in the output (see {ctx.rel(case)})"
     plain = ctx.plain.get("cnn-w0")
-    return Row(case, f"failed: {why}" if why else "ok", plain, (summary or {}).get("images_per_s"), verdict, detail)
+    return Row(case, f"failed: {why}" if why else "ok", plain, steady_rate(summary), verdict, detail)
 
 
 def case_overhead(ms):
@@ -494,7 +494,7 @@ def torch_step_ms(ctx):
 def case_cnn_step(ctx):
     """pipeprof's own 42.5 M CNN step on cuda (gpu-check's cnn-large-gpu*) beside PyTorch's on the
     same model, and what per-phase timing costs."""
-    ips = {n: (check_summary(ctx, n) or {}).get("images_per_s") for n in
+    ips = {n: steady_rate(check_summary(ctx, n)) for n in
            ("cnn-large-gpu", "cnn-large-gpu-sync-step", "cnn-large-gpu-sync-phase")}
     s = check_summary(ctx, "cnn-large-gpu") or {}
     step = (s.get("split") or {}).get("mean_step_ms")
@@ -552,7 +552,7 @@ def case_workers_auto(ctx):
     verdict, detail = verdict_of(auto)
     detail.update(workers=settings.get("workers", "-"), cores=settings.get("cores", "-"),
                   changes=" > ".join(settings.get("auto_workers") or []) or "-")
-    plain, pp = (one or {}).get("images_per_s"), (auto or {}).get("images_per_s")
+    plain, pp = steady_rate(one), steady_rate(auto)
     why = None if plain and pp else f"gpu-check's decode-1worker/decode-auto did not finish (see {LOGS}/gpu-check/)"
     return Row("own-workers-auto", f"failed: {why}" if why else "ok", plain, pp, verdict, detail)
 
