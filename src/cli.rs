@@ -1,5 +1,5 @@
 //! Command-line interface: every clap type lives here but two, which live with what they
-//! define: `profile`'s flags are [`crate::profile::Options`] (checked and written back as flags
+//! define: `profile`'s flags are [`crate::commands::profile::Options`] (checked and written back as flags
 //! there), `--metrics-listen`'s are [`crate::metrics::MetricsArgs`]. The other commands take
 //! plain option structs; `commands` converts. This module looks down only.
 
@@ -27,7 +27,7 @@ pub enum Command {
     /// Train a CNN described in cnn.toml on an image folder and report per-stage timings.
     ///
     /// With no arguments: the built-in model (examples/cnn.toml) on a generated data set.
-    Profile(Box<crate::profile::Options>),
+    Profile(Box<crate::commands::profile::Options>),
     /// Start a training program instrumented and watch it: `pipeprof run -- python train.py`.
     ///
     /// A Python script needs no edit: PyTorch DataLoader iterations and Keras `fit` are timed

@@ -20,7 +20,9 @@ fn layered_crates() -> [(&'static str, PathBuf); 3] {
     ]
 }
 
-/// Layers, bottom first. Modules in one layer may not use each other.
+/// Layers, bottom first, by module path: a file's layer is that of the longest path here that
+/// is its module or holds it (`commands::profile::options` is in `commands::profile`), and an
+/// import's the same. Modules in one layer may not use each other.
 const LAYERS: &[&[&str]] = &[
     &["units", "signal", "limits", "model_source", "flags"],
     &["config", "aggregate"],
@@ -29,20 +31,30 @@ const LAYERS: &[&[&str]] = &[
     &["report", "tui", "export", "metrics"],
     &["html"],
     &["session"],
-    &["profile", "attach", "run", "offline"],
-    &["rerun"],
-    &["check_advice"],
-    &["check_run"],
+    &["commands::profile", "commands::attach", "commands::run", "commands::report"],
+    &["commands::rerun"],
+    &["commands::scratch"],
+    &["commands::profile::check"],
+    &["commands::run::check"],
     &["cli"],
     &["commands"],
 ];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&module))
+/// The layer table's entry that holds module `path` (`a::b::c`), and its layer: the longest
+/// entry that is `path` or a parent of it.
+fn entry_of(path: &str) -> Option<(&'static str, usize)> {
+    let holds = |e: &str| path == e || path.strip_prefix(e).is_some_and(|r| r.starts_with("::"));
+    LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(k, l)| l.iter().map(move |e| (*e, k)))
+        .filter(|(e, _)| holds(e))
+        .max_by_key(|(e, _)| e.len())
 }
 
-/// `crate::a`, and every `b` in `crate::{a, b::c}`, used in `text`; the same through the
-/// lower crates' names (`pipeprof_core::a`), which are one layer table with this one.
+/// Every path written after `crate::` in `text` (each item of a `crate::{a, b::c}` group, its
+/// head only where it nests another group), and the same through the lower crates' names
+/// (`pipeprof_core::a`), which are one layer table with this one.
 fn crate_imports(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for prefix in ["crate::", "pipeprof_core::", "pipeprof_trainer::"] {
@@ -52,7 +64,29 @@ fn crate_imports(text: &str) -> Vec<String> {
     out
 }
 
-/// The module names written right after each `prefix` in `text`, into `out`.
+/// A path of names joined by `::` at the start of `s`.
+fn path_at(s: &str) -> String {
+    let mut path = String::new();
+    let mut rest = s;
+    loop {
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            break;
+        }
+        rest = &rest[name.len()..];
+        if !path.is_empty() {
+            path.push_str("::");
+        }
+        path.push_str(&name);
+        match rest.strip_prefix("::") {
+            Some(r) if r.starts_with(|c: char| c.is_alphanumeric() || c == '_') => rest = r,
+            _ => break,
+        }
+    }
+    path
+}
+
+/// The module paths written right after each `prefix` in `text`, into `out`.
 fn imports_after(text: &str, prefix: &str, out: &mut Vec<String>) {
     let mut rest = text;
     while let Some(i) = rest.find(prefix) {
@@ -61,14 +95,17 @@ fn imports_after(text: &str, prefix: &str, out: &mut Vec<String>) {
         if !starts_word {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                let name: String = item.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                out.push(name);
-            }
-        } else {
-            out.push(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+        let head = path_at(rest);
+        let after = &rest[head.len()..];
+        let group = if head.is_empty() { rest.strip_prefix('{') } else { after.strip_prefix("::{") };
+        let Some(group) = group else {
+            out.push(head);
+            continue;
+        };
+        let end = group.find('}').unwrap_or(group.len());
+        for item in group[..end].split(',') {
+            let item = path_at(item.trim());
+            out.push(if head.is_empty() { item } else { format!("{head}::{item}") });
         }
     }
 }
@@ -84,6 +121,16 @@ fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// A file's module path below its crate's `src` (`commands/profile/mod.rs` is
+/// `commands::profile`); `lib.rs` and `main.rs` are no module (None).
+fn module_of(rel: &Path) -> Option<String> {
+    let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string()).collect();
+    if parts.last().is_some_and(|f| f == "mod") {
+        parts.pop();
+    }
+    (parts != ["lib"] && parts != ["main"]).then(|| parts.join("::"))
+}
+
 #[test]
 fn every_module_has_a_layer_and_imports_only_lower_layers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -96,27 +143,21 @@ fn every_module_has_a_layer_and_imports_only_lower_layers() {
         assert!(!files.is_empty(), "{} has no sources", src.display());
         for f in &files {
             let shown = f.strip_prefix(root).expect("under the workspace").display().to_string();
-            let rel = f.strip_prefix(&src).expect("under src");
-            let first = rel.components().next().expect("a file").as_os_str().to_string_lossy().into_owned();
-            let module = first.trim_end_matches(".rs").to_string();
-            if module == "lib" || module == "main" {
-                continue;
-            }
-            let crates = homes.entry(module.clone()).or_default();
+            let Some(module) = module_of(f.strip_prefix(&src).expect("under src")) else { continue };
+            let top = module.split("::").next().unwrap_or_default().to_string();
+            let crates = homes.entry(top).or_default();
             if !crates.contains(&krate) {
                 crates.push(krate);
             }
-            let Some(own) = layer_of(&module) else {
+            let Some((own, layer)) = entry_of(&module) else {
                 wrong.entry(shown).or_default().push(format!("module {module} has no layer"));
                 continue;
             };
             let text = std::fs::read_to_string(f).expect("readable");
             for used in crate_imports(&text) {
-                if used == module {
-                    continue;
-                }
-                match layer_of(&used) {
-                    Some(l) if l < own => {}
+                match entry_of(&used) {
+                    Some((e, _)) if e == own => {}
+                    Some((_, l)) if l < layer => {}
                     _ => wrong.entry(shown.clone()).or_default().push(format!("uses crate::{used}")),
                 }
             }
@@ -130,10 +171,17 @@ fn every_module_has_a_layer_and_imports_only_lower_layers() {
 #[test]
 fn the_import_reader_sees_groups_and_paths() {
     let t = "use crate::{aggregate::Summary, diagnose};\nlet x = crate::units::ms(1.0);";
-    assert_eq!(crate_imports(t), ["aggregate", "diagnose", "units"]);
+    assert_eq!(crate_imports(t), ["aggregate::Summary", "diagnose", "units::ms"]);
     let t = "use pipeprof_core::{config, limits::MAX_WORKERS};\nlet d = pipeprof_trainer::data::demo;";
-    assert_eq!(crate_imports(t), ["config", "limits", "data"]);
+    assert_eq!(crate_imports(t), ["config", "limits::MAX_WORKERS", "data::demo"]);
+    let t = "use crate::commands::rerun::{self, Outcome};";
+    assert_eq!(crate_imports(t), ["commands::rerun::self", "commands::rerun::Outcome"]);
     assert!(crate_imports("my_pipeprof_core::x; supercrate::y").is_empty());
+    assert_eq!(entry_of("commands::profile::check::run"), Some(("commands::profile::check", 10)));
+    assert_eq!(entry_of("commands::profile::options"), Some(("commands::profile", 7)));
+    assert_eq!(entry_of("commandsx"), None);
+    assert_eq!(module_of(Path::new("commands/profile/mod.rs")).as_deref(), Some("commands::profile"));
+    assert_eq!(module_of(Path::new("lib.rs")), None);
 }
 
 // ---------------------------------------------------------------------------------------------

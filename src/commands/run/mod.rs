@@ -32,6 +32,7 @@ use pipeprof_core::aggregate::RunSettings;
 use pipeprof_core::diagnose::Diagnosed;
 use pipeprof_core::signal;
 use pipeprof_trainer::progress;
+pub mod check;
 pub mod ending;
 mod relay;
 mod terminal;
@@ -59,7 +60,7 @@ use probes::attach::{PARENT_ENV as ADDRESS_ENV, PARENT_PID_ENV};
 use probes::env::MAIN_PID_ENV;
 
 /// The start-up hook Python children import (the same file the wheel ships).
-const SITECUSTOMIZE: &str = include_str!("../../python/pipeprof/_bootstrap/sitecustomize.py");
+const SITECUSTOMIZE: &str = include_str!("../../../python/pipeprof/_bootstrap/sitecustomize.py");
 
 /// What `pipeprof run` was asked for.
 #[derive(Debug, Clone)]

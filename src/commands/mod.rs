@@ -2,9 +2,15 @@
 //! its command takes, and the command runs. The only module that knows both sides.
 
 use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, PackArgs, ReportArgs, RunArgs};
-use crate::{attach, check_advice, check_run, offline, profile, run as run_cmd};
 use pipeprof_trainer::cache;
 use std::path::Path;
+
+pub mod attach;
+pub mod profile;
+pub mod report;
+pub mod rerun;
+pub mod run;
+pub mod scratch;
 
 /// Runs the command the user asked for (`profile` on the built-in default when none); returns
 /// the exit code: `run`'s is its program's, the others' 0.
@@ -27,18 +33,18 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 /// on the run's own summary and verdict.
 fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
     if !a.check_advice {
-        return run_cmd::run(&run_options(a)).map(|ran| ran.code);
+        return run::run(&run_options(a)).map(|ran| ran.code);
     }
-    if let Some(why) = check_run::stdin_refusal() {
+    if let Some(why) = run::check::stdin_refusal() {
         anyhow::bail!(why);
     }
-    let check = check_run::Options {
+    let check = run::check::Options {
         command: a.command.clone(),
-        steps: a.steps.unwrap_or(crate::rerun::DEFAULT_STEPS),
+        steps: a.steps.unwrap_or(rerun::DEFAULT_STEPS),
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
     };
-    let ran = run_cmd::run(&run_options(a))?;
+    let ran = run::run(&run_options(a))?;
     if ran.code != 0 || pipeprof_core::signal::stopping() {
         let code = ran.code;
         pipeprof_trainer::progress::out(&format!(
@@ -46,7 +52,7 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         ));
         return Ok(code);
     }
-    check_run::run(&check, &ran.done.summary, &ran.done.verdict());
+    run::check::run(&check, &ran.done.summary, &ran.done.verdict());
     Ok(ran.code)
 }
 
@@ -151,8 +157,8 @@ pub fn check_output(flag: &str, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn run_options(a: RunArgs) -> run_cmd::Options {
-    run_cmd::Options {
+fn run_options(a: RunArgs) -> run::Options {
+    run::Options {
         command: a.command,
         once: a.once,
         summary: a.summary,
@@ -171,7 +177,7 @@ fn run_other(command: Command) -> anyhow::Result<()> {
         Command::Run(_) => Ok(()),
         Command::Profile(a) => profile(*a),
         Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
-        Command::Report(a) => offline::run(&report_options(a)),
+        Command::Report(a) => report::run(&report_options(a)),
         Command::Cache(a) => cache::run(&cache_options(a)),
         Command::Pack(a) => cache::pack(&pack_options(a)),
         Command::DemoData(a) => demo_data(a),
@@ -182,7 +188,7 @@ fn run_other(command: Command) -> anyhow::Result<()> {
 fn profile(opts: profile::Options) -> anyhow::Result<()> {
     let run = profile::run(&opts)?;
     if opts.check_advice && !run.interrupted {
-        check_advice::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
+        profile::check::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
     }
     Ok(())
 }
@@ -203,8 +209,8 @@ fn attach_options(a: AttachArgs) -> attach::Options {
     }
 }
 
-fn report_options(a: ReportArgs) -> offline::Options {
-    offline::Options {
+fn report_options(a: ReportArgs) -> report::Options {
+    report::Options {
         files: a.files,
         repair: a.repair,
         summary: a.summary,

@@ -1,5 +1,5 @@
-//! The re-runs of `--check-advice`, `profile`'s (src/check_advice.rs) and `run`'s
-//! (src/check_run.rs) alike: one driver makes them in turn ([`drive`]) as watched child
+//! The re-runs of `--check-advice`, `profile`'s (commands/profile/check.rs) and `run`'s
+//! (commands/run/check.rs) alike: one driver makes them in turn ([`drive`]) as watched child
 //! processes ([`run_child_summary`]: an interrupt passed on, never outliving pipeprof); what
 //! each gave is typed ([`Outcome`]: a rate, or why none: skipped, failed, interrupted); one
 //! table sets the predictions beside the measurements ([`render`]), saying which runs shared
@@ -446,6 +446,23 @@ pub fn busy_elsewhere(s: &Summary) -> Option<String> {
         why.push(format!("{st:.0}% of the CPU stolen by the hypervisor"));
     }
     (!why.is_empty()).then(|| why.join(", "))
+}
+
+/// A verdict that says only `advice` (what the plans read), for the re-run plans' tests here
+/// in both checks.
+#[cfg(test)]
+pub(crate) fn verdict_with(advice: Vec<pipeprof_core::diagnose::Advice>) -> pipeprof_core::diagnose::Verdict {
+    use pipeprof_core::diagnose::{Limiter, Severity, Verdict};
+    Verdict {
+        limiter: Limiter::Preprocess,
+        severity: Severity::High,
+        headline: String::new(),
+        evidence: Vec::new(),
+        flags: Vec::new(),
+        advice,
+        provisional: false,
+        now: None,
+    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,9 @@
 //! program's output is kept from the terminal (the last line of its errors says why a re-run
 //! failed); its side effects are its own.
 
-use crate::check_advice::{self, MAX_FOLLOW_UPS};
-use crate::rerun::{self, FollowUp, Measured, NoRate, Outcome};
+use crate::commands::profile::check::MAX_FOLLOW_UPS;
+use crate::commands::rerun::{self, FollowUp, Measured, NoRate, Outcome};
+use crate::commands::scratch;
 use pipeprof_core::aggregate::settings::RunSettings;
 use pipeprof_core::aggregate::Summary;
 use pipeprof_core::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
@@ -338,7 +339,7 @@ pub fn header_size(b: &[u8]) -> Option<(u32, u32)> {
 /// as a re-run is (an interrupt passed on, never outliving this process).
 fn make_pack(exe: &Path, data: &Path, tmp: &Path, size: PackSize, keras: bool) -> Result<PathBuf, NoRate> {
     let needed = pack_bytes(data, size, keras)?;
-    check_advice::room_for("pack the data set", needed, check_advice::free_bytes(tmp), tmp)
+    scratch::room_for("pack the data set", needed, scratch::free_bytes(tmp), tmp)
         .map_err(|e| NoRate::Skipped(format!("{e} (pipeprof pack {})", size.flag())))?;
     let out = tmp.join("data.ppk");
     let mut c = std::process::Command::new(exe);
@@ -360,7 +361,7 @@ fn make_data(moves: DataMove, exe: &Path, data: &Path, tmp: &Path) -> Result<(Re
     let t0 = Instant::now();
     let (to, kind, what) = match moves {
         DataMove::Copy => {
-            let (copy, _) = check_advice::copy_local(data, tmp)?;
+            let (copy, _) = scratch::copy_local(data, tmp)?;
             (copy, RedirectKind::Folder, "the copy")
         }
         DataMove::Pack { size, keras } => (make_pack(exe, data, tmp, size, keras)?, RedirectKind::Packed, "the pack"),
@@ -415,7 +416,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
         pipeprof_trainer::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers; the image folder copied or packed): nothing to check\n");
         return;
     }
-    let Some((exe, tmp, _tmp_guard)) = check_advice::rerun_setup("pipeprof-check-run") else { return };
+    let Some((exe, tmp, _tmp_guard)) = scratch::rerun_setup("pipeprof-check-run") else { return };
     pipeprof_trainer::progress::out(&format!(
         "check-advice: running the program again: 1 baseline + {} runs of {} steps each, one change per run (its output hidden; its side effects are its own)\n",
         runs.len() - 1,
@@ -442,7 +443,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check_advice::verdict_with as verdict;
+    use crate::commands::rerun::verdict_with as verdict;
     use pipeprof_core::diagnose::{Advice, Basis};
 
     fn loader(code: &str, set: LoaderKnobs, gain: f64) -> Advice {
@@ -679,9 +680,9 @@ mod tests {
         assert_eq!(pack_bytes(d.path(), PackSize::Shorter(10), false).unwrap(), 2 * (13 * 10 + 10 * 25) * 3);
         // With the copy's margin against the free space.
         let needed = pack_bytes(d.path(), PackSize::AsStored, false).unwrap();
-        let e = check_advice::room_for("pack the data set", needed, Some(needed), Path::new("/tmp/x")).unwrap_err();
+        let e = scratch::room_for("pack the data set", needed, Some(needed), Path::new("/tmp/x")).unwrap_err();
         assert!(e.starts_with("not enough space to pack the data set: 0.0 MB needed"), "{e}");
-        assert!(check_advice::room_for("pack the data set", needed, Some(needed * 2), Path::new("/t")).is_ok());
+        assert!(scratch::room_for("pack the data set", needed, Some(needed * 2), Path::new("/t")).is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the run; this file is the run's source for the [`session`]: the Layer, the samplers, the
 //! stall watchdog and the trainer; and its ending: the report and why it failed.
 
+pub mod check;
 pub mod options;
 mod setup;
 
