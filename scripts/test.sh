@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# tests/prometheus.rs scrapes a run with Debian's prometheus: installed here when missing
+# tests/metrics.rs (its `prometheus` tests) scrapes a run with Debian's prometheus: installed here when missing
 # (the test fails without it; it never skips).
 if ! command -v prometheus >/dev/null && command -v apt-get >/dev/null; then
     sudo=""
