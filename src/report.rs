@@ -447,7 +447,7 @@ pub struct AdviceText {
 
 /// The words of one piece of advice (the text report's and the HTML report's).
 pub fn advice_text(a: &pipeprof_core::diagnose::Advice) -> AdviceText {
-    let command = a.change.command();
+    let command = a.command.clone();
     AdviceText {
         action: command.as_ref().map(|_| a.action.clone()),
         what: command.unwrap_or_else(|| a.action.clone()),
@@ -804,12 +804,18 @@ mod tests {
         let workers = Advice {
             action: "raise loader workers 1 → 2".into(),
             change: Change::Workers(2),
+            command: Some("--workers 2".into()),
             predicted_speedup: Some(1.96),
             reason: "why".into(),
             basis: None,
         };
-        let local =
-            Advice { change: Change::CopyLocal, predicted_speedup: None, action: "copy".into(), ..workers.clone() };
+        let local = Advice {
+            change: Change::CopyLocal,
+            command: None,
+            predicted_speedup: None,
+            action: "copy".into(),
+            ..workers.clone()
+        };
         let text = render_verdict(&verdict(vec![workers, local]));
         assert_eq!(
             text,

@@ -208,7 +208,8 @@ fn io_verdict() -> Verdict {
             Advice {
                 action: "Cache the decoded images on local disk".into(),
                 // A command as a summary file from another version might carry it: shown as written.
-                change: Change::Saved(Some("pipeprof cache build --data /mnt/gdrive/imgs".into())),
+                change: Change::Saved,
+                command: Some("pipeprof cache build --data /mnt/gdrive/imgs".into()),
                 predicted_speedup: Some(2.4),
                 basis: None,
                 reason: "reads take 62% of the step; a local cache reads at 400 MB/s here".into(),
@@ -216,6 +217,7 @@ fn io_verdict() -> Verdict {
             Advice {
                 action: "Use more loader workers: reads are off-CPU and overlap".into(),
                 change: Change::Workers(8),
+                command: Change::Workers(8).command(),
                 predicted_speedup: Some(1.8),
                 basis: None,
                 reason: "4× the workers overlap 4× the reads while 1.4 cores stay idle".into(),
@@ -236,6 +238,7 @@ fn compute_verdict() -> Verdict {
         advice: vec![Advice {
             action: "Train on a GPU".into(),
             change: Change::UseDevice("cuda".into()),
+            command: Change::UseDevice("cuda".into()).command(),
             predicted_speedup: None,
             basis: None,
             reason: "the data pipeline keeps up; only faster compute helps".into(),

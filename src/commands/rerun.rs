@@ -478,7 +478,14 @@ mod tests {
     }
 
     fn advice(change: Change, gain: Option<f64>) -> Advice {
-        Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into(), basis: None }
+        Advice {
+            action: "x".into(),
+            command: change.command(),
+            change,
+            predicted_speedup: gain,
+            reason: "y".into(),
+            basis: None,
+        }
     }
 
     fn ok(rate: f64) -> Outcome {

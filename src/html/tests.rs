@@ -51,6 +51,7 @@ fn verdict() -> Verdict {
     let workers = Advice {
         action: format!("DataLoader(num_workers=6) in {HOSTILE}"),
         change: Change::Workers(6),
+        command: Change::Workers(6).command(),
         predicted_speedup: Some(2.4),
         reason: "decode takes 3.1 ms an image on 2 workers; 8 cores".into(),
         basis: None,
@@ -58,6 +59,7 @@ fn verdict() -> Verdict {
     let resize = Advice {
         action: "resize the images to 224×224 once, offline".into(),
         change: Change::PreResize { width: 224, height: 224 },
+        command: None,
         predicted_speedup: None,
         reason: "resize is 1.2 ms of every image's 4.7 ms".into(),
         basis: None,

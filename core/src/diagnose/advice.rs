@@ -106,6 +106,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("stop or lower the priority of {named} (nice -n 19), or train on a quieter machine"),
             change: Change::FreeCores,
+            command: None,
             predicted_speedup: gain.map(|g| g.0),
             basis: gain.map(|g| g.1),
             reason: format!(
@@ -216,6 +217,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("raise loader workers {w} → {n}"),
             change: Change::Workers(n),
+            command: None,
             predicted_speedup: (!cold).then_some(gain),
             basis: (!cold).then_some(basis),
             reason,
@@ -234,6 +236,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("try loader workers {w} → {n}"),
             change: Change::Workers(n),
+            command: None,
             predicted_speedup: None,
             basis: None,
             reason: format!(
@@ -276,6 +279,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),
             change: Change::Prefetch(depth),
+            command: None,
             predicted_speedup: Some(gain),
             basis,
             reason: format!(
@@ -307,6 +311,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
             change: Change::CopyLocal,
+            command: None,
             predicted_speedup: gain.map(|g| g.0),
             basis: gain.map(|g| g.1),
             reason: format!(
@@ -424,7 +429,14 @@ impl Facts<'_> {
             rate(after.capacity().loader()),
             self.training_takes(&after),
         );
-        Some(Advice { action: action.into(), change, predicted_speedup: Some(gain), basis: Some(basis), reason })
+        Some(Advice {
+            action: action.into(),
+            change,
+            command: None,
+            predicted_speedup: Some(gain),
+            basis: Some(basis),
+            reason,
+        })
     }
 
     /// What the training loop takes after a change to the loader: today's, or, where its
@@ -461,6 +473,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("pre-resize the images offline to {width}×{height} (e.g. JPEG quality 90)"),
             change: Change::PreResize { width, height },
+            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
             reason: format!(
@@ -478,6 +491,7 @@ impl Facts<'_> {
         Some(Advice {
             action: "make augmentation cheaper (fewer or simpler transforms: flips cost far less than rotation/zoom/shear) or run it on the device on whole batches".into(),
             change: Change::CheaperAugment,
+            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
             reason: format!(
@@ -496,6 +510,7 @@ impl Facts<'_> {
         Some(Advice {
             action: "send batches as u8 and convert to f32 on the device".into(),
             change: Change::U8Batches,
+            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
             reason: format!(
@@ -542,6 +557,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("raise the batch size {b} → {nb}"),
             change: Change::BatchSize(nb),
+            command: None,
             predicted_speedup: Some(point),
             basis: Some(basis),
             reason: format!(
@@ -594,6 +610,7 @@ impl Facts<'_> {
         Some(Advice {
             action: format!("raise the batch size {b} → {nb}"),
             change: Change::BatchSize(nb),
+            command: None,
             predicted_speedup: gain,
             basis,
             reason,
@@ -610,6 +627,7 @@ impl Facts<'_> {
         Some(Advice {
             action: "or stay on the CPU".into(),
             change: Change::UseDevice("cpu".into()),
+            command: None,
             predicted_speedup: None,
             basis: None,
             reason: format!(
@@ -635,6 +653,7 @@ impl Facts<'_> {
         Advice {
             action: format!("train on the GPU ({gpus})"),
             change: Change::UseDevice("cuda".into()),
+            command: None,
             predicted_speedup: None,
             basis: None,
             // pipeprof's own loop trains on a GPU only when built for it; a program's build

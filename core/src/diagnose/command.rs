@@ -28,9 +28,9 @@ impl Change {
             | Change::FreeCores
             | Change::PreResize { .. }
             | Change::CheaperAugment
-            | Change::U8Batches => None,
-            Change::Saved(c) => c.clone(),
-            Change::Code(c) | Change::Loader { code: c, .. } => Some(c.clone()),
+            | Change::U8Batches
+            | Change::PersistentWorkers
+            | Change::Saved => None,
         }
     }
 }

@@ -1,6 +1,9 @@
-//! Advice in the user's terms: for a PyTorch or Keras program (`pipeprof run`, `attach`), each
+//! Advice in the user's terms, made last and once for every piece of advice
+//! ([`in_user_terms`]): for a PyTorch or Keras program (`pipeprof run`, `attach`), each typed
 //! change is said with that framework's knob — `DataLoader(num_workers=6)`, never a pipeprof
-//! flag the script does not have. The prediction and the reason are the model's, unchanged.
+//! flag the script does not have — from one [`knobs`], which `run --check-advice` sets too;
+//! for pipeprof's own loop, its flags. The change stays typed, the prediction and the reason
+//! are the model's, unchanged.
 
 use super::{Advice, Change, LoaderKnobs};
 use crate::aggregate::{RunSettings, Summary};
@@ -53,6 +56,7 @@ fn say_torch(change: &Change, st: &RunSettings, predicted: bool) -> Option<(Stri
             let now = st.prefetch_factor.unwrap_or(2);
             (format!("queue more batches per worker: prefetch_factor {now} → {factor}"), code()?)
         }
+        Change::PersistentWorkers => ("keep the DataLoader's workers between epochs".into(), code()?),
         Change::UseDevice(d) if d == "cpu" => {
             ("or train on the CPU".into(), "device = \"cpu\"  # model.to(device), batch.to(device)".into())
         }
@@ -119,13 +123,14 @@ fn say_keras(change: &Change, st: &RunSettings, predicted: bool) -> Option<(Stri
     })
 }
 
-/// The loader arguments that make `change` in `fw` (what [`say`]'s code sets), where the
-/// start-up hook can set them without an edit: `pipeprof run --check-advice` re-runs the
-/// program with them. Pure.
-fn knobs(fw: Framework, change: &Change, s: &Summary) -> Option<LoaderKnobs> {
-    match (fw, change) {
-        (Framework::PyTorch, _) => knobs_torch(change, &s.settings),
-        (Framework::Keras, Change::Workers(n)) if !s.settings.tf_data => {
+/// The loader arguments that make `change` in the framework a run's settings name (what
+/// [`say`]'s code sets), where the start-up hook can set them without an edit: `pipeprof run
+/// --check-advice` re-runs the program with them. None for pipeprof's own loop (its flags are
+/// `profile --check-advice`'s). Pure.
+pub fn knobs(change: &Change, st: &RunSettings) -> Option<LoaderKnobs> {
+    match (Framework::of(&st.framework)?, change) {
+        (Framework::PyTorch, _) => knobs_torch(change, st),
+        (Framework::Keras, Change::Workers(n)) if !st.tf_data => {
             Some(LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() })
         }
         _ => None,
@@ -146,34 +151,30 @@ fn knobs_torch(change: &Change, st: &RunSettings) -> Option<LoaderKnobs> {
         Change::BatchSize(n) => LoaderKnobs { batch_size: Some(*n), ..none() },
         Change::Prefetch(_) if w == 0 => LoaderKnobs { num_workers: Some(2), prefetch_factor: Some(2), ..none() },
         Change::Prefetch(depth) => LoaderKnobs { prefetch_factor: Some(depth.div_ceil(w).max(2)), ..none() },
+        Change::PersistentWorkers => LoaderKnobs { persistent_workers: Some(true), ..none() },
         _ => return None,
     })
 }
 
-/// Rewrites the advice of a framework's run in that framework's terms; other runs unchanged.
-pub fn in_user_terms(advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
-    let Some(fw) = Framework::of(&s.settings.framework) else { return advice };
-    let mut out: Vec<Advice> = advice
-        .into_iter()
-        .map(|mut a| {
-            // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
-            if s.settings.tf_data && matches!(a.change, Change::Workers(_)) {
-                (a.predicted_speedup, a.basis) = (None, None);
-            }
-            if let Some((action, code)) = say(fw, &a.change, s, a.predicted_speedup.is_some()) {
-                a.action = action;
-                a.change = match knobs(fw, &a.change, s) {
-                    Some(set) => Change::Loader { code, set },
-                    None => Change::Code(code),
-                };
-            }
-            a
-        })
-        .collect();
-    if fw == Framework::PyTorch {
-        out.extend(persistent_workers(s));
+/// The advice's last words, once for each piece: what to type or edit for its typed change
+/// ([`Advice::command`]), and for a framework's program the action in that framework's terms
+/// (PyTorch's also gets its own advice, [`persistent_workers`]). The change stays as it is.
+pub fn in_user_terms(mut advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
+    let fw = Framework::of(&s.settings.framework);
+    if fw == Some(Framework::PyTorch) {
+        advice.extend(persistent_workers(s));
     }
-    out
+    for a in &mut advice {
+        // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
+        if fw.is_some() && s.settings.tf_data && matches!(a.change, Change::Workers(_)) {
+            (a.predicted_speedup, a.basis) = (None, None);
+        }
+        match fw.and_then(|fw| say(fw, &a.change, s, a.predicted_speedup.is_some())) {
+            Some((action, code)) => (a.action, a.command) = (action, Some(code)),
+            None => a.command = a.change.command(),
+        }
+    }
+    advice
 }
 
 /// PyTorch starts a loader's workers anew at every epoch unless they persist: when the run's
@@ -209,11 +210,10 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
         floor: false,
     });
     Some(Advice {
-        action: "keep the DataLoader's workers between epochs".into(),
-        change: Change::Loader {
-            code: "DataLoader(..., persistent_workers=True)".into(),
-            set: LoaderKnobs { persistent_workers: Some(true), ..LoaderKnobs::default() },
-        },
+        // Worded with the others, in `in_user_terms`.
+        action: String::new(),
+        change: Change::PersistentWorkers,
+        command: None,
         predicted_speedup: (gain >= super::thresholds::MIN_GAIN).then_some(gain),
         basis,
         reason: format!(
@@ -246,6 +246,7 @@ mod tests {
         Advice {
             action: "pipeprof's words".into(),
             change,
+            command: None,
             predicted_speedup: Some(2.0),
             reason: "why".into(),
             basis: None,
@@ -278,34 +279,30 @@ mod tests {
             let s = summary(fw, workers, Some(workers > 0));
             let out = in_user_terms(vec![advice(change.clone())], &s);
             assert_eq!(out.len(), 1, "{fw} {change:?}");
-            let want = match set {
-                Some(set) => Change::Loader { code: code.into(), set },
-                None => Change::Code(code.into()),
-            };
-            assert_eq!(out[0].change, want, "{fw} {change:?}");
-            assert_eq!(out[0].change.command().as_deref(), Some(code), "{fw} {change:?}");
+            assert_eq!(out[0].change, change, "the change stays typed: {fw} {change:?}");
+            assert_eq!(knobs(&change, &s.settings), set, "{fw} {change:?}");
+            assert_eq!(out[0].command.as_deref(), Some(code), "{fw} {change:?}");
             assert_ne!(out[0].action, "pipeprof's words");
             assert_eq!(out[0].predicted_speedup, Some(2.0), "the prediction is the model's");
-            assert!(!out[0].change.command().unwrap_or_default().starts_with("--"));
         }
         // A change with no framework form keeps its words (a cache of its own, contention).
         let s = summary("pytorch", 2, Some(true));
         let out = in_user_terms(vec![advice(Change::PackOwnLoader)], &s);
         assert_eq!((out[0].change.clone(), out[0].action.as_str()), (Change::PackOwnLoader, "pipeprof's words"));
+        assert_eq!(out[0].command, None, "nothing to copy");
         // A tf.data pipeline has no workers to set: its parallel map, no number, nothing re-run.
         let mut tf = summary("keras", 0, None);
         tf.settings.tf_data = true;
         let out = in_user_terms(vec![advice(Change::Workers(2))], &tf);
         assert_eq!(
-            (out[0].change.clone(), out[0].predicted_speedup),
-            (
-                Change::Code("dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)".into()),
-                None
-            )
+            (out[0].command.as_deref(), out[0].predicted_speedup, knobs(&Change::Workers(2), &tf.settings)),
+            (Some("dataset.map(f, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)"), None, None)
         );
-        // pipeprof's own runs are untouched.
+        // pipeprof's own runs keep their words, with their flag to copy; nothing for the hook.
         let own = summary("", 2, None);
-        assert_eq!(in_user_terms(vec![advice(Change::Workers(6))], &own)[0].change, Change::Workers(6));
+        let out = in_user_terms(vec![advice(Change::Workers(6))], &own);
+        assert_eq!((out[0].action.as_str(), out[0].command.as_deref()), ("pipeprof's words", Some("--workers 6")));
+        assert_eq!(knobs(&Change::Workers(6), &own.settings), None);
     }
 
     #[test]
@@ -321,7 +318,10 @@ mod tests {
         let out = in_user_terms(Vec::new(), &s);
         assert_eq!(out.len(), 1);
         let set = LoaderKnobs { persistent_workers: Some(true), ..LoaderKnobs::default() };
-        assert_eq!(out[0].change, Change::Loader { code: "DataLoader(..., persistent_workers=True)".into(), set });
+        assert_eq!(out[0].change, Change::PersistentWorkers);
+        assert_eq!(out[0].command.as_deref(), Some("DataLoader(..., persistent_workers=True)"));
+        assert_eq!(out[0].action, "keep the DataLoader's workers between epochs");
+        assert_eq!(knobs(&out[0].change, &s.settings), Some(set));
         // 1.5 s saved in each of 2 later epochs of 9 s of training: 9 / 6, against its rate.
         let g = out[0].predicted_speedup.unwrap_or_default();
         assert!((g - 9.0 / 6.0).abs() < 1e-9, "{g}");

@@ -756,8 +756,9 @@ fn advice_json_keeps_the_command_string_and_reads_back_as_saved() {
     assert_eq!(keys, ["action", "basis", "command", "predicted_speedup", "reason"]);
     assert_eq!(json["command"], "--workers 2");
     let back: Advice = serde_json::from_value(json).unwrap();
-    assert_eq!(back.change, Change::Saved(Some("--workers 2".into())));
-    assert_eq!(back.change.command(), workers.change.command());
+    assert_eq!(back.change, Change::Saved);
+    assert_eq!(back.command.as_deref(), Some("--workers 2"));
+    assert_eq!(back.command, workers.command);
 }
 
 #[test]
@@ -1120,7 +1121,7 @@ fn a_framework_program_whose_reads_block_gets_copy_and_pack_advice_as_a_floor_un
         // The workers that overlap the cold reads: no number (a mount's parallel reads are
         // not the run's to know), measured or not.
         if v.limiter == Limiter::Io {
-            let workers = v.advice.iter().find(|a| matches!(a.change, Change::Workers(_) | Change::Loader { .. }));
+            let workers = v.advice.iter().find(|a| matches!(a.change, Change::Workers(_)));
             let workers = workers.unwrap_or_else(|| panic!("{fw}: workers advice: {v:#?}"));
             assert_eq!(workers.predicted_speedup.is_some(), fw.is_empty(), "{fw}: {workers:#?}");
         }
@@ -1644,13 +1645,9 @@ fn a_pytorch_run_without_workers_names_the_work_its_training_process_keeps_and_t
 
 // ---- premises: a rule gives its advice only where its premise holds ----
 
-/// The advice that changes the loader's workers, in pipeprof's or a framework's terms.
+/// The advice that changes the loader's workers, said in pipeprof's or a framework's terms.
 fn workers_advice(v: &Verdict) -> Option<&Advice> {
-    v.advice.iter().find(|a| match &a.change {
-        Change::Workers(_) => true,
-        Change::Loader { set, .. } => set.num_workers.is_some(),
-        _ => false,
-    })
+    v.advice.iter().find(|a| matches!(a.change, Change::Workers(_)))
 }
 
 #[test]
@@ -1677,7 +1674,6 @@ fn a_dataloader_is_never_advised_more_workers_than_an_epoch_has_batches() {
         let v = b.verdict();
         let n = match workers_advice(&v).map(|a| &a.change) {
             Some(Change::Workers(n)) => *n,
-            Some(Change::Loader { set, .. }) => set.num_workers.unwrap_or(0),
             _ => panic!("{images} {fw}: no workers advice in {v:#?}"),
         };
         assert!(n <= most && n >= 1, "{images} images, batch {batch}, {fw:?}: {n} workers (at most {most})");
@@ -1941,6 +1937,7 @@ fn a_floor_says_at_least_its_low_end_even_with_a_range() {
     let floor = |range| Advice {
         action: "copy".into(),
         change: Change::CopyLocal,
+        command: None,
         predicted_speedup: Some(6.0),
         basis: Some(Basis {
             now: 100.0,

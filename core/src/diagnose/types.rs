@@ -100,15 +100,11 @@ pub enum Change {
     CheaperAugment,
     /// Send batches as u8, convert to f32 on the device.
     U8Batches,
-    /// Advice read back from a summary file: only its command text was saved, so it is shown
-    /// as written and never applied.
-    Saved(Option<String>),
-    /// A change to the program's own code, in its framework's terms
-    /// (`DataLoader(..., num_workers=6)`): shown as written; pipeprof cannot apply it.
-    Code(String),
-    /// A change to the program's loader arguments (PyTorch `DataLoader`, Keras `PyDataset`),
-    /// shown as `code`; `pipeprof run --check-advice` applies `set` through the start-up hook.
-    Loader { code: String, set: LoaderKnobs },
+    /// Keep a PyTorch `DataLoader`'s workers between epochs (`persistent_workers=True`).
+    PersistentWorkers,
+    /// Advice read back from a summary file: only its words were saved ([`Advice::command`]
+    /// among them), so it is shown as written and never applied.
+    Saved,
 }
 
 /// The size `pipeprof pack` stores the pixels at, as the program would see them before its
@@ -164,8 +160,11 @@ pub struct LoaderKnobs {
 
 /// One concrete action with its predicted effect.
 ///
-/// In JSON the change is written as the `command` it stands for (the summary's schema), and
-/// read back as [`Change::Saved`]: verdicts are recomputed from statistics, never from text.
+/// The change is typed whoever runs it: more workers are [`Change::Workers`] for pipeprof's own
+/// loop and for a PyTorch `DataLoader` alike; what the user types or edits for it, in the run's
+/// own terms, is [`Advice::command`]. In JSON the change is written as that `command` (the
+/// summary's schema), and read back as [`Change::Saved`]: verdicts are recomputed from
+/// statistics, never from text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(into = "AdviceJson", from = "AdviceJson")]
 pub struct Advice {
@@ -173,6 +172,11 @@ pub struct Advice {
     pub action: String,
     /// The change that does it.
     pub change: Change,
+    /// What makes the change in the run's own terms, when there is something to copy:
+    /// pipeprof's flags or command for its own loop ([`Change::command`]), the framework's code
+    /// for a PyTorch or Keras program (`DataLoader(..., num_workers=6)`). Written last, once,
+    /// for every piece of advice ([`super::frameworks::in_user_terms`]): a rule leaves it `None`.
+    pub command: Option<String>,
     /// Predicted images/s after / before (e.g. 1.8 = 1.8× faster), when the model can say.
     pub predicted_speedup: Option<f64>,
     /// Why this should help, with the number behind the prediction.
@@ -226,7 +230,7 @@ struct AdviceJson {
 impl From<Advice> for AdviceJson {
     fn from(a: Advice) -> AdviceJson {
         AdviceJson {
-            command: a.change.command(),
+            command: a.command,
             action: a.action,
             predicted_speedup: a.predicted_speedup,
             reason: a.reason,
@@ -239,7 +243,8 @@ impl From<AdviceJson> for Advice {
     fn from(a: AdviceJson) -> Advice {
         Advice {
             action: a.action,
-            change: Change::Saved(a.command),
+            change: Change::Saved,
+            command: a.command,
             predicted_speedup: a.predicted_speedup,
             reason: a.reason,
             basis: a.basis,

@@ -41,7 +41,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
         let label = match &a.change {
             Change::Cache { .. } => "pipeprof cache, then --data it".to_string(),
             Change::CopyLocal => "copy to a local temporary folder, then --data it".to_string(),
-            c => c.command().unwrap_or_default(),
+            _ => a.command.clone().unwrap_or_default(),
         };
         out.push(FollowUp::of(a, label));
     }
@@ -194,7 +194,14 @@ mod tests {
     use pipeprof_core::diagnose::Advice;
 
     fn advice(change: Change, gain: Option<f64>) -> Advice {
-        Advice { action: "x".into(), change, predicted_speedup: gain, reason: "y".into(), basis: None }
+        Advice {
+            action: "x".into(),
+            command: change.command(),
+            change,
+            predicted_speedup: gain,
+            reason: "y".into(),
+            basis: None,
+        }
     }
 
     fn strings(args: &[OsString]) -> Vec<String> {
@@ -232,7 +239,8 @@ mod tests {
 
     #[test]
     fn advice_read_back_from_a_file_is_never_applied() {
-        let v = verdict(vec![advice(Change::Saved(Some("--workers 4".into())), Some(2.0))]);
+        let saved = Advice { command: Some("--workers 4".into()), ..advice(Change::Saved, Some(2.0)) };
+        let v = verdict(vec![saved]);
         assert_eq!(plan(&v).len(), 1, "only the baseline");
     }
 

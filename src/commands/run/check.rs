@@ -1,6 +1,7 @@
 //! `pipeprof run --check-advice [--steps N] -- CMD`: after the report, the user's own program
 //! runs again, briefly, once as it was and once per piece of advice the start-up hook can
-//! apply without an edit to it (a typed [`Change::Loader`]: `DataLoader` `num_workers`,
+//! apply without an edit to it (a typed change whose loader arguments
+//! [`pipeprof_core::diagnose::frameworks::knobs`] gives: `DataLoader` `num_workers`,
 //! `persistent_workers`, `prefetch_factor`, `pin_memory`, `batch_size`; Keras `PyDataset`
 //! workers; and where its images are read from: [`Change::CopyLocal`] and
 //! [`Change::PackFolder`], the folder the diagnosis named replaced by a local copy or by the
@@ -22,6 +23,7 @@ use crate::commands::rerun::{self, FollowUp, Measured, NoRate, Outcome};
 use crate::commands::scratch;
 use pipeprof_core::aggregate::settings::RunSettings;
 use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::frameworks::knobs;
 use pipeprof_core::diagnose::{Change, LoaderKnobs, PackSize, Verdict};
 use serde::Serialize;
 use std::ffi::OsString;
@@ -98,9 +100,11 @@ fn data_move(a: &pipeprof_core::diagnose::Advice, data: &str) -> Option<(String,
 }
 
 /// The baseline, then the top advice the hook can apply, best first: at most
-/// [`MAX_FOLLOW_UPS`] loader changes, and the local copy and the pack of `data` (the folder the
-/// run read, from its settings) once each. Pure.
-pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
+/// [`MAX_FOLLOW_UPS`] loader changes (the arguments [`knobs`] sets for the run's framework,
+/// from its settings `st`), and the local copy and the pack of the folder the run read
+/// (`st.data`) once each. Pure.
+pub fn plan(v: &Verdict, st: &RunSettings) -> Vec<ReRun> {
+    let data = st.data.as_str();
     let mut out = vec![ReRun { row: FollowUp::baseline(), set: None, moves: None }];
     let mut loaders = 0;
     for a in &v.advice {
@@ -116,15 +120,16 @@ pub fn plan(v: &Verdict, data: &str) -> Vec<ReRun> {
             }
             continue;
         }
-        let Change::Loader { code, set } = &a.change else { continue };
-        if loaders >= MAX_FOLLOW_UPS || out.iter().any(|r| r.set.as_ref() == Some(set)) {
+        let Some(set) = knobs(&a.change, st) else { continue };
+        if loaders >= MAX_FOLLOW_UPS || out.iter().any(|r| r.set.as_ref() == Some(&set)) {
             continue;
         }
         loaders += 1;
         // The learning rate is the program's: a larger batch runs with its own, as the
         // advice's words say to change it too.
-        let label = if set.batch_size.is_some() { format!("{code} (learning rate as it was)") } else { code.clone() };
-        out.push(ReRun { row: FollowUp::of(a, label), set: Some(set.clone()), moves: None });
+        let code = a.command.clone().unwrap_or_default();
+        let label = if set.batch_size.is_some() { format!("{code} (learning rate as it was)") } else { code };
+        out.push(ReRun { row: FollowUp::of(a, label), set: Some(set), moves: None });
     }
     out
 }
@@ -409,8 +414,7 @@ fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Su
 /// Runs the re-runs and prints the table, then the cost of each copy or pack. Never fails the
 /// run: problems are printed.
 pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
-    let data = main.settings.data.as_str();
-    let runs = plan(verdict, data);
+    let runs = plan(verdict, &main.settings);
     pipeprof_trainer::progress::out("\n");
     if runs.len() == 1 {
         pipeprof_trainer::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers; the image folder copied or packed): nothing to check\n");
@@ -446,10 +450,11 @@ mod tests {
     use crate::commands::rerun::verdict_with as verdict;
     use pipeprof_core::diagnose::{Advice, Basis};
 
-    fn loader(code: &str, set: LoaderKnobs, gain: f64) -> Advice {
+    fn loader(change: Change, code: &str, gain: f64) -> Advice {
         Advice {
             action: "x".into(),
-            change: Change::Loader { code: code.into(), set },
+            change,
+            command: Some(code.into()),
             predicted_speedup: Some(gain),
             reason: "y".into(),
             basis: Some(Basis {
@@ -466,27 +471,31 @@ mod tests {
         }
     }
 
+    /// A PyTorch program's settings with no workers, that read `data`; `framework` empty is
+    /// pipeprof's own loop.
+    fn settings(framework: &str, data: &str) -> RunSettings {
+        RunSettings { framework: framework.into(), data: data.into(), batch_size: 32, ..RunSettings::default() }
+    }
+
     #[test]
     fn only_loader_arguments_are_re_run_after_the_baseline_and_each_once() {
         let w2 = LoaderKnobs { num_workers: Some(2), persistent_workers: Some(true), ..LoaderKnobs::default() };
         let b = LoaderKnobs { batch_size: Some(128), ..LoaderKnobs::default() };
         let v = verdict(vec![
-            loader("DataLoader(..., num_workers=2, persistent_workers=True)", w2.clone(), 1.9),
-            Advice { change: Change::Code("device = \"cpu\"".into()), ..loader("c", LoaderKnobs::default(), 1.2) },
-            loader("DataLoader(..., num_workers=2, persistent_workers=True)", w2.clone(), 1.8),
-            loader("DataLoader(..., batch_size=128)", b.clone(), 1.3),
+            loader(Change::Workers(2), "DataLoader(..., num_workers=2, persistent_workers=True)", 1.9),
+            loader(Change::UseDevice("cpu".into()), "device = \"cpu\"", 1.2),
+            loader(Change::Workers(2), "DataLoader(..., num_workers=2, persistent_workers=True)", 1.8),
+            loader(Change::BatchSize(128), "DataLoader(..., batch_size=128)", 1.3),
         ]);
-        let p = plan(&v, "");
+        let p = plan(&v, &settings("pytorch", ""));
         let sets: Vec<Option<LoaderKnobs>> = p.iter().map(|r| r.set.clone()).collect();
         assert_eq!(sets, vec![None, Some(w2), Some(b)]);
         assert_eq!(p[1].row.predicted, Some(1.9));
         assert_eq!(p[1].row.against, Some(100.0));
+        assert_eq!(p[1].row.label, "DataLoader(..., num_workers=2, persistent_workers=True)");
         assert_eq!(p[2].row.label, "DataLoader(..., batch_size=128) (learning rate as it was)");
-        // pipeprof's own flags are never re-run here: that is `profile --check-advice`.
-        assert_eq!(
-            plan(&verdict(vec![Advice { change: Change::Workers(4), ..loader("c", w2_(), 2.0) }]), "d").len(),
-            1
-        );
+        // pipeprof's own loop is never re-run here: that is `profile --check-advice`.
+        assert_eq!(plan(&verdict(vec![loader(Change::Workers(4), "--workers 4", 2.0)]), &settings("", "d")).len(), 1);
     }
 
     fn w2_() -> LoaderKnobs {
@@ -502,7 +511,7 @@ mod tests {
     }
 
     fn moved(change: Change, gain: f64) -> Advice {
-        Advice { change, ..loader("c", LoaderKnobs::default(), gain) }
+        Advice { command: None, ..loader(change, "", gain) }
     }
 
     fn pack(h: usize, w: usize) -> Change {
@@ -511,18 +520,18 @@ mod tests {
 
     #[test]
     fn the_copy_and_the_pack_are_a_row_each_when_the_program_named_its_folder() {
-        let w = |n| LoaderKnobs { num_workers: Some(n), ..LoaderKnobs::default() };
+        let w = |n| Change::Workers(n);
         let v = verdict(vec![
-            loader("a", w(2), 1.5),
+            loader(w(2), "a", 1.5),
             moved(Change::CopyLocal, 8.0),
-            loader("b", w(3), 1.4),
-            loader("c", w(4), 1.3),
+            loader(w(3), "b", 1.4),
+            loader(w(4), "c", 1.3),
             moved(pack(64, 64), 20.0),
             moved(Change::CopyLocal, 7.0),
-            loader("d", w(5), 1.2),
+            loader(w(5), "d", 1.2),
             moved(pack(32, 32), 19.0),
         ]);
-        let p = plan(&v, "/mnt/d");
+        let p = plan(&v, &settings("pytorch", "/mnt/d"));
         let moves: Vec<Option<DataMove>> = p.iter().map(|r| r.moves).collect();
         // Three loader changes at most; the copy and the pack once each, whatever the cap.
         assert_eq!(
@@ -541,10 +550,10 @@ mod tests {
         assert_eq!(p[5].row.label, "pipeprof pack --size 64, read by PackedImageFolder");
         assert!(p.iter().all(|r| r.moves.is_none() || r.set.is_none()), "a data move sets no loader argument");
         // A program that never named its folder: nothing to redirect.
-        assert!(plan(&v, "").iter().all(|r| r.moves.is_none()));
+        assert!(plan(&v, &settings("pytorch", "")).iter().all(|r| r.moves.is_none()));
         let keras = moved(Change::PackFolder { keras: true, data: "d".into(), size: PackSize::Unknown }, 3.0);
         assert_eq!(
-            plan(&verdict(vec![keras]), "d")[1].row.label,
+            plan(&verdict(vec![keras]), &settings("keras", "d"))[1].row.label,
             "pipeprof pack --as-stored, read by pipeprof.keras.packed_dataset"
         );
     }
@@ -628,21 +637,21 @@ mod tests {
         );
     }
 
-    fn settings(images: usize, classes: &[&str]) -> RunSettings {
+    fn seen(images: usize, classes: &[&str]) -> RunSettings {
         RunSettings { images, classes: classes.iter().map(|c| c.to_string()).collect(), ..RunSettings::default() }
     }
 
     #[test]
     fn a_data_re_run_is_measured_only_where_it_read_the_data_and_saw_the_main_runs_images() {
-        let main = settings(192, &["circle", "cross"]);
+        let main = seen(192, &["circle", "cross"]);
         // Read from the copy, the same images and classes: measured, and the row says so.
-        let note = proven("the copy", 320, &main, &settings(192, &["circle", "cross"])).unwrap();
+        let note = proven("the copy", 320, &main, &seen(192, &["circle", "cross"])).unwrap();
         assert_eq!(note, "192 images, 2 classes, as the main run; 320 read from the copy");
         // Never read from the pack (a dataset loaded back from a pickle): skipped, why.
         let e = proven("the pack", 0, &main, &main).unwrap_err();
         assert!(matches!(&e, NoRate::Skipped(why) if why.contains("read no image from the pack")), "{e}");
         // A copy that left a linked class out: half the images, one class.
-        let e = proven("the copy", 96, &main, &settings(96, &["circle"])).unwrap_err();
+        let e = proven("the copy", 96, &main, &seen(96, &["circle"])).unwrap_err();
         assert!(e.to_string().contains("saw 96 images of 1 classes in the copy, the main run 192 of 2"), "{e}");
     }
 

@@ -135,7 +135,7 @@ fn advice_line(a: &Advice, width: usize, with_command: bool) -> Line<'static> {
         s.push(Span::raw("  "));
         s.push(Span::styled(g, bold().fg(Color::Green)));
     }
-    if let Some(c) = a.change.command().filter(|_| with_command) {
+    if let Some(c) = a.command.clone().filter(|_| with_command) {
         s.push(Span::raw("  "));
         s.push(Span::styled(c, Style::default().fg(Color::Cyan)));
     }
@@ -230,8 +230,8 @@ fn full_lines(v: &Verdict, flags: &[String], width: usize) -> Vec<Line<'static>>
     for a in &v.advice {
         // Focused, the command gets a line of its own: it is meant to be copied whole.
         out.push(advice_line(a, width, false));
-        if let Some(c) = a.change.command() {
-            let c = truncate_end(&c, width.saturating_sub(2));
+        if let Some(c) = &a.command {
+            let c = truncate_end(c, width.saturating_sub(2));
             out.push(Line::styled(format!("  {c}"), Style::default().fg(Color::Cyan)));
         }
         for l in wrap(&a.reason, width.saturating_sub(2)) {
@@ -268,6 +268,7 @@ mod tests {
         let a = Advice {
             action: "raise loader workers 1 → 2".into(),
             change: pipeprof_core::diagnose::Change::Workers(2),
+            command: Some("--workers 2".into()),
             predicted_speedup: Some(2399.0 / 1220.0),
             reason: String::new(),
             basis: Some(pipeprof_core::diagnose::Basis {

@@ -22,7 +22,7 @@ fn render(name: &str, v: &Verdict) -> String {
     for a in &v.advice {
         let _ = writeln!(o, "advice: {}", a.action);
         let _ = writeln!(o, "  change: {:?}", a.change);
-        let _ = writeln!(o, "  command: {}", a.change.command().unwrap_or_else(|| "-".into()));
+        let _ = writeln!(o, "  command: {}", a.command.clone().unwrap_or_else(|| "-".into()));
         let _ = writeln!(o, "  gain: {}", a.predicted_speedup.map_or("-".into(), |g| format!("{g:.4}")));
         let _ = writeln!(o, "  gain words: {}", a.gain_words().unwrap_or_else(|| "-".into()));
         let _ = writeln!(o, "  gain short: {}", a.gain_short().unwrap_or_else(|| "-".into()));
