@@ -465,8 +465,26 @@ pub(crate) fn verdict_with(advice: Vec<pipeprof_core::diagnose::Advice>) -> pipe
     }
 }
 
+/// Advice to `change` with gain `gain` and no basis, its command pipeprof's own, for the
+/// re-run plans' tests here and in both checks.
+#[cfg(test)]
+pub(crate) fn advice_with(
+    change: pipeprof_core::diagnose::Change,
+    gain: Option<f64>,
+) -> pipeprof_core::diagnose::Advice {
+    pipeprof_core::diagnose::Advice {
+        action: "x".into(),
+        command: change.command(),
+        change,
+        predicted_speedup: gain,
+        reason: "y".into(),
+        basis: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::advice_with as advice;
     use super::*;
     use pipeprof_core::diagnose::{Advice, Change};
 
@@ -475,17 +493,6 @@ mod tests {
         std::iter::once(FollowUp::baseline())
             .chain(advice.iter().enumerate().map(|(k, a)| FollowUp::of(a, format!("advice {}", k + 1))))
             .collect()
-    }
-
-    fn advice(change: Change, gain: Option<f64>) -> Advice {
-        Advice {
-            action: "x".into(),
-            command: change.command(),
-            change,
-            predicted_speedup: gain,
-            reason: "y".into(),
-            basis: None,
-        }
     }
 
     fn ok(rate: f64) -> Outcome {

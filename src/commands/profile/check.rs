@@ -190,19 +190,8 @@ fn local_data(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::rerun::verdict_with as verdict;
+    use crate::commands::rerun::{advice_with as advice, verdict_with as verdict};
     use pipeprof_core::diagnose::Advice;
-
-    fn advice(change: Change, gain: Option<f64>) -> Advice {
-        Advice {
-            action: "x".into(),
-            command: change.command(),
-            change,
-            predicted_speedup: gain,
-            reason: "y".into(),
-            basis: None,
-        }
-    }
 
     fn strings(args: &[OsString]) -> Vec<String> {
         args.iter().map(|x| x.to_string_lossy().into_owned()).collect()
