@@ -120,14 +120,22 @@ def test_pip_install_from_a_clone_builds_the_module_and_the_command(tmp_path):
     assert not (clone / "python" / "pipeprof.data").exists()
     out = tmp_path / "wheels"
     env = dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target"))
-    p = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w", str(out), "./python"],
-        capture_output=True,
-        text=True,
-        cwd=clone,
-        env=env,
-        timeout=1800,  # a hang guard: a cold build compiles the crates
-    )
+    # maturin also leaves its wheel in the target folder's wheels/, where this tree's own wheel
+    # is (test_gpu_truth wants exactly one there): what the clone's build adds is removed.
+    ours = REPO / "target" / "wheels"
+    before = set(ours.glob("*.whl"))
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w", str(out), "./python"],
+            capture_output=True,
+            text=True,
+            cwd=clone,
+            env=env,
+            timeout=1800,  # a hang guard: a cold build compiles the crates
+        )
+    finally:
+        for left in set(ours.glob("*.whl")) - before:
+            left.unlink()
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     (wheel,) = out.glob("pipeprof-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -149,8 +149,11 @@ pub fn drive(labels: &[&str], mut each: impl FnMut(usize) -> Outcome) -> Vec<Out
 
 fn last_line(b: &[u8]) -> String {
     let t = String::from_utf8_lossy(b);
-    t.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string()
+    t.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(NO_OUTPUT).trim().to_string()
 }
+
+/// [`last_line`] of a child that wrote no error.
+const NO_OUTPUT: &str = "no output";
 
 /// The interrupt a child ended of (SIGINT/SIGTERM, or pipeprof's exit code after one), if
 /// any: the interrupt hit this process's group, whether or not this process's own signal
@@ -164,17 +167,34 @@ fn interrupted_by(status: std::process::ExitStatus) -> Option<i32> {
     }
 }
 
+/// How long a re-run may take before it is stopped as hung: its steps at [`LIMIT_FACTOR`]
+/// times the main run's time a step (`main`: its clock over its steps), plus [`LIMIT_START`]
+/// for the program's start. A re-run changes one thing; one ten times slower than the run it
+/// re-runs is not one to wait for. Pure.
+pub fn time_limit(main: &Summary, steps: u64) -> Duration {
+    let per_step = if main.steps > 0 && main.elapsed_s.is_finite() { main.elapsed_s / main.steps as f64 } else { 0.0 };
+    LIMIT_START + Duration::from_secs_f64((per_step * steps as f64 * LIMIT_FACTOR).clamp(0.0, 86_400.0))
+}
+
+/// See [`time_limit`].
+pub const LIMIT_FACTOR: f64 = 10.0;
+/// See [`time_limit`]: a Python program's imports, its workers' start, a cold disk.
+pub const LIMIT_START: Duration = Duration::from_secs(120);
+
 /// Runs `exe args` with `env` added, no input and its output kept (the last line of its
-/// errors says why it failed), then reads its summary file.
+/// errors says why it failed), then reads its summary file; stopped (then killed) after
+/// `limit` ([`time_limit`]): a program hung in its re-run, a deadlocked loader, fails its row
+/// instead of holding the check for ever.
 pub fn run_child_summary(
     exe: &Path,
     args: &[OsString],
     env: &[(&str, String)],
     summary: &Path,
+    limit: Duration,
 ) -> Result<Summary, NoRate> {
     let mut c = Command::new(exe);
     c.args(args).envs(env.iter().map(|(k, v)| (k, v)));
-    let (status, err) = run_watched(c, exe)?;
+    let (status, err) = run_limited(c, exe, Some(limit))?;
     if !status.success() {
         return Err(NoRate::Failed(format!("exited with {status}: {err}")));
     }
@@ -194,7 +214,17 @@ const LOOK_EVERY: Duration = Duration::from_millis(20);
 /// The first interrupt is passed on ([`pipeprof_core::signal::received`]: SIGINT stays SIGINT, the
 /// others are SIGTERM) and the child gets [`CHILD_STOP`] to end (then SIGKILL): [`NoRate::Interrupted`];
 /// a second one ends this process at once ([`exit_at_once`]).
-pub fn run_watched(mut c: Command, exe: &Path) -> Result<(std::process::ExitStatus, String), NoRate> {
+pub fn run_watched(c: Command, exe: &Path) -> Result<(std::process::ExitStatus, String), NoRate> {
+    run_limited(c, exe, None)
+}
+
+/// [`run_watched`], with the child stopped as an interrupt would (SIGTERM to its group, then
+/// SIGKILL after [`CHILD_STOP`]) once it has run `limit`: [`NoRate::Failed`] saying so.
+fn run_limited(
+    mut c: Command,
+    exe: &Path,
+    limit: Option<Duration>,
+) -> Result<(std::process::ExitStatus, String), NoRate> {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     let parent = std::process::id();
@@ -219,18 +249,36 @@ pub fn run_watched(mut c: Command, exe: &Path) -> Result<(std::process::ExitStat
         }
         b
     });
-    let status = watch(&mut child)?;
+    let status = watch(&mut child, limit);
     let err = reader.ok().and_then(|r| r.join().ok()).unwrap_or_default();
-    Ok((status, last_line(&err)))
+    match status {
+        Err(NoRate::Failed(why)) if limit.is_some() && why.is_empty() => {
+            let secs = limit.map_or(0, |l| l.as_secs());
+            let said = match last_line(&err) {
+                l if l == NO_OUTPUT => String::new(),
+                l => format!("; its last error line: {l}"),
+            };
+            Err(NoRate::Failed(format!(
+                "stopped after {secs} s, over {LIMIT_FACTOR:.0}× the main run's time for its steps: hung?{said}"
+            )))
+        }
+        status => Ok((status?, last_line(&err))),
+    }
 }
 
-/// Waits for `child`, passing an interrupt on (see [`run_watched`]).
-fn watch(child: &mut std::process::Child) -> Result<std::process::ExitStatus, NoRate> {
+/// Waits for `child`, passing an interrupt on (see [`run_watched`]); past `limit`, stops it
+/// and gives `NoRate::Failed` with no words ([`run_limited`] says why).
+fn watch(child: &mut std::process::Child, limit: Option<Duration>) -> Result<std::process::ExitStatus, NoRate> {
     let pid = child.id() as libc::pid_t;
+    let started = Instant::now();
     let mut told: Option<Instant> = None;
+    let mut too_long = false;
     loop {
         let ended = child.try_wait().map_err(|e| format!("cannot wait for the child: {e}"))?;
         if let Some(status) = ended {
+            if too_long {
+                return Err(NoRate::Failed(String::new()));
+            }
             if told.is_some() {
                 return Err(NoRate::Interrupted);
             }
@@ -248,6 +296,11 @@ fn watch(child: &mut std::process::Child) -> Result<std::process::ExitStatus, No
             // SAFETY: kill on the child's own process group.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             exit_at_once();
+        }
+        if !too_long && told.is_none() && limit.is_some_and(|l| started.elapsed() > l) {
+            // SAFETY: kill on the child's own process group, the child not yet reaped.
+            unsafe { libc::kill(-pid, libc::SIGTERM) };
+            (too_long, told) = (true, Some(Instant::now()));
         }
         match told {
             None if pipeprof_core::signal::stopping() => {
@@ -487,6 +540,31 @@ mod tests {
     use super::advice_with as advice;
     use super::*;
     use pipeprof_core::diagnose::{Advice, Change};
+
+    #[test]
+    fn a_re_run_may_take_ten_times_the_main_runs_steps_and_a_start() {
+        let main = Summary { steps: 100, elapsed_s: 50.0, ..Summary::default() };
+        assert_eq!(time_limit(&main, 40), LIMIT_START + Duration::from_secs(200));
+        // A main run with no step (or no clock): the start alone.
+        assert_eq!(time_limit(&Summary::default(), 40), LIMIT_START);
+        let odd = Summary { steps: 3, elapsed_s: f64::NAN, ..Summary::default() };
+        assert_eq!(time_limit(&odd, 40), LIMIT_START);
+    }
+
+    #[test]
+    fn a_re_run_past_its_limit_is_stopped_and_its_row_says_so() {
+        // A program that never ends (a loader deadlocked in its re-run), given no time at all.
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo waiting for a batch >&2; exec sleep 1000"]);
+        let e = run_limited(c, Path::new("sh"), Some(Duration::ZERO)).unwrap_err();
+        let NoRate::Failed(why) = &e else { panic!("{e}") };
+        assert!(why.starts_with("stopped after 0 s, over 10× the main run's time for its steps: hung?"), "{why}");
+        // Its last words, when it wrote any before it was stopped.
+        assert!(why.ends_with("hung?") || why.ends_with("hung?; its last error line: waiting for a batch"), "{why}");
+        // Without a limit (a pack, a cache), a child that ends is waited for.
+        let (status, last) = run_watched(Command::new("true"), Path::new("true")).unwrap();
+        assert!(status.success(), "{status} {last:?}");
+    }
 
     /// The table's rows for `advice`: the baseline, then a row each.
     fn plan(advice: Vec<Advice>) -> Vec<FollowUp> {

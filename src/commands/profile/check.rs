@@ -137,30 +137,34 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
         runs.len() - 1
     ));
     let labels: Vec<&str> = runs.iter().map(|f| f.label.as_str()).collect();
-    let results = rerun::drive(&labels, |k| follow_up(&runs[k], k, parent, data, steps, &exe, &tmp));
+    let each = Each { parent, data, steps, limit: rerun::time_limit(main, steps), exe: &exe, tmp: &tmp };
+    let results = rerun::drive(&labels, |k| follow_up(&runs[k], k, &each));
     drop(_tmp_guard);
     let elsewhere = rerun::Elsewhere::of_outcomes(main, &results);
     let main_rate = steady_rate(main).unwrap_or(main.images_per_s);
     pipeprof_trainer::progress::out(&rerun::render(&runs[..results.len()], &results, main_rate, &elsewhere));
 }
 
+/// What every follow-up shares: the main run's options and the data it read, the steps each
+/// runs and how long one may take ([`rerun::time_limit`]), this program and the scratch folder.
+struct Each<'a> {
+    parent: &'a ProfileOptions,
+    data: &'a Path,
+    steps: u64,
+    limit: std::time::Duration,
+    exe: &'a Path,
+    tmp: &'a Path,
+}
+
 /// One follow-up: the data it reads made first (a copy, the cache), then this binary with
 /// the parent's options and the follow-up's change.
-fn follow_up(
-    f: &FollowUp,
-    k: usize,
-    parent: &ProfileOptions,
-    data: &Path,
-    steps: u64,
-    exe: &Path,
-    tmp: &Path,
-) -> Outcome {
-    let summary = tmp.join(format!("run-{k}.json"));
-    let (cache, note) = local_data(f.change.as_ref(), exe, parent, data, tmp)?;
-    let child = child_args(parent, f.change.as_ref(), steps, &summary, cache.as_deref());
+fn follow_up(f: &FollowUp, k: usize, e: &Each) -> Outcome {
+    let summary = e.tmp.join(format!("run-{k}.json"));
+    let (cache, note) = local_data(f.change.as_ref(), e.exe, e.parent, e.data, e.tmp)?;
+    let child = child_args(e.parent, f.change.as_ref(), e.steps, &summary, cache.as_deref());
     // Interrupted while the copy or the cache was made: no run.
     stop_check()?;
-    let m = Measured::of(rerun::run_child_summary(exe, &child, &[], &summary)?)?;
+    let m = Measured::of(rerun::run_child_summary(e.exe, &child, &[], &summary, e.limit)?)?;
     Ok(Measured { note, ..m })
 }
 

@@ -392,7 +392,8 @@ fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Su
     let counted = redirect.is_some() && std::fs::create_dir(&reads).is_ok();
     let back = Back { why_file: Some(&why), reads_dir: counted.then_some(reads.as_path()) };
     let env = [(ENV, env_value(r.set.as_ref(), opts.steps, redirect.as_ref(), back))];
-    let ran = rerun::run_child_summary(exe, &child_args(opts, &summary), &env, &summary);
+    let limit = rerun::time_limit(main, opts.steps);
+    let ran = rerun::run_child_summary(exe, &child_args(opts, &summary), &env, &summary, limit);
     if let Some(r) = &redirect {
         // The copy or the pack is not needed past its run: the space goes back at once.
         let _ = if r.to.is_dir() { std::fs::remove_dir_all(&r.to) } else { std::fs::remove_file(&r.to) };
