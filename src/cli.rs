@@ -39,6 +39,10 @@ pub enum Command {
     /// Re-read a trace or summary JSON and print its report; with two files, compare them; with
     /// one per rank of a distributed run, the ranks side by side and the straggler.
     Report(ReportArgs),
+    /// Two saved runs side by side, for CI: what got slower, stage by stage, and whether the
+    /// verdict changed; with a gate (`--max-slowdown`, `--fail-if-input-bound`), exits 1 naming
+    /// why when the new run fails it.
+    Compare(CompareArgs),
     /// Write a deterministic demo data set (one folder per class) to DIR.
     DemoData(DemoArgs),
     /// Decode and resize every image once into one packed file; `profile --data FILE` trains from it.
@@ -134,6 +138,52 @@ pub struct CacheArgs {
     /// Testing hook: abort (as kill -9 would) after N images are written.
     #[arg(long, hide = true)]
     pub abort_after: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  pipeprof compare base.json new.json\n  \
+pipeprof compare --max-slowdown 10 --fail-if-input-bound=high base.json new.json   # exit 1 when either fails\n  \
+pipeprof compare --json base.json new.json | python -m json.tool\n\n\
+Exit status: 0 when the gates pass (or none is given), 1 when one fails (each reason on a line of\n\
+stderr, \"pipeprof compare: FAILED: …\"), 2 on a usage error or a file that does not read.")]
+pub struct CompareArgs {
+    /// The base run: a trace (--trace) or summary (--summary) file, e.g. main's, kept as a CI
+    /// artifact.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The new run: a trace or summary file of the change being checked.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// Fail (exit 1) when NEW trains more than PCT percent fewer images/s than BASE (each at
+    /// the steady rate its report shows).
+    #[arg(long, value_name = "PCT", value_parser = crate::cli::percent)]
+    pub max_slowdown: Option<f64>,
+    /// Fail (exit 1) when NEW's verdict is input-bound (storage, preprocessing, or the loader
+    /// waiting for cores) at this severity or worse (moderate: ≥ 5% of each step waiting for
+    /// data; high: ≥ 20%). Alone it means moderate; a severity is given with `=`
+    /// (`--fail-if-input-bound=high`).
+    #[arg(long, value_name = "SEVERITY", num_args = 0..=1, require_equals = true, default_missing_value = "moderate")]
+    pub fail_if_input_bound: Option<InputBound>,
+    /// Print the comparison as one JSON document on stdout instead of the table (the gate's
+    /// failures in it too); the exit status is the same.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--fail-if-input-bound`'s severities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputBound {
+    Moderate,
+    High,
+}
+
+/// A percentage from 0 to 100.
+pub fn percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("{v} is not a percentage from 0 to 100"));
+    }
+    Ok(v)
 }
 
 #[derive(Debug, Args)]

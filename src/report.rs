@@ -5,11 +5,13 @@ mod machine;
 
 use pipeprof_core::aggregate::ranks::RankLine;
 use pipeprof_core::aggregate::Summary;
+use pipeprof_core::diagnose::compare::{Comparison, Pair};
 use pipeprof_core::diagnose::ranks::RanksVerdict;
 use pipeprof_core::diagnose::{Diagnosed, Limiter, Verdict};
 use pipeprof_core::units::{ms, pct};
 use probes::Stage;
 use std::fmt::Write;
+use std::path::Path;
 
 /// The report as text, ending with the verdict of the run (and of its ranks, in a distributed
 /// run) it is handed: judged once, by whoever finished the run ([`Diagnosed`]).
@@ -578,6 +580,42 @@ fn render_straggler(o: &mut String, verdict: Option<&RanksVerdict>) {
             }
         }
     }
+}
+
+/// `new / base` as `1.25×`, or `-` where either is not positive.
+fn ratio(p: Pair) -> String {
+    p.ratio().map_or_else(|| "-".into(), |r| format!("{r:.2}×"))
+}
+
+/// Two runs side by side (`pipeprof report A B`, `pipeprof compare BASE NEW`): images/s (each
+/// run's steady rate, as its report shows it), the step split and each stage's mean, the
+/// verdict before → after. `pa`, `pb`: the files read.
+pub fn render_comparison(c: &Comparison, pa: &Path, pb: &Path) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "── pipeprof compare ─────────────────────────────────────────────");
+    let _ = writeln!(o, "A = {}  ({})", pa.display(), c.models.0);
+    let _ = writeln!(o, "B = {}  ({})", pb.display(), c.models.1);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "{:<22} {:>12} {:>12} {:>9}", "", "A", "B", "B / A");
+    let row = |o: &mut String, name: &str, p: Pair, unit: &str| {
+        let (x, y) = (format!("{:.2}{unit}", p.base), format!("{:.2}{unit}", p.new));
+        let _ = writeln!(o, "{name:<22} {x:>12} {y:>12} {:>9}", ratio(p));
+    };
+    row(&mut o, "images/s", c.images_per_s, "");
+    row(&mut o, "step time", c.step_ms, " ms");
+    row(&mut o, "  wait for data", c.wait_ms, " ms");
+    row(&mut o, "  transfer", c.transfer_ms, " ms");
+    row(&mut o, "  compute", c.compute_ms, " ms");
+    let (a, b) = (format!("{} · {}", c.workers.0, c.batch_size.0), format!("{} · {}", c.workers.1, c.batch_size.1));
+    let _ = writeln!(o, "{:<22} {a:>12} {b:>12}", "workers · batch");
+    let _ = writeln!(o);
+    let _ = writeln!(o, "mean per stage");
+    for s in &c.stages {
+        row(&mut o, &format!("  {}", s.stage), s.ms, " ms");
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "verdict: {}  →  {}", c.verdicts.0.headline, c.verdicts.1.headline);
+    o
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ const BINARY: Layers = &[
     &["html"],
     &["session"],
     &["commands::profile", "commands::attach", "commands::run", "commands::report"],
+    &["commands::compare"],
     &["commands::rerun"],
     &["commands::scratch"],
     &["commands::profile::check"],
@@ -170,7 +171,7 @@ fn the_import_reader_sees_groups_and_paths() {
     let t = "use crate::commands::rerun::{self, Outcome};";
     assert_eq!(crate_imports(t), ["commands::rerun::self", "commands::rerun::Outcome"]);
     assert!(crate_imports("my_pipeprof_core::x; supercrate::y").is_empty());
-    assert_eq!(entry_of(BINARY, "commands::profile::check::run"), Some(("commands::profile::check", 6)));
+    assert_eq!(entry_of(BINARY, "commands::profile::check::run"), Some(("commands::profile::check", 7)));
     assert_eq!(entry_of(BINARY, "commands::profile::options"), Some(("commands::profile", 3)));
     assert_eq!(entry_of(BINARY, "commandsx"), None);
     assert_eq!(module_of(Path::new("commands/profile/mod.rs")).as_deref(), Some("commands::profile"));

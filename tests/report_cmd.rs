@@ -120,6 +120,52 @@ fn report_a_b_prints_the_deltas_of_two_traces() {
 }
 
 #[test]
+fn compare_says_what_changed_and_its_gates_fail_with_exit_1_naming_why() {
+    let d = tempfile::tempdir().unwrap();
+    let (slow, fast) = (d.path().join("slow.json"), d.path().join("fast.json"));
+    // Slow: each step waits 30 ms for data (40 ms steps); fast: none (10 ms steps).
+    write_trace(&slow, 1, 8, 30);
+    write_trace(&fast, 2, 2, 0);
+    let compare = |args: &[&Path], extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_pipeprof"));
+        c.arg("compare").args(extra).args(args);
+        c.output().unwrap()
+    };
+    // Faster: passes every gate.
+    let out = compare(&[&slow, &fast], &["--max-slowdown", "10", "--fail-if-input-bound"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let line = |name: &str| text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or("").to_string();
+    assert!(line("images/s").ends_with("4.00×") && line("decode").ends_with("0.25×"), "{text}");
+    // Slower (the files swapped): 75% fewer images/s, over the 10% allowed; and input-bound.
+    let out = compare(&[&fast, &slow], &["--max-slowdown", "10", "--fail-if-input-bound=moderate"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("pipeprof compare: FAILED: ")).collect();
+    assert_eq!(failed.len(), 2, "{err}");
+    assert!(failed[0].contains("images/s fell 75.0%") && failed[0].contains("over the 10% allowed"), "{err}");
+    assert!(failed[1].contains("the new run is input-bound (high)"), "{err}");
+    // The same as JSON, with the same status.
+    let out = compare(&[&fast, &slow], &["--max-slowdown", "10", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
+    assert_eq!(v["schema"], "pipeprof.compare/1");
+    assert_eq!((v["passed"].as_bool(), v["failures"].as_array().map(Vec::len)), (Some(false), Some(1)), "{v}");
+    assert!((v["slowdown_pct"].as_f64().unwrap() - 75.0).abs() < 1e-6, "{v}");
+    assert_eq!(v["verdict"]["new"]["input_bound"], true, "{v}");
+    assert_eq!(v["verdict_changed"], true, "{v}");
+    assert!(v["stages"].as_array().unwrap().iter().any(|s| s["stage"] == "decode" && s["base"] == 2.0), "{v}");
+    // A file that does not read: 2, not a failed gate.
+    let out = compare(&[&fast, &d.path().join("missing.json")], &["--max-slowdown", "10"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
+    // A slowdown that is not a percentage is refused by the command line.
+    let out = compare(&[&fast, &slow], &["--max-slowdown", "150"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("150 is not a percentage from 0 to 100"));
+}
+
+#[test]
 fn report_refuses_files_that_are_not_runs() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("x.json");

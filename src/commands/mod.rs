@@ -1,11 +1,14 @@
 //! From the command line to the commands: each `cli` argument struct becomes the plain options
 //! its command takes, and the command runs. The only module that knows both sides.
 
-use crate::cli::{AttachArgs, CacheArgs, Cli, Command, DemoArgs, PackArgs, ReportArgs, RunArgs};
+use crate::cli::{
+    AttachArgs, CacheArgs, Cli, Command, CompareArgs, DemoArgs, InputBound, PackArgs, ReportArgs, RunArgs,
+};
 use pipeprof_trainer::cache;
 use std::path::Path;
 
 pub mod attach;
+pub mod compare;
 pub mod profile;
 pub mod report;
 pub mod rerun;
@@ -25,6 +28,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     }
     if let Command::Run(a) = command {
         return run_and_check(a);
+    }
+    if let Command::Compare(a) = command {
+        return compare::run(&compare_options(a));
     }
     run_other(command).map(|()| 0)
 }
@@ -63,6 +69,7 @@ fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
         Command::Profile(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Attach(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
+        Command::Compare(_) => (&None, &None, None, &None, &None),
         Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
         Command::Pack(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
         Command::DemoData(_) => (&None, &None, None, &None, &None),
@@ -174,7 +181,7 @@ fn run_options(a: RunArgs) -> run::Options {
 
 fn run_other(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) => Ok(()),
+        Command::Run(_) | Command::Compare(_) => Ok(()),
         Command::Profile(a) => profile(*a),
         Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
         Command::Report(a) => report::run(&report_options(a)),
@@ -206,6 +213,22 @@ fn attach_options(a: AttachArgs) -> attach::Options {
         no_tui: a.no_tui,
         metrics_listen: a.metrics.metrics_listen,
         metrics_allow_remote: a.metrics.metrics_allow_remote,
+    }
+}
+
+fn compare_options(a: CompareArgs) -> compare::Options {
+    use pipeprof_core::diagnose::Severity;
+    compare::Options {
+        base: a.base,
+        new: a.new,
+        gate: pipeprof_core::diagnose::compare::Gate {
+            max_slowdown_pct: a.max_slowdown,
+            fail_if_input_bound: a.fail_if_input_bound.map(|b| match b {
+                InputBound::Moderate => Severity::Moderate,
+                InputBound::High => Severity::High,
+            }),
+        },
+        json: a.json,
     }
 }
 

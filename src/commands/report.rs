@@ -5,7 +5,6 @@ use crate::report;
 use anyhow::Context;
 use pipeprof_core::aggregate::Summary;
 use pipeprof_core::diagnose::{self, Diagnosed};
-use probes::Stage;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -33,7 +32,9 @@ impl Options {
     }
 }
 
-fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
+/// A trace or summary file read (`repair`: a trace cut short closed in place first), with a
+/// warning where it was cut short or its per-sample spans capped.
+pub fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     if repair {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() {
@@ -111,7 +112,8 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
         }
         Some(second) => {
             let b = load(second, args.repair)?;
-            pipeprof_trainer::progress::out(&compare(&a.summary, &b.summary, first, second));
+            let c = diagnose::compare::Comparison::of(&a.summary, &b.summary);
+            pipeprof_trainer::progress::out(&report::render_comparison(&c, first, second));
         }
     }
     Ok(())
@@ -157,59 +159,4 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(())
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if a > 0.0 && b > 0.0 {
-        format!("{:.2}×", b / a)
-    } else {
-        "-".into()
-    }
-}
-
-/// Before/after table: images/s, step split and per-stage means, verdict before → after.
-pub fn compare(a: &Summary, b: &Summary, pa: &Path, pb: &Path) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "── pipeprof compare ─────────────────────────────────────────────");
-    let _ = writeln!(o, "A = {}  ({})", pa.display(), a.settings.model);
-    let _ = writeln!(o, "B = {}  ({})", pb.display(), b.settings.model);
-    let _ = writeln!(o);
-    let _ = writeln!(o, "{:<22} {:>12} {:>12} {:>9}", "", "A", "B", "B / A");
-    let row = |o: &mut String, name: &str, x: f64, y: f64, unit: &str| {
-        let _ = writeln!(
-            o,
-            "{name:<22} {:>12} {:>12} {:>9}",
-            format!("{x:.2}{unit}"),
-            format!("{y:.2}{unit}"),
-            ratio(x, y)
-        );
-    };
-    row(&mut o, "images/s", a.images_per_s, b.images_per_s, "");
-    row(&mut o, "step time", a.split.mean_step_ms, b.split.mean_step_ms, " ms");
-    row(&mut o, "  wait for data", a.split.wait_ms, b.split.wait_ms, " ms");
-    row(&mut o, "  transfer", a.split.transfer_ms, b.split.transfer_ms, " ms");
-    row(&mut o, "  compute", a.split.compute_ms, b.split.compute_ms, " ms");
-    let _ = writeln!(
-        o,
-        "{:<22} {:>12} {:>12}",
-        "workers · batch",
-        format!("{} · {}", a.settings.workers, a.settings.batch_size),
-        format!("{} · {}", b.settings.workers, b.settings.batch_size)
-    );
-    let _ = writeln!(o);
-    let _ = writeln!(o, "mean per stage");
-    let mut names: Vec<Stage> = a.stages.iter().map(|s| s.stage).collect();
-    for s in &b.stages {
-        if !names.contains(&s.stage) {
-            names.push(s.stage);
-        }
-    }
-    for n in names {
-        let get = |s: &Summary| s.stages.iter().find(|x| x.stage == n).map(|x| x.mean_ms).unwrap_or(0.0);
-        row(&mut o, &format!("  {n}"), get(a), get(b), " ms");
-    }
-    let (va, vb) = (diagnose::diagnose(a), diagnose::diagnose(b));
-    let _ = writeln!(o);
-    let _ = writeln!(o, "verdict: {}  →  {}", va.headline, vb.headline);
-    o
 }

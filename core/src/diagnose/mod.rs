@@ -78,6 +78,7 @@
 mod advice;
 mod classify;
 mod command;
+pub mod compare;
 mod diagnosed;
 pub mod estimates;
 mod evidence;
