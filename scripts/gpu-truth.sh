@@ -31,7 +31,8 @@
 # (ImageFolder, decode + augment, persistent workers), overhead-2ms/40ms (plain and pipeprof runs
 # alternating), own-gpu-check (scripts/gpu-check.sh) and what it measures: own-cnn-step (beside
 # benches/peer_train.py), own-h2d (beside PyTorch's pageable/pinned copy), own-workers-auto,
-# own-cuda-step-bench (only with --bench); keras-mlp/cnn on jax and torch, cnn-w0-check-advice.
+# own-cuda-step-bench (only with --bench); keras-mlp/cnn on jax and torch, cnn-w0-check-advice,
+# mlp-b32-gpu-check-advice (the batch advice of a tiny model on the GPU, re-run).
 # --cpu-only: every case on the CPU with tiny data, the GPU-only ones "skipped: needs a GPU …";
 # python/tests/test_gpu_truth.py runs it so in CI. Exit: 0 all ok, 1 a case failed, 2 bad
 # arguments (the message names the file and why).

@@ -52,6 +52,7 @@ SCALES = {
         "mlp": "--samples 8192 --epochs 2",
         "cnn": "--steps 40 --epochs 100 --batch-size 32 --size 64",
         "advice_steps": "15",
+        "mlp_advice_steps": "100",
         "keras_mlp": "--steps 300",
         "keras_cnn": "--steps 30 --size 64",
         "step": {"width": 2048, "batch": 256, "steps": {2: 400, 40: 40}, "pairs": {2: 3, 40: 2}},
@@ -62,6 +63,7 @@ SCALES = {
         "mlp": "--samples 1024 --epochs 1",
         "cnn": "--steps 6 --epochs 100 --batch-size 8 --size 32",
         "advice_steps": "3",
+        "mlp_advice_steps": "10",
         "keras_mlp": "--steps 20 --images 1024",
         "keras_cnn": "--steps 4 --batch-size 8 --size 32",
         "step": {"width": 256, "batch": 64, "steps": {2: 30, 40: 5}, "pairs": {2: 1, 40: 1}},
@@ -389,22 +391,34 @@ def advice_table(text):
 def case_check_advice(ctx):
     """`pipeprof run --once --check-advice` on the CNN at 0 workers: every advice re-run, predicted
     beside measured."""
-    case = "cnn-w0-check-advice"
     cmd = py(ctx, "train_torchvision.py", "--data", folder(ctx, "photos"), "--workers", "0",
              "--device", ctx.device, *ctx.scale["cnn"].split())
-    proc, summary = pipeprof_run(ctx, case, cmd, 150, extra=["--check-advice", "--steps", ctx.scale["advice_steps"]])
+    return check_advice(ctx, "cnn-w0-check-advice", "cnn-w0", cmd, ctx.scale["advice_steps"])
+
+
+def case_mlp_check_advice(ctx):
+    """`pipeprof run --once --check-advice` on the in-memory MLP at batch 32 on the GPU: the
+    larger batch a tiny model's launches call for, predicted beside measured."""
+    cmd = py(ctx, "mlp_in_memory.py", "--batch-size", "32", "--device", ctx.device, *ctx.scale["mlp"].split())
+    return check_advice(ctx, "mlp-b32-gpu-check-advice", "mlp-b32-gpu", cmd, ctx.scale["mlp_advice_steps"])
+
+
+def check_advice(ctx, case, base, cmd, steps):
+    """One `--check-advice` case: the run, its table in the row and the notes; `base`: the case
+    whose plain rate it sits beside."""
+    proc, summary = pipeprof_run(ctx, case, cmd, 150, extra=["--check-advice", "--steps", steps])
     verdict, detail = verdict_of(summary)
     table = advice_table(proc.text)
     detail["advice_rows"] = max(len(table) - 1, 0)
     for k, row in enumerate(table[1:], 1):
         detail[f"advice{k}"] = re.sub(r"\s{2,}", " | ", row.strip())
-    ctx.notes += [f"{case} (plain rate: cnn-w0's):"] + [f"  {t}" for t in table]
+    ctx.notes += [f"{case} (plain rate: {base}'s):"] + [f"  {t}" for t in table]
     why = proc.failure("the run under pipeprof", ctx.rel(case))
     if not why and not steady_rate(summary):
         why = f"pipeprof's summary has no images/s (see {ctx.rel(case)})"
     if not why and len(table) < 2:
         why = f"no --check-advice table in the output (see {ctx.rel(case)})"
-    plain = ctx.plain.get("cnn-w0")
+    plain = ctx.plain.get(base)
     return Row(case, f"failed: {why}" if why else "ok", plain, steady_rate(summary), verdict, detail)
 
 
@@ -741,6 +755,7 @@ CASES = [
     ("keras-cnn-jax", None, case_keras("cnn", "jax")),
     ("keras-cnn-torch", None, case_keras("cnn", "torch")),
     ("cnn-w0-check-advice", None, case_check_advice),
+    ("mlp-b32-gpu-check-advice", "needs a GPU: the MLP's batch advice on cuda", case_mlp_check_advice),
 ]
 
 

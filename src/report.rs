@@ -606,7 +606,8 @@ pub fn render_comparison(c: &Comparison, pa: &Path, pb: &Path) -> String {
     row(&mut o, "  wait for data", c.wait_ms, " ms");
     row(&mut o, "  transfer", c.transfer_ms, " ms");
     row(&mut o, "  compute", c.compute_ms, " ms");
-    let (a, b) = (format!("{} · {}", c.workers.0, c.batch_size.0), format!("{} · {}", c.workers.1, c.batch_size.1));
+    let (a, b) =
+        (format!("{} · {}", c.workers.base, c.batch_size.base), format!("{} · {}", c.workers.new, c.batch_size.new));
     let _ = writeln!(o, "{:<22} {a:>12} {b:>12}", "workers · batch");
     let _ = writeln!(o);
     let _ = writeln!(o, "mean per stage");

@@ -36,8 +36,8 @@ struct Json<'a> {
     wait_ms: Pair,
     transfer_ms: Pair,
     compute_ms: Pair,
-    workers: (usize, usize),
-    batch_size: (usize, usize),
+    workers: Pair<usize>,
+    batch_size: Pair<usize>,
     stages: &'a [StagePair],
     verdict: Verdicts<'a>,
     /// Whether the limiter or the severity differs.

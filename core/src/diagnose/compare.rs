@@ -9,11 +9,11 @@ use crate::aggregate::Summary;
 use probes::Stage;
 use serde::Serialize;
 
-/// One number of both runs, by name: (base, new).
+/// One number of both runs: the base's and the new one's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Pair {
-    pub base: f64,
-    pub new: f64,
+pub struct Pair<T = f64> {
+    pub base: T,
+    pub new: T,
 }
 
 impl Pair {
@@ -45,9 +45,9 @@ pub struct Comparison {
     pub compute_ms: Pair,
     /// Each run's model: its `cnn.toml`, the built-in, or the program's name.
     pub models: (String, String),
-    /// (workers, batch size) of each run.
-    pub workers: (usize, usize),
-    pub batch_size: (usize, usize),
+    /// Each run's loader workers and batch size.
+    pub workers: Pair<usize>,
+    pub batch_size: Pair<usize>,
     /// The base run's stages first, then those only the new run has.
     pub stages: Vec<StagePair>,
     /// Each run judged again from its statistics (the rules may be newer than the runs).
@@ -70,8 +70,8 @@ impl Comparison {
             transfer_ms: pair(|s| s.split.transfer_ms),
             compute_ms: pair(|s| s.split.compute_ms),
             models: (base.settings.model.to_string(), new.settings.model.to_string()),
-            workers: (base.settings.workers, new.settings.workers),
-            batch_size: (base.settings.batch_size, new.settings.batch_size),
+            workers: Pair { base: base.settings.workers, new: new.settings.workers },
+            batch_size: Pair { base: base.settings.batch_size, new: new.settings.batch_size },
             stages: names
                 .into_iter()
                 .map(|n| StagePair { stage: n, ms: Pair { base: mean(base, n), new: mean(new, n) } })
@@ -171,8 +171,8 @@ mod tests {
             transfer_ms: zero,
             compute_ms: zero,
             models: ("a.py".into(), "a.py".into()),
-            workers: (0, 2),
-            batch_size: (32, 32),
+            workers: Pair { base: 0, new: 2 },
+            batch_size: Pair { base: 32, new: 32 },
             stages: Vec::new(),
             verdicts: (verdict(Limiter::Compute, Severity::Low), after),
         }
