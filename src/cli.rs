@@ -155,13 +155,13 @@ pub struct CompareArgs {
     #[arg(value_name = "NEW")]
     pub new: PathBuf,
     /// Fail (exit 1) when NEW trains more than PCT percent fewer images/s than BASE (each at
-    /// the steady rate its report shows).
+    /// the rate its verdict reads: validation and a one-off first step left out).
     #[arg(long, value_name = "PCT", value_parser = crate::cli::percent)]
     pub max_slowdown: Option<f64>,
     /// Fail (exit 1) when NEW's verdict is input-bound (storage, preprocessing, or the loader
     /// waiting for cores) at this severity or worse (moderate: ≥ 5% of each step waiting for
-    /// data; high: ≥ 20%). Alone it means moderate; a severity is given with `=`
-    /// (`--fail-if-input-bound=high`).
+    /// data; high: ≥ 20%), or has too few steps for a verdict. Alone it means moderate; a
+    /// severity is given with `=` (`--fail-if-input-bound=high`).
     #[arg(long, value_name = "SEVERITY", num_args = 0..=1, require_equals = true, default_missing_value = "moderate")]
     pub fail_if_input_bound: Option<InputBound>,
     /// Print the comparison as one JSON document on stdout instead of the table (the gate's

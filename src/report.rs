@@ -588,7 +588,7 @@ fn ratio(p: Pair) -> String {
 }
 
 /// Two runs side by side (`pipeprof report A B`, `pipeprof compare BASE NEW`): images/s (each
-/// run's steady rate, as its report shows it), the step split and each stage's mean, the
+/// run's rate as its verdict reads it, `verdict.now`), the step split and each stage's mean, the
 /// verdict before → after. `pa`, `pb`: the files read.
 pub fn render_comparison(c: &Comparison, pa: &Path, pb: &Path) -> String {
     let mut o = String::new();

@@ -180,6 +180,12 @@ pub fn time_limit(main: &Summary, steps: u64) -> Duration {
 pub const LIMIT_FACTOR: f64 = 10.0;
 /// See [`time_limit`]: a Python program's imports, its workers' start, a cold disk.
 pub const LIMIT_START: Duration = Duration::from_secs(120);
+/// How long a child stopped for its time has to end before it is killed: a child `pipeprof
+/// run`'s own stop (its program's group ended after its stop timeout and the kill after it),
+/// and a margin.
+const LIMIT_STOP: Duration = pipeprof_core::signal::STOP_TIMEOUT
+    .saturating_add(pipeprof_core::signal::KILL_AFTER)
+    .saturating_add(Duration::from_secs(10));
 
 /// Runs `exe args` with `env` added, no input and its output kept (the last line of its
 /// errors says why it failed), then reads its summary file; stopped (then killed) after
@@ -274,6 +280,8 @@ fn watch(child: &mut std::process::Child, limit: Option<Duration>) -> Result<std
     let mut told: Option<Instant> = None;
     let mut too_long = false;
     loop {
+        // Read before the child is looked at: one that ends in between ended in time.
+        let expired = limit.is_some_and(|l| started.elapsed() > l);
         let ended = child.try_wait().map_err(|e| format!("cannot wait for the child: {e}"))?;
         if let Some(status) = ended {
             if too_long {
@@ -297,7 +305,7 @@ fn watch(child: &mut std::process::Child, limit: Option<Duration>) -> Result<std
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             exit_at_once();
         }
-        if !too_long && told.is_none() && limit.is_some_and(|l| started.elapsed() > l) {
+        if !too_long && told.is_none() && expired {
             // SAFETY: kill on the child's own process group, the child not yet reaped.
             unsafe { libc::kill(-pid, libc::SIGTERM) };
             (too_long, told) = (true, Some(Instant::now()));
@@ -310,7 +318,10 @@ fn watch(child: &mut std::process::Child, limit: Option<Duration>) -> Result<std
                 unsafe { libc::kill(pid, sig) };
                 told = Some(Instant::now());
             }
-            Some(t) if t.elapsed() > CHILD_STOP => {
+            // Stopped for its time, a child `pipeprof run` gets its own way out: the program it
+            // runs (a group of its own, out of this one's reach) is passed the SIGTERM, then its
+            // group is ended after the stop timeout; a SIGKILL here sooner would orphan it.
+            Some(t) if t.elapsed() > if too_long { LIMIT_STOP } else { CHILD_STOP } => {
                 // SAFETY: as above.
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
             }

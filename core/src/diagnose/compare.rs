@@ -118,9 +118,16 @@ impl Gate {
                 }
             }
         }
-        if let (Some(worst), Some(now)) = (self.fail_if_input_bound, input_bound(&c.verdicts.1)) {
-            if rank(now) >= rank(worst) {
-                out.push(format!("the new run is input-bound ({}): {}", severity_word(now), c.verdicts.1.headline));
+        if let Some(worst) = self.fail_if_input_bound {
+            match (&c.verdicts.1.limiter, input_bound(&c.verdicts.1)) {
+                (Limiter::NotEnoughData { .. }, _) => out.push(format!(
+                    "the new run has no verdict yet ({}): whether it is input-bound cannot be checked",
+                    c.verdicts.1.headline
+                )),
+                (_, Some(now)) if rank(now) >= rank(worst) => {
+                    out.push(format!("the new run is input-bound ({}): {}", severity_word(now), c.verdicts.1.headline))
+                }
+                _ => {}
             }
         }
         out
@@ -195,6 +202,14 @@ mod tests {
             (bound(Severity::Moderate), 100.0, 100.0, verdict(Limiter::Compute, Severity::High), 0),
             (bound(Severity::Moderate), 100.0, 100.0, verdict(Limiter::Preprocess, Severity::Low), 0),
             (Gate::default(), 100.0, 1.0, verdict(Limiter::Io, Severity::High), 0),
+            // Too few steps for a verdict: the input-bound gate cannot check, so it fails.
+            (
+                bound(Severity::High),
+                100.0,
+                100.0,
+                verdict(Limiter::NotEnoughData { steps_needed: 3 }, Severity::Low),
+                1,
+            ),
         ];
         for (gate, base, new, after, n) in table {
             let why = gate.failures(&comparison(base, new, after.clone()));
