@@ -208,6 +208,11 @@ pub struct ReportArgs {
     /// text report.
     #[arg(long, value_name = "FILE")]
     pub html_fragment: Option<PathBuf>,
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
+    /// data. The report and every other line go to stderr (one run, or the ranks of one: two runs compare with `pipeprof compare --json`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -252,6 +257,11 @@ pub struct RunArgs {
     /// With --check-advice: training steps per re-run (the hook stops the program there).
     #[arg(long, value_name = "N", requires = "check_advice", value_parser = clap::value_parser!(u64).range(2..))]
     pub steps: Option<u64>,
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
+    /// data. The report and every other line go to stderr, and so does the program's own stdout; no live view.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
     /// The program and its arguments, after `--`.
@@ -286,6 +296,11 @@ pub struct AttachArgs {
     /// No live view even on a terminal: a progress line, then the report.
     #[arg(long)]
     pub no_tui: bool,
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
+    /// data. The report and every other line go to stderr; no live view.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
 }

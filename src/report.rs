@@ -1,6 +1,7 @@
 //! The plain end-of-run report (for terminals, pipes and CI logs). Its machine section:
 //! [`machine`].
 
+pub mod json;
 mod machine;
 
 use pipeprof_core::aggregate::ranks::RankLine;
@@ -830,6 +831,7 @@ mod tests {
             severity: pipeprof_core::diagnose::Severity::High,
             headline: "the headline".into(),
             evidence: vec!["first number".into(), "second number".into()],
+            measures: Vec::new(),
             flags: vec![pipeprof_core::diagnose::Flag::Simulated { what: "--slow resize=+4ms".into() }],
             advice,
             provisional: false,

@@ -17,6 +17,8 @@ use probes::sampler::{GpuDevice, GpuSample, GpuStatus, HostSample, OtherCpu, Pro
 use probes::{Event, LayerRecord, Rank, SpanRecord, Stage, StepRecord, ThreadRole, NONE};
 use std::io::Write;
 
+mod common;
+
 const MS: u64 = 1_000_000;
 /// Steps in the run; the loader's workers change after [`CHANGE_AT`].
 const STEPS: u64 = 24;
@@ -329,6 +331,16 @@ fn aggregate() -> Aggregator {
 fn golden_run_summary_json() {
     let s = aggregate().summary();
     insta::assert_snapshot!(serde_json::to_string_pretty(&s).unwrap());
+}
+
+/// `--json`'s document of the golden run: every kind of evidence, flag, advice and the
+/// straggler it has, held against the schema by a real validator.
+#[test]
+fn golden_run_verdict_json() {
+    let d = Diagnosed::new(aggregate().summary());
+    let doc = serde_json::to_value(pipeprof::report::json::VerdictJson::of(&d, &[])).unwrap();
+    assert_eq!(common::verdict_schema_errors(&doc), Vec::<String>::new());
+    insta::assert_snapshot!(serde_json::to_string_pretty(&doc).unwrap());
 }
 
 #[test]

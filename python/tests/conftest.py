@@ -34,6 +34,40 @@ def corpus_env(tmp_path_factory, python, make, threads, **extra):
     return e
 
 
+def verdict_errors(doc):
+    """What a real JSON Schema validator (the `jsonschema` package) finds wrong with a
+    `--json` document against docs/schema/verdict.schema.json: empty when it holds."""
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "schema" / "verdict.schema.json").read_text())
+    v = jsonschema.Draft202012Validator(schema)
+    return [f"{e.message} at {list(e.absolute_path)}" for e in v.iter_errors(doc)]
+
+
+@pytest.fixture(autouse=True)
+def every_summary_holds_as_a_verdict(request):
+    """After each test, every summary file it wrote in its `tmp_path` (a JSON object with
+    `schema_version` and `stages`) is read back by `pipeprof report --json`, and the document
+    must hold against the schema. A file the test planted broken, which `report` refuses, is
+    no summary of a run and is not held to it."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if tmp is None or not Path(tmp).exists():
+        return
+    for f in sorted(Path(tmp).rglob("*.json")):
+        try:
+            head = json.loads(f.read_text())
+        except (ValueError, UnicodeDecodeError, OSError):
+            continue
+        if not (isinstance(head, dict) and "schema_version" in head and "stages" in head):
+            continue
+        p = subprocess.run([pipeprof_bin(), "report", str(f), "--json"], capture_output=True, text=True, timeout=HANG_S)
+        if p.returncode != 0:
+            continue
+        errors = verdict_errors(json.loads(p.stdout))
+        assert not errors, f"{f}: report --json does not hold against the schema: {errors}"
+
+
 def pipeprof_bin():
     p = Path(os.environ.get("PIPEPROF_BIN", REPO / "target" / "release" / "pipeprof"))
     if not p.exists():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import HANG_S, pipeprof_bin
+from conftest import HANG_S, pipeprof_bin, verdict_errors
 from test_frameworks import env_for
 
 # Prints what the DataLoader was built with, then counts the training batches it takes.
@@ -120,12 +120,15 @@ def test_check_advice_re_runs_a_real_pytorch_script_with_each_loader_change(tmp_
     script = tmp_path / "slow_samples.py"
     script.write_text(textwrap.dedent(SLOW_SAMPLES))
     cmd = [
-        pipeprof_bin(), "run", "--once", "--no-gpu", "--check-advice", "--steps", "10", "--",
+        pipeprof_bin(), "run", "--once", "--no-gpu", "--check-advice", "--steps", "10", "--json", "--",
         sys.executable, str(script),
     ]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(tmp_path), timeout=4 * HANG_S, cwd=tmp_path)
     assert p.returncode == 0, p.stderr + p.stdout
-    out = p.stdout
+    # --json: stdout is the document alone; the report and the table go to stderr.
+    doc = json.loads(p.stdout)
+    assert verdict_errors(doc) == [], verdict_errors(doc)
+    out = p.stderr
     assert "running the program again" in out, out
     # No --summary: the run's own copy lives in a private folder removed after the re-runs,
     # so no line points at it.
@@ -147,6 +150,12 @@ def test_check_advice_re_runs_a_real_pytorch_script_with_each_loader_change(tmp_
         # A × measured while other programs held cores is in brackets: still a measurement.
         nums = re.findall(r"(\d+\.\d)\s+\(?(\d+\.\d\d)×\)?\s*$", r)
         assert nums and float(nums[0][0]) > 0, f"no measured images/s in {r!r}:\n{out}"
+    # The document says what the table says: the workers advice measured, the same ×.
+    checked = [a for a in doc["advice"] if a["change"]["kind"] == "workers"]
+    assert checked and checked[0]["measured"]["status"] == "measured", doc["advice"]
+    times = re.findall(r"(\d+\.\d\d)×\)?\s*$", workers[0])
+    assert f"{checked[0]['measured']['speedup']:.2f}" == times[0], (workers[0], checked[0])
+    assert checked[0]["command"] in workers[0], (workers[0], checked[0])
 
 
 def test_check_advice_refuses_a_program_whose_input_is_a_pipe(tmp_path):

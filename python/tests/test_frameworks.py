@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import HANG_S, REPO, count, pipeprof_bin, stage
+from conftest import HANG_S, REPO, count, pipeprof_bin, stage, verdict_errors
 
 EXAMPLES = REPO / "python" / "examples"
 TORCHVISION = EXAMPLES / "train_torchvision.py"
@@ -63,6 +63,28 @@ def run(tmp_path, *cmd, check=True):
         assert p.returncode == 0, p.stderr + p.stdout
     summary = json.loads(s.read_text()) if s.exists() else None
     return p.returncode, summary, p.stdout, p.stderr
+
+
+def test_run_json_prints_the_verdict_alone_on_stdout(tmp_path, images):
+    """`pipeprof run --once --json`: stdout is one document that holds against the schema and
+    says what the summary's verdict says; the script's own output and the report go to stderr."""
+    s = tmp_path / "s.json"
+    cmd = [pipeprof_bin(), "run", "--once", "--no-gpu", "--json", "--summary", str(s), "--",
+           sys.executable, str(TORCHVISION), "--data", str(images), "--batch-size", "8"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(tmp_path), timeout=HANG_S, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert verdict_errors(doc) == [], verdict_errors(doc)
+    assert "done: " in p.stderr and "done: " not in p.stdout, "the script's stdout goes to stderr"
+    assert "verdict: " in p.stderr, p.stderr
+    saved = json.loads(s.read_text())
+    assert doc["headline"] == saved["verdict"]["headline"]
+    assert [e["text"] for e in doc["evidence"]] == saved["verdict"]["evidence"]
+    assert doc["numbers"]["batch_size"] == 8 == saved["settings"]["batch_size"]
+    assert doc["status"] == "verdict" and doc["limiter"] in ("io", "preprocess", "compute", "overhead", "balanced", "contention", "transfer")
+    # The advice as data: each has its typed change and the code to copy.
+    for a in doc["advice"]:
+        assert a["change"]["kind"] and a["predicted"]["kind"] in ("point", "range", "floor", "not_predicted"), a
 
 
 def loader_cpu_ns(s):

@@ -21,10 +21,14 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
     let checked = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p));
     let checked = checked.and_then(|()| distinct_files(&outputs(&command), inputs(&command)));
-    if let Err(why) = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err)) {
+    let checked = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err));
+    if let Err(why) = checked.and_then(|()| json_conflict(&command).map_or(Ok(()), Err)) {
         // A usage error, as clap's are: nothing has started.
         pipeprof_trainer::progress::say(&format!("error: {why}"));
         return Ok(2);
+    }
+    if json_wanted(&command) {
+        pipeprof_trainer::progress::keep_stdout_for_json();
     }
     if let Command::Run(a) = command {
         return run_and_check(a);
@@ -38,8 +42,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 /// `run`, then `--check-advice`'s re-runs when asked for and the program ended well, judged
 /// on the run's own summary and verdict.
 fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
+    let json = a.json;
     if !a.check_advice {
-        return run::run(&run_options(a)).map(|ran| ran.code);
+        let ran = run::run(&run_options(a))?;
+        print_json(json, &ran.done, &[])?;
+        return Ok(ran.code);
     }
     if let Some(why) = run::check::stdin_refusal() {
         anyhow::bail!(why);
@@ -56,10 +63,52 @@ fn run_and_check(a: RunArgs) -> anyhow::Result<i32> {
         pipeprof_trainer::progress::out(&format!(
             "\ncheck-advice: the program did not end well (exit code {code}): no re-runs\n"
         ));
+        print_json(json, &ran.done, &[])?;
         return Ok(code);
     }
-    run::check::run(&check, &ran.done.summary, &ran.done.verdict());
+    let checked = run::check::run(&check, &ran.done.summary, &ran.done.verdict());
+    print_json(json, &ran.done, &checked)?;
     Ok(ran.code)
+}
+
+/// `--json`'s document on stdout, when asked for: the run's verdict, with what each checked
+/// advice measured.
+fn print_json(
+    json: bool,
+    done: &pipeprof_core::diagnose::Diagnosed,
+    checked: &[Option<crate::report::json::Checked>],
+) -> anyhow::Result<()> {
+    if json {
+        let doc = crate::report::json::VerdictJson::of(done, checked);
+        pipeprof_trainer::progress::json_out(&format!("{}\n", serde_json::to_string_pretty(&doc)?));
+    }
+    Ok(())
+}
+
+/// Whether the command prints `--json`'s document, which then holds stdout alone.
+fn json_wanted(command: &Command) -> bool {
+    match command {
+        Command::Run(a) => a.json,
+        Command::Profile(a) => a.json,
+        Command::Attach(a) => a.json,
+        Command::Report(a) => a.json,
+        _ => false,
+    }
+}
+
+/// `--json` with another output that wants stdout, or with `report`'s two runs.
+fn json_conflict(command: &Command) -> Option<String> {
+    let Command::Report(a) = command else { return None };
+    if !a.json {
+        return None;
+    }
+    let dash = |p: &Option<std::path::PathBuf>| p.as_deref() == Some(Path::new("-"));
+    if dash(&a.html) || dash(&a.html_fragment) {
+        return Some("--json and --html -: stdout takes one of them; name a file for the HTML".into());
+    }
+    (a.files.len() == 2).then(|| {
+        "--json reports one run (or the ranks of one): two runs compare with `pipeprof compare --json BASE NEW`".into()
+    })
 }
 
 /// The files a command will write, by flag (`report`'s `-`, stdout, is no file).
@@ -183,8 +232,16 @@ fn run_other(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run(_) | Command::Compare(_) => Ok(()),
         Command::Profile(a) => profile(*a),
-        Command::Attach(a) => attach::run(&attach_options(a)).map(|_| ()),
-        Command::Report(a) => report::run(&report_options(a)),
+        Command::Attach(a) => {
+            let json = a.json;
+            let done = attach::run(&attach_options(a))?;
+            print_json(json, &done, &[])
+        }
+        Command::Report(a) => {
+            let json = a.json;
+            let done = report::run(&report_options(a))?;
+            done.map_or(Ok(()), |d| print_json(json, &d, &[]))
+        }
         Command::Cache(a) => cache::run(&cache_options(a)),
         Command::Pack(a) => cache::pack(&pack_options(a)),
         Command::DemoData(a) => demo_data(a),
@@ -194,10 +251,11 @@ fn run_other(command: Command) -> anyhow::Result<()> {
 /// `profile`, then `--check-advice`'s follow-up runs when asked for and the run was not stopped.
 fn profile(opts: profile::Options) -> anyhow::Result<()> {
     let run = profile::run(&opts)?;
+    let mut checked = Vec::new();
     if opts.check_advice && !run.interrupted {
-        profile::check::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
+        checked = profile::check::run(&opts, &run.data, &run.done.summary, &run.done.verdict());
     }
-    Ok(())
+    print_json(opts.json, &run.done, &checked)
 }
 
 fn attach_options(a: AttachArgs) -> attach::Options {

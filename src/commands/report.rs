@@ -75,7 +75,7 @@ pub fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     Ok(l)
 }
 
-pub fn run(args: &Options) -> anyhow::Result<()> {
+pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
     let Some(first) = args.files.first() else { anyhow::bail!("pipeprof report needs a trace or summary file") };
     let html = args.html();
     if args.files.len() > 1 && !html.is_empty() {
@@ -109,21 +109,22 @@ pub fn run(args: &Options) -> anyhow::Result<()> {
             for (p, form) in html {
                 crate::html::save(p, &d, form)?;
             }
+            Ok(Some(d))
         }
         Some(second) => {
             let b = load(second, args.repair)?;
             let c = diagnose::compare::Comparison::of(&a.summary, &b.summary);
             pipeprof_trainer::progress::out(&report::render_comparison(&c, first, second));
+            Ok(None)
         }
     }
-    Ok(())
 }
 
 /// Most files `pipeprof report` reads as ranks of one run.
 pub const MAX_RANK_FILES: usize = pipeprof_core::aggregate::ranks::MAX_RANKS;
 
 /// The ranks of a distributed run, one file each: their lines side by side and the straggler.
-fn ranks(args: &Options) -> anyhow::Result<()> {
+fn ranks(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
     use pipeprof_core::aggregate::ranks::RankLine;
     if args.files.len() > MAX_RANK_FILES {
         anyhow::bail!("{} files: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", args.files.len());
@@ -153,10 +154,10 @@ fn ranks(args: &Options) -> anyhow::Result<()> {
     let straggler = diagnose::ranks::judge(&summary.ranks);
     o.push_str(&report::render_ranks(&summary, straggler.as_ref()));
     pipeprof_trainer::progress::out(&o);
+    let d = Diagnosed { summary, verdict: None, straggler };
     if let Some(p) = &args.summary {
-        let d = Diagnosed { summary, verdict: None, straggler };
         std::fs::write(p, serde_json::to_string_pretty(&d)?)
             .with_context(|| format!("cannot write {}", p.display()))?;
     }
-    Ok(())
+    Ok(Some(d))
 }

@@ -435,6 +435,51 @@ pub fn render(runs: &[FollowUp], results: &[Outcome], main_images_per_s: f64, el
     o
 }
 
+/// What each piece of `advice` measured when re-run (`None`: not re-run), for `--json`: a
+/// row's change is its advice's (the first with it); × over the baseline row's rate, else
+/// the main run's. Pure.
+pub fn checked(
+    rows: &[FollowUp],
+    results: &[Outcome],
+    main_images_per_s: f64,
+    elsewhere: &Elsewhere,
+    advice: &[pipeprof_core::diagnose::Advice],
+) -> Vec<Option<crate::report::json::Checked>> {
+    use crate::report::json::{CheckStatus, Checked};
+    let base = match results.first() {
+        Some(Ok(m)) => m.rate,
+        _ => main_images_per_s,
+    };
+    let mut out: Vec<Option<Checked>> = vec![None; advice.len()];
+    for (k, (row, result)) in rows.iter().zip(results).enumerate().skip(1) {
+        let Some(i) = advice.iter().position(|a| Some(&a.change) == row.change.as_ref()) else { continue };
+        if out[i].is_some() {
+            continue;
+        }
+        let shared_machine = elsewhere.swamped(k);
+        out[i] = Some(match result {
+            Ok(m) => Checked {
+                status: CheckStatus::Measured,
+                images_per_s: Some(m.rate),
+                speedup: (base > 0.0).then(|| m.rate / base),
+                shared_machine,
+                why: None,
+            },
+            Err(e) => Checked {
+                status: if matches!(e, NoRate::Skipped(_)) { CheckStatus::Skipped } else { CheckStatus::Failed },
+                images_per_s: None,
+                speedup: None,
+                shared_machine,
+                why: Some(match e {
+                    NoRate::Skipped(w) | NoRate::Failed(w) => w.clone(),
+                    NoRate::Interrupted => "interrupted".into(),
+                }),
+            },
+        });
+    }
+    out
+}
+
 /// Who else held this machine's cores during each run, where anyone did ([`busy_elsewhere`]):
 /// the main run (the predictions' basis) and each re-run, the baseline first.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -522,6 +567,7 @@ pub(crate) fn verdict_with(advice: Vec<pipeprof_core::diagnose::Advice>) -> pipe
         severity: Severity::High,
         headline: String::new(),
         evidence: Vec::new(),
+        measures: Vec::new(),
         flags: Vec::new(),
         advice,
         provisional: false,

@@ -72,6 +72,7 @@ fn verdict() -> Verdict {
             "wait for data 24.0ms of a 39.5ms step (61%)".into(),
             format!("loader thread {HOSTILE} busy 91%"),
         ],
+        measures: Vec::new(),
         flags: vec![Flag::TooFewWorkers { workers: 2, cores: 8 }],
         advice: vec![workers, resize],
         provisional: false,

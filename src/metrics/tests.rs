@@ -38,6 +38,7 @@ fn scrape(limiter: Option<Limiter>) -> Scrape {
         severity: Severity::High,
         headline: String::new(),
         evidence: vec![],
+        measures: Vec::new(),
         flags: vec![],
         advice: vec![],
         provisional: false,

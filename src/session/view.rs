@@ -10,9 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Whether the live view can show: asked for, with a terminal to draw on and one to read keys
-/// from.
+/// from, and stdout not kept for `--json`'s document.
 pub fn live_view(no_tui: bool) -> bool {
-    !no_tui && std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+    !no_tui
+        && !pipeprof_trainer::progress::stdout_for_json()
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal()
 }
 
 /// The live view on a terminal, else the progress line, until `done` fires.

@@ -112,3 +112,16 @@ impl Drop for GroupKilledOnDrop {
         unsafe { libc::kill(-self.0, libc::SIGKILL) };
     }
 }
+
+/// The JSON Schema `--json`'s document follows (docs/schema/verdict.schema.json).
+pub fn verdict_schema() -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema/verdict.schema.json");
+    serde_json::from_slice(&std::fs::read(&p).expect("the schema file")).expect("the schema is JSON")
+}
+
+/// What a real validator finds wrong with `doc` against [`verdict_schema`]: empty when it
+/// holds.
+pub fn verdict_schema_errors(doc: &serde_json::Value) -> Vec<String> {
+    let v = jsonschema::validator_for(&verdict_schema()).expect("the schema is a valid JSON Schema");
+    v.iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+}

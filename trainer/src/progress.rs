@@ -35,8 +35,32 @@ pub fn err_out(text: &str) {
     let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
 }
 
-/// Writes `text` to stdout; `pipeprof run … | head` closing the pipe is not worth a panic.
+/// Set once `--json` asks for stdout: the report and every other line [`out`] prints go to
+/// stderr, and stdout holds the one JSON document ([`json_out`]).
+static STDOUT_FOR_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on stdout is the JSON document's alone: what [`out`] prints goes to stderr.
+pub fn keep_stdout_for_json() {
+    STDOUT_FOR_JSON.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether `--json` holds stdout ([`keep_stdout_for_json`]).
+pub fn stdout_for_json() -> bool {
+    STDOUT_FOR_JSON.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Writes `text` to stdout (to stderr when `--json` holds stdout); `pipeprof run … | head`
+/// closing the pipe is not worth a panic.
 pub fn out(text: &str) {
+    if stdout_for_json() {
+        err_out(text);
+        return;
+    }
+    json_out(text);
+}
+
+/// Writes `text` to stdout, whoever else is kept off it: the `--json` document.
+pub fn json_out(text: &str) {
     let mut o = std::io::stdout().lock();
     let _ = std::io::Write::write_all(&mut o, text.as_bytes()).and_then(|()| std::io::Write::flush(&mut o));
 }

@@ -162,6 +162,7 @@ mod tests {
             severity,
             headline: "h".into(),
             evidence: Vec::new(),
+            measures: Vec::new(),
             flags: Vec::new(),
             advice: Vec::new(),
             provisional: false,

@@ -84,6 +84,7 @@ pub mod estimates;
 mod evidence;
 mod findings;
 pub mod frameworks;
+pub mod measures;
 pub mod model;
 mod now;
 pub mod ranks;
@@ -145,6 +146,7 @@ fn judge(s: &Summary, finished: bool) -> Verdict {
             limiter,
             severity: Severity::Low,
             evidence: Vec::new(),
+            measures: Vec::new(),
             flags,
             advice: Vec::new(),
             provisional: false,
@@ -161,6 +163,7 @@ fn judge(s: &Summary, finished: bool) -> Verdict {
         provisional,
         now: measured_now(s),
         evidence: f.evidence(&limiter),
+        measures: f.measures(&limiter),
         advice: frameworks::in_user_terms(f.advice(&limiter, &flags), s),
         severity: f.severity,
         limiter,

@@ -261,6 +261,10 @@ pub struct Verdict {
     pub headline: String,
     /// The 3–5 numbers that decided it, in words.
     pub evidence: Vec<String>,
+    /// The figure each line of `evidence` stands on, as data: `measures[i]` is line `i`'s
+    /// (empty in summaries written before they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measures: Vec<super::measures::Measure>,
     pub flags: Vec<Flag>,
     /// Best first.
     pub advice: Vec<Advice>,

@@ -9,6 +9,7 @@
 use super::Options as ProfileOptions;
 use crate::commands::rerun::{self, run_watched, steady_rate, stop_check, FollowUp, Measured, NoRate, Outcome};
 use crate::commands::scratch::{copy_local, rerun_setup};
+use crate::report::json::Checked;
 use pipeprof_core::aggregate::Summary;
 use pipeprof_core::diagnose::{Change, Verdict};
 use std::ffi::OsString;
@@ -72,6 +73,7 @@ pub fn child_options(
         no_tui: true,
         summary: Some(summary.to_path_buf()),
         check_advice: false,
+        json: false,
         trace: None,
         html: None,
         metrics: Default::default(),
@@ -123,14 +125,14 @@ fn build_cache(exe: &Path, model: Option<&Path>, data: &Path, out: &Path) -> Res
 
 /// Runs the follow-ups and prints the table. Never fails the main run: problems are printed.
 /// `parent` is the main run's options, `data` the data it read.
-pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdict) {
+pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdict) -> Vec<Option<Checked>> {
     let runs = plan(verdict);
     pipeprof_trainer::progress::out("\n");
     if runs.len() == 1 {
         pipeprof_trainer::progress::out("check-advice: no advice pipeprof can apply itself (--workers, --batch-size, --prefetch, cache, local copy): nothing to check\n");
-        return;
+        return Vec::new();
     }
-    let Some((exe, tmp, _tmp_guard)) = rerun_setup("pipeprof-check") else { return };
+    let Some((exe, tmp, _tmp_guard)) = rerun_setup("pipeprof-check") else { return Vec::new() };
     let steps = parent.steps.unwrap_or(rerun::DEFAULT_STEPS);
     pipeprof_trainer::progress::out(&format!(
         "check-advice: 1 baseline + {} follow-up runs of {steps} steps each (this run's settings, one change per run)\n",
@@ -143,6 +145,7 @@ pub fn run(parent: &ProfileOptions, data: &Path, main: &Summary, verdict: &Verdi
     let elsewhere = rerun::Elsewhere::of_outcomes(main, &results);
     let main_rate = steady_rate(main).unwrap_or(main.images_per_s);
     pipeprof_trainer::progress::out(&rerun::render(&runs[..results.len()], &results, main_rate, &elsewhere));
+    rerun::checked(&runs, &results, main_rate, &elsewhere, &verdict.advice)
 }
 
 /// What every follow-up shares: the main run's options and the data it read, the steps each

@@ -91,6 +91,11 @@ pub struct Options {
     /// or stdin is not a terminal).
     #[arg(long = flags::NO_TUI)]
     pub no_tui: bool,
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
+    /// data. The report and every other line go to stderr; no live view.
+    #[arg(long)]
+    pub json: bool,
     /// After the report, re-run briefly with each applicable piece of advice (workers, batch
     /// size, prefetch, the packed cache) and print predicted vs measured images/s.
     #[arg(long = flags::CHECK_ADVICE)]
@@ -193,6 +198,7 @@ impl Options {
         a.shown("panic_at_step", self.panic_at_step);
         a.shown("panic_in_loader_at_step", self.panic_in_loader_at_step);
         a.flag("no_tui", self.no_tui);
+        a.flag("json", self.json);
         a.flag("check_advice", self.check_advice);
         a.shown("stall_after", self.stall_after);
         a.value("metrics_listen", self.metrics.metrics_listen.clone());
@@ -308,6 +314,7 @@ mod tests {
             panic_at_step: Some(5),
             panic_in_loader_at_step: Some(6),
             no_tui: true,
+            json: true,
             check_advice: true,
             channel_capacity: 17,
             stall_after: Some(0.5),

@@ -21,6 +21,7 @@
 use crate::commands::profile::check::MAX_FOLLOW_UPS;
 use crate::commands::rerun::{self, FollowUp, Measured, NoRate, Outcome};
 use crate::commands::scratch;
+use crate::report::json::Checked;
 use pipeprof_core::aggregate::settings::RunSettings;
 use pipeprof_core::aggregate::Summary;
 use pipeprof_core::diagnose::frameworks::knobs;
@@ -414,14 +415,14 @@ fn re_run(opts: &Options, r: &ReRun, k: usize, exe: &Path, tmp: &Path, main: &Su
 
 /// Runs the re-runs and prints the table, then the cost of each copy or pack. Never fails the
 /// run: problems are printed.
-pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
+pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) -> Vec<Option<Checked>> {
     let runs = plan(verdict, &main.settings);
     pipeprof_trainer::progress::out("\n");
     if runs.len() == 1 {
         pipeprof_trainer::progress::out("check-advice: no advice the start-up hook can apply to this program (DataLoader num_workers, persistent_workers, prefetch_factor, pin_memory, batch_size; Keras PyDataset workers; the image folder copied or packed): nothing to check\n");
-        return;
+        return Vec::new();
     }
-    let Some((exe, tmp, _tmp_guard)) = scratch::rerun_setup("pipeprof-check-run") else { return };
+    let Some((exe, tmp, _tmp_guard)) = scratch::rerun_setup("pipeprof-check-run") else { return Vec::new() };
     pipeprof_trainer::progress::out(&format!(
         "check-advice: running the program again: 1 baseline + {} runs of {} steps each, one change per run (its output hidden; its side effects are its own)\n",
         runs.len() - 1,
@@ -443,6 +444,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) {
             ));
         }
     }
+    rerun::checked(&rows, &results, main_rate, &elsewhere, &verdict.advice)
 }
 
 #[cfg(test)]

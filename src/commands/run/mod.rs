@@ -342,6 +342,10 @@ fn command(opts: &Options, scratch: &mut Scratch, live: bool, take_terminal: boo
             .with_context(|| format!("cannot create the program's log in {}", std::env::temp_dir().display()))?;
         scratch.log = Some(path);
         cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f);
+    } else if pipeprof_trainer::progress::stdout_for_json() {
+        // `--json`: stdout is the document's alone; what the program prints goes to stderr.
+        use std::os::fd::AsFd;
+        cmd.stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
     }
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {

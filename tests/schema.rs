@@ -1,0 +1,115 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `--json`'s document and its JSON Schema: the committed schema is the one the types make, a
+//! released version's schema never changes under the same version, and what `profile --json`
+//! and `report --json` print holds against it with a real validator (the Python tests hold
+//! `run --json` and every summary they write against it too).
+
+mod common;
+use common::*;
+use pipeprof::report::json::{schema, VerdictJson, SCHEMA};
+use std::path::Path;
+
+/// Each released version of the document and the CRC-32 of its schema file: a version's
+/// shape never changes once released.
+const RELEASED: &[(&str, u32)] = &[("pipeprof.verdict/1", 0xcc01_4cfd)];
+
+fn schema_file() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema/verdict.schema.json")
+}
+
+#[test]
+fn the_committed_schema_is_the_one_the_types_make() {
+    let made = schema();
+    if std::env::var_os("PIPEPROF_WRITE_SCHEMA").is_some() {
+        std::fs::write(schema_file(), &made).unwrap();
+    }
+    let committed = std::fs::read_to_string(schema_file()).unwrap_or_default();
+    assert!(
+        committed == made,
+        "docs/schema/verdict.schema.json is not what the types in src/report/json.rs make: a field changed. \
+         Raise SCHEMA ({SCHEMA}) when a field changes meaning or goes, then write the file with \
+         PIPEPROF_WRITE_SCHEMA=1 cargo test --release --test schema"
+    );
+}
+
+#[test]
+fn a_released_version_keeps_its_schema() {
+    let committed = std::fs::read(schema_file()).unwrap();
+    let crc = crc32fast::hash(&committed);
+    if let Some((v, released)) = RELEASED.iter().find(|(v, _)| *v == SCHEMA) {
+        assert_eq!(
+            crc, *released,
+            "the schema of {v}, already released, changed (CRC-32 now {crc:#010x}): raise SCHEMA in src/report/json.rs \
+             and add the new version to RELEASED"
+        );
+    } else {
+        panic!("{SCHEMA} is not in RELEASED: add (\"{SCHEMA}\", {crc:#010x}) once its schema is final");
+    }
+}
+
+#[test]
+fn a_run_with_no_step_is_insufficient_data_and_holds() {
+    let d = pipeprof_core::diagnose::Diagnosed::new(pipeprof_core::aggregate::Summary::default());
+    let doc = serde_json::to_value(VerdictJson::of(&d, &[])).unwrap();
+    assert_eq!(verdict_schema_errors(&doc), Vec::<String>::new());
+    assert_eq!(doc["status"], "insufficient_data");
+    assert_eq!(doc["limiter"], serde_json::Value::Null);
+}
+
+#[test]
+fn the_validator_refuses_a_document_that_breaks_the_schema() {
+    let d = pipeprof_core::diagnose::Diagnosed::new(pipeprof_core::aggregate::Summary::default());
+    let mut doc = serde_json::to_value(VerdictJson::of(&d, &[])).unwrap();
+    doc["status"] = "fine".into();
+    doc.as_object_mut().unwrap().remove("numbers");
+    let errors = verdict_schema_errors(&doc);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+/// `profile --json` on a small folder: stdout is one JSON document and nothing else, it
+/// holds against the schema, says what the summary file's verdict says, and `report --json`
+/// on that summary gives the same verdict.
+#[test]
+fn profile_and_report_print_one_document_that_holds() {
+    let d = tempfile::tempdir().unwrap();
+    let model = write_tiny_model(d.path());
+    demo(&d.path().join("imgs"), 2, 24, 5);
+    let summary = d.path().join("s.json");
+    let (data, s) = (d.path().join("imgs"), summary.to_str().unwrap());
+    let out = pipeprof(&["profile", "--model", &model, "--data", data.to_str().unwrap(), "--summary", s, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
+    assert_eq!(verdict_schema_errors(&doc), Vec::<String>::new(), "{doc:#}");
+    assert!(text(&out.stderr).contains("verdict: "), "the report goes to stderr: {}", text(&out.stderr));
+    let saved = read_summary(&summary);
+    assert_eq!(doc["schema"], SCHEMA);
+    assert_eq!(doc["headline"], saved["verdict"]["headline"]);
+    assert_eq!(doc["numbers"]["steps"], saved["steps"]);
+    assert_eq!(doc["evidence"].as_array().map(Vec::len), saved["verdict"]["evidence"].as_array().map(Vec::len));
+    let measures = saved["verdict"]["measures"].as_array().unwrap();
+    for (item, m) in doc["evidence"].as_array().unwrap().iter().zip(measures) {
+        assert_eq!(item["what"], m["what"]);
+        assert_eq!(item["value"], m["value"]);
+    }
+    let again = pipeprof(&["report", s, "--json"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let redone: serde_json::Value = serde_json::from_slice(&again.stdout).expect("one JSON document");
+    assert_eq!(verdict_schema_errors(&redone), Vec::<String>::new());
+    for key in ["limiter", "severity", "headline", "evidence", "advice", "numbers"] {
+        assert_eq!(redone[key], doc[key], "{key}");
+    }
+}
+
+#[test]
+fn report_json_refuses_two_runs_and_html_on_stdout() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a.json");
+    std::fs::write(&a, "{}").unwrap();
+    let a = a.to_str().unwrap();
+    let two = pipeprof(&["report", a, a, "--json"]);
+    assert_eq!(two.status.code(), Some(2));
+    assert!(text(&two.stderr).contains("pipeprof compare --json"), "{}", text(&two.stderr));
+    let html = pipeprof(&["report", a, "--json", "--html", "-"]);
+    assert_eq!(html.status.code(), Some(2));
+    assert!(text(&html.stderr).contains("stdout takes one"), "{}", text(&html.stderr));
+}
