@@ -103,6 +103,25 @@ fn attach_once_sees_every_stage_and_the_verdict() {
     assert!(!Path::new(&addr).exists(), "the socket is removed when the run ends");
 }
 
+/// `attach --once --json`: the report goes to stderr, stdout is one document that holds
+/// against the schema and says what the summary says.
+#[test]
+fn attach_json_prints_the_verdict_alone_on_stdout() {
+    let env = setup();
+    let (example, _) = env.start_example(&["--steps", "12", "--wait-for-clients", "1"]);
+    let out_json = env.dir.path().join("s.json");
+    let out = env.attach(&["--once", "--json", "--summary", out_json.to_str().unwrap()]).wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("verdict:"), "the report goes to stderr: {stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is one JSON document");
+    assert_eq!(common::verdict_schema_errors(&doc), Vec::<String>::new());
+    let s = common::read_summary(&out_json);
+    assert_eq!(doc["numbers"]["steps"], 12);
+    assert_eq!(doc["headline"], s["verdict"]["headline"]);
+    assert!(example.wait_with_output().unwrap().status.success());
+}
+
 #[test]
 fn two_clients_at_once_both_get_the_whole_run() {
     let env = setup();

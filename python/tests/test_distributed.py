@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from conftest import HANG_S, REPO, pipeprof_bin
+from conftest import HANG_S, REPO, pipeprof_bin, verdict_errors
 from test_frameworks import env_for
 
 DDP = REPO / "python" / "examples" / "train_ddp.py"
@@ -78,3 +78,10 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     both = subprocess.run([pipeprof_bin(), "report", *map(str, traces)], capture_output=True, text=True, timeout=HANG_S)
     assert both.returncode == 0, both.stderr
     assert "pipeprof report: 2 ranks" in both.stdout and "straggler: rank 1\n" in both.stdout, both.stdout
+    # `--json` on the ranks: the straggler as data, held against the schema.
+    doc = subprocess.run([pipeprof_bin(), "report", *map(str, traces), "--json"], capture_output=True, text=True, timeout=HANG_S)
+    assert doc.returncode == 0, doc.stderr
+    doc = json.loads(doc.stdout)
+    assert verdict_errors(doc) == [], verdict_errors(doc)
+    assert (doc["straggler"]["rank"], doc["straggler"]["cause"]) == (1, "input"), doc["straggler"]
+    assert doc["headline"] == doc["straggler"]["headline"], doc

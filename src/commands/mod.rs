@@ -96,19 +96,15 @@ fn json_wanted(command: &Command) -> bool {
     }
 }
 
-/// `--json` with another output that wants stdout, or with `report`'s two runs.
+/// `--json` with another output that wants stdout.
 fn json_conflict(command: &Command) -> Option<String> {
     let Command::Report(a) = command else { return None };
     if !a.json {
         return None;
     }
     let dash = |p: &Option<std::path::PathBuf>| p.as_deref() == Some(Path::new("-"));
-    if dash(&a.html) || dash(&a.html_fragment) {
-        return Some("--json and --html -: stdout takes one of them; name a file for the HTML".into());
-    }
-    (a.files.len() == 2).then(|| {
-        "--json reports one run (or the ranks of one): two runs compare with `pipeprof compare --json BASE NEW`".into()
-    })
+    (dash(&a.html) || dash(&a.html_fragment))
+        .then(|| "--json and --html -: stdout takes one of them; name a file for the HTML".into())
 }
 
 /// The files a command will write, by flag (`report`'s `-`, stdout, is no file).
@@ -297,6 +293,7 @@ fn report_options(a: ReportArgs) -> report::Options {
         summary: a.summary,
         html: a.html,
         html_fragment: a.html_fragment,
+        json: a.json,
     }
 }
 

@@ -21,6 +21,8 @@ pub struct Options {
     pub html: Option<PathBuf>,
     /// Also write the HTML report's body alone here (`-`: stdout, instead of the text report).
     pub html_fragment: Option<PathBuf>,
+    /// `--json`: the caller prints the verdict's document; two runs have none.
+    pub json: bool,
 }
 
 impl Options {
@@ -111,6 +113,9 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
             }
             Ok(Some(d))
         }
+        Some(_) if args.json => anyhow::bail!(
+            "--json reports one run (or the ranks of one): two runs compare with `pipeprof compare --json BASE NEW`"
+        ),
         Some(second) => {
             let b = load(second, args.repair)?;
             let c = diagnose::compare::Comparison::of(&a.summary, &b.summary);
