@@ -86,8 +86,10 @@ pip() { "$venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 # fastai: the corpus's DataBlock + vision_learner script (python/tests/test_fastai.py); ≈ 380 MB
 # installed with what it pulls in (spacy 126, scikit-learn 51, blis 39, matplotlib 35; fastai's
 # own packages 5), pure Python or CPU wheels, torch and torchvision kept as they are.
+# jsonschema: the tests hold `--json`'s documents against docs/schema/verdict.schema.json with
+# it. mcp: the official MCP Python SDK, the client python/tests/test_mcp.py drives `pipeprof mcp` with.
 install_python_deps "$venv" numpy pillow pytest torch torchvision keras jax lightning ipykernel nbclient nbformat mfusepy \
-    accelerate datasets opencv-python-headless albumentations fastai
+    accelerate datasets opencv-python-headless albumentations fastai jsonschema mcp
 wheel=$(bash scripts/build-wheel.sh)
 pip install --quiet --force-reinstall --no-deps "$wheel"
 

@@ -43,6 +43,13 @@ pub enum Command {
     /// verdict changed; with a gate (`--max-slowdown`, `--fail-if-input-bound`), exits 1 naming
     /// why when the new run fails it.
     Compare(CompareArgs),
+    /// Serve the Model Context Protocol on stdin/stdout for coding agents: tools that run a
+    /// training command under pipeprof for N steps (bounded in time too), check its advice,
+    /// report a saved run and compare two, each answering with `--json`'s document.
+    ///
+    /// An agent's MCP configuration names it as a stdio server: {"command": "pipeprof",
+    /// "args": ["mcp"]}.
+    Mcp,
     /// Write a deterministic demo data set (one folder per class) to DIR.
     DemoData(DemoArgs),
     /// Decode and resize every image once into one packed file; `profile --data FILE` trains from it.

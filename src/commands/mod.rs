@@ -9,6 +9,7 @@ use std::path::Path;
 
 pub mod attach;
 pub mod compare;
+pub mod mcp;
 pub mod profile;
 pub mod report;
 pub mod rerun;
@@ -35,6 +36,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     }
     if let Command::Compare(a) = command {
         return compare::run(&compare_options(a));
+    }
+    if let Command::Mcp = command {
+        return mcp::run().map(|()| 0);
     }
     run_other(command).map(|()| 0)
 }
@@ -114,7 +118,7 @@ fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
         Command::Profile(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Attach(a) => (&a.summary, &a.trace, None, &a.html, &None),
         Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
-        Command::Compare(_) => (&None, &None, None, &None, &None),
+        Command::Compare(_) | Command::Mcp => (&None, &None, None, &None, &None),
         Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
         Command::Pack(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
         Command::DemoData(_) => (&None, &None, None, &None, &None),
@@ -226,7 +230,7 @@ fn run_options(a: RunArgs) -> run::Options {
 
 fn run_other(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) | Command::Compare(_) => Ok(()),
+        Command::Run(_) | Command::Compare(_) | Command::Mcp => Ok(()),
         Command::Profile(a) => profile(*a),
         Command::Attach(a) => {
             let json = a.json;
