@@ -341,6 +341,8 @@ fn golden_run_verdict_json() {
     let doc = serde_json::to_value(pipeprof::report::json::VerdictJson::of(&d, &[])).unwrap();
     assert_eq!(common::verdict_schema_errors(&doc), Vec::<String>::new());
     insta::assert_snapshot!(serde_json::to_string_pretty(&doc).unwrap());
+    let summary = serde_json::to_value(&d).unwrap();
+    assert_eq!(common::summary_schema_errors(&summary), Vec::<String>::new(), "the summary file holds too");
 }
 
 #[test]

@@ -9,41 +9,55 @@ use common::*;
 use pipeprof::report::json::{schema, VerdictJson, SCHEMA};
 use std::path::Path;
 
-/// Each released version of the document and the CRC-32 of its schema file: a version's
+/// Each released version of the documents and the CRC-32 of its schema file: a version's
 /// shape never changes once released.
-const RELEASED: &[(&str, u32)] = &[("pipeprof.verdict/1", 0xcc01_4cfd)];
+const RELEASED: &[(&str, u32)] = &[("pipeprof.verdict/1", 0xcc01_4cfd), ("summary/1", 0x199c_22f8)];
 
-fn schema_file() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema/verdict.schema.json")
+/// The two documents: (file, its version's name, the schema the types make, where they are).
+fn documents() -> [(&'static str, String, String, &'static str); 2] {
+    let summary = format!("summary/{}", pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION);
+    [
+        ("verdict.schema.json", SCHEMA.to_string(), schema(), "SCHEMA in src/report/json.rs"),
+        (
+            "summary.schema.json",
+            summary,
+            pipeprof::session::summary_schema(),
+            "SUMMARY_SCHEMA_VERSION in core/src/aggregate/summary.rs",
+        ),
+    ]
+}
+
+fn schema_file(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema").join(name)
 }
 
 #[test]
-fn the_committed_schema_is_the_one_the_types_make() {
-    let made = schema();
-    if std::env::var_os("PIPEPROF_WRITE_SCHEMA").is_some() {
-        std::fs::write(schema_file(), &made).unwrap();
+fn the_committed_schemas_are_the_ones_the_types_make() {
+    for (file, version, made, _) in documents() {
+        if std::env::var_os("PIPEPROF_WRITE_SCHEMA").is_some() {
+            std::fs::write(schema_file(file), &made).unwrap();
+        }
+        let committed = std::fs::read_to_string(schema_file(file)).unwrap_or_default();
+        assert!(
+            committed == made,
+            "docs/schema/{file} is not what the types make: a field changed. Raise the version ({version}) when a \
+             field changes meaning or goes, then write the file with PIPEPROF_WRITE_SCHEMA=1 cargo test --release --test schema"
+        );
     }
-    let committed = std::fs::read_to_string(schema_file()).unwrap_or_default();
-    assert!(
-        committed == made,
-        "docs/schema/verdict.schema.json is not what the types in src/report/json.rs make: a field changed. \
-         Raise SCHEMA ({SCHEMA}) when a field changes meaning or goes, then write the file with \
-         PIPEPROF_WRITE_SCHEMA=1 cargo test --release --test schema"
-    );
 }
 
 #[test]
 fn a_released_version_keeps_its_schema() {
-    let committed = std::fs::read(schema_file()).unwrap();
-    let crc = crc32fast::hash(&committed);
-    if let Some((v, released)) = RELEASED.iter().find(|(v, _)| *v == SCHEMA) {
+    for (file, version, _, raise) in documents() {
+        let crc = crc32fast::hash(&std::fs::read(schema_file(file)).unwrap());
+        let Some((_, released)) = RELEASED.iter().find(|(v, _)| *v == version) else {
+            panic!("{version} is not in RELEASED: add (\"{version}\", {crc:#010x}) once its schema is final")
+        };
         assert_eq!(
             crc, *released,
-            "the schema of {v}, already released, changed (CRC-32 now {crc:#010x}): raise SCHEMA in src/report/json.rs \
-             and add the new version to RELEASED"
+            "docs/schema/{file} of {version}, already released, changed (CRC-32 now {crc:#010x}): raise {raise} and \
+             add the new version to RELEASED"
         );
-    } else {
-        panic!("{SCHEMA} is not in RELEASED: add (\"{SCHEMA}\", {crc:#010x}) once its schema is final");
     }
 }
 
@@ -82,6 +96,7 @@ fn profile_and_report_print_one_document_that_holds() {
     assert_eq!(verdict_schema_errors(&doc), Vec::<String>::new(), "{doc:#}");
     assert!(text(&out.stderr).contains("verdict: "), "the report goes to stderr: {}", text(&out.stderr));
     let saved = read_summary(&summary);
+    assert_eq!(summary_schema_errors(&saved), Vec::<String>::new(), "the summary file holds against its schema");
     assert_eq!(doc["schema"], SCHEMA);
     assert_eq!(doc["headline"], saved["verdict"]["headline"]);
     assert_eq!(doc["numbers"]["steps"], saved["steps"]);

@@ -107,6 +107,17 @@ impl Serialize for ModelSource {
     }
 }
 
+/// Written as its name (a string).
+impl schemars::JsonSchema for ModelSource {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelSource".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "description": "The model: a cnn.toml path, the built-in one's name, or the program's." })
+    }
+}
+
 impl<'de> Deserialize<'de> for ModelSource {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ModelSource, D::Error> {
         String::deserialize(d).map(|n| ModelSource::from_name(&n))

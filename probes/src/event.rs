@@ -81,7 +81,9 @@ pub struct LayerRecord {
 
 /// Where a process stands in a distributed run (PyTorch `torchrun`, any launcher that sets
 /// `RANK`, `LOCAL_RANK` and `WORLD_SIZE`): read from its environment when it connects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Rank {
     /// Global rank, from 0.
     pub rank: u32,

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 /// Where a filesystem's bytes live, as far as read latency is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub enum FsKind {
     /// A block device on this machine (ext4, xfs, btrfs, zfs, overlay, squashfs, ...).
     Local,
@@ -48,7 +48,7 @@ impl std::fmt::Display for FsKind {
 }
 
 /// The filesystem under a path.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct FsInfo {
     /// Filesystem type name: from mountinfo when found (`ext4`, `fuse.rclone`), else from
     /// the magic number, else `unknown (0x…)`.

@@ -8,6 +8,25 @@
 //! [`option`] and [`vec`] modules for `Option<_>` and `Vec<_>` fields.
 
 use serde::de::{self, Deserializer, Visitor};
+
+/// The JSON Schema of a float written here: a number, or "NaN", "inf", "-inf" (and `null`,
+/// which an older writer sent for them). `#[schemars(with = "probes::nonfinite::Json")]` on a
+/// field that has `#[serde(with = "probes::nonfinite")]`; `Option<Json>`, `Vec<Json>` for the
+/// others.
+pub struct Json;
+
+impl schemars::JsonSchema for Json {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Float".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A number; NaN and ±infinity as the strings \"NaN\", \"inf\", \"-inf\" (null: NaN).",
+            "anyOf": [{ "type": "number" }, { "enum": ["NaN", "inf", "-inf"] }, { "type": "null" }]
+        })
+    }
+}
 use serde::ser::Serializer;
 use std::fmt;
 

@@ -70,13 +70,14 @@ pub struct HostSample {
 }
 
 /// CPU use of another program on the machine: what competes with the sampled process.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct OtherCpu {
     /// Process name.
     pub name: String,
     /// Processes of that name.
     pub processes: u32,
     /// Their CPU % together: 100 = one core.
+    #[schemars(with = "crate::nonfinite::Json")]
     #[serde(with = "crate::nonfinite")]
     pub cpu_pct: f32,
 }
@@ -104,7 +105,7 @@ pub struct ThreadCpu {
 }
 
 /// Whether GPU sampling works, and why not when it does not.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub enum GpuStatus {
     /// NVML answered; the devices are in the sample.
     #[default]
@@ -195,7 +196,7 @@ pub struct GpuDevice {
 pub const MAX_RUN_PROCESSES: usize = 32;
 
 /// One of the run's processes with a compute context on a device.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunProcess {
     /// Its PID (NVML's, which is this namespace's outside a container).
     pub pid: u32,
@@ -206,7 +207,7 @@ pub struct RunProcess {
 }
 
 /// How the sampled process was found among the compute processes NVML lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProcessMatch {
     /// NVML listed its PID.

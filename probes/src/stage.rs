@@ -4,7 +4,9 @@
 ///
 /// The span name is the stage name: `tracing::info_span!("decode")` is timed as
 /// [`Stage::Decode`]. Spans with other names pass through untouched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[repr(u8)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {

@@ -44,17 +44,20 @@ def verdict_errors(doc):
     return [f"{e.message} at {list(e.absolute_path)}" for e in v.iter_errors(doc)]
 
 
-@pytest.fixture(autouse=True)
-def every_summary_holds_as_a_verdict(request):
-    """After each test, every summary file it wrote in its `tmp_path` (a JSON object with
-    `schema_version` and `stages`) is read back by `pipeprof report --json`, and the document
-    must hold against the schema. A file the test planted broken, which `report` refuses, is
-    no summary of a run and is not held to it."""
+@pytest.fixture(scope="session", autouse=True)
+def every_summary_holds_as_a_verdict(tmp_path_factory):
+    """At the end of the session, every summary file a test wrote under pytest's temporary
+    folders (a JSON object with `schema_version` and `stages`: the corpus's, the distributed
+    run's, the notebooks', …) holds against docs/schema/summary.schema.json, and is read back by
+    `pipeprof report --json` into a document that holds against the verdict's schema. A file a
+    test planted broken, which `report` refuses, is no summary of a run and is not held to it."""
     yield
-    tmp = request.node.funcargs.get("tmp_path")
-    if tmp is None or not Path(tmp).exists():
-        return
-    for f in sorted(Path(tmp).rglob("*.json")):
+    import jsonschema
+
+    summary_schema = json.loads((REPO / "docs" / "schema" / "summary.schema.json").read_text())
+    check_summary = jsonschema.Draft202012Validator(summary_schema)
+    bad = []
+    for f in sorted(tmp_path_factory.getbasetemp().rglob("*.json")):
         try:
             head = json.loads(f.read_text())
         except (ValueError, UnicodeDecodeError, OSError):
@@ -64,8 +67,9 @@ def every_summary_holds_as_a_verdict(request):
         p = subprocess.run([pipeprof_bin(), "report", str(f), "--json"], capture_output=True, text=True, timeout=HANG_S)
         if p.returncode != 0:
             continue
-        errors = verdict_errors(json.loads(p.stdout))
-        assert not errors, f"{f}: report --json does not hold against the schema: {errors}"
+        bad += [f"{f}: summary: {e.message} at {list(e.absolute_path)}" for e in check_summary.iter_errors(head)]
+        bad += [f"{f}: report --json: {e}" for e in verdict_errors(json.loads(p.stdout))]
+    assert not bad, "\n".join(bad[:20])
 
 
 def pipeprof_bin():

@@ -19,7 +19,7 @@ mod summary;
 mod view;
 
 pub use collect::{collect, latest, Latest};
-pub use summary::{failed_field, SummaryFile};
+pub use summary::{failed_field, schema as summary_schema, SummaryFile};
 pub use view::{live_view, serve_metrics, show, Out, Stop};
 
 use crate::export::chrome::{ChromeTrace, TraceLevel};

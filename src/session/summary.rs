@@ -44,6 +44,16 @@ impl SummaryFile {
     }
 }
 
+/// The JSON Schema of the summary file (`--summary`, `report --summary`): [`Diagnosed`]'s,
+/// generated from its types, as `docs/schema/summary.schema.json` holds it. Its version is the
+/// file's `schema_version` ([`pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION`]).
+pub fn schema() -> String {
+    let s = schemars::schema_for!(Diagnosed);
+    let mut text = serde_json::to_string_pretty(&s).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
 /// The summary's `failed`: what the program said of its failure (an exception) first, then
 /// why the run failed (an exit status, a thread that died). Pure.
 pub fn failed_field(said: Option<&str>, why: Option<&str>) -> Option<String> {

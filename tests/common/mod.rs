@@ -113,15 +113,24 @@ impl Drop for GroupKilledOnDrop {
     }
 }
 
-/// The JSON Schema `--json`'s document follows (docs/schema/verdict.schema.json).
-pub fn verdict_schema() -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema/verdict.schema.json");
+/// A JSON Schema of docs/schema/.
+fn schema_of(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema").join(name);
     serde_json::from_slice(&std::fs::read(&p).expect("the schema file")).expect("the schema is JSON")
 }
 
-/// What a real validator finds wrong with `doc` against [`verdict_schema`]: empty when it
-/// holds.
-pub fn verdict_schema_errors(doc: &serde_json::Value) -> Vec<String> {
-    let v = jsonschema::validator_for(&verdict_schema()).expect("the schema is a valid JSON Schema");
+fn errors_against(schema: &serde_json::Value, doc: &serde_json::Value) -> Vec<String> {
+    let v = jsonschema::validator_for(schema).expect("the schema is a valid JSON Schema");
     v.iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+}
+
+/// What a real validator finds wrong with `--json`'s document `doc` against
+/// docs/schema/verdict.schema.json: empty when it holds.
+pub fn verdict_schema_errors(doc: &serde_json::Value) -> Vec<String> {
+    errors_against(&schema_of("verdict.schema.json"), doc)
+}
+
+/// The same for a summary file, against docs/schema/summary.schema.json.
+pub fn summary_schema_errors(doc: &serde_json::Value) -> Vec<String> {
+    errors_against(&schema_of("summary.schema.json"), doc)
 }

@@ -16,12 +16,13 @@ use std::collections::BTreeMap;
 /// one row (a loop that calls `next(iter(loader))` every step starts an epoch per step).
 pub const EPOCHS_KEPT: usize = 50;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct EpochSummary {
     pub epoch: u32,
     pub steps: u64,
     pub images: u64,
     /// Mean loss per image: NaN or ±inf once training diverged (written as words).
+    #[schemars(with = "probes::nonfinite::Json")]
     #[serde(with = "probes::nonfinite")]
     pub loss: f64,
     /// No step of the epoch had its loss measured: `loss` means nothing (shown as `-`).
@@ -30,6 +31,7 @@ pub struct EpochSummary {
     pub accuracy: f64,
     pub seconds: f64,
     /// Mean loss over the validation pass after this epoch, when there was one.
+    #[schemars(with = "Option<probes::nonfinite::Json>")]
     #[serde(with = "probes::nonfinite::option", default)]
     pub val_loss: Option<f64>,
     #[serde(default)]

@@ -24,14 +24,14 @@ pub fn clean_text(text: &str) -> String {
         .collect()
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Skipped {
     pub path: String,
     pub reason: String,
 }
 
 /// A stage open past the stall threshold (see [`probes::Event::Stalled`]).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Stall {
     pub thread: String,
     pub stage: String,

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 pub const MAX_LAYERS: usize = 256;
 
 /// One layer's mean forward and backward time per step (pipeprof's own model).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct LayerSummary {
     pub name: String,
     pub forward_ms: f64,

@@ -89,7 +89,7 @@ pub struct GpuPoint {
 }
 
 /// Run totals of one named thread.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ThreadSummary {
     /// OS thread id.
     pub tid: u32,
@@ -116,7 +116,7 @@ pub struct ThreadSummary {
 }
 
 /// The machine section of a report: what the samplers saw over the run.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MachineSummary {
     /// Host samples seen.
     pub host_samples: u64,

@@ -29,7 +29,7 @@ pub const MAX_LISTED: usize = 4096;
 pub const MAX_CLASSES: usize = 1 << 17;
 
 /// Settings of the run, echoed in the report and summary.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default)]
 pub struct RunSettings {
     /// Where the model came from (the built-in, a `cnn.toml`, a program's own name); written
@@ -118,7 +118,7 @@ pub struct RunSettings {
 
 /// A leading resize of the program's transforms: torchvision's `Resize(S)` (the shorter side
 /// to S, aspect kept) or `Resize((H, W))`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeadingResize {
     Shorter(usize),
@@ -139,7 +139,7 @@ impl LeadingResize {
 /// decoded and transformed right after its read from where the program read it (blocked
 /// `after_wait_ms` on average), then all of them back to back; and the transform alone on
 /// each image as `pipeprof pack` stores it. By the thread's CPU clock, ms per image.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ColdCpu {
     /// How long each read was blocked, ms.
     pub after_wait_ms: f64,
@@ -180,7 +180,7 @@ impl ColdCpu {
 pub const MAX_COLD_MS: f64 = 60_000.0;
 
 /// What TensorFlow's sampled host trace covered.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default)]
 pub struct TfTrace {
     /// Windows taken.

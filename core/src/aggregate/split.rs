@@ -25,7 +25,7 @@ pub fn startup_compute_one_off(first_ns: u64, count: u64, median_ns: u64) -> boo
 }
 
 /// One training step's split, from its spans (for charts).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct StepPoint {
     pub step: u64,
     /// End of the step's compute, monotonic ns.
@@ -36,7 +36,7 @@ pub struct StepPoint {
 }
 
 /// Where the training loop's time went, per step on average.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default)]
 pub struct StepSplit {
     pub steps: u64,

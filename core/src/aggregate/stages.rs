@@ -6,7 +6,7 @@ use probes::{SpanRecord, Stage, NONE};
 use serde::{Deserialize, Serialize};
 
 /// Statistics of one stage.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct StageSummary {
     /// Written as its name (`"decode"`); a name no stage has does not read.
     pub stage: Stage,

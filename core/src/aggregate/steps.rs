@@ -11,7 +11,7 @@ pub const RECENT_STEPS: usize = 4096;
 
 /// Where the loss stopped being a number: the first NaN step and the first ±inf step
 /// (training steps only).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Divergence {
     pub first_nan: Option<u64>,
     pub first_inf: Option<u64>,

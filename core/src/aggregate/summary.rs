@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 
 /// A point-in-time view of the run: what reports, the summary JSON and views read.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Summary {
     /// Version of this JSON schema (see docs/traces-and-reports.md, "Traces, summaries and
@@ -31,6 +31,7 @@ pub struct Summary {
     pub images: u64,
     pub elapsed_s: f64,
     pub images_per_s: f64,
+    #[schemars(with = "Option<probes::nonfinite::Json>")]
     #[serde(with = "probes::nonfinite::option")]
     pub last_loss: Option<f64>,
     /// The first steps whose loss was not a finite number, if any: training diverged.
@@ -162,7 +163,7 @@ fn is_cpu_device(device: &str) -> bool {
 
 /// One rank's part of the run, in the numbers the report's per-rank table shows (made from
 /// the rank's own summary by `ranks`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct RankLine {
     pub rank: u32,

@@ -29,7 +29,7 @@ pub const MAX_THREAD_NAMES: usize = 4 * MAX_LOADER_THREADS;
 
 /// One thread's loader stages (read, decode, resize, augment): a loader worker, in this
 /// process or in a worker process of the run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct LoaderThread {
     pub thread: u32,
     pub name: String,

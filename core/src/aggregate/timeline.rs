@@ -16,7 +16,7 @@ pub const MAX_BUCKETS: usize = 120;
 pub const FIRST_WIDTH_NS: u64 = 250_000_000;
 
 /// One bucket of the run's timeline, as the summary carries it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default)]
 pub struct TimelineBucket {
     /// Start, seconds after the first event the timeline saw.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// A summary and the verdict on it. Serialises as the summary's fields followed by
 /// `"verdict"`: the summary JSON schema of earlier versions, unchanged.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosed {
     #[serde(flatten)]
     pub summary: Summary,

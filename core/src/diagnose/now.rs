@@ -8,7 +8,7 @@ use crate::aggregate::Summary;
 /// steps that steady state covers. The rate the report shows and every predicted gain is a
 /// ratio to; in a summary's verdict as `now` (`images_per_s` there: the summary's own
 /// `images_per_s` is the whole run's, its one-off first step and validation included).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Now {
     #[serde(rename = "images_per_s")]
     pub rate: f64,

@@ -44,7 +44,7 @@ pub const STRAGGLER_STEP_SHARE: f64 = 0.10;
 const MEASURED_SYNC_SHARE: f64 = 0.25;
 
 /// What makes the straggler slow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Cause {
     /// Its input pipeline: it waits for its batches while the others wait for it.
     Input,
@@ -55,7 +55,7 @@ pub enum Cause {
 }
 
 /// How the all-reduce wait was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum SyncSource {
     /// From `backward` spans around DDP's gradient sync.
     Measured,
@@ -66,7 +66,7 @@ pub enum SyncSource {
 }
 
 /// The verdict on a run's ranks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RanksVerdict {
     /// The rank that sets the pace, when one does.
     pub straggler: Option<u32>,

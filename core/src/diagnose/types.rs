@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What limits the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Limiter {
     /// Storage: the loader waits on reads.
     Io,
@@ -27,7 +27,7 @@ pub enum Limiter {
 
 /// How input-bound the run is, from the share of step time spent waiting for data
 /// (TensorFlow's profiler: ≥ 20% high, ≥ 5% moderate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Severity {
     High,
     Moderate,
@@ -35,7 +35,7 @@ pub enum Severity {
 }
 
 /// The classic traps, flagged whatever the limiter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Flag {
     /// A GPU is present but this process does not use it.
     GpuUnused,
@@ -65,7 +65,7 @@ pub enum Flag {
 }
 
 /// What an [`Advice`] changes, typed: views render it, `--check-advice` applies it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Change {
     /// `--workers N`.
     Workers(usize),
@@ -111,7 +111,7 @@ pub enum Change {
 /// own transforms go on: a Keras program's `image_size` (what `image_dataset_from_directory`
 /// resizes to), a PyTorch program's leading `Resize`, else the images as stored (a program
 /// that crops first, `RandomResizedCrop`, must crop from the full image).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum PackSize {
     /// `--size W×H` (`--size S` when square).
     Exact { height: usize, width: usize },
@@ -144,7 +144,7 @@ impl PackSize {
 /// Loader arguments a `pipeprof run` program's start-up hook can set without an edit to it
 /// (`pipeprof._override`); `None` leaves the program's own. Keras `PyDataset`: `num_workers`
 /// sets `workers` (with `use_multiprocessing`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoaderKnobs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub num_workers: Option<usize>,
@@ -165,7 +165,7 @@ pub struct LoaderKnobs {
 /// own terms, is [`Advice::command`]. In JSON the change is written as that `command` (the
 /// summary's schema), and read back as [`Change::Saved`]: verdicts are recomputed from
 /// statistics, never from text.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(into = "AdviceJson", from = "AdviceJson")]
 pub struct Advice {
     /// What to do, in words.
@@ -188,7 +188,7 @@ pub struct Advice {
 
 /// A predicted gain and what it stands on: `predicted_speedup` = `predicted` / `now`, never
 /// over the model's own estimate of today's rate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Basis {
     /// Images/s measured now, over the steady state (steps `from_step`–`to_step`: after the
     /// start-up and the last change of workers).
@@ -217,7 +217,7 @@ pub struct Basis {
     pub floor: bool,
 }
 /// [`Advice`] as the summary JSON stores it.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
 struct AdviceJson {
     action: String,
     command: Option<String>,
@@ -253,7 +253,7 @@ impl From<AdviceJson> for Advice {
 }
 
 /// The diagnosis of one window (or the whole run).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Verdict {
     pub limiter: Limiter,
     pub severity: Severity,

@@ -6,7 +6,7 @@ use super::{merge_seen, push_bounded, GpuPoint, MachineAgg, MeanMax, GPU_IDLE_PC
 use probes::sampler::{GpuSample, GpuStatus, ProcessMatch, RunProcess, MAX_RUN_PROCESSES};
 
 /// Run totals of one GPU.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeviceSummary {
     /// NVML index.
     pub index: u32,
