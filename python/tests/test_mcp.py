@@ -61,6 +61,8 @@ async def with_client(tmp_path, body):
 
 
 def test_an_agent_lists_the_tools_and_gets_the_verdict_of_a_bounded_run(tmp_path, images):
+    summary = tmp_path / "mcp-run.json"
+
     async def body(s):
         tools = {t.name: t for t in (await s.list_tools()).tools}
         run = await s.call_tool(
@@ -69,6 +71,7 @@ def test_an_agent_lists_the_tools_and_gets_the_verdict_of_a_bounded_run(tmp_path
                 "command": [sys.executable, str(TORCHVISION), "--data", str(images), "--batch-size", "4", "--epochs", "5"],
                 "steps": 10,
                 "timeout_s": HANG_S,
+                "summary": str(summary),
             },
         )
         return tools, run
@@ -83,6 +86,11 @@ def test_an_agent_lists_the_tools_and_gets_the_verdict_of_a_bounded_run(tmp_path
     assert doc["numbers"]["steps"] == 10, doc["numbers"]
     assert doc["status"] == "verdict" and doc["numbers"]["batch_size"] == 4, doc
     assert json.loads(run.content[0].text) == doc
+    # The verdict the command line gives on the same run.
+    cli = subprocess.run([pipeprof_bin(), "report", str(summary), "--json"], capture_output=True, text=True, check=True)
+    by_cli = json.loads(cli.stdout)
+    for key in ("status", "limiter", "severity", "headline", "evidence", "flags", "advice", "numbers"):
+        assert doc[key] == by_cli[key], key
 
 
 def test_the_tools_give_what_the_command_line_gives_and_errors_are_structured(tmp_path, images):

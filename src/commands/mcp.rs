@@ -38,6 +38,8 @@ pub struct RunArgs {
     pub timeout_s: Option<u64>,
     /// The folder to run it in (default: the server's).
     pub cwd: Option<String>,
+    /// Also write the run's summary file here (what report_summary and compare_runs read).
+    pub summary: Option<String>,
 }
 
 /// `report_summary`'s arguments.
@@ -156,6 +158,9 @@ pub fn plan_run(a: &RunArgs, check: bool) -> Result<Plan, McpError> {
         return Err(invalid(format!("cwd {}: not a folder", d.display())));
     }
     let mut args: Vec<String> = vec!["run".into(), "--once".into(), "--json".into()];
+    if let Some(p) = &a.summary {
+        args.extend(["--summary".into(), p.clone()]);
+    }
     if check {
         args.extend(["--check-advice".into(), "--steps".into(), steps.to_string()]);
     }
@@ -321,7 +326,7 @@ mod tests {
     use super::*;
 
     fn args(command: &[&str], steps: Option<u64>, timeout_s: Option<u64>) -> RunArgs {
-        RunArgs { command: command.iter().map(|s| s.to_string()).collect(), steps, timeout_s, cwd: None }
+        RunArgs { command: command.iter().map(|s| s.to_string()).collect(), steps, timeout_s, cwd: None, summary: None }
     }
 
     #[test]
