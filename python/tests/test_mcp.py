@@ -56,7 +56,8 @@ async def with_client(tmp_path, body):
 
     async with session(tmp_path) as (read, write):
         async with ClientSession(read, write) as s:
-            await s.initialize()
+            init = await s.initialize()
+            assert init.server_info.name == "pipeprof", init.server_info
             return await asyncio.wait_for(body(s), HANG_S)
 
 

@@ -8,7 +8,7 @@
 //! would, its program group with it), and a client that goes away stops every run it started.
 
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
-use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -112,7 +112,9 @@ impl Server {
 #[tool_handler]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("pipeprof", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
             "pipeprof diagnoses why ML training is slow (an idle GPU, a data pipeline on slow storage or too few CPU workers, a tiny model's per-step overhead). Start with run_training on the user's training command; read `limiter`, `evidence` and `advice[].command`; check_advice measures the advice; compare_runs checks a change.",
         )
     }
