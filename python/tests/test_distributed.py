@@ -84,4 +84,4 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     doc = json.loads(doc.stdout)
     assert verdict_errors(doc) == [], verdict_errors(doc)
     assert (doc["straggler"]["rank"], doc["straggler"]["cause"]) == (1, "input"), doc["straggler"]
-    assert doc["headline"] == doc["straggler"]["headline"], doc
+    assert doc["headline"] == doc["straggler"]["headline"] and doc["status"] == "ranks", doc

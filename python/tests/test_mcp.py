@@ -1,7 +1,8 @@
 """`pipeprof mcp` driven by a real MCP client: the official Python `mcp` package over stdio.
 It lists the tools, runs the torchvision example through `run_training` (bounded to its
-steps), gets the verdict the command line gives for the same saved run, gets structured
-errors for bad arguments, and, disconnecting mid-run, leaves no process behind."""
+steps), gets the verdict the command line gives for the same run, gets structured errors for
+bad arguments; a call it cancels stops its program, and, disconnecting mid-run, it leaves no
+process behind."""
 
 import asyncio
 import json
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 
 import pytest
 from conftest import HANG_S, REPO, pipeprof_bin, verdict_errors
@@ -42,19 +44,19 @@ def server_env(tmp_path):
     return env
 
 
-def session(tmp_path):
+def session(tmp_path, env=None):
     """The client's connection to `pipeprof mcp`, started as an agent starts it."""
     from mcp import StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=pipeprof_bin(), args=["mcp"], env=server_env(tmp_path), cwd=str(tmp_path))
+    params = StdioServerParameters(command=pipeprof_bin(), args=["mcp"], env=dict(server_env(tmp_path), **(env or {})), cwd=str(tmp_path))
     return stdio_client(params)
 
 
-async def with_client(tmp_path, body):
+async def with_client(tmp_path, body, env=None):
     from mcp import ClientSession
 
-    async with session(tmp_path) as (read, write):
+    async with session(tmp_path, env) as (read, write):
         async with ClientSession(read, write) as s:
             init = await s.initialize()
             assert init.server_info.name == "pipeprof", init.server_info
@@ -148,34 +150,68 @@ def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
-def test_a_client_that_disconnects_mid_run_leaves_no_process_behind(tmp_path):
+def tagged(tag):
+    """The processes whose environment carries `tag`: the server and everything it started
+    (children inherit it), and nothing else on the machine."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if tag.encode() in f.read().split(b"\0"):
+                    found.append(int(d))
+        except OSError:
+            continue
+    return [p for p in found if alive(p)]
+
+
+def until(done, what):
+    """Waits for `done()` (a guard against a hang, not a timing)."""
+    deadline = time.monotonic() + HANG_S
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_a_cancelled_call_stops_its_run_and_a_client_that_leaves_leaves_no_process(tmp_path):
     script = tmp_path / "hangs.py"
     script.write_text(textwrap.dedent(HANGS))
-    pid_file = tmp_path / "pid"
+    tag = f"PIPEPROF_TEST_TAG={uuid.uuid4()}"
+    first, second = tmp_path / "pid1", tmp_path / "pid2"
+
+    def started(f):
+        return f.exists() and f.read_text() != ""
+
+    def call(s, pid_file):
+        args = {"command": [sys.executable, str(script), str(pid_file)], "steps": 100000, "timeout_s": 3600}
+        return asyncio.ensure_future(s.call_tool("run_training", args))
+
+    async def wait_for(cond, what):
+        deadline = time.monotonic() + HANG_S
+        while not cond():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.1)
 
     async def body(s):
-        call = asyncio.ensure_future(
-            s.call_tool("run_training", {"command": [sys.executable, str(script), str(pid_file)], "steps": 100000, "timeout_s": 3600})
-        )
-        # Until the program has started (a guard, not a timing).
-        deadline = time.monotonic() + HANG_S
-        while not pid_file.exists() or not pid_file.read_text():
-            assert time.monotonic() < deadline, "the program never started"
-            await asyncio.sleep(0.1)
-        call.cancel()
-        return int(pid_file.read_text())
+        # A call the agent cancels: its program stops, the server stays.
+        run = call(s, first)
+        await wait_for(lambda: started(first), "the first program never started")
+        run.cancel()
+        program = int(first.read_text())
+        await wait_for(lambda: not alive(program), "the cancelled call's program still runs")
+        assert {t.name for t in (await s.list_tools()).tools}, "the server still answers"
+        # A call still running when the client leaves.
+        call(s, second)
+        await wait_for(lambda: started(second), "the second program never started")
+        return tagged(tag)
 
-    # Leaving the client's context closes the server's stdin: the client is gone.
-    program = asyncio.run(with_client(tmp_path, body))
-    ours = subprocess.run(["pgrep", "-f", f"{script}|{pipeprof_bin()} (mcp|run)"], capture_output=True, text=True).stdout.split()
-    pids = {program, *map(int, ours)} - {os.getpid()}
-    deadline = time.monotonic() + HANG_S
-    while any(alive(p) for p in pids):
-        assert time.monotonic() < deadline, f"still running after the client left: {[p for p in pids if alive(p)]}"
-        time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-f", f"{script}|{pipeprof_bin()} (mcp|run)"], capture_output=True, text=True).stdout.split()
-    assert [p for p in left if alive(int(p))] == [], left
+    key, value = tag.split("=", 1)
+    running = asyncio.run(with_client(tmp_path, body, {key: value}))
+    assert int(second.read_text()) in running, running
+    # Leaving the client's context closed the server's stdin: the client is gone.
+    until(lambda: tagged(tag) == [], f"still running after the client left: {tagged(tag)}")

@@ -9,7 +9,8 @@
 
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, ServerHandler, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -22,8 +23,17 @@ pub const MAX_STEPS: u64 = 100_000;
 /// Seconds a run may take, unless the agent asks (and at most [`MAX_TIMEOUT_S`]).
 pub const DEFAULT_TIMEOUT_S: u64 = 600;
 pub const MAX_TIMEOUT_S: u64 = 3600;
-/// After its time, a run is stopped as Ctrl-C stops it; this long later, killed.
-const STOP_GRACE: Duration = Duration::from_secs(30);
+/// After its time (or a cancel), a run is interrupted as Ctrl-C interrupts it; `pipeprof run`
+/// then gives its program `STOP_TIMEOUT` to end, ends its group, kills it `KILL_AFTER` later,
+/// and prints the verdict: killed only past all of that, with a margin.
+const STOP_GRACE: Duration = pipeprof_core::signal::STOP_TIMEOUT
+    .saturating_add(pipeprof_core::signal::KILL_AFTER)
+    .saturating_add(Duration::from_secs(10));
+/// After `pipeprof` ends, how long its pipes may take to give their last bytes (a process its
+/// program left behind may hold stderr open: its tail is what was read by then).
+const DRAIN: Duration = Duration::from_secs(5);
+/// The longest line of the child's stderr kept.
+const MAX_LINE: usize = 500;
 /// The lines of the child's stderr an error carries.
 const ERROR_LINES: usize = 20;
 
@@ -79,33 +89,49 @@ impl Server {
     #[tool(
         description = "Run a training command (PyTorch, Keras, TensorFlow; unmodified) under pipeprof for a bounded number of steps and return the verdict as JSON (schema pipeprof.verdict/1): what limits the run (storage, CPU preprocessing, transfer, compute, per-step overhead), the evidence as figures, and the advice with the code to change and its predicted gain."
     )]
-    async fn run_training(&self, Parameters(a): Parameters<RunArgs>) -> Result<CallToolResult, McpError> {
+    async fn run_training(
+        &self,
+        Parameters(a): Parameters<RunArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         let plan = plan_run(&a, false)?;
-        self.verdict(plan).await
+        self.verdict(plan, &ctx).await
     }
 
     #[tool(
         description = "Like run_training, then run the program again briefly once as it is and once per piece of advice pipeprof can apply without an edit (DataLoader workers, batch size, a local copy or a pack of the image folder), and return the verdict with each advice's measured speed-up (advice[].measured). The program really runs again each time: its side effects are its own."
     )]
-    async fn check_advice(&self, Parameters(a): Parameters<RunArgs>) -> Result<CallToolResult, McpError> {
+    async fn check_advice(
+        &self,
+        Parameters(a): Parameters<RunArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         let plan = plan_run(&a, true)?;
-        self.verdict(plan).await
+        self.verdict(plan, &ctx).await
     }
 
     #[tool(
         description = "The verdict of a saved run (a pipeprof summary or trace file), judged again, as JSON (schema pipeprof.verdict/1)."
     )]
-    async fn report_summary(&self, Parameters(a): Parameters<ReportArgs>) -> Result<CallToolResult, McpError> {
+    async fn report_summary(
+        &self,
+        Parameters(a): Parameters<ReportArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         let plan = Plan::of(vec!["report".into(), a.path, "--json".into()], DEFAULT_TIMEOUT_S, None);
-        self.verdict(plan).await
+        self.verdict(plan, &ctx).await
     }
 
     #[tool(
         description = "Compare two saved runs (summaries or traces): images/s, step split and each stage base → new, whether the verdict changed, and the gate (max_slowdown_pct, fail_if_input_bound) as passed/failures (schema pipeprof.compare/1)."
     )]
-    async fn compare_runs(&self, Parameters(a): Parameters<CompareArgs>) -> Result<CallToolResult, McpError> {
+    async fn compare_runs(
+        &self,
+        Parameters(a): Parameters<CompareArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         let plan = plan_compare(a)?;
-        self.verdict(plan).await
+        self.verdict(plan, &ctx).await
     }
 }
 
@@ -168,8 +194,8 @@ pub fn plan_run(a: &RunArgs, check: bool) -> Result<Plan, McpError> {
     }
     args.push("--".into());
     args.extend(a.command.iter().cloned());
-    let check_env =
-        (!check).then(|| super::run::check::env_value(None, steps, None, super::run::check::Back::default()));
+    // The main run too is stopped after its steps (check_advice's re-runs set their own).
+    let check_env = Some(super::run::check::env_value(None, steps, None, super::run::check::Back::default()));
     Ok(Plan { args, timeout: Duration::from_secs(timeout_s), cwd, check_env })
 }
 
@@ -197,10 +223,11 @@ impl Server {
     /// A child that gave no document is a tool error (`isError`, with `error` and its last
     /// lines of stderr), as the protocol has tools report failures the agent can act on;
     /// arguments out of bounds are the protocol's invalid-params error, before anything runs.
-    async fn verdict(&self, plan: Plan) -> Result<CallToolResult, McpError> {
-        let (stdout, stderr, timed_out) = run_child(&self.exe, &plan)
+    async fn verdict(&self, plan: Plan, ctx: &RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+        let (stdout, tail, end) = run_child(&self.exe, &plan, ctx)
             .await
             .map_err(|e| McpError::internal_error(format!("cannot start pipeprof: {e}"), None))?;
+        let timed_out = end == End::TimedOut;
         match serde_json::from_slice::<serde_json::Value>(&stdout) {
             Ok(doc) => {
                 let mut r = CallToolResult::structured(doc);
@@ -213,11 +240,10 @@ impl Server {
                 Ok(r)
             }
             Err(_) => {
-                let tail = last_lines(&String::from_utf8_lossy(&stderr), ERROR_LINES);
-                let why = if timed_out {
-                    format!("stopped after {} s with no verdict", plan.timeout.as_secs())
-                } else {
-                    "pipeprof gave no verdict".to_string()
+                let why = match end {
+                    End::TimedOut => format!("stopped after {} s with no verdict", plan.timeout.as_secs()),
+                    End::Cancelled => "cancelled: stopped with no verdict".to_string(),
+                    End::Done => "pipeprof gave no verdict".to_string(),
                 };
                 Ok(CallToolResult::structured_error(
                     serde_json::json!({ "error": format!("{why}: {tail}"), "stderr": tail }),
@@ -227,28 +253,65 @@ impl Server {
     }
 }
 
-/// The last `n` lines of `text`, joined.
-fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+/// How a child run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Done,
+    TimedOut,
+    Cancelled,
 }
 
-/// Stops a child `pipeprof` the way Ctrl-C does when dropped (a call cancelled, a client
-/// gone): it passes the interrupt to its program and ends the program's group.
-struct StopOnDrop(Option<u32>);
+/// Keeps the last `n` non-blank lines of what it is fed, each cut at [`MAX_LINE`]. Pure.
+#[derive(Debug, Default)]
+struct Tail {
+    lines: std::collections::VecDeque<String>,
+}
 
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            // SAFETY: a signal to a child this server started and has not reaped.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+impl Tail {
+    fn push(&mut self, line: &str, n: usize) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if self.lines.len() == n {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line.chars().take(MAX_LINE).collect());
+    }
+
+    fn text(&self) -> String {
+        self.lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// A child `pipeprof` this server started. Dropped before it ended (a call cancelled, the
+/// client gone), it is interrupted as Ctrl-C interrupts it: it passes the interrupt to its
+/// program and ends the program's group. Signals go by `Child::id`, `None` once the child is
+/// reaped: never to a pid another process has since been given.
+struct Running(tokio::process::Child);
+
+impl Running {
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pid) = self.0.id() {
+            // SAFETY: a signal to a child of this server that has not been reaped.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
         }
     }
 }
 
-/// Runs the child to its end or its time: (stdout, stderr, stopped for its time).
-async fn run_child(exe: &std::path::Path, plan: &Plan) -> std::io::Result<(Vec<u8>, Vec<u8>, bool)> {
-    use tokio::io::AsyncReadExt;
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.signal(libc::SIGINT);
+    }
+}
+
+/// Runs the child to its end, its time or the call's cancel: (its stdout, the last lines of
+/// its stderr, how it ended). Interrupted, it has [`STOP_GRACE`] to end before it is killed.
+async fn run_child(
+    exe: &std::path::Path,
+    plan: &Plan,
+    ctx: &RequestContext<RoleServer>,
+) -> std::io::Result<(Vec<u8>, String, End)> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args(&plan.args).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
     cmd.stderr(std::process::Stdio::piped());
@@ -258,54 +321,60 @@ async fn run_child(exe: &std::path::Path, plan: &Plan) -> std::io::Result<(Vec<u
     if let Some(v) = &plan.check_env {
         cmd.env(probes::env::CHECK_ENV, v);
     }
-    // SAFETY: only an async-signal-safe call between fork and exec. The server gone (killed,
+    let server = std::process::id();
+    // SAFETY: only async-signal-safe calls between fork and exec. The server gone (killed,
     // its client gone), the child is interrupted and ends its program; the server runs on one
-    // thread, the one that forks, so the signal comes when the process ends.
+    // thread, the one that forks, so the signal comes when the process ends. A server already
+    // gone before the request was made: the child does not start.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
+            if libc::getppid() != server as libc::pid_t {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
-    let mut guard = StopOnDrop(pid);
-    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
-    let read_out = async {
+    let mut child = Running(cmd.spawn()?);
+    let (out, err) = (child.0.stdout.take(), child.0.stderr.take());
+    // stdout is pipeprof's own (its program's output goes to stderr under --json): it closes
+    // when pipeprof ends.
+    let stdout = tokio::spawn(async move {
         let mut b = Vec::new();
-        if let Some(o) = out.as_mut() {
+        if let Some(mut o) = out {
             let _ = o.read_to_end(&mut b).await;
         }
         b
-    };
-    let read_err = async {
-        let mut b = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_end(&mut b).await;
+    });
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(Tail::default()));
+    let kept = tail.clone();
+    let stderr = tokio::spawn(async move {
+        let Some(e) = err else { return };
+        let mut lines = tokio::io::BufReader::new(e).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            kept.lock().unwrap_or_else(|p| p.into_inner()).push(&line, ERROR_LINES);
         }
-        b
+    });
+    let end = tokio::select! {
+        _ = child.0.wait() => End::Done,
+        () = tokio::time::sleep(plan.timeout) => End::TimedOut,
+        () = ctx.ct.cancelled() => End::Cancelled,
     };
-    let both = async { tokio::join!(read_out, read_err, child.wait()) };
-    tokio::pin!(both);
-    let (stdout, stderr, timed_out) = match tokio::time::timeout(plan.timeout, &mut both).await {
-        Ok((o, e, _)) => (o, e, false),
-        Err(_) => {
-            // Its time is up: stopped as Ctrl-C stops it, killed if it does not end.
-            drop(std::mem::replace(&mut guard, StopOnDrop(None)));
-            match tokio::time::timeout(STOP_GRACE, &mut both).await {
-                Ok((o, e, _)) => (o, e, true),
-                Err(_) => {
-                    if let Some(pid) = pid {
-                        // SAFETY: a signal to a child this server started and has not reaped.
-                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                    }
-                    (Vec::new(), b"did not stop within its grace period: killed".to_vec(), true)
-                }
-            }
+    if end != End::Done {
+        child.signal(libc::SIGINT);
+        if tokio::time::timeout(STOP_GRACE, child.0.wait()).await.is_err() {
+            child.signal(libc::SIGKILL);
+            let _ = child.0.wait().await;
         }
-    };
-    guard.0 = None;
-    Ok((stdout, stderr, timed_out))
+    }
+    let stdout = tokio::time::timeout(DRAIN, stdout).await.ok().and_then(Result::ok).unwrap_or_default();
+    // A process the program left behind may keep stderr open: its tail is what came by now.
+    let mut stderr = stderr;
+    if tokio::time::timeout(DRAIN, &mut stderr).await.is_err() {
+        stderr.abort();
+    }
+    let text = tail.lock().unwrap_or_else(|p| p.into_inner()).text();
+    Ok((stdout, text, end))
 }
 
 /// Serves MCP on stdin/stdout until the client goes away; every run still going is stopped.
@@ -340,7 +409,8 @@ mod tests {
         assert_eq!(env["steps"], DEFAULT_STEPS);
         let p = plan_run(&args(&["python", "t.py"], Some(12), Some(60)), true).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(p.args, ["run", "--once", "--json", "--check-advice", "--steps", "12", "--", "python", "t.py"]);
-        assert_eq!(p.check_env, None, "check-advice bounds its own re-runs");
+        let env: serde_json::Value = serde_json::from_str(p.check_env.as_deref().unwrap_or("")).unwrap_or_default();
+        assert_eq!(env["steps"], 12, "check-advice's main run is bounded too");
     }
 
     #[test]
@@ -374,8 +444,14 @@ mod tests {
     }
 
     #[test]
-    fn an_error_carries_the_last_lines() {
-        assert_eq!(last_lines("a\n\nb\nc\n", 2), "b\nc");
-        assert_eq!(last_lines("", 2), "");
+    fn an_error_carries_the_last_lines_cut_short() {
+        let mut t = Tail::default();
+        for l in ["a", "", "b", "c"] {
+            t.push(l, 2);
+        }
+        assert_eq!(t.text(), "b\nc");
+        t.push(&"x".repeat(MAX_LINE * 2), 2);
+        assert_eq!(t.text().lines().last().map(str::len), Some(MAX_LINE));
+        assert_eq!(Tail::default().text(), "");
     }
 }

@@ -26,7 +26,8 @@ pub const SCHEMA: &str = "pipeprof.verdict/1";
 pub struct VerdictJson {
     /// `pipeprof.verdict/1`.
     pub schema: String,
-    /// `verdict`, or `insufficient_data` before enough steps were measured to judge.
+    /// `verdict`; `insufficient_data` before enough steps were measured to judge; `ranks` for
+    /// the ranks of a run read one file each (the straggler verdict alone).
     pub status: Status,
     /// What limits the run; null with `insufficient_data`.
     pub limiter: Option<LimiterKind>,
@@ -63,6 +64,9 @@ pub struct VerdictJson {
 pub enum Status {
     Verdict,
     InsufficientData,
+    /// The ranks of a distributed run read one file each (`pipeprof report` on rank traces):
+    /// their straggler verdict alone, in `straggler`; no run-wide limiter.
+    Ranks,
 }
 
 /// [`Limiter`] as a program reads it.
@@ -239,7 +243,8 @@ pub struct Checked {
     pub status: CheckStatus,
     /// Its steady images/s.
     pub images_per_s: Option<f64>,
-    /// Over the baseline re-run's (the program re-run unchanged), ×.
+    /// Over the baseline re-run's rate (the program re-run unchanged), ×; over the main run's
+    /// where the baseline re-run gave none.
     pub speedup: Option<f64>,
     /// Other programs held the machine's cores during it or its baseline: the × is not the
     /// change's alone.
@@ -285,20 +290,27 @@ impl VerdictJson {
         let mut v = d.verdict();
         let s = &d.summary;
         let straggler = d.straggler();
-        if let (Some(r), 0) = (&straggler, s.steps) {
+        let ranks_only = straggler.is_some() && s.steps == 0;
+        if let (Some(r), true) = (&straggler, ranks_only) {
             // The ranks of a run read one file each (`pipeprof report` on rank traces): their
             // verdict is the straggler's.
             v.headline.clone_from(&r.headline);
         }
         let (limiter, steps_needed) = match v.limiter {
+            Limiter::NotEnoughData { .. } if ranks_only => (None, None),
             Limiter::NotEnoughData { steps_needed } => (None, Some(steps_needed).filter(|n| *n > 0)),
             ref l => (Some(limiter_kind(l)), None),
+        };
+        let status = match (limiter, ranks_only) {
+            (Some(_), _) => Status::Verdict,
+            (None, true) => Status::Ranks,
+            (None, false) => Status::InsufficientData,
         };
         // Old summaries kept no measures: the sentences alone.
         let measure = |i: usize| v.measures.get(i).copied().filter(|_| v.measures.len() == v.evidence.len());
         VerdictJson {
             schema: SCHEMA.into(),
-            status: if limiter.is_some() { Status::Verdict } else { Status::InsufficientData },
+            status,
             limiter,
             severity: match v.severity {
                 Severity::High => SeverityKind::High,
