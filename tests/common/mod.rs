@@ -80,9 +80,13 @@ pub fn example() -> std::path::PathBuf {
     p
 }
 
-/// A summary file (`--summary`) as JSON.
+/// A summary file (`--summary`) as JSON, held against docs/schema/summary.schema.json: every
+/// summary a test reads is checked by a real validator.
 pub fn read_summary(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).expect("summary written")).expect("summary is JSON")
+    let v = serde_json::from_slice(&std::fs::read(p).expect("summary written")).expect("summary is JSON");
+    let errors = summary_schema_errors(&v);
+    assert!(errors.is_empty(), "{}: does not hold against the summary's schema: {errors:?}", p.display());
+    v
 }
 
 /// Whether `pid` is gone (or a zombie: it runs no more).
