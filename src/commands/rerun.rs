@@ -369,10 +369,7 @@ pub const FLOOR_NOTE: &str =
 pub fn render(runs: &[FollowUp], results: &[Outcome], main_images_per_s: f64, elsewhere: &Elsewhere) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let base = match results.first() {
-        Some(Ok(m)) => m.rate,
-        _ => main_images_per_s,
-    };
+    let base = baseline_rate(results, main_images_per_s);
     let w = runs.iter().map(|r| r.label.chars().count()).max().unwrap_or(6).max(6);
     let _ = writeln!(
         o,
@@ -435,6 +432,15 @@ pub fn render(runs: &[FollowUp], results: &[Outcome], main_images_per_s: f64, el
     o
 }
 
+/// The rate every measured × is over: the baseline re-run's (the program re-run unchanged),
+/// else the main run's. Pure.
+pub fn baseline_rate(results: &[Outcome], main_images_per_s: f64) -> f64 {
+    match results.first() {
+        Some(Ok(m)) => m.rate,
+        _ => main_images_per_s,
+    }
+}
+
 /// What each piece of `advice` measured when re-run (`None`: not re-run), for `--json`: a
 /// row's change is its advice's (the first with it); × over the baseline row's rate, else
 /// the main run's. Pure.
@@ -446,10 +452,7 @@ pub fn checked(
     advice: &[pipeprof_core::diagnose::Advice],
 ) -> Vec<Option<crate::report::json::Checked>> {
     use crate::report::json::{CheckStatus, Checked};
-    let base = match results.first() {
-        Some(Ok(m)) => m.rate,
-        _ => main_images_per_s,
-    };
+    let base = baseline_rate(results, main_images_per_s);
     let mut out: Vec<Option<Checked>> = vec![None; advice.len()];
     for (k, (row, result)) in rows.iter().zip(results).enumerate().skip(1) {
         let Some(i) = advice.iter().position(|a| Some(&a.change) == row.change.as_ref()) else { continue };

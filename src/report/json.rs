@@ -467,8 +467,12 @@ fn straggler_item(r: &RanksVerdict) -> Straggler {
 
 /// The JSON Schema of [`VerdictJson`], as `docs/schema/verdict.schema.json` holds it.
 pub fn schema() -> String {
-    let s = schemars::schema_for!(VerdictJson);
-    let mut text = serde_json::to_string_pretty(&s).unwrap_or_default();
+    schema_text::<VerdictJson>()
+}
+
+/// The JSON Schema of `T` as the files in `docs/schema/` hold it: pretty, a newline last.
+pub fn schema_text<T: JsonSchema>() -> String {
+    let mut text = serde_json::to_string_pretty(&schemars::schema_for!(T)).unwrap_or_default();
     text.push('\n');
     text
 }

@@ -48,10 +48,7 @@ impl SummaryFile {
 /// generated from its types, as `docs/schema/summary.schema.json` holds it. Its version is the
 /// file's `schema_version` ([`pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION`]).
 pub fn schema() -> String {
-    let s = schemars::schema_for!(Diagnosed);
-    let mut text = serde_json::to_string_pretty(&s).unwrap_or_default();
-    text.push('\n');
-    text
+    crate::report::json::schema_text::<Diagnosed>()
 }
 
 /// The summary's `failed`: what the program said of its failure (an exception) first, then

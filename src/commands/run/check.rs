@@ -435,7 +435,7 @@ pub fn run(opts: &Options, main: &Summary, verdict: &Verdict) -> Vec<Option<Chec
     let main_rate = rerun::steady_rate(main).unwrap_or(main.images_per_s);
     let elsewhere = rerun::Elsewhere::of_outcomes(main, &results);
     pipeprof_trainer::progress::out(&rerun::render(&rows[..results.len()], &results, main_rate, &elsewhere));
-    let base = results.first().and_then(|m| m.as_ref().ok()).map_or(main_rate, |m| m.rate);
+    let base = rerun::baseline_rate(&results, main_rate);
     for m in results.iter().flatten() {
         if let Some((what, secs)) = m.cost {
             pipeprof_trainer::progress::out(&format!(
