@@ -36,6 +36,15 @@ if ! command -v fusermount3 >/dev/null && command -v apt-get >/dev/null; then
         || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends fuse3 >/dev/null; }
 fi
 
+# python/tests/test_multinode.py makes two network namespaces joined by a bridge (`ip`, iproute2)
+# with a host name each (`unshare --uts`, util-linux): installed here when missing.
+if ! { command -v ip && command -v unshare; } >/dev/null && command -v apt-get >/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get install -y -q --no-install-recommends iproute2 util-linux >/dev/null \
+        || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends iproute2 util-linux >/dev/null; }
+fi
+
 cargo test --release --workspace
 
 # The frameworks the Python tests drive, in as little disk as they fit: PyPI's torch for Linux

@@ -197,8 +197,10 @@ pub fn percent(s: &str) -> Result<f64, String> {
 pub struct ReportArgs {
     /// A trace (--trace) or summary (--summary) file; two files = before and after; one trace
     /// per rank of a distributed run (`--trace`'s .rankN.json files) = the per-rank table and
-    /// the straggler.
-    #[arg(required = true, num_args = 1.., value_name = "FILE")]
+    /// the straggler. A folder = a job's shared folder: every node's summary and rank traces
+    /// in it, as one job (the ranks of every node, the straggler named with its node, each
+    /// node's machine).
+    #[arg(required = true, num_args = 1.., value_name = "FILE|DIR")]
     pub files: Vec<PathBuf>,
     /// Close a trace cut short (run killed with kill -9) in place, then report it.
     #[arg(long)]
@@ -215,7 +217,7 @@ pub struct ReportArgs {
     /// text report.
     #[arg(long, value_name = "FILE")]
     pub html_fragment: Option<PathBuf>,
-    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/2:
     /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
     /// data. The report and every other line go to stderr (one run, or the ranks of one: two runs compare with `pipeprof compare --json`).
     #[arg(long)]
@@ -264,16 +266,30 @@ pub struct RunArgs {
     /// With --check-advice: training steps per re-run (the hook stops the program there).
     #[arg(long, value_name = "N", requires = "check_advice", value_parser = clap::value_parser!(u64).range(2..))]
     pub steps: Option<u64>,
-    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/2:
     /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
     /// data. The report and every other line go to stderr, and so does the program's own stdout; no live view.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
+    /// This machine's name in a job on several nodes (default: Slurm's SLURMD_NODENAME, else
+    /// the host name). The summary, every rank's line and trace and every /metrics series
+    /// carry it; `{node}` in --summary, --trace and --html is replaced by it, so every node
+    /// can write into one shared folder.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// The training job's id, the same on every node (default: SLURM_JOB_ID,
+    /// TORCHELASTIC_RUN_ID, or torchrun's --rdzv-id in the command).
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
     /// The program and its arguments, after `--`.
     #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
+    /// The node this run is on, from --node, --job, the environment and the command; filled
+    /// by the command before anything runs.
+    #[arg(skip)]
+    pub node_id: probes::NodeId,
 }
 
 #[derive(Debug, clap::Args)]
@@ -303,7 +319,7 @@ pub struct AttachArgs {
     /// No live view even on a terminal: a progress line, then the report.
     #[arg(long)]
     pub no_tui: bool,
-    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/2:
     /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
     /// data. The report and every other line go to stderr; no live view.
     #[arg(long)]

@@ -506,14 +506,17 @@ pub fn render_ranks(s: &Summary, verdict: Option<&RanksVerdict>) -> String {
         return o;
     }
     let world = s.ranks.iter().map(|l| l.world_size).max().unwrap_or(0);
-    let _ = writeln!(o, "ranks: {} of {world} reported", s.ranks.len());
+    let nodes = s.ranks.iter().filter_map(|l| l.node.as_deref()).collect::<std::collections::BTreeSet<_>>().len();
+    let on = if nodes > 1 { format!(" from {nodes} nodes") } else { String::new() };
+    let _ = writeln!(o, "ranks: {} of {world} reported{on}", s.ranks.len());
     let sync =
         |rank: u32| verdict.as_ref().and_then(|v| v.sync_wait_ms.iter().find(|(r, _)| *r == rank)).map(|(_, w)| *w);
     for l in &s.ranks {
         let _ = writeln!(
             o,
-            "  rank {} · {} steps · {:.1} images/s · step {} · wait for data {} ({}) · all-reduce wait {} · loader busy {} · GPU {}{}",
+            "  rank {}{} · {} steps · {:.1} images/s · step {} · wait for data {} ({}) · all-reduce wait {} · loader busy {} · GPU {}{}",
             l.rank,
+            l.node.as_ref().filter(|_| nodes > 1).map(|n| format!(" on node {n}")).unwrap_or_default(),
             l.steps,
             l.images_per_s,
             ms(l.step_ms),
@@ -529,6 +532,20 @@ pub fn render_ranks(s: &Summary, verdict: Option<&RanksVerdict>) -> String {
         render_rank_columns(&mut o, &s.ranks);
     }
     render_straggler(&mut o, verdict);
+    o
+}
+
+/// One node of a job: its name, job and node rank, then its machine section (CPU, storage,
+/// the data's file system, GPUs).
+pub fn render_node(s: &Summary) -> String {
+    let mut o = String::new();
+    let Some(n) = &s.settings.node else { return o };
+    let job = n.job.as_ref().map(|j| format!(" · job {j}")).unwrap_or_default();
+    let rank = n.node_rank.map(|r| format!(" · node rank {r}")).unwrap_or_default();
+    let ranks: Vec<String> = s.ranks.iter().map(|l| l.rank.to_string()).collect();
+    let _ = writeln!(o);
+    let _ = write!(o, "node {}{job}{rank} · ranks {}", n.name, ranks.join(", "));
+    machine::render_machine(&mut o, s);
     o
 }
 
@@ -566,7 +583,8 @@ fn render_straggler(o: &mut String, verdict: Option<&RanksVerdict>) {
         Some(v) => {
             match v.straggler {
                 Some(r) => {
-                    let _ = writeln!(o, "straggler: rank {r}");
+                    let on = v.node.as_ref().map(|n| format!(" on node {n}")).unwrap_or_default();
+                    let _ = writeln!(o, "straggler: rank {r}{on}");
                 }
                 None => {
                     let _ = writeln!(o, "straggler: none");

@@ -112,7 +112,19 @@ fn metrics_listen_refuses_a_non_loopback_address_unless_allowed() {
 fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
     // `cat` runs until its stdin closes: the endpoint is up as long as the test holds it open.
     let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
-        .args(["run", "--once", "--no-gpu", "--metrics-listen", "127.0.0.1:0", "--", "cat"])
+        .args([
+            "run",
+            "--once",
+            "--no-gpu",
+            "--node",
+            "n1",
+            "--job",
+            "j1",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--",
+            "cat",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -123,8 +135,14 @@ fn run_serves_metrics_labelled_with_its_program_while_the_program_runs() {
     let addr = metrics_address(&mut lines);
     std::thread::spawn(move || lines.for_each(drop));
     let body = get(&addr, "/metrics").expect("the endpoint answers while the program runs");
-    assert!(body.contains("pipeprof_steps_total{program=\"cat\",rank=\"0\"} 0"), "{body}");
-    assert!(body.contains("pipeprof_limiter{program=\"cat\",rank=\"0\",limiter=\"not_enough_data\"} 1"), "{body}");
+    // Under `run`, every series names the job and the node (here from --job and --node).
+    assert!(body.contains("pipeprof_steps_total{program=\"cat\",job=\"j1\",node=\"n1\",rank=\"0\"} 0"), "{body}");
+    assert!(
+        body.contains(
+            "pipeprof_limiter{program=\"cat\",job=\"j1\",node=\"n1\",rank=\"0\",limiter=\"not_enough_data\"} 1"
+        ),
+        "{body}"
+    );
     drop(run.0.stdin.take());
     assert!(run.0.wait().unwrap().success());
 }
@@ -178,7 +196,7 @@ fn run_reports_the_programs_memory_not_its_own() {
     let hold = "import sys\nb = b'\\x01' * (500 << 20)\nprint('holding', flush=True)\nsys.stdin.read()\n";
     let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
         .env("XDG_RUNTIME_DIR", dir.path())
-        .args(["run", "--once", "--no-gpu", "--metrics-listen", "127.0.0.1:0", "--summary"])
+        .args(["run", "--once", "--no-gpu", "--node", "n1", "--metrics-listen", "127.0.0.1:0", "--summary"])
         .arg(&summary)
         .args(["--", "python3", "-c", hold])
         .stdin(Stdio::piped())
@@ -193,7 +211,7 @@ fn run_reports_the_programs_memory_not_its_own() {
     // The endpoint shows the program's memory once a sample has seen it: polled until then
     // (a hang guard bounds it, not a timing).
     let mib = (1u64 << 20) as f64;
-    let key = "pipeprof_program_resident_memory_bytes{program=\"python3\",rank=\"0\"}";
+    let key = "pipeprof_program_resident_memory_bytes{program=\"python3\",job=\"none\",node=\"n1\",rank=\"0\"}";
     let mut seen = 0.0;
     for _ in 0..6000 {
         seen = get(&addr, "/metrics").and_then(|b| sample(&b, key)).unwrap_or(0.0);

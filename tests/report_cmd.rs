@@ -224,7 +224,7 @@ fn report_reads_one_trace_per_rank_and_names_the_straggler() {
     let out = report(&[&r0, &r1, &plain]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("plain.json: not one rank of a distributed run"), "{err}");
+    assert!(err.contains("plain.json: not part of a distributed run"), "{err}");
 }
 
 #[test]

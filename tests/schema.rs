@@ -11,7 +11,13 @@ use std::path::Path;
 
 /// Each released version of the documents and the CRC-32 of its schema's shape ([`shape`]):
 /// a version's shape never changes once released; its descriptions may.
-const RELEASED: &[(&str, u32)] = &[("pipeprof.verdict/1", 0xc9aa_3121), ("summary/1", 0x6ed4_a208)];
+const RELEASED: &[(&str, u32)] = &[
+    ("pipeprof.verdict/1", 0xc9aa_3121),
+    ("summary/1", 0x6ed4_a208),
+    // The node of a job on several machines: `straggler.node`; `settings.node`, `ranks[].node`.
+    ("pipeprof.verdict/2", 0xeaaa_0143),
+    ("summary/2", 0x0a17_1c8f),
+];
 
 /// The two documents: (file, its version's name, the schema the types make, where they are).
 fn documents() -> [(&'static str, String, String, &'static str); 2] {

@@ -10,6 +10,7 @@ pub mod env;
 pub mod event;
 pub mod fsinfo;
 pub mod layer;
+pub mod node;
 pub mod nonfinite;
 pub mod probe;
 pub mod role;
@@ -19,6 +20,7 @@ pub mod stage;
 
 pub use event::{Event, LayerRecord, Rank, SpanRecord, StepRecord, NONE};
 pub use layer::{flush_thread, set_thread_role, thread_names, ProbeLayer};
+pub use node::NodeId;
 pub use probe::{Probe, Spares, DEFAULT_CAPACITY, MAX_CAPACITY};
 pub use role::ThreadRole;
 pub use stage::Stage;

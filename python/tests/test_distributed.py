@@ -73,7 +73,10 @@ def test_two_rank_ddp_run_names_the_rank_with_the_slow_loader(tmp_path):
     traces = [tmp_path / f"t.rank{r}.json" for r in (0, 1)]
     for r, t in enumerate(traces):
         head = json.loads(t.read_text())
-        assert head["distributedInfo"] == {"rank": r, "local_rank": r, "world_size": 2}, t
+        info = head["distributedInfo"]
+        assert {k: info[k] for k in ("rank", "local_rank", "world_size")} == {"rank": r, "local_rank": r, "world_size": 2}, t
+        # The node the rank ran on: the run's (the host name here, no --node given).
+        assert info["node"] == s["settings"]["node"]["name"] and info["node"], info
         assert isinstance(head["clockOffsetNs"], int)
     both = subprocess.run([pipeprof_bin(), "report", *map(str, traces)], capture_output=True, text=True, timeout=HANG_S)
     assert both.returncode == 0, both.stderr

@@ -1,6 +1,6 @@
 //! `pipeprof mcp`: a Model Context Protocol server over stdio, for coding agents. Its tools
 //! answer "why is my training slow and what do I change" with `--json`'s document
-//! (`pipeprof.verdict/1`): run a command under pipeprof for N steps, check the advice by
+//! (`pipeprof.verdict/2`): run a command under pipeprof for N steps, check the advice by
 //! re-running it, report a saved run, compare two. Built on `rmcp`, the protocol's official Rust
 //! SDK. Each tool runs this same binary as a child (`pipeprof run --once --json …`), so the
 //! agent gets exactly what the command line gives; a run is bounded in steps (the start-up
@@ -87,7 +87,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Run a training command (PyTorch, Keras, TensorFlow; unmodified) under pipeprof for a bounded number of steps and return the verdict as JSON (schema pipeprof.verdict/1): what limits the run (storage, CPU preprocessing, transfer, compute, per-step overhead), the evidence as figures, and the advice with the code to change and its predicted gain."
+        description = "Run a training command (PyTorch, Keras, TensorFlow; unmodified) under pipeprof for a bounded number of steps and return the verdict as JSON (schema pipeprof.verdict/2): what limits the run (storage, CPU preprocessing, transfer, compute, per-step overhead), the evidence as figures, and the advice with the code to change and its predicted gain."
     )]
     async fn run_training(
         &self,
@@ -111,7 +111,7 @@ impl Server {
     }
 
     #[tool(
-        description = "The verdict of a saved run (a pipeprof summary or trace file), judged again, as JSON (schema pipeprof.verdict/1)."
+        description = "The verdict of a saved run (a pipeprof summary or trace file), judged again, as JSON (schema pipeprof.verdict/2)."
     )]
     async fn report_summary(
         &self,

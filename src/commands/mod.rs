@@ -19,7 +19,7 @@ pub mod scratch;
 /// Runs the command the user asked for (`profile` on the built-in default when none); returns
 /// the exit code: `run`'s is its program's, the others' 0.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
-    let command = cli.command.unwrap_or_else(|| Command::Profile(Box::default()));
+    let command = with_node(cli.command.unwrap_or_else(|| Command::Profile(Box::default())));
     let checked = outputs(&command).into_iter().try_for_each(|(flag, p)| check_output(flag, p));
     let checked = checked.and_then(|()| distinct_files(&outputs(&command), inputs(&command)));
     let checked = checked.and_then(|()| html_to_stdout(&command).map_or(Ok(()), Err));
@@ -41,6 +41,28 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         return mcp::run().map(|()| 0);
     }
     run_other(command).map(|()| 0)
+}
+
+/// `run`'s node found (flags, the launcher's environment, the command, the host name) and
+/// `{node}` in its output paths replaced by its name; other commands as they are.
+pub fn with_node(command: Command) -> Command {
+    let Command::Run(mut a) = command else { return command };
+    let program: Vec<String> = a.command.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    let host = probes::NodeId::host_name();
+    let src = probes::node::Sources {
+        node: a.node.as_deref(),
+        job: a.job.as_deref(),
+        program: &program,
+        host: host.as_deref(),
+    };
+    let node = probes::NodeId::detect(&src, |k| std::env::var(k).ok());
+    for p in [&mut a.summary, &mut a.trace, &mut a.html] {
+        if let Some(path) = p.as_mut() {
+            *path = node.fill(path);
+        }
+    }
+    a.node_id = node;
+    Command::Run(a)
 }
 
 /// `run`, then `--check-advice`'s re-runs when asked for and the program ended well, judged
@@ -225,6 +247,7 @@ fn run_options(a: RunArgs) -> run::Options {
         stop_timeout: std::time::Duration::from_secs_f64(a.stop_timeout),
         metrics_listen: a.metrics.metrics_listen,
         metrics_allow_remote: a.metrics.metrics_allow_remote,
+        node: a.node_id,
     }
 }
 

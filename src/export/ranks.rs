@@ -1,6 +1,7 @@
 //! One trace per rank of a distributed run (`--trace t.json` → `t.rank0.json`, `t.rank1.json`,
 //! … beside the run's own trace), the way Kineto writes them: each file carries
-//! `"distributedInfo": {"rank", "local_rank", "world_size"}` and the clock its timestamps are
+//! `"distributedInfo": {"rank", "local_rank", "world_size"}` (with `"node"` and `"job"` where
+//! `pipeprof run` knew them) and the clock its timestamps are
 //! on, so Perfetto and HTA load them together, and ends with that rank's own summary, so
 //! `pipeprof report t.rank0.json t.rank1.json` reads the ranks back and judges them.
 //!
@@ -35,13 +36,22 @@ pub fn clock_offset_ns() -> i128 {
     wall - probes::clock::now_ns() as i128
 }
 
-/// The header fields of rank `r`'s trace.
-pub fn header(r: Rank, clock_offset_ns: i128) -> serde_json::Map<String, serde_json::Value> {
+/// The header fields of rank `r`'s trace, on `node` (its name and job beside the rank, where
+/// known).
+pub fn header(
+    r: Rank,
+    node: Option<&probes::NodeId>,
+    clock_offset_ns: i128,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
-    m.insert(
-        "distributedInfo".into(),
-        serde_json::json!({"rank": r.rank, "local_rank": r.local_rank, "world_size": r.world_size}),
-    );
+    let mut info = serde_json::json!({"rank": r.rank, "local_rank": r.local_rank, "world_size": r.world_size});
+    if let Some(n) = node {
+        info["node"] = n.name.clone().into();
+        if let Some(j) = &n.job {
+            info["job"] = j.clone().into();
+        }
+    }
+    m.insert("distributedInfo".into(), info);
     m.insert("clockOffsetNs".into(), serde_json::json!(clock_offset_ns as i64));
     m.insert("clock".into(), serde_json::json!("CLOCK_MONOTONIC"));
     m
@@ -85,12 +95,13 @@ impl RankTraces {
             let path = rank_path(&self.base, r.rank);
             let f = super::create_beside(&path)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))?;
-            let title = format!("{} · rank {}", self.title, r.rank);
+            let on = self.settings.node.as_ref().map(|n| format!(" on node {}", n.name)).unwrap_or_default();
+            let title = format!("{} · rank {}{on}", self.title, r.rank);
             let mut trace = ChromeTrace::with_header(
                 BufWriter::with_capacity(1 << 16, f),
                 &title,
                 self.level,
-                &header(r, clock_offset_ns()),
+                &header(r, self.settings.node.as_ref(), clock_offset_ns()),
             )?;
             trace.settings(&self.settings)?;
             self.written.push(path);

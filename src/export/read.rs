@@ -17,10 +17,10 @@ pub enum ReadError {
     #[error("{path}: {why}: the file is damaged or not written by pipeprof (re-run `pipeprof profile --summary`)")]
     OutOfRange { path: String, why: String },
     #[error(
-        "{path} is a summary of schema version {found}; this pipeprof reads version {expected}: \
+        "{path} is a summary of schema version {found}; this pipeprof reads versions {oldest} to {expected}: \
          re-run the profile with this version, or read it with the pipeprof that wrote it"
     )]
-    Schema { path: String, found: u64, expected: u32 },
+    Schema { path: String, found: u64, oldest: u32, expected: u32 },
 }
 
 pub use pipeprof_core::aggregate::settings::MAX_CORES;
@@ -408,11 +408,14 @@ pub fn load(path: &Path) -> Result<Loaded, ReadError> {
     let text = std::fs::read_to_string(path).map_err(io)?;
     if let Ok(v) = serde_json::from_str::<Value>(&text) {
         if let (Some(version), Some(_)) = (v.get("schema_version"), v.get("stages")) {
-            let expected = pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION;
-            // Fields of another schema would read as defaults without a word: refuse instead.
-            if version.as_u64() != Some(u64::from(expected)) {
+            use pipeprof_core::aggregate::{SUMMARY_SCHEMA_OLDEST, SUMMARY_SCHEMA_VERSION};
+            let expected = SUMMARY_SCHEMA_VERSION;
+            // Fields of another schema would read as defaults without a word: refuse instead
+            // (the versions from the oldest read only added fields).
+            let known = u64::from(SUMMARY_SCHEMA_OLDEST)..=u64::from(expected);
+            if !version.as_u64().is_some_and(|v| known.contains(&v)) {
                 let found = version.as_u64().unwrap_or(u64::MAX);
-                return Err(ReadError::Schema { path: p, found, expected });
+                return Err(ReadError::Schema { path: p, found, oldest: SUMMARY_SCHEMA_OLDEST, expected });
             }
             let summary: Summary =
                 serde_json::from_value(v).map_err(|e| ReadError::Format { path: p.clone(), why: e.to_string() })?;
@@ -556,7 +559,9 @@ mod tests {
         };
         assert!(write(&|_| {}).is_ok());
         let e = write(&|v| v["schema_version"] = 99.into()).unwrap_err();
-        assert!(e.contains("schema version 99") && e.contains("reads version 1"), "{e}");
+        assert!(e.contains("schema version 99") && e.contains("reads versions 1 to 2"), "{e}");
+        // Version 1 (before the node) still reads: version 2 only added fields.
+        assert!(write(&|v| v["schema_version"] = 1.into()).is_ok());
         let e = write(&|v| v["settings"]["cores"] = u64::MAX.into()).unwrap_err();
         assert!(e.contains("settings.cores must be between 0 and 65536"), "{e}");
         let e = write(&|v| v["machine"]["cores"] = (1u64 << 40).into()).unwrap_err();

@@ -2,8 +2,11 @@
 //! (`--metrics-listen`). [`render`] is pure (snapshot in, text out); [`serve`] answers
 //! `GET /metrics` on a thread of its own, asking its source for the latest snapshot per scrape.
 //!
-//! Labels are bounded: `program` and `rank` on every series, `stage` (pipeprof's fixed stage
-//! names), `gpu` (a device index) and `limiter` (a fixed set). No file or thread names.
+//! Labels are bounded: `program` and `rank` on every series, and under `pipeprof run` `job`
+//! and `node` (one value each per run: a job's nodes scraped by one Prometheus stay apart, and
+//! `docs/prometheus/rules.yml` judges the job's straggler across them); `stage` (pipeprof's
+//! fixed stage names), `gpu` (a device index) and `limiter` (a fixed set). No file or thread
+//! names.
 
 pub mod serve;
 
@@ -74,6 +77,9 @@ pub const RANK: &str = "0";
 /// number; a run has at most [`pipeprof_core::aggregate::ranks::MAX_RANKS`] of them).
 pub const ALL_RANKS: &str = "all";
 
+/// The `job` label of a run whose job id was not found (no `--job`, Slurm or torchrun id).
+pub const NO_JOB: &str = "none";
+
 /// Every value of the `limiter` label, in a fixed order: one of them is 1, the others 0.
 pub const LIMITERS: [&str; 8] =
     ["io", "contention", "preprocess", "transfer", "compute", "overhead", "balanced", "not_enough_data"];
@@ -117,6 +123,8 @@ fn counters(reg: &mut Registry, name: &str, help: &str, values: &[(Labels, u64)]
 struct Row<'a> {
     rank: String,
     step_ms: f64,
+    wait_ms: f64,
+    backward_ms: Option<f64>,
     wait_share: f64,
     images_per_s: f64,
     steps: u64,
@@ -145,7 +153,11 @@ fn program_label(model: &str) -> String {
 /// number and the whole run's carry `"all"`.
 pub fn render(s: &Scrape) -> String {
     let sum = &s.summary;
-    let labels = [(Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model.name())))];
+    let mut labels = vec![(Cow::Borrowed("program"), Cow::Owned(program_label(&sum.settings.model.name())))];
+    if let Some(n) = &sum.settings.node {
+        labels.push((Cow::Borrowed("job"), Cow::Owned(n.job.clone().unwrap_or_else(|| NO_JOB.into()))));
+        labels.push((Cow::Borrowed("node"), Cow::Owned(n.name.clone())));
+    }
     let mut reg = Registry::with_prefix_and_labels("pipeprof", labels.into_iter());
     let run = if sum.ranks.is_empty() { RANK } else { ALL_RANKS };
     let rows = rows(sum, run);
@@ -186,6 +198,8 @@ fn rows<'a>(sum: &'a Summary, run: &str) -> Vec<Row<'a>> {
     let mut rows = vec![Row {
         rank: run.to_string(),
         step_ms: split.mean_step_ms,
+        wait_ms: split.wait_ms,
+        backward_ms: None,
         wait_share: split.wait_share,
         images_per_s: sum.images_per_s,
         steps: sum.steps,
@@ -196,6 +210,8 @@ fn rows<'a>(sum: &'a Summary, run: &str) -> Vec<Row<'a>> {
     rows.extend(sum.ranks.iter().map(|l| Row {
         rank: l.rank.to_string(),
         step_ms: l.step_ms,
+        wait_ms: l.wait_ms,
+        backward_ms: l.backward_ms,
         wait_share: l.wait_share,
         images_per_s: l.images_per_s,
         steps: l.steps,
@@ -212,6 +228,15 @@ fn step_metrics(reg: &mut Registry, rows: &[Row]) {
     let each = |f: &dyn Fn(&Row) -> f64| -> Vec<(Labels, f64)> { rows.iter().map(|r| (rank(&r.rank), f(r))).collect() };
     gauges(reg, "step_seconds", "Mean training step time", &each(&|r| r.step_ms / 1e3));
     gauges(reg, "wait_share", "Share of step time spent waiting for data (0-1)", &each(&|r| r.wait_share));
+    gauges(reg, "data_wait_seconds", "Mean wait for the next batch per step", &each(&|r| r.wait_ms / 1e3));
+    let backward: Vec<(Labels, f64)> =
+        rows.iter().filter_map(|r| r.backward_ms.map(|b| (rank(&r.rank), b / 1e3))).collect();
+    gauges(
+        reg,
+        "backward_seconds",
+        "Mean backward pass per step where timed (under DDP it holds the gradients' all-reduce wait)",
+        &backward,
+    );
     gauges(reg, "images_per_second", "Images trained per second over the run", &each(&|r| r.images_per_s));
     let count =
         |f: &dyn Fn(&Row) -> u64| -> Vec<(Labels, u64)> { rows.iter().map(|r| (rank(&r.rank), f(r))).collect() };

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 /// The document's version: raised when a field changes meaning or goes (a test holds the
 /// schema of each version released).
-pub const SCHEMA: &str = "pipeprof.verdict/1";
+pub const SCHEMA: &str = "pipeprof.verdict/2";
 
 /// `--json`'s document.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -24,7 +24,7 @@ pub const SCHEMA: &str = "pipeprof.verdict/1";
     description = "What limits a training run, why, and what to change (pipeprof --json)."
 )]
 pub struct VerdictJson {
-    /// `pipeprof.verdict/1`.
+    /// `pipeprof.verdict/2`.
     pub schema: String,
     /// `verdict`; `insufficient_data` before enough steps were measured to judge; `ranks` for
     /// the ranks of a run read one file each (the straggler verdict alone).
@@ -267,6 +267,9 @@ pub enum CheckStatus {
 pub struct Straggler {
     /// The rank that sets the pace; null when the ranks keep pace.
     pub rank: Option<u32>,
+    /// The straggler's node, when the ranks ran on several (`pipeprof report DIR` on a job's
+    /// shared folder); null on one machine.
+    pub node: Option<String>,
     /// What makes it slow: its input pipeline, its compute, or (ranks apart) slowest.
     pub cause: Option<StragglerCause>,
     pub synchronised: bool,
@@ -453,6 +456,7 @@ fn advice_item(a: &Advice, measured: Option<Checked>) -> AdviceItem {
 fn straggler_item(r: &RanksVerdict) -> Straggler {
     Straggler {
         rank: r.straggler,
+        node: r.node.clone(),
         cause: r.cause.map(|c| match c {
             Cause::Input => StragglerCause::Input,
             Cause::Compute => StragglerCause::Compute,

@@ -29,7 +29,7 @@ pub use settings::RunSettings;
 pub use split::{startup_compute_one_off, StepPoint, StepSplit, MIN_PHASE_STEPS, RECENT_POINTS, STARTUP_COMPUTE_RATIO};
 pub use stages::{trimmed_mean, StageSummary, TRIM_SHARE};
 pub use steps::{Divergence, RECENT_STEPS};
-pub use summary::{Summary, SUMMARY_SCHEMA_VERSION};
+pub use summary::{Summary, SUMMARY_SCHEMA_OLDEST, SUMMARY_SCHEMA_VERSION};
 pub use threads::{without_pid, LoaderThread, MAX_LOADER_THREADS, MAX_RANKED_THREADS, MAX_THREAD_NAMES, OTHER_THREADS};
 
 use machine::MachineAgg;

@@ -22,6 +22,7 @@ impl RankLine {
         let gpu = machine.devices.iter().find(|d| d.index == rank.local_rank).and_then(|d| d.util_mean_pct);
         RankLine {
             rank: rank.rank,
+            node: s.settings.node.as_ref().map(|n| n.name.clone()),
             local_rank: rank.local_rank,
             world_size: rank.world_size,
             steps: s.steps,

@@ -35,6 +35,10 @@ pub struct RunSettings {
     /// Where the model came from (the built-in, a `cnn.toml`, a program's own name); written
     /// as its name.
     pub model: ModelSource,
+    /// The machine this run is on, within its training job (`pipeprof run`: host name or
+    /// `--node`, the job's id, the node's rank); absent for pipeprof's own training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<probes::NodeId>,
     pub data: String,
     pub images: usize,
     pub classes: Vec<String>,

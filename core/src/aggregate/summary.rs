@@ -17,7 +17,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Version of the summary JSON schema.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
+
+/// Oldest summary schema still read: 2 only added fields (the node of a run and of its
+/// ranks), so a version 1 file reads as it is, with no node.
+pub const SUMMARY_SCHEMA_OLDEST: u32 = 1;
 
 /// A point-in-time view of the run: what reports, the summary JSON and views read.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -167,6 +171,9 @@ fn is_cpu_device(device: &str) -> bool {
 #[serde(default)]
 pub struct RankLine {
     pub rank: u32,
+    /// The node this rank ran on, when the run knew it (`pipeprof run` does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub local_rank: u32,
     pub world_size: u32,
     /// Training steps this rank reported.

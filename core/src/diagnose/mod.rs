@@ -84,6 +84,7 @@ pub mod estimates;
 mod evidence;
 mod findings;
 pub mod frameworks;
+pub mod job;
 pub mod measures;
 pub mod model;
 mod now;

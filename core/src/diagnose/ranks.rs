@@ -70,6 +70,9 @@ pub enum SyncSource {
 pub struct RanksVerdict {
     /// The rank that sets the pace, when one does.
     pub straggler: Option<u32>,
+    /// The straggler's node, when the ranks ran on several (a job's files from each node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub cause: Option<Cause>,
     /// Whether the ranks step together.
     pub synchronised: bool,
@@ -115,6 +118,8 @@ pub struct Decision<'a> {
     /// Each judged rank's wait in the all-reduce per step, ms: (rank, ms); empty for
     /// [`SyncSource::None`].
     pub sync_wait_ms: Vec<(u32, f64)>,
+    /// The ranks ran on more than one node: the words name each rank's node.
+    pub across_nodes: bool,
 }
 
 /// Judges the ranks; `None` with fewer than two ranks of [`RANK_MIN_STEPS`] steps.
@@ -166,7 +171,15 @@ pub fn decide(lines: &[RankLine]) -> Option<Decision<'_>> {
     if slow.step_ms > fast.step_ms * (1.0 + SYNC_STEP_SPREAD) {
         let waiting_for_data = slow.wait_share > fast.wait_share + STRAGGLER_STEP_SHARE;
         let pace = Pace::Apart { slow, fast, waiting_for_data };
-        return Some(Decision { pace, ranks, least, most, sync: SyncSource::None, sync_wait_ms: vec![] });
+        return Some(Decision {
+            pace,
+            across_nodes: across_nodes(&ranks),
+            ranks,
+            least,
+            most,
+            sync: SyncSource::None,
+            sync_wait_ms: vec![],
+        });
     }
     let mean_step = ranks.iter().map(|l| l.step_ms).sum::<f64>() / ranks.len() as f64;
     let matters = |d: f64| d >= STRAGGLER_MIN_MS && d >= STRAGGLER_STEP_SHARE * mean_step;
@@ -183,7 +196,13 @@ pub fn decide(lines: &[RankLine]) -> Option<Decision<'_>> {
     } else {
         Pace::Together
     };
-    Some(Decision { pace, ranks, least, most, sync, sync_wait_ms })
+    Some(Decision { pace, across_nodes: across_nodes(&ranks), ranks, least, most, sync, sync_wait_ms })
+}
+
+/// Whether the ranks name more than one node.
+fn across_nodes(ranks: &[&RankLine]) -> bool {
+    let mut nodes = ranks.iter().filter_map(|l| l.node.as_deref());
+    nodes.next().is_some_and(|first| nodes.any(|n| n != first))
 }
 
 impl Decision<'_> {
@@ -195,8 +214,15 @@ impl Decision<'_> {
             Pace::Compute { straggler, .. } => (Some(straggler.rank), Some(Cause::Compute)),
             Pace::Together => (None, None),
         };
+        let node = match self.pace {
+            Pace::Apart { slow: s, .. } | Pace::Input { straggler: s, .. } | Pace::Compute { straggler: s, .. } => {
+                s.node.clone().filter(|_| self.across_nodes)
+            }
+            Pace::Together => None,
+        };
         RanksVerdict {
             straggler,
+            node,
             cause,
             synchronised: !matches!(self.pace, Pace::Apart { .. }),
             headline: self.headline(),
@@ -204,6 +230,14 @@ impl Decision<'_> {
             advice: self.advice(),
             sync: self.sync,
             sync_wait_ms: self.sync_wait_ms.clone(),
+        }
+    }
+
+    /// A rank as the words name it: `rank 3`, or `rank 3 on node b` across nodes.
+    fn who(&self, l: &RankLine) -> String {
+        match l.node.as_deref().filter(|_| self.across_nodes) {
+            Some(n) => format!("rank {} on node {n}", l.rank),
+            None => format!("rank {}", l.rank),
         }
     }
 
@@ -225,16 +259,19 @@ impl Decision<'_> {
     fn headline(&self) -> String {
         match self.pace {
             Pace::Apart { slow, fast, .. } => format!(
-                "rank {} is the slowest: {:.1} ms per step against {:.1} ms on rank {} (the ranks do not step together)",
-                slow.rank, slow.step_ms, fast.step_ms, fast.rank
+                "{} is the slowest: {:.1} ms per step against {:.1} ms on {} (the ranks do not step together)",
+                self.who(slow),
+                slow.step_ms,
+                fast.step_ms,
+                self.who(fast)
             ),
             Pace::Input { straggler: s, .. } => format!(
-                "rank {}'s input pipeline sets the pace: it waits for data {} of each step, the other ranks wait for it",
-                s.rank,
+                "{}'s input pipeline sets the pace: it waits for data {} of each step, the other ranks wait for it",
+                self.who(s),
                 pct(s.wait_share)
             ),
             Pace::Compute { straggler: s, .. } => {
-                format!("rank {}'s compute sets the pace: the other ranks wait for it in the all-reduce", s.rank)
+                format!("{}'s compute sets the pace: the other ranks wait for it in the all-reduce", self.who(s))
             }
             Pace::Together => format!(
                 "no straggler: the ranks keep pace (data wait {} to {} of each step)",
@@ -248,13 +285,13 @@ impl Decision<'_> {
         match self.pace {
             Pace::Apart { slow, fast, waiting_for_data } => vec![
                 format!(
-                    "rank {} spends {} of its steps {} ({:.1} ms of {:.1} ms wait for data); rank {} {}",
-                    slow.rank,
+                    "{} spends {} of its steps {} ({:.1} ms of {:.1} ms wait for data); {} {}",
+                    self.who(slow),
                     pct(if waiting_for_data { slow.wait_share } else { 1.0 - slow.wait_share }),
                     if waiting_for_data { "waiting for data" } else { "computing" },
                     slow.wait_ms,
                     slow.step_ms,
-                    fast.rank,
+                    self.who(fast),
                     pct(fast.wait_share)
                 ),
                 "the ranks' step times differ by more than a synchronised run allows: no all-reduce wait is claimed"
@@ -268,8 +305,8 @@ impl Decision<'_> {
                     pct(self.most.wait_share)
                 ),
                 format!(
-                    "rank {} waits least in the all-reduce ({:.1} ms per step), the others up to {most_sync_ms:.1} ms ({})",
-                    s.rank,
+                    "{} waits least in the all-reduce ({:.1} ms per step), the others up to {most_sync_ms:.1} ms ({})",
+                    self.who(s),
                     self.sync_of(s.rank),
                     self.how()
                 ),
@@ -285,11 +322,11 @@ impl Decision<'_> {
             .ranks
             .iter()
             .filter(|l| l.rank != s.rank)
-            .map(|l| format!("rank {} {}", l.rank, pct(l.wait_share)))
+            .map(|l| format!("{} {}", self.who(l), pct(l.wait_share)))
             .collect();
         let mut evidence = vec![format!(
-            "rank {} waits for data {} of each step ({:.1} ms of {:.1} ms), {}",
-            s.rank,
+            "{} waits for data {} of each step ({:.1} ms of {:.1} ms), {}",
+            self.who(s),
             pct(s.wait_share),
             s.wait_ms,
             s.step_ms,
@@ -297,16 +334,16 @@ impl Decision<'_> {
         )];
         if let Some(w) = in_all_reduce {
             evidence.push(format!(
-                "rank {} spends the difference waiting in the all-reduce: {:.1} ms per step ({})",
-                w.rank,
+                "{} spends the difference waiting in the all-reduce: {:.1} ms per step ({})",
+                self.who(w),
                 self.sync_of(w.rank),
                 self.how()
             ));
         }
         if s.workers > 0 || s.loader_busy > 0.0 {
             evidence.push(format!(
-                "rank {}'s loader: {} worker{}, busy {}",
-                s.rank,
+                "{}'s loader: {} worker{}, busy {}",
+                self.who(s),
                 s.workers,
                 if s.workers == 1 { "" } else { "s" },
                 pct(s.loader_busy)
@@ -318,25 +355,25 @@ impl Decision<'_> {
     fn advice(&self) -> Vec<String> {
         match self.pace {
             Pace::Apart { slow, .. } => vec![format!(
-                "if the ranks should step together (DDP), check that rank {} trains the same model on the same batch size",
-                slow.rank
+                "if the ranks should step together (DDP), check that {} trains the same model on the same batch size",
+                self.who(slow)
             )],
             Pace::Input { straggler: s, spread_ms, .. } => vec![
                 format!(
-                    "speed up rank {}'s input pipeline: every rank's step would shrink by up to {spread_ms:.1} ms ({}), as the \
+                    "speed up {}'s input pipeline: every rank's step would shrink by up to {spread_ms:.1} ms ({}), as the \
                      others stop waiting for it",
-                    s.rank,
+                    self.who(s),
                     pct(spread_ms / s.step_ms.max(f64::MIN_POSITIVE))
                 ),
                 format!(
-                    "on rank {}: more DataLoader workers (now {}), or find what makes its data slower (its shard's files, \
+                    "on {}: more DataLoader workers (now {}), or find what makes its data slower (its shard's files, \
                      storage, a transform only it runs); with a DistributedSampler, check that the shards are alike",
-                    s.rank, s.workers
+                    self.who(s), s.workers
                 ),
             ],
             Pace::Compute { straggler: s, .. } => vec![format!(
-                "look at rank {}'s device (GPU {}: its clocks, another process on it) and at anything only it computes",
-                s.rank, s.local_rank
+                "look at {}'s device (GPU {}: its clocks, another process on it) and at anything only it computes",
+                self.who(s), s.local_rank
             )],
             Pace::Together => vec![],
         }

@@ -91,7 +91,7 @@ pub struct Options {
     /// or stdin is not a terminal).
     #[arg(long = flags::NO_TUI)]
     pub no_tui: bool,
-    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/1:
+    /// Print the verdict as one JSON document on stdout (schema pipeprof.verdict/2:
     /// docs/schema/verdict.schema.json): the limiter, the evidence as figures, the advice as
     /// data. The report and every other line go to stderr; no live view.
     #[arg(long)]

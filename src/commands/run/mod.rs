@@ -80,6 +80,9 @@ pub struct Options {
     /// `--metrics-listen`: serve `/metrics` there while the program runs.
     pub metrics_listen: Option<String>,
     pub metrics_allow_remote: bool,
+    /// The machine this run is on, within its job (`--node`, `--job`, the launcher's
+    /// environment): in the summary's settings, so on every rank's line, trace and series.
+    pub node: probes::NodeId,
 }
 
 /// Files this run made, removed on every way out (the listener's socket, the hook's folder,
@@ -269,6 +272,7 @@ fn start_session(
 ) -> anyhow::Result<Running> {
     let settings = RunSettings {
         model: pipeprof_core::model_source::ModelSource::Program(program.to_string()),
+        node: Some(opts.node.clone()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..RunSettings::default()
     };

@@ -1,11 +1,11 @@
 //! `pipeprof report FILE [FILE2]`: the report of a saved run, or a before/after comparison.
 
+pub mod job;
+
 use crate::export::read::{self, Loaded};
 use crate::report;
 use anyhow::Context;
-use pipeprof_core::aggregate::Summary;
 use pipeprof_core::diagnose::{self, Diagnosed};
-use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 /// What `pipeprof report` was asked for.
@@ -78,6 +78,10 @@ pub fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
 }
 
 pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
+    if args.files.iter().any(|p| p.is_dir()) {
+        let files = job::expand(&args.files)?;
+        return job::run(&Options { files, ..args.clone() });
+    }
     let Some(first) = args.files.first() else { anyhow::bail!("pipeprof report needs a trace or summary file") };
     let html = args.html();
     if args.files.len() > 1 && !html.is_empty() {
@@ -93,7 +97,7 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
             ranked(first) && ranked(&args.files[1])
         })
     {
-        return ranks(args);
+        return job::run(args);
     }
     let a = load(first, args.repair)?;
     match args.files.get(1) {
@@ -123,46 +127,4 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
             Ok(None)
         }
     }
-}
-
-/// Most files `pipeprof report` reads as ranks of one run.
-pub const MAX_RANK_FILES: usize = pipeprof_core::aggregate::ranks::MAX_RANKS;
-
-/// The ranks of a distributed run, one file each: their lines side by side and the straggler.
-fn ranks(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
-    use pipeprof_core::aggregate::ranks::RankLine;
-    if args.files.len() > MAX_RANK_FILES {
-        anyhow::bail!("{} files: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", args.files.len());
-    }
-    let mut lines: Vec<(RankLine, &PathBuf, pipeprof_core::model_source::ModelSource)> = Vec::new();
-    for p in &args.files {
-        let l = load(p, args.repair)?;
-        let Some(rank) = l.summary.rank else {
-            anyhow::bail!(
-                "{}: not one rank of a distributed run (no distributedInfo): pipeprof report reads one file, two to \
-                 compare, or one trace per rank (the .rankN.json files `pipeprof run --trace` writes)",
-                p.display()
-            )
-        };
-        if let Some((_, other, _)) = lines.iter().find(|(x, _, _)| x.rank == rank.rank) {
-            anyhow::bail!("{} and {} are both rank {}: give each rank once", other.display(), p.display(), rank.rank);
-        }
-        lines.push((RankLine::of(rank, &l.summary, &l.summary.machine), p, l.summary.settings.model.clone()));
-    }
-    lines.sort_by_key(|(l, _, _)| l.rank);
-    let mut o = String::new();
-    let _ = writeln!(o, "── pipeprof report: {} ranks ─────────────────────────────────────", lines.len());
-    for (l, p, model) in &lines {
-        let _ = writeln!(o, "rank {} = {}  ({model})", l.rank, p.display());
-    }
-    let summary = Summary { ranks: lines.into_iter().map(|(l, _, _)| l).collect(), ..Default::default() };
-    let straggler = diagnose::ranks::judge(&summary.ranks);
-    o.push_str(&report::render_ranks(&summary, straggler.as_ref()));
-    pipeprof_trainer::progress::out(&o);
-    let d = Diagnosed { summary, verdict: None, straggler };
-    if let Some(p) = &args.summary {
-        std::fs::write(p, serde_json::to_string_pretty(&d)?)
-            .with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    Ok(Some(d))
 }
