@@ -30,8 +30,8 @@ pub struct NodeFacts {
     pub cores: usize,
     /// The whole machine's mean CPU, %.
     pub cpu_pct: Option<f32>,
-    /// The data folder's file system: (type, whether network or FUSE), when found.
-    pub data_fs: Option<(String, bool)>,
+    /// The data folder's file system, when found.
+    pub data_fs: Option<probes::fsinfo::FsInfo>,
 }
 
 impl NodeFacts {
@@ -42,7 +42,7 @@ impl NodeFacts {
             name: node.name.clone(),
             cores: s.machine.cores,
             cpu_pct: s.machine.global_cpu_mean_pct,
-            data_fs: s.data_fs.as_ref().map(|f| (f.fs_type.clone(), f.kind.is_remote_or_fuse())),
+            data_fs: s.data_fs.clone(),
         })
     }
 }
@@ -82,12 +82,17 @@ pub fn on_nodes(mut v: RanksVerdict, lines: &[RankLine], nodes: &[NodeFacts]) ->
 /// evidence and advice.
 fn node_difference(me: &NodeFacts, others: &[&NodeFacts]) -> (String, Option<String>) {
     let n = &me.name;
-    if let Some((fs, true)) = &me.data_fs {
-        let local =
-            others.iter().find_map(|o| o.data_fs.as_ref().filter(|(_, remote)| !remote).map(|f| (&o.name, &f.0)));
+    if let Some(fs) = me.data_fs.as_ref().filter(|f| f.kind.is_remote_or_fuse()) {
+        let local = others
+            .iter()
+            .find_map(|o| o.data_fs.as_ref().filter(|f| !f.kind.is_remote_or_fuse()).map(|f| (&o.name, f)));
         if let Some((other, local)) = local {
+            let from = fs.source.as_ref().map(|s| format!(", {s}")).unwrap_or_default();
             return (
-                format!("node {n} reads its data from {fs} (network or FUSE), node {other} from {local}"),
+                format!(
+                    "node {n} reads its data from a {} file system ({}{from}), node {other} from a {} one ({})",
+                    fs.kind, fs.fs_type, local.kind, local.fs_type
+                ),
                 Some(format!("on node {n}: copy the data set to a local disk, as the other nodes have it")),
             );
         }
@@ -124,7 +129,15 @@ mod tests {
     use super::*;
 
     fn node(name: &str, cores: usize, cpu: f32, fs: Option<(&str, bool)>) -> NodeFacts {
-        NodeFacts { name: name.into(), cores, cpu_pct: Some(cpu), data_fs: fs.map(|(t, r)| (t.into(), r)) }
+        use probes::fsinfo::{FsInfo, FsKind};
+        let data_fs = fs.map(|(t, remote)| FsInfo {
+            fs_type: t.into(),
+            kind: if remote { FsKind::Fuse } else { FsKind::Local },
+            mount_point: None,
+            source: remote.then(|| "slowfs".into()),
+            magic: None,
+        });
+        NodeFacts { name: name.into(), cores, cpu_pct: Some(cpu), data_fs }
     }
 
     fn straggling(node: &str) -> RanksVerdict {
@@ -146,7 +159,10 @@ mod tests {
         let ext4 = Some(("ext4", false));
         let fuse = Some(("fuse.slowfs", true));
         let table: Vec<(Vec<NodeFacts>, &str)> = vec![
-            (vec![node("a", 8, 30.0, ext4), node("b", 8, 30.0, fuse)], "node b reads its data from fuse.slowfs"),
+            (
+                vec![node("a", 8, 30.0, ext4), node("b", 8, 30.0, fuse)],
+                "node b reads its data from a FUSE file system (fuse.slowfs, slowfs), node a from a local one (ext4)",
+            ),
             // Every node on the same network file system: not a difference.
             (vec![node("a", 8, 30.0, fuse), node("b", 8, 30.0, fuse)], "node b shows no storage"),
             (vec![node("a", 8, 30.0, ext4), node("b", 4, 30.0, ext4)], "node b has 4 cores, every other node 8"),
