@@ -277,11 +277,11 @@ pub struct RunArgs {
     /// the host name). The summary, every rank's line and trace and every /metrics series
     /// carry it; `{node}` in --summary, --trace and --html is replaced by it, so every node
     /// can write into one shared folder.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = parse_node_name)]
     pub node: Option<String>,
-    /// The training job's id, the same on every node (default: SLURM_JOB_ID,
-    /// TORCHELASTIC_RUN_ID, or torchrun's --rdzv-id in the command).
-    #[arg(long, value_name = "ID")]
+    /// The training job's id, the same on every node (default: torchrun's --rdzv-id in the
+    /// command, SLURM_JOB_ID, TORCHELASTIC_RUN_ID).
+    #[arg(long, value_name = "ID", value_parser = parse_node_name)]
     pub job: Option<String>,
     /// The program and its arguments, after `--`.
     #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
@@ -379,6 +379,18 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
 
 /// Longest `attach --duration`: 30 days.
 pub const MAX_DURATION_S: f64 = 30.0 * 24.0 * 3600.0;
+
+/// A node name or job id as given: it goes into file names and label values as it is, so
+/// letters, digits, `-`, `_` and `.` only, up to 64, and not only dots.
+fn parse_node_name(s: &str) -> Result<String, String> {
+    match probes::node::clean(s) {
+        Some(c) if c == s => Ok(c),
+        _ => Err(format!(
+            "{s:?}: use letters, digits, '-', '_' and '.' only (up to {} characters, not only dots): it names files and metric labels",
+            probes::node::MAX_NAME
+        )),
+    }
+}
 
 /// A positive, finite number of seconds up to [`MAX_DURATION_S`].
 pub fn parse_seconds(s: &str) -> Result<f64, String> {

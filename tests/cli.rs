@@ -244,6 +244,17 @@ fn cuda_without_the_feature_and_bad_flags_are_explained() {
 }
 
 #[test]
+fn a_node_name_or_job_id_that_would_not_name_a_file_is_refused_before_anything_runs() {
+    // `{node}` becomes part of file names, and the name a metric label: `..`, a slash or a space
+    // is a usage error, not a name quietly replaced by the host's.
+    for (flag, value) in [("--node", ".."), ("--node", "a/b"), ("--job", "my job"), ("--node", "")] {
+        let out = pipeprof(&["run", "--once", flag, value, "--", "true"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("letters, digits, '-', '_' and '.' only"), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
 fn demo_data_writes_the_requested_set() {
     let d = tempfile::tempdir().unwrap();
     let out = pipeprof(

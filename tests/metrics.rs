@@ -196,6 +196,9 @@ fn run_reports_the_programs_memory_not_its_own() {
     let hold = "import sys\nb = b'\\x01' * (500 << 20)\nprint('holding', flush=True)\nsys.stdin.read()\n";
     let child = Command::new(env!("CARGO_BIN_EXE_pipeprof"))
         .env("XDG_RUNTIME_DIR", dir.path())
+        // No job id to find: the job label is "none" (whatever allocation the tests run in).
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("TORCHELASTIC_RUN_ID")
         .args(["run", "--once", "--no-gpu", "--node", "n1", "--metrics-listen", "127.0.0.1:0", "--summary"])
         .arg(&summary)
         .args(["--", "python3", "-c", hold])

@@ -6,8 +6,9 @@
 //!
 //! Where each comes from, first found wins (see [`NodeId::detect`]):
 //! - name: `--node NAME`; Slurm's `SLURMD_NODENAME`; the host name.
-//! - job: `--job ID`; Slurm's `SLURM_JOB_ID`; torchelastic's `TORCHELASTIC_RUN_ID`; the
-//!   program's own `--rdzv-id`/`--rdzv_id` (torchrun's flag); else none.
+//! - job: `--job ID`; the program's own `--rdzv-id`/`--rdzv_id` (torchrun's flag: several
+//!   torchrun jobs in one Slurm allocation each have their own); Slurm's `SLURM_JOB_ID`;
+//!   torchelastic's `TORCHELASTIC_RUN_ID`; else none.
 //! - node rank: Slurm's `SLURM_NODEID`; `GROUP_RANK` where a launcher set it for pipeprof. Not
 //!   torchrun's `--node-rank`: with its c10d rendezvous that flag is ignored, and the nodes are
 //!   numbered as they join.
@@ -89,9 +90,9 @@ impl NodeId {
         let job = src
             .job
             .and_then(clean)
+            .or_else(|| flag_value(src.program, "rdzv-id").as_deref().and_then(clean))
             .or_else(|| from_env("SLURM_JOB_ID"))
-            .or_else(|| from_env("TORCHELASTIC_RUN_ID"))
-            .or_else(|| flag_value(src.program, "rdzv-id").as_deref().and_then(clean));
+            .or_else(|| from_env("TORCHELASTIC_RUN_ID"));
         let num = |v: Option<String>| v.and_then(|v| v.trim().parse::<u32>().ok());
         let node_rank = num(env("SLURM_NODEID")).or_else(|| num(env("GROUP_RANK")));
         NodeId { name, job, node_rank }
@@ -133,7 +134,7 @@ mod tests {
             _ => None,
         };
         type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
-        let cases: [(Sources, Env, NodeId); 4] = [
+        let cases: [(Sources, Env, NodeId); 5] = [
             (
                 Sources { host: Some("box"), program: &torchrun, ..Default::default() },
                 &none,
@@ -141,6 +142,11 @@ mod tests {
             ),
             (
                 Sources { host: Some("box"), program: &torchrun, ..Default::default() },
+                &slurm,
+                NodeId { name: "gpu-12".into(), job: Some("job7".into()), node_rank: Some(3) },
+            ),
+            (
+                Sources { host: Some("box"), ..Default::default() },
                 &slurm,
                 NodeId { name: "gpu-12".into(), job: Some("4242".into()), node_rank: Some(3) },
             ),

@@ -1,13 +1,14 @@
 """A real two-node training job on this one machine: two network namespaces with their own host
 names ("a" and "b", python/tests/netns.py), joined by a bridge, each running
 `torchrun --nnodes 2 --nproc_per_node 2` (c10d rendezvous on node a, gloo over eth0) of
-python/examples/train_ddp.py, with global rank 3 (on node b) slowed on purpose in its Dataset.
+python/examples/train_ddp.py, node b's data behind a slow FUSE mount (python/tests/slowfs.py),
+node a's on the local disk.
 
 The first test is the harness's own proof: the plain job, without pipeprof, rendezvouses across
 the namespaces and completes. The second wraps each node's torchrun in `pipeprof run`, with
 metrics served to a real Prometheus in the root namespace (file-based discovery of both nodes,
 `honor_labels`, docs/prometheus/rules.yml): it waits until Prometheus's recording rule
-`pipeprof:job_straggler` names rank 3 on node b, stops both runs with Ctrl-C (SIGINT to their
+`pipeprof:job_straggler` names a rank of node b, stops both runs with Ctrl-C (SIGINT to their
 process groups), and reads the summaries, the rank traces and `pipeprof report` over the shared
 folder. Needs root, iproute2 and util-linux (the test fails without them: it never skips)."""
 
@@ -35,13 +36,15 @@ PROM_DOCS = REPO / "docs" / "prometheus"
 #: The c10d store's port on node a, and each node's metrics port: each node has its own ports.
 RDZV_PORT = 29400
 METRICS_PORT = 9464
-#: Far more steps than the test waits for (≥ 64 ms each, paced by rank 3's 8 ms per sample):
+#: Far more steps than the test waits for (≈ 200 ms each, paced by node b's storage):
 #: the runs are stopped by Ctrl-C once Prometheus has named the straggler.
 STEPS = 2000
-SLOW_RANK = 3
+#: Node b's data: each file's open costs this on its FUSE mount, 8 files a batch (≈ 200 ms a
+#: batch per DataLoader worker, more than a step's compute here): its ranks wait for data.
+OPEN_MS = 25
 #: Steps every rank has made before the runs are stopped: the offline verdict judges each rank's
 #: mean step, and the first few (start-up, the first all-reduce) are not the job's pace.
-JUDGED_STEPS = 100
+JUDGED_STEPS = 40
 
 
 @pytest.fixture
@@ -53,12 +56,14 @@ def node_data(tmp_path_factory):
     for k in range(32):
         (local / f"sample-{k}.bin").write_bytes(os.urandom(4096))
     mnt = tmp_path_factory.mktemp("fuse")
-    with slowfs.mounted(str(local), str(mnt), open_ms=2, read_ms=1):
+    with slowfs.mounted(str(local), str(mnt), open_ms=OPEN_MS, read_ms=1):
         yield {"a": local, "b": mnt}
 
 
 @pytest.fixture
-def nodes():
+def nodes(node_data):
+    # After node_data: torn down first, so no process of a node still reads the FUSE mount when
+    # it goes.
     n = TwoNodes()
     try:
         yield n
@@ -78,7 +83,12 @@ def torchrun(node_rank, master, job, steps, slow_rank=-1, data=None):
 def node_env(home):
     """A node's environment: a runtime folder of its own (outside the shared folder), and gloo
     on the node's eth0 (not the loopback its host name might resolve to)."""
-    return dict(env_for(home), GLOO_SOCKET_IFNAME="eth0")
+    env = dict(env_for(home), GLOO_SOCKET_IFNAME="eth0")
+    # The node's name and job are the test's (host names "a" and "b", torchrun's --rdzv-id), not a
+    # Slurm allocation's the tests might run in.
+    for k in [k for k in env if k.startswith("SLURM")] + ["TORCHELASTIC_RUN_ID", "GROUP_RANK"]:
+        env.pop(k, None)
+    return env
 
 
 def tail(path, n=4000):
@@ -225,7 +235,7 @@ def labels(sample_line):
     return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', inside))
 
 
-def test_two_nodes_prometheus_and_report_name_rank_3_on_node_b(nodes, node_data, prometheus_at, tmp_path, tmp_path_factory):
+def test_two_nodes_prometheus_and_report_name_the_node_with_slow_storage(nodes, node_data, prometheus_at, tmp_path, tmp_path_factory):
     # Without the pipeprof package in the ranks' interpreter, `pipeprof run` sees no rank at all
     # (it samples the machine only), and Prometheus would never name one: say so at once.
     imp = subprocess.run([sys.executable, "-c", "import pipeprof"], capture_output=True, text=True, timeout=HANG_S)
@@ -239,14 +249,14 @@ def test_two_nodes_prometheus_and_report_name_rank_3_on_node_b(nodes, node_data,
         # `{node}` is the node's name: its host name, "a" or "b"; the job is torchrun's --rdzv-id.
         cmd = [pipeprof_bin(), "run", "--once", "--no-gpu", "--summary", f"{shared}/{{node}}.summary.json"]
         cmd += ["--trace", f"{shared}/{{node}}.trace.json", "--metrics-listen", f"0.0.0.0:{METRICS_PORT}", "--metrics-allow-remote"]
-        return [*cmd, "--", *torchrun(k, master, job, STEPS, slow_rank=SLOW_RANK, data=node_data[node.name])]
+        return [*cmd, "--", *torchrun(k, master, job, STEPS, data=node_data[node.name])]
 
     runs = start_on_nodes(nodes, tmp_path_factory, shared, pipeprof_run)
 
     def logs():
         return "\n".join(tail(log) for _, log in runs.values()) + "\n" + prom.log()
 
-    # Ask Prometheus until its recording rule names the straggler: rank 3, on node b, of this job
+    # Ask Prometheus until its recording rule names the straggler: a rank of node b, of this job
     # (and nothing else for this job). The pace of the asking is a wait on the runs' ending.
     guard = time.monotonic() + HANG_S
     named = None
@@ -258,10 +268,10 @@ def test_two_nodes_prometheus_and_report_name_rank_3_on_node_b(nodes, node_data,
         ours = [s["metric"] for s in named or [] if s["metric"].get("job") == job]
         fewest = prom.try_query(f'min(pipeprof_steps_total{{job="{job}",rank!="all"}})')
         fewest = float(fewest[0]["value"][1]) if fewest else 0.0
-        if [(m.get("rank"), m.get("node")) for m in ours] == [(str(SLOW_RANK), "b")] and fewest >= JUDGED_STEPS:
+        if [m.get("node") for m in ours] == ["b"] and ours[0].get("rank") in ("2", "3") and fewest >= JUDGED_STEPS:
             break
         assert time.monotonic() < guard, (
-            f"hang guard ({HANG_S} s): Prometheus never named rank {SLOW_RANK} on node b as this job's straggler; "
+            f"hang guard ({HANG_S} s): Prometheus never named a rank of node b as this job's straggler; "
             f"pipeprof:job_straggler: {named}; up: {prom.try_query('up')}; pipeprof_straggler: {prom.try_query('pipeprof_straggler')}\n" + logs()
         )
         try:
@@ -324,6 +334,7 @@ def test_two_nodes_prometheus_and_report_name_rank_3_on_node_b(nodes, node_data,
         assert path.exists(), f"no {path.name}; the shared folder has {sorted(f.name for f in shared.iterdir())}"
         info = json.loads(path.read_text()).get("distributedInfo", {})
         assert (info.get("rank"), info.get("local_rank"), info.get("world_size")) == (r, r % 2, 4), f"{path.name}: distributedInfo {info}"
+        assert (info.get("node"), info.get("job")) == (name, job), f"{path.name}: distributedInfo {info}, not node {name} of job {job}"
 
     # `pipeprof report` on the shared folder: a line per rank of both nodes, and the straggler.
     rep = subprocess.run([pipeprof_bin(), "report", str(shared)], capture_output=True, text=True, timeout=HANG_S)
@@ -331,7 +342,8 @@ def test_two_nodes_prometheus_and_report_name_rank_3_on_node_b(nodes, node_data,
     out = rep.stdout.splitlines()
     for r in range(4):
         assert any(re.match(rf"\s*rank {r}\b", ln) for ln in out), f"pipeprof report: no line for rank {r}:\n{rep.stdout}"
-    assert any(ln.strip() == "straggler: rank 3 on node b" for ln in out), f"pipeprof report: no `straggler: rank 3 on node b` line:\n{rep.stdout}"
+    said = [ln.strip() for ln in out if ln.startswith("straggler: ")]
+    assert said in (["straggler: rank 2 on node b"], ["straggler: rank 3 on node b"]), f"pipeprof report: no `straggler: rank 2|3 on node b` line:\n{rep.stdout}"
     # … and what sets node b apart: its data behind the FUSE mount, node a's on the local disk.
     fs = {n: json.loads((shared / f"{n}.summary.json").read_text())["data_fs"] for n in "ab"}
     assert (fs["a"]["kind"], fs["b"]["kind"], fs["b"]["source"]) == ("Local", "Fuse", "slowfs"), fs
@@ -344,5 +356,5 @@ def test_two_nodes_prometheus_and_report_name_rank_3_on_node_b(nodes, node_data,
     doc = json.loads(rep.stdout)
     assert verdict_errors(doc) == [], f"report --json against docs/schema/verdict.schema.json: {verdict_errors(doc)}"
     v = doc.get("straggler") or {}
-    assert (v.get("rank"), v.get("node"), v.get("cause")) == (3, "b", "input"), f"report --json: straggler {v}"
+    assert (v.get("rank") in (2, 3), v.get("node"), v.get("cause")) == (True, "b", "input"), f"report --json: straggler {v}"
     assert want[2:] in v.get("evidence", []), f"report --json: the node's difference in the evidence: {v}"

@@ -294,6 +294,10 @@ impl RunSettings {
                 *s = clean_name(s, MAX_NAME);
             }
         }
+        if let Some(n) = &mut self.node {
+            n.name = probes::node::clean(&n.name).unwrap_or_else(|| "?".into());
+            n.job = n.job.as_deref().and_then(probes::node::clean);
+        }
         self.classes.truncate(MAX_CLASSES);
         for list in [&mut self.simulated, &mut self.auto_workers, &mut self.unreadable, &mut self.transforms] {
             list.truncate(MAX_LISTED);
@@ -325,7 +329,8 @@ impl RunSettings {
         let Ok(mut cur) = serde_json::to_value(&*self) else { return Vec::new() };
         let mut refused = Vec::new();
         for (k, val) in obj {
-            if k == "unreadable" {
+            // The node is the run's (`pipeprof run` on that machine), never the program's.
+            if k == "unreadable" || k == "node" {
                 continue;
             }
             let mut trial = cur.clone();

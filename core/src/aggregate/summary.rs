@@ -101,6 +101,9 @@ impl Summary {
             name(&mut st.stage);
         });
         self.layers.iter_mut().for_each(|l| name(&mut l.name));
+        for l in &mut self.ranks {
+            l.node = l.node.as_deref().map(|n| probes::node::clean(n).unwrap_or_else(|| "?".into()));
+        }
         if let Some(f) = &mut self.failed {
             *f = clean_text(f);
         }

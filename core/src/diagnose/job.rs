@@ -3,18 +3,21 @@
 //! evidence and advice added.
 //!
 //! # The rule
-//! When one rank's input pipeline sets the job's pace and it runs on a node of its own, the
-//! node is set against the others, first difference found:
+//! When one rank's input pipeline sets the job's pace, and every rank of its node waits for
+//! data longer than every rank of the other nodes (by [`STRAGGLER_MIN_MS`] at least), the node
+//! is the cause: it is set against the others, first difference found:
 //! 1. its data on a network or FUSE file system while another node reads from a local one;
 //! 2. fewer cores than every other node;
 //! 3. its CPUs busier than every other node's by [`BUSIER_CPU_PTS`] points or more
 //!    (other programs on it, or more work);
 //!
-//! else none of these, said so. When no rank sets the pace and every rank waits for data
+//! else none of these, said so. When a rank of the same node waits no longer than the other
+//! nodes' ranks, the cause is the straggler's own (its shard, its transforms), not its node.
+//! When no rank sets the pace and every rank waits for data
 //! [`HIGH_WAIT_SHARE`] of its step or more, the job's input pipeline as a whole is the limit:
 //! every node alike.
 
-use super::ranks::{Cause, RanksVerdict};
+use super::ranks::{Cause, RanksVerdict, RANK_MIN_STEPS, STRAGGLER_MIN_MS};
 use super::thresholds::HIGH_WAIT_SHARE;
 use crate::aggregate::ranks::RankLine;
 use crate::aggregate::Summary;
@@ -66,10 +69,28 @@ pub fn on_nodes(mut v: RanksVerdict, lines: &[RankLine], nodes: &[NodeFacts]) ->
         }
         return v;
     }
-    let (Some(name), Some(Cause::Input)) = (v.node.clone(), v.cause) else { return v };
+    let (Some(name), Some(Cause::Input), Some(rank)) = (v.node.clone(), v.cause, v.straggler) else { return v };
     let Some(me) = nodes.iter().find(|n| n.name == name) else { return v };
     let others: Vec<&NodeFacts> = nodes.iter().filter(|n| n.name != name).collect();
     if others.is_empty() {
+        return v;
+    }
+    let judged = lines.iter().filter(|l| l.steps >= RANK_MIN_STEPS);
+    let on = |l: &&RankLine| l.node.as_deref() == Some(name.as_str());
+    let elsewhere = judged
+        .clone()
+        .filter(|l| !on(l))
+        .map(|l| l.wait_ms)
+        .fold(None, |a: Option<f64>, w| Some(a.map_or(w, |a| a.max(w))));
+    let calm = judged
+        .filter(|l| on(l) && l.rank != rank)
+        .find(|l| elsewhere.is_some_and(|e| l.wait_ms < e + STRAGGLER_MIN_MS));
+    if let (Some(sib), Some(e)) = (calm, elsewhere) {
+        v.evidence.push(format!(
+            "rank {} on node {name} waits {:.1} ms per step for data, as the other nodes' ranks do (at most {e:.1} ms): \
+             the cause is rank {rank}'s own (its shard, its transforms), not node {name}",
+            sib.rank, sib.wait_ms
+        ));
         return v;
     }
     let (evidence, advice) = node_difference(me, &others);
@@ -169,13 +190,33 @@ mod tests {
             (vec![node("a", 8, 30.0, ext4), node("b", 8, 55.0, ext4)], "node b's CPUs are 55% busy"),
             (vec![node("a", 8, 30.0, ext4), node("b", 8, 45.0, ext4)], "node b shows no storage"),
         ];
+        // Node b's ranks 2 and 3 both wait longer than node a's: the node is the cause.
+        let line = |rank, node: &str, wait_ms| RankLine {
+            rank,
+            node: Some(node.into()),
+            steps: 20,
+            wait_ms,
+            ..Default::default()
+        };
+        let lines = [line(0, "a", 4.0), line(1, "a", 4.0), line(2, "b", 40.0), line(3, "b", 60.0)];
         for (nodes, want) in table {
-            let v = on_nodes(straggling("b"), &[], &nodes);
+            let v = on_nodes(straggling("b"), &lines, &nodes);
             assert!(v.evidence.last().is_some_and(|e| e.starts_with(want)), "{nodes:?}: {:?}", v.evidence);
         }
         // A node the files do not describe, or one node alone: nothing added.
-        assert!(on_nodes(straggling("c"), &[], &[node("a", 8, 30.0, ext4)]).evidence.is_empty());
-        assert!(on_nodes(straggling("b"), &[], &[node("b", 8, 30.0, fuse)]).evidence.is_empty());
+        assert!(on_nodes(straggling("c"), &lines, &[node("a", 8, 30.0, ext4)]).evidence.is_empty());
+        assert!(on_nodes(straggling("b"), &lines, &[node("b", 8, 30.0, fuse)]).evidence.is_empty());
+        // Rank 2 on node b waits like node a's ranks: rank 3's own cause, whatever node b's storage.
+        let alone = [line(0, "a", 4.0), line(1, "a", 4.0), line(2, "b", 4.5), line(3, "b", 60.0)];
+        let v = on_nodes(straggling("b"), &alone, &[node("a", 8, 30.0, ext4), node("b", 8, 30.0, fuse)]);
+        assert_eq!(v.evidence.len(), 1, "{:?}", v.evidence);
+        assert!(v.evidence[0].starts_with("rank 2 on node b waits 4.5 ms per step for data"), "{:?}", v.evidence);
+        assert!(
+            v.evidence[0].ends_with("the cause is rank 3's own (its shard, its transforms), not node b"),
+            "{:?}",
+            v.evidence
+        );
+        assert!(v.advice.is_empty(), "{:?}", v.advice);
     }
 
     #[test]

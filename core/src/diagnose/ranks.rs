@@ -402,6 +402,22 @@ mod tests {
     }
 
     #[test]
+    fn ranks_of_one_node_read_as_ranks_of_no_node_and_nodes_are_named_only_across_several() {
+        let plain = vec![line(0, 6.0, 94.0, None), line(1, 41.0, 59.0, None)];
+        let on = |node: &str, mut l: RankLine| {
+            l.node = Some(node.into());
+            l
+        };
+        let one: Vec<RankLine> = plain.iter().cloned().map(|l| on("a", l)).collect();
+        assert_eq!(judge(&one), judge(&plain), "one node: the same words, no node named");
+        let two = vec![on("a", plain[0].clone()), on("b", plain[1].clone())];
+        let v = judge(&two).unwrap();
+        assert_eq!((v.straggler, v.node.as_deref()), (Some(1), Some("b")));
+        assert!(v.headline.starts_with("rank 1 on node b's input pipeline sets the pace"), "{}", v.headline);
+        assert!(v.evidence[0].ends_with("rank 0 on node a 6%"), "{:?}", v.evidence);
+    }
+
+    #[test]
     fn the_rank_that_sets_the_pace_is_named_with_how_the_sync_wait_was_found() {
         // (lines, straggler, cause, sync source, rank 0's all-reduce wait)
         type Row = (Vec<RankLine>, Option<u32>, Option<Cause>, SyncSource, f64);

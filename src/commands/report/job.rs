@@ -64,6 +64,10 @@ fn part(p: &Path, repair: bool) -> anyhow::Result<Part> {
         let line = RankLine::of(rank, &l.summary, &l.summary.machine);
         return Ok(Part::Rank(Box::new(line), l.summary.settings.model.to_string()));
     }
+    let nodes: std::collections::BTreeSet<_> = l.summary.ranks.iter().filter_map(|r| r.node.as_deref()).collect();
+    if l.summary.settings.node.is_none() && nodes.len() > 1 {
+        anyhow::bail!("{}: a job's summary (`pipeprof report DIR --summary`), not one node's run", p.display());
+    }
     if !l.summary.ranks.is_empty() {
         return Ok(Part::Node(Box::new(l.summary)));
     }
@@ -78,16 +82,31 @@ fn part(p: &Path, repair: bool) -> anyhow::Result<Part> {
 /// summary's line before a trace's) and its nodes' summaries, from `files`.
 type Gathered = (Vec<String>, Vec<RankLine>, Vec<(PathBuf, Summary)>);
 
-fn gather(files: &[PathBuf], repair: bool) -> anyhow::Result<Gathered> {
+/// The job id a summary names, if any.
+fn job_of(s: &Summary) -> Option<&str> {
+    s.settings.node.as_ref()?.job.as_deref()
+}
+
+/// Reads `files` as one job. `from_folder`: a file that is not part of one (another tool's
+/// JSON, a trace cut before its summary) is left out with a note naming it and why, rather
+/// than ending the report; files named one by one must each be part of it.
+fn gather(files: &[PathBuf], repair: bool, from_folder: bool) -> anyhow::Result<Gathered> {
     let mut traced: BTreeMap<u32, (RankLine, &PathBuf)> = BTreeMap::new();
     let mut nodes: Vec<(PathBuf, Summary)> = Vec::new();
     let mut read = Vec::new();
     for p in files {
-        match part(p, repair)? {
+        let got = match part(p, repair) {
+            Err(e) if from_folder => {
+                pipeprof_trainer::progress::say(&format!("pipeprof report: left out {e:#}"));
+                continue;
+            }
+            got => got?,
+        };
+        match got {
             Part::Rank(l, model) => {
                 if let Some((_, other)) = traced.get(&l.rank) {
                     anyhow::bail!(
-                        "{} and {} are both rank {}: give each rank once",
+                        "{} and {} are both rank {}: give each rank once (two runs in one folder?)",
                         other.display(),
                         p.display(),
                         l.rank
@@ -97,13 +116,37 @@ fn gather(files: &[PathBuf], repair: bool) -> anyhow::Result<Gathered> {
                 traced.insert(l.rank, (*l, p));
             }
             Part::Node(s) => {
-                let name = s.settings.node.as_ref().map(|n| n.name.clone());
-                let shown = name.clone().unwrap_or_else(|| "?".into());
+                if let Some((other, o)) = nodes.iter().find(|(_, o)| job_of(o) != job_of(&s)) {
+                    anyhow::bail!(
+                        "{} is of job {} and {} of job {}: one job's files at a time",
+                        other.display(),
+                        job_of(o).unwrap_or("(none)"),
+                        p.display(),
+                        job_of(&s).unwrap_or("(none)")
+                    );
+                }
+                let name = s.settings.node.as_ref().map_or_else(|| "?".to_string(), |n| n.name.clone());
+                let ranks: Vec<u32> = s.ranks.iter().map(|l| l.rank).collect();
                 // A node's run trace holds what its summary does: the first file of a node counts.
-                let again = name.is_some()
-                    && nodes.iter().any(|(_, o)| o.settings.node.as_ref().map(|n| &n.name) == name.as_ref());
+                let same = |o: &Summary| {
+                    o.settings.node == s.settings.node && o.ranks.iter().map(|l| l.rank).eq(ranks.iter().copied())
+                };
+                let again = nodes.iter().any(|(_, o)| same(o));
+                if !again {
+                    if let Some((other, _)) =
+                        nodes.iter().find(|(_, o)| o.ranks.iter().any(|l| ranks.contains(&l.rank)))
+                    {
+                        anyhow::bail!(
+                            "{} and {} both hold ranks of {}: two runs in one folder, or two machines of one name? \
+                             (`pipeprof run --node NAME` names each)",
+                            other.display(),
+                            p.display(),
+                            if name == "?" { "a node of no name".to_string() } else { format!("node {name}") }
+                        );
+                    }
+                }
                 let note = if again { ", already read" } else { "" };
-                read.push(format!("node {shown} = {}  ({} ranks{note})", p.display(), s.ranks.len()));
+                read.push(format!("node {name} = {}  ({} ranks{note})", p.display(), ranks.len()));
                 if !again {
                     nodes.push((p.clone(), *s));
                 }
@@ -116,6 +159,9 @@ fn gather(files: &[PathBuf], repair: bool) -> anyhow::Result<Gathered> {
             lines.insert(l.rank, l.clone());
         }
     }
+    if lines.is_empty() {
+        anyhow::bail!("no rank of a distributed run in {} files read", files.len());
+    }
     if lines.len() > MAX_RANK_FILES {
         anyhow::bail!("{} ranks: pipeprof report reads at most {MAX_RANK_FILES} ranks at once", lines.len());
     }
@@ -124,8 +170,13 @@ fn gather(files: &[PathBuf], repair: bool) -> anyhow::Result<Gathered> {
 
 /// The ranks of a distributed run or job: their lines side by side, the straggler with its
 /// node, each node's machine.
-pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
-    let (read, lines, nodes) = gather(&args.files, args.repair)?;
+pub fn run(args: &Options, from_folder: bool) -> anyhow::Result<Option<Diagnosed>> {
+    if !args.html().is_empty() {
+        anyhow::bail!(
+            "--html and --html-fragment report one run: a job's ranks have no page yet; the text, --summary or --json"
+        );
+    }
+    let (read, lines, nodes) = gather(&args.files, args.repair, from_folder)?;
     let facts: Vec<NodeFacts> = nodes.iter().filter_map(|(_, s)| NodeFacts::of(s)).collect();
     let mut o = String::new();
     let job = nodes.iter().find_map(|(_, s)| s.settings.node.as_ref()?.job.clone());
@@ -138,7 +189,11 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
     for r in &read {
         let _ = writeln!(o, "{r}");
     }
-    let summary = Summary { ranks: lines, ..Default::default() };
+    let summary = Summary {
+        schema_version: pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION,
+        ranks: lines,
+        ..Default::default()
+    };
     let straggler = diagnose::ranks::judge(&summary.ranks).map(|v| diagnose::job::on_nodes(v, &summary.ranks, &facts));
     o.push_str(&report::render_ranks(&summary, straggler.as_ref()));
     if facts.len() > 1 {
@@ -153,4 +208,76 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
             .with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(Some(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pipeprof_core::aggregate::SUMMARY_SCHEMA_VERSION;
+
+    /// A node's summary file: `ranks` on node `name` of job `job`.
+    fn node_file(dir: &Path, file: &str, name: Option<&str>, job: &str, ranks: &[u32]) -> PathBuf {
+        let mut s = Summary { schema_version: SUMMARY_SCHEMA_VERSION, ..Default::default() };
+        s.settings.node = name.map(|n| probes::NodeId { name: n.into(), job: Some(job.into()), node_rank: None });
+        s.ranks = ranks
+            .iter()
+            .map(|&rank| RankLine {
+                rank,
+                node: name.map(String::from),
+                world_size: 4,
+                steps: 20,
+                step_ms: 10.0,
+                ..Default::default()
+            })
+            .collect();
+        let p = dir.join(file);
+        std::fs::write(&p, serde_json::to_string(&Diagnosed::new(s)).unwrap()).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_folder_is_every_nodes_ranks_and_what_is_not_a_node_is_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        let a = node_file(d.path(), "a.summary.json", Some("a"), "j1", &[0, 1]);
+        node_file(d.path(), "b.summary.json", Some("b"), "j1", &[2, 3]);
+        // The same node's run trace would say it again: read once.
+        node_file(d.path(), "b.again.json", Some("b"), "j1", &[2, 3]);
+        std::fs::write(d.path().join("trainer_state.json"), r#"{"epoch": 3}"#).unwrap();
+        let files = expand(&[d.path().to_path_buf()]).unwrap();
+        assert_eq!(files.len(), 4);
+        let (read, lines, nodes) = gather(&files, false, true).unwrap();
+        assert_eq!(
+            lines.iter().map(|l| (l.rank, l.node.as_deref())).collect::<Vec<_>>(),
+            [(0, Some("a")), (1, Some("a")), (2, Some("b")), (3, Some("b"))]
+        );
+        assert_eq!(nodes.len(), 2);
+        assert!(read.iter().any(|r| r.ends_with("(2 ranks, already read)")), "{read:?}");
+        // Named one by one, a file that is no part of a job ends the report, naming it.
+        let e = gather(&[a, d.path().join("trainer_state.json")], false, false).unwrap_err().to_string();
+        assert!(e.contains("trainer_state.json") && e.contains("neither a pipeprof trace nor a summary"), "{e}");
+    }
+
+    #[test]
+    fn two_runs_or_two_jobs_in_one_folder_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let a = node_file(d.path(), "a.json", Some("a"), "j1", &[0, 1]);
+        let c = node_file(d.path(), "c.json", Some("c"), "j1", &[1, 2]);
+        let e = gather(&[a.clone(), c], false, true).unwrap_err().to_string();
+        assert!(e.contains("both hold ranks of node c"), "{e}");
+        let other = node_file(d.path(), "b.json", Some("b"), "j2", &[2, 3]);
+        let e = gather(&[a, other], false, true).unwrap_err().to_string();
+        assert!(e.contains("of job j1") && e.contains("of job j2"), "{e}");
+    }
+
+    #[test]
+    fn a_summary_of_version_1_reads_with_no_node() {
+        let d = tempfile::tempdir().unwrap();
+        let p = node_file(d.path(), "old.json", None, "j", &[0, 1]);
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        v["schema_version"] = 1.into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        let (_, lines, nodes) = gather(&[p], false, false).unwrap();
+        assert_eq!((lines.len(), nodes.len()), (2, 1));
+        assert!(lines.iter().all(|l| l.node.is_none()));
+    }
 }

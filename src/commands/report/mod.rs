@@ -80,7 +80,7 @@ pub fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
 pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
     if args.files.iter().any(|p| p.is_dir()) {
         let files = job::expand(&args.files)?;
-        return job::run(&Options { files, ..args.clone() });
+        return job::run(&Options { files, ..args.clone() }, true);
     }
     let Some(first) = args.files.first() else { anyhow::bail!("pipeprof report needs a trace or summary file") };
     let html = args.html();
@@ -97,7 +97,7 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
             ranked(first) && ranked(&args.files[1])
         })
     {
-        return job::run(args);
+        return job::run(args, false);
     }
     let a = load(first, args.repair)?;
     match args.files.get(1) {
