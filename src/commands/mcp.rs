@@ -304,14 +304,9 @@ impl Drop for Running {
     }
 }
 
-/// Runs the child to its end, its time or the call's cancel: (its stdout, the last lines of
-/// its stderr, how it ended). Interrupted, it has [`STOP_GRACE`] to end before it is killed.
-async fn run_child(
-    exe: &std::path::Path,
-    plan: &Plan,
-    ctx: &RequestContext<RoleServer>,
-) -> std::io::Result<(Vec<u8>, String, End)> {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+/// The command `plan` runs: this binary with its arguments, no stdin, stdout and stderr
+/// piped, interrupted when the server dies (and not started if it already has).
+fn child_command(exe: &std::path::Path, plan: &Plan) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args(&plan.args).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
     cmd.stderr(std::process::Stdio::piped());
@@ -335,7 +330,18 @@ async fn run_child(
             Ok(())
         });
     }
-    let mut child = Running(cmd.spawn()?);
+    cmd
+}
+
+/// Runs the child to its end, its time or the call's cancel: (its stdout, the last lines of
+/// its stderr, how it ended). Interrupted, it has [`STOP_GRACE`] to end before it is killed.
+async fn run_child(
+    exe: &std::path::Path,
+    plan: &Plan,
+    ctx: &RequestContext<RoleServer>,
+) -> std::io::Result<(Vec<u8>, String, End)> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut child = Running(child_command(exe, plan).spawn()?);
     let (out, err) = (child.0.stdout.take(), child.0.stderr.take());
     // stdout is pipeprof's own (its program's output goes to stderr under --json): it closes
     // when pipeprof ends.

@@ -377,21 +377,7 @@ pub fn render(runs: &[FollowUp], results: &[Outcome], main_images_per_s: f64, el
         "advice", "predicted images/s", "predicted ×", "measured images/s", "measured ×"
     );
     for (k, (f, m)) in runs.iter().zip(results).enumerate() {
-        let on = f.against.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(main_images_per_s);
-        let (rate, pred) = match (k, f.predicted, f.range) {
-            // The baseline: the run as it was, by definition ×1.
-            (0, _, _) => ("-".to_string(), "1.00×".to_string()),
-            // A floor's range is no ceiling: its low end is the promise.
-            (_, Some(p), range) if f.floor => {
-                let p = range.map_or(p, |(lo, _)| lo);
-                (format!("≥{:.1}", p * on), format!("≥{:.2}×", p * on / base))
-            }
-            (_, Some(_), Some((lo, hi))) => {
-                (format!("{:.0}–{:.0}", lo * on, hi * on), format!("{:.1}–{:.1}×", lo * on / base, hi * on / base))
-            }
-            (_, Some(p), None) => (format!("{:.1}", p * on), format!("{:.2}×", p * on / base)),
-            (_, None, _) => ("-".into(), "-".into()),
-        };
+        let (rate, pred) = predicted_cells(k, f, main_images_per_s, base);
         let note = m.as_ref().ok().and_then(|m| m.note.as_ref()).map(|n| format!("  ({n})")).unwrap_or_default();
         match m.as_ref().map(|m| m.rate) {
             // A × measured beside other programs' load is not the change's alone: in brackets.
@@ -430,6 +416,25 @@ pub fn render(runs: &[FollowUp], results: &[Outcome], main_images_per_s: f64, el
         let _ = writeln!(o, "{w}");
     }
     o
+}
+
+/// Follow-up `k`'s predicted cells: (images/s, × over `base`), from its gain over the rate it
+/// was predicted against (the main run's, `main_images_per_s`, unless it says). The baseline
+/// (`k` 0) is ×1 by definition; a floor's low end is its promise; a range shows both ends.
+fn predicted_cells(k: usize, f: &FollowUp, main_images_per_s: f64, base: f64) -> (String, String) {
+    let on = f.against.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(main_images_per_s);
+    match (k, f.predicted, f.range) {
+        (0, _, _) => ("-".to_string(), "1.00×".to_string()),
+        (_, Some(p), range) if f.floor => {
+            let p = range.map_or(p, |(lo, _)| lo);
+            (format!("≥{:.1}", p * on), format!("≥{:.2}×", p * on / base))
+        }
+        (_, Some(_), Some((lo, hi))) => {
+            (format!("{:.0}–{:.0}", lo * on, hi * on), format!("{:.1}–{:.1}×", lo * on / base, hi * on / base))
+        }
+        (_, Some(p), None) => (format!("{:.1}", p * on), format!("{:.2}×", p * on / base)),
+        (_, None, _) => ("-".into(), "-".into()),
+    }
 }
 
 /// The rate every measured × is over: the baseline re-run's (the program re-run unchanged),

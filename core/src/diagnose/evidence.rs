@@ -375,21 +375,7 @@ impl Facts<'_> {
             }
             Evidence::Cpu { busy } => self.cpu_line(*busy),
             Evidence::Contention => self.contention_line(),
-            Evidence::LoaderCompetes => match self.tf_map_cpu_share() {
-                Some(share) => format!(
-                    "training on the CPU: tf.data's map and loading use {} of CPU per image, the step {}: {} of this process's CPU (it used {} an image), on the same {} cores",
-                    ms(self.p.loader_cpu_ms()),
-                    ms(self.p.compute_cpu_now_ms()),
-                    pct(share),
-                    ms(self.p.loader_cpu_ms() + self.p.compute_cpu_now_ms()),
-                    self.p.cores as usize
-                ),
-                None => format!(
-                    "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
-                    ms(self.p.loader_cpu_ms()),
-                    ms(self.p.compute_cpu_now_ms())
-                ),
-            },
+            Evidence::LoaderCompetes => self.loader_competes_line(),
             Evidence::Transfer { mb_per_batch } => format!(
                 "host→device copies take {} per step{}, compute {}",
                 ms(sp.transfer_ms),
@@ -417,6 +403,26 @@ impl Facts<'_> {
                 ms(sp.compute_ms),
                 self.s.settings.batch_size,
                 ms(sp.compute_ms / self.p.batch)
+            ),
+        }
+    }
+
+    /// Training on the CPU: the loader's CPU per image beside the step's, on the same cores
+    /// (tf.data's map share of the process's CPU where TensorFlow's trace measured it).
+    fn loader_competes_line(&self) -> String {
+        match self.tf_map_cpu_share() {
+            Some(share) => format!(
+                "training on the CPU: tf.data's map and loading use {} of CPU per image, the step {}: {} of this process's CPU (it used {} an image), on the same {} cores",
+                ms(self.p.loader_cpu_ms()),
+                ms(self.p.compute_cpu_now_ms()),
+                pct(share),
+                ms(self.p.loader_cpu_ms() + self.p.compute_cpu_now_ms()),
+                self.p.cores as usize
+            ),
+            None => format!(
+                "training on the CPU: the loader uses {} of CPU per image, compute {}, on the same cores",
+                ms(self.p.loader_cpu_ms()),
+                ms(self.p.compute_cpu_now_ms())
             ),
         }
     }

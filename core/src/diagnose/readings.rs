@@ -306,6 +306,25 @@ pub fn serial_main_ms(s: &Summary, loader_wall_ms: f64, batch: f64, busy_ms: f64
     main_per_batch_ms(st.workers, s.split.wait_ms, wait_p50, loader_wall_ms, batch, busy_ms)
 }
 
+/// A CPU run's compute CPU per image, as the pipeline holds it: (the part that shrinks with
+/// the step, the part spent beside the loader's CPU). Measured cold (`cold` < 1), its CPU per
+/// image shrinks with the step; the rest was spent beside the loader's CPU, and stays with it
+/// (`Pipeline::compute_cpu_beside_ms`). Under TensorFlow's sampled trace, the process tree's
+/// CPU bounds it with the loader's (`loader` adjusted in place).
+fn compute_cpu_parts(s: &Summary, loader: &mut [StageCost], batch: f64, free_cores: f64, cold: f64) -> (f64, f64) {
+    let all = compute_cpu_ms(s, loader, batch, free_cores);
+    let mut per_image = all * cold;
+    if s.settings.tf_data && s.settings.tf_trace.is_some() {
+        // The process's CPU from its first step's end on, over the rate from there: the first
+        // step (TensorFlow's compile) in neither.
+        let steady = super::now::measured_now(s).map_or(s.images_per_s, |n| n.rate);
+        if let Some(tree) = tree_cpu_ms_at(s, steady) {
+            per_image = traced_cpu_within_tree(loader, per_image, tree);
+        }
+    }
+    (per_image, all * (1.0 - cold))
+}
+
 impl Pipeline {
     /// The pipeline a run's summary describes, part by part: its cores ([`cores_of`]), its
     /// loader's stages per image ([`loader_costs`]), the images a step trains
@@ -318,22 +337,11 @@ impl Pipeline {
         let mut loader = loader_costs(s);
         let cpu_device = s.trains_on_cpu();
         let batch = trained_batch(s);
-        let mut compute_cpu_ms_per_image = if cpu_device { compute_cpu_ms(s, &loader, batch, free_cores) } else { 0.0 };
         let transfer_ms = step_part(s, Stage::Transfer, s.split.transfer_ms);
         let others_cores = (cores - free_cores).max(0.0);
         let (compute_ms, cold) = compute_step(s, cpu_device, others_cores, transfer_ms);
-        // Measured cold, its CPU per image shrinks with the step; the rest was spent beside
-        // the loader's CPU, and stays with it (`Pipeline::compute_cpu_beside_ms`).
-        let compute_cpu_beside_ms = compute_cpu_ms_per_image * (1.0 - cold);
-        compute_cpu_ms_per_image *= cold;
-        if cpu_device && st.tf_data && st.tf_trace.is_some() {
-            // The process's CPU from its first step's end on, over the rate from there: the
-            // first step (TensorFlow's compile) in neither.
-            let steady = super::now::measured_now(s).map_or(s.images_per_s, |n| n.rate);
-            if let Some(tree) = tree_cpu_ms_at(s, steady) {
-                compute_cpu_ms_per_image = traced_cpu_within_tree(&mut loader, compute_cpu_ms_per_image, tree);
-            }
-        }
+        let (compute_cpu_ms_per_image, compute_cpu_beside_ms) =
+            if cpu_device { compute_cpu_parts(s, &mut loader, batch, free_cores, cold) } else { (0.0, 0.0) };
         let loader_wall: f64 = loader.iter().map(|x| x.wall_ms).sum();
         let k = cpu_cores(cores, physical_cores);
         let mut p = Pipeline {

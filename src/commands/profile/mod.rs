@@ -62,12 +62,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     // Before any thread starts: the allocator setting covers every thread's allocations only
     // when no thread has taken an arena of its own yet.
     train::device::keep_freed_memory(&dev);
-    // candle computes on rayon's global pool; named threads make its CPU use visible (they
-    // would otherwise inherit the name of the thread that started the pool).
-    let _ = rayon::ThreadPoolBuilder::new()
-        .thread_name(|i| ThreadRole::Compute(i as u32).thread_name())
-        .start_handler(|i| probes::set_thread_role(ThreadRole::Compute(i as u32)))
-        .build_global();
+    name_compute_threads();
     let data = setup::prepare(opts, &cfg, &model)?;
     let plan = plan(opts, &cfg, &model_name, &data)?;
     let settings = setup::settings(opts, &cfg, model, &data, plan.workers, plan.cores, plan.params);
@@ -76,10 +71,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     }
     let mut running = start_session(opts, &data, settings, metrics)?;
     let probe = running.probe().clone();
-    let subscriber = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
-    if tracing::subscriber::set_global_default(subscriber).is_err() {
-        progress::warn("a tracing subscriber is already installed: stage spans will not be measured");
-    }
+    measure_spans(&probe);
     pipeprof_trainer::data::loader::inject_panic_at_step(opts.panic_in_loader_at_step);
     let samplers = start_samplers(opts, &probe);
     let trainer = spawn_trainer(opts, &cfg, &data, plan, dev, &running)?;
@@ -109,6 +101,24 @@ pub fn run(opts: &Options) -> anyhow::Result<Finished> {
     let failed = failure_text(&outcome);
     running.close(failed.as_deref());
     finish(&data, running.finish(failed), outcome)
+}
+
+/// candle computes on rayon's global pool; named threads, each with its role, make its CPU
+/// use visible (they would otherwise inherit the name of the thread that started the pool).
+fn name_compute_threads() {
+    let _ = rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| ThreadRole::Compute(i as u32).thread_name())
+        .start_handler(|i| probes::set_thread_role(ThreadRole::Compute(i as u32)))
+        .build_global();
+}
+
+/// Stage spans into `probe`, through the Layer as the process's tracing subscriber (or a
+/// warning, when another is installed already).
+fn measure_spans(probe: &probes::Probe) {
+    let subscriber = tracing_subscriber::registry().with(ProbeLayer::new(probe.clone()));
+    if tracing::subscriber::set_global_default(subscriber).is_err() {
+        progress::warn("a tracing subscriber is already installed: stage spans will not be measured");
+    }
 }
 
 /// The run's loader workers (and whether `auto` adjusts them), the cores, the model's size.

@@ -78,6 +78,40 @@ fn part(p: &Path, repair: bool) -> anyhow::Result<Part> {
     )
 }
 
+/// A node's summary added to `nodes`, unless that node is there already (its run trace repeats
+/// its summary): the line that says what the file was. Refused: a file of another job, or
+/// ranks another node already holds (two runs in one folder, two machines of one name).
+fn add_node(nodes: &mut Vec<(PathBuf, Summary)>, p: &Path, s: Summary) -> anyhow::Result<String> {
+    if let Some((other, o)) = nodes.iter().find(|(_, o)| job_of(o) != job_of(&s)) {
+        anyhow::bail!(
+            "{} is of job {} and {} of job {}: one job's files at a time",
+            other.display(),
+            job_of(o).unwrap_or("(none)"),
+            p.display(),
+            job_of(&s).unwrap_or("(none)")
+        );
+    }
+    let name = s.settings.node.as_ref().map_or_else(|| "?".to_string(), |n| n.name.clone());
+    let ranks: Vec<u32> = s.ranks.iter().map(|l| l.rank).collect();
+    let same =
+        |o: &Summary| o.settings.node == s.settings.node && o.ranks.iter().map(|l| l.rank).eq(ranks.iter().copied());
+    if nodes.iter().any(|(_, o)| same(o)) {
+        return Ok(format!("node {name} = {}  ({} ranks, already read)", p.display(), ranks.len()));
+    }
+    if let Some((other, _)) = nodes.iter().find(|(_, o)| o.ranks.iter().any(|l| ranks.contains(&l.rank))) {
+        anyhow::bail!(
+            "{} and {} both hold ranks of {}: two runs in one folder, or two machines of one name? \
+             (`pipeprof run --node NAME` names each)",
+            other.display(),
+            p.display(),
+            if name == "?" { "a node of no name".to_string() } else { format!("node {name}") }
+        );
+    }
+    let line = format!("node {name} = {}  ({} ranks)", p.display(), ranks.len());
+    nodes.push((p.to_path_buf(), s));
+    Ok(line)
+}
+
 /// The files read and what each is, the job's ranks (each once, by global rank: a node
 /// summary's line before a trace's) and its nodes' summaries, from `files`.
 type Gathered = (Vec<String>, Vec<RankLine>, Vec<(PathBuf, Summary)>);
@@ -115,42 +149,7 @@ fn gather(files: &[PathBuf], repair: bool, from_folder: bool) -> anyhow::Result<
                 read.push(format!("rank {} = {}  ({model})", l.rank, p.display()));
                 traced.insert(l.rank, (*l, p));
             }
-            Part::Node(s) => {
-                if let Some((other, o)) = nodes.iter().find(|(_, o)| job_of(o) != job_of(&s)) {
-                    anyhow::bail!(
-                        "{} is of job {} and {} of job {}: one job's files at a time",
-                        other.display(),
-                        job_of(o).unwrap_or("(none)"),
-                        p.display(),
-                        job_of(&s).unwrap_or("(none)")
-                    );
-                }
-                let name = s.settings.node.as_ref().map_or_else(|| "?".to_string(), |n| n.name.clone());
-                let ranks: Vec<u32> = s.ranks.iter().map(|l| l.rank).collect();
-                // A node's run trace holds what its summary does: the first file of a node counts.
-                let same = |o: &Summary| {
-                    o.settings.node == s.settings.node && o.ranks.iter().map(|l| l.rank).eq(ranks.iter().copied())
-                };
-                let again = nodes.iter().any(|(_, o)| same(o));
-                if !again {
-                    if let Some((other, _)) =
-                        nodes.iter().find(|(_, o)| o.ranks.iter().any(|l| ranks.contains(&l.rank)))
-                    {
-                        anyhow::bail!(
-                            "{} and {} both hold ranks of {}: two runs in one folder, or two machines of one name? \
-                             (`pipeprof run --node NAME` names each)",
-                            other.display(),
-                            p.display(),
-                            if name == "?" { "a node of no name".to_string() } else { format!("node {name}") }
-                        );
-                    }
-                }
-                let note = if again { ", already read" } else { "" };
-                read.push(format!("node {name} = {}  ({} ranks{note})", p.display(), ranks.len()));
-                if !again {
-                    nodes.push((p.clone(), *s));
-                }
-            }
+            Part::Node(s) => read.push(add_node(&mut nodes, p, *s)?),
         }
     }
     let mut lines: BTreeMap<u32, RankLine> = traced.into_iter().map(|(r, (l, _))| (r, l)).collect();

@@ -188,6 +188,13 @@ pub struct Ran {
     pub code: i32,
 }
 
+/// The command as every message and the trace's title show it: a newline or escape code in
+/// an argument is shown as `?`, never written to the terminal.
+fn shown(command: &[OsString]) -> String {
+    use pipeprof_core::aggregate::settings::{clean_name, MAX_PATH_SHOWN};
+    command.iter().map(|w| clean_name(&w.to_string_lossy(), MAX_PATH_SHOWN)).collect::<Vec<_>>().join(" ")
+}
+
 /// Runs `pipeprof run`: the program, watched until it and its processes have ended.
 pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     let Some(first) = opts.command.first() else {
@@ -197,19 +204,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Ran> {
     // Bound before anything starts: a taken port fails here, not mid-run.
     let metrics =
         opts.metrics_listen.as_deref().map(|a| crate::metrics::bind(a, opts.metrics_allow_remote)).transpose()?;
-    // Every message and the trace's title show it: a newline or escape code in an argument
-    // is shown as `?`, never written to the terminal.
-    let shown = opts
-        .command
-        .iter()
-        .map(|w| {
-            pipeprof_core::aggregate::settings::clean_name(
-                &w.to_string_lossy(),
-                pipeprof_core::aggregate::settings::MAX_PATH_SHOWN,
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+    let shown = shown(&opts.command);
     let live = session::live_view(opts.once);
     let (mut scratch, listener) = Scratch::create()?;
     let mut running = start_session(opts, &program, &shown, live, metrics)?;
