@@ -506,7 +506,7 @@ pub fn render_ranks(s: &Summary, verdict: Option<&RanksVerdict>) -> String {
         return o;
     }
     let world = s.ranks.iter().map(|l| l.world_size).max().unwrap_or(0);
-    let nodes = s.ranks.iter().filter_map(|l| l.node.as_deref()).collect::<std::collections::BTreeSet<_>>().len();
+    let nodes = pipeprof_core::aggregate::ranks::nodes_of(&s.ranks).len();
     let on = if nodes > 1 { format!(" from {nodes} nodes") } else { String::new() };
     let _ = writeln!(o, "ranks: {} of {world} reported{on}", s.ranks.len());
     let sync =

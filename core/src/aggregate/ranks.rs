@@ -49,6 +49,11 @@ impl RankLine {
     }
 }
 
+/// The nodes `lines` name (ranks of a run that knew its node), each once.
+pub fn nodes_of<'a>(lines: impl IntoIterator<Item = &'a RankLine>) -> std::collections::BTreeSet<&'a str> {
+    lines.into_iter().filter_map(|l| l.node.as_deref()).collect()
+}
+
 /// One aggregate per rank seen.
 pub struct Ranks {
     settings: RunSettings,

@@ -77,11 +77,7 @@ pub fn on_nodes(mut v: RanksVerdict, lines: &[RankLine], nodes: &[NodeFacts]) ->
     }
     let judged = lines.iter().filter(|l| l.steps >= RANK_MIN_STEPS);
     let on = |l: &&RankLine| l.node.as_deref() == Some(name.as_str());
-    let elsewhere = judged
-        .clone()
-        .filter(|l| !on(l))
-        .map(|l| l.wait_ms)
-        .fold(None, |a: Option<f64>, w| Some(a.map_or(w, |a| a.max(w))));
+    let elsewhere = judged.clone().filter(|l| !on(l)).map(|l| l.wait_ms).reduce(f64::max);
     let calm = judged
         .filter(|l| on(l) && l.rank != rank)
         .find(|l| elsewhere.is_some_and(|e| l.wait_ms < e + STRAGGLER_MIN_MS));
@@ -127,8 +123,7 @@ fn node_difference(me: &NodeFacts, others: &[&NodeFacts]) -> (String, Option<Str
             )),
         );
     }
-    let busiest_other =
-        others.iter().filter_map(|o| o.cpu_pct).fold(None, |a: Option<f32>, c| Some(a.map_or(c, |a| a.max(c))));
+    let busiest_other = others.iter().filter_map(|o| o.cpu_pct).reduce(f32::max);
     if let (Some(mine), Some(theirs)) = (me.cpu_pct, busiest_other) {
         if mine >= theirs + BUSIER_CPU_PTS {
             return (

@@ -201,8 +201,7 @@ pub fn decide(lines: &[RankLine]) -> Option<Decision<'_>> {
 
 /// Whether the ranks name more than one node.
 fn across_nodes(ranks: &[&RankLine]) -> bool {
-    let mut nodes = ranks.iter().filter_map(|l| l.node.as_deref());
-    nodes.next().is_some_and(|first| nodes.any(|n| n != first))
+    crate::aggregate::ranks::nodes_of(ranks.iter().copied()).len() > 1
 }
 
 impl Decision<'_> {

@@ -64,8 +64,7 @@ fn part(p: &Path, repair: bool) -> anyhow::Result<Part> {
         let line = RankLine::of(rank, &l.summary, &l.summary.machine);
         return Ok(Part::Rank(Box::new(line), l.summary.settings.model.to_string()));
     }
-    let nodes: std::collections::BTreeSet<_> = l.summary.ranks.iter().filter_map(|r| r.node.as_deref()).collect();
-    if l.summary.settings.node.is_none() && nodes.len() > 1 {
+    if l.summary.settings.node.is_none() && pipeprof_core::aggregate::ranks::nodes_of(&l.summary.ranks).len() > 1 {
         anyhow::bail!("{}: a job's summary (`pipeprof report DIR --summary`), not one node's run", p.display());
     }
     if !l.summary.ranks.is_empty() {
@@ -178,7 +177,7 @@ pub fn run(args: &Options, from_folder: bool) -> anyhow::Result<Option<Diagnosed
     let (read, lines, nodes) = gather(&args.files, args.repair, from_folder)?;
     let facts: Vec<NodeFacts> = nodes.iter().filter_map(|(_, s)| NodeFacts::of(s)).collect();
     let mut o = String::new();
-    let job = nodes.iter().find_map(|(_, s)| s.settings.node.as_ref()?.job.clone());
+    let job = nodes.iter().find_map(|(_, s)| job_of(s));
     let title = match (&job, facts.len()) {
         (Some(j), n) if n > 1 => format!("job {j} · {} ranks on {n} nodes", lines.len()),
         (None, n) if n > 1 => format!("{} ranks on {n} nodes", lines.len()),
@@ -203,8 +202,7 @@ pub fn run(args: &Options, from_folder: bool) -> anyhow::Result<Option<Diagnosed
     pipeprof_trainer::progress::out(&o);
     let d = Diagnosed { summary, verdict: None, straggler };
     if let Some(p) = &args.summary {
-        std::fs::write(p, serde_json::to_string_pretty(&d)?)
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        super::write_summary(p, &d)?;
     }
     Ok(Some(d))
 }

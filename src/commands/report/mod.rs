@@ -77,6 +77,11 @@ pub fn load(path: &Path, repair: bool) -> anyhow::Result<Loaded> {
     Ok(l)
 }
 
+/// `--summary`: the recomputed summary, with its verdict, as JSON at `p`.
+fn write_summary(p: &Path, d: &Diagnosed) -> anyhow::Result<()> {
+    std::fs::write(p, serde_json::to_string_pretty(d)?).with_context(|| format!("cannot write {}", p.display()))
+}
+
 pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
     if args.files.iter().any(|p| p.is_dir()) {
         let files = job::expand(&args.files)?;
@@ -109,8 +114,7 @@ pub fn run(args: &Options) -> anyhow::Result<Option<Diagnosed>> {
                 pipeprof_trainer::progress::out(&report::render(&d));
             }
             if let Some(p) = &args.summary {
-                std::fs::write(p, serde_json::to_string_pretty(&d)?)
-                    .with_context(|| format!("cannot write {}", p.display()))?;
+                write_summary(p, &d)?;
             }
             for (p, form) in html {
                 crate::html::save(p, &d, form)?;
