@@ -1,13 +1,14 @@
-//! Advice: one typed [`Change`] per action, its predicted gain from the [`super::model`], and
-//! the sentence saying why. The command line a change stands for is [`Change::command`]
-//! ([`super::command`]).
+//! Advice, decided: each rule gives one typed [`Change`], its predicted gain from the
+//! [`super::model`], and a typed [`Why`] with the premises and numbers it decided on. No words
+//! here: the action, the command and the reason are made last, once, in the user's terms
+//! ([`super::frameworks::in_user_terms`]).
 
 use super::classify::{Facts, OverheadWhy};
 use super::command::pack_size;
-use super::model::{per_s, Pipeline, LOCAL_READ_MS};
+use super::model::{per_s, Pipeline};
 use super::thresholds::*;
-use super::{Advice, Basis, Change, Flag, Limiter, PackSize};
-use crate::units::{ms_spaced as ms, pct, rate};
+use super::why::{Fed, FedParts, GpuCase, NowRate, Proposal, SerialRest, Training, Why};
+use super::{Basis, Change, Flag, Limiter, PackSize};
 use probes::stage::Stage;
 
 /// The gain of a change from the model's rates before (`model_now`) and after (`after`) and
@@ -39,17 +40,9 @@ pub fn widen_for_slow_steps(g: f64, range: Option<(f64, f64)>, slow: Option<f64>
     (lo < hi).then_some((lo, hi))
 }
 
-/// What the workers advice says in place of a rate where the reads ran cold
-/// ([`COLD_READ_SHARE`]).
-pub const COLD_NO_NUMBER: &str = "no prediction (the CPU work measured between slow reads ran cold, by a factor this run does not show): measured by `pipeprof run --check-advice`";
-
-/// What the copy and pack advice add where the reads ran cold ([`COLD_READ_SHARE`]): their
-/// prediction is a floor.
-pub const COLD_FLOOR: &str = " (a floor: the CPU work between the slow reads was measured cold, and runs faster fed, by a factor this run does not show; `pipeprof run --check-advice` measures it)";
-
 impl Facts<'_> {
     /// Every piece of advice for this limiter: predicted gains first, largest first.
-    pub fn advice(&self, limiter: &Limiter, flags: &[Flag]) -> Vec<Advice> {
+    pub fn advice(&self, limiter: &Limiter, flags: &[Flag]) -> Vec<Proposal> {
         let mut out = Vec::new();
         // Contention slows the loader: what makes the loader cheaper helps there too.
         if matches!(limiter, Limiter::Io | Limiter::Preprocess | Limiter::Contention) {
@@ -86,33 +79,16 @@ impl Facts<'_> {
     }
 
     /// Contention from other programs: free the cores they hold.
-    fn free_cores_advice(&self) -> Option<Advice> {
-        let others: Vec<_> = self.holders().collect();
+    fn free_cores_advice(&self) -> Option<Proposal> {
+        let holders = self.holders().map(|o| (o.name.clone(), o.cpu_pct)).collect();
         let other_cores = self.other_cores.unwrap_or(0.0);
-        let after = self.p.without_contention(other_cores);
-        let named = if others.is_empty() {
-            "the programs that hold the cores".to_string()
-        } else {
-            others.iter().map(|o| format!("{} ({:.0}% CPU)", o.name, o.cpu_pct)).collect::<Vec<_>>().join(", ")
-        };
-        let steal = self
-            .s
-            .machine
-            .steal_mean_pct
-            .filter(|s| f64::from(*s) >= STEAL_PCT)
-            .map(|s| format!("; the hypervisor steals {s:.0}% (another guest: a larger or dedicated VM)"))
-            .unwrap_or_default();
-        let gain = self.gain(&after);
-        Some(Advice {
-            action: format!("stop or lower the priority of {named} (nice -n 19), or train on a quieter machine"),
+        let steal_pct = self.s.machine.steal_mean_pct.filter(|s| f64::from(*s) >= STEAL_PCT);
+        let gain = self.gain(&self.p.without_contention(other_cores));
+        Some(Proposal {
             change: Change::FreeCores,
-            command: None,
             predicted_speedup: gain.map(|g| g.0),
             basis: gain.map(|g| g.1),
-            reason: format!(
-                "this run's threads wait for a core {} of the time they are ready to run while other programs keep {other_cores:.1} cores busy{steal}",
-                pct(self.core_wait_share())
-            ),
+            why: Why::FreeCores { holders, core_wait_share: self.core_wait_share(), other_cores, steal_pct },
         })
     }
 
@@ -140,20 +116,14 @@ impl Facts<'_> {
         (g >= MIN_GAIN).then_some((g, basis))
     }
 
-    /// Today's measured rate in words, for reasons.
-    fn now_words(&self) -> String {
-        self.now.map_or_else(|| rate(self.cap.throughput()), |n| rate(n.rate).replacen('≈', "", 1))
+    /// Today's rate as a reason quotes it: measured, else the model's.
+    fn now_quoted(&self) -> NowRate {
+        self.now.map_or_else(|| NowRate::Modelled(self.cap.throughput()), |n| NowRate::Measured(n.rate))
     }
 
-    /// With the CPU device, what more workers take from compute.
-    fn cores_shared_note(&self) -> String {
-        if !self.cpu_device {
-            return String::new();
-        }
-        format!(
-            "; training on the CPU, the workers take cores from compute ({} of compute CPU per image counted)",
-            ms(self.p.compute_cpu_now_ms())
-        )
+    /// With the CPU device, the compute CPU per image more workers take their cores from.
+    fn cores_shared(&self) -> Option<f64> {
+        self.cpu_device.then(|| self.p.compute_cpu_now_ms())
     }
 
     /// A PyTorch DataLoader's or Keras's batches in one epoch: their workers take an epoch's
@@ -166,7 +136,7 @@ impl Facts<'_> {
         (st.images > 0).then(|| st.images.div_ceil(st.batch_size.max(1)))
     }
 
-    fn workers_advice(&self, limiter: &Limiter) -> Option<Advice> {
+    fn workers_advice(&self, limiter: &Limiter) -> Option<Proposal> {
         if self.p.loader.is_empty() {
             return None;
         }
@@ -177,78 +147,60 @@ impl Facts<'_> {
         let candidates: Vec<(usize, f64)> =
             (w + 1..=max_n).map(|n| (n, self.p.with_workers(n).capacity().throughput())).collect();
         let best = candidates.iter().map(|(_, x)| *x).fold(0.0, f64::max);
-        let (n, x) = candidates.into_iter().find(|(_, x)| *x >= NEAR_BEST_SHARE * best)?;
+        let (n, then) = candidates.into_iter().find(|(_, x)| *x >= NEAR_BEST_SHARE * best)?;
         if *limiter != Limiter::Io && self.oversubscribed(n) {
-            return self.oversubscribed_workers_advice(w, n);
+            return self.oversubscribed_workers_advice(n);
         }
         let (gain, basis) = self.gain(&self.p.with_workers(n))?;
-        let now = self.now_words();
-        let share = self.cores_shared_note();
+        let (now, compute_cpu_ms) = (self.now_quoted(), self.cores_shared());
+        let blocked_ms = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
         // Cold reads (a PyTorch or Keras program on slow storage): the workers' CPU work and the
         // mount's own run at a cost this run does not show (on a FUSE mount: ×6.4 predicted,
         // ×4.0 measured): the advice stands, with no number.
         let cold = *limiter == Limiter::Io && self.reads_cold();
-        let reason = if cold {
-            let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
-            format!(
-                "each read is blocked {} off-CPU; {n} workers overlap the waits if the storage serves parallel reads at the same latency; {COLD_NO_NUMBER}",
-                ms(off)
-            )
+        let why = if cold {
+            Why::WorkersColdReads { n, blocked_ms }
         } else if *limiter == Limiter::Io {
-            let off = self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms());
-            format!(
-                "each read is blocked {} off-CPU; {n} workers overlap the waits: {} instead of {now} if the storage serves parallel reads at the same latency{share}",
-                ms(off),
-                rate(x)
-            )
+            Why::WorkersOverlapReads { n, blocked_ms, then, now, compute_cpu_ms }
         } else {
-            let c = self.p.loader_cpu_ms();
+            let loader_cpu_ms = self.p.loader_cpu_ms();
             // The loop's side with workers: its step and the batch it receives from them.
             let loop_rate = self.p.with_workers(n).capacity().compute;
-            let needed = c * loop_rate / 1000.0;
-            format!(
-                "the loader needs {} of CPU per image: keeping up with the training loop ({}) needs {needed:.1} cores; {:.1} cores free: {} instead of {now}{share}",
-                ms(c),
-                rate(loop_rate),
-                self.p.free_cores,
-                rate(x)
-            )
+            Why::WorkersCpu {
+                loader_cpu_ms,
+                loop_rate,
+                needed_cores: loader_cpu_ms * loop_rate / 1000.0,
+                free_cores: self.p.free_cores,
+                then,
+                now,
+                compute_cpu_ms,
+            }
         };
-        Some(Advice {
-            action: format!("raise loader workers {w} → {n}"),
+        Some(Proposal {
             change: Change::Workers(n),
-            command: None,
             predicted_speedup: (!cold).then_some(gain),
             basis: (!cold).then_some(basis),
-            reason,
+            why,
         })
     }
 
     /// Workers on a CPU the compute's threads already hold ([`Facts::oversubscribed`]): the
     /// model's gain is an upper bound there, so no number; and not even advice when that
     /// bound is within the model's error ([`OVERSUBSCRIBED_TRY_GAIN`]).
-    fn oversubscribed_workers_advice(&self, w: usize, n: usize) -> Option<Advice> {
+    fn oversubscribed_workers_advice(&self, n: usize) -> Option<Proposal> {
         let best = self.p.speedup(&self.p.with_workers(n))?;
         if best < OVERSUBSCRIBED_TRY_GAIN {
             return None;
         }
-        let (t, cores) = (self.compute_threads(), self.p.cores as usize);
-        Some(Advice {
-            action: format!("try loader workers {w} → {n}"),
+        Some(Proposal {
             change: Change::Workers(n),
-            command: None,
             predicted_speedup: None,
             basis: None,
-            reason: format!(
-                "training on the CPU, the program's {t} compute threads already hold the {cores} cores: {n} worker{} take{} their CPU from compute ({} threads on {cores} cores). Shared perfectly that would give at most ×{best:.2}, but oversubscribed cores often lose more than they share (runs measured 0.24–0.86×): no prediction, `--check-advice` measures it; fewer compute threads (torch.set_num_threads) beside the workers may do better",
-                if n == 1 { "" } else { "s" },
-                if n == 1 { "s" } else { "" },
-                t + n
-            ),
+            why: Why::WorkersOversubscribed { n, threads: self.compute_threads(), cores: self.p.cores as usize, best },
         })
     }
 
-    fn prefetch_advice(&self) -> Option<Advice> {
+    fn prefetch_advice(&self) -> Option<Proposal> {
         let w = self.wait?;
         let spiky = w.p50_ms <= SPIKY_MEDIAN_SHARE * w.mean_ms || w.p95_ms >= SPIKY_P95_RATIO * w.mean_ms;
         let busy_ms = self.s.split.transfer_ms + self.s.split.compute_ms;
@@ -276,62 +228,49 @@ impl Facts<'_> {
             compute_split_unknown: false,
             floor: false,
         });
-        Some(Advice {
-            action: format!("deepen the prefetch queue {} → {depth} batches", self.s.settings.prefetch),
+        Some(Proposal {
             change: Change::Prefetch(depth),
-            command: None,
             predicted_speedup: Some(gain),
             basis,
-            reason: format!(
-                "the loader keeps up on average ({} vs {} needed) but stalls: the median wait is {}, the mean {}, p95 {}; a deeper queue hides the stalls (at most {})",
-                rate(self.cap.loader()),
-                rate(self.cap.compute),
-                ms(w.p50_ms),
-                ms(w.mean_ms),
-                ms(w.p95_ms),
-                rate(after.min(now * gain))
-            ),
+            why: Why::Prefetch {
+                loader: self.cap.loader(),
+                needed: self.cap.compute,
+                p50_ms: w.p50_ms,
+                mean_ms: w.mean_ms,
+                p95_ms: w.p95_ms,
+                at_most: after.min(now * gain),
+            },
         })
     }
 
-    fn local_advice(&self) -> Option<Advice> {
+    fn local_advice(&self) -> Option<Proposal> {
         let fs = self.remote_fs()?;
         let r = self.p.stage(Stage::Read)?;
         let after = self.p.local_storage();
         let gain = self.gain_without_reads(&after);
         let then = if self.cold_unmeasured() {
             // A floor's range is no ceiling: its low end is the promise.
-            let low = gain
-                .as_ref()
-                .map_or(after.capacity().throughput(), |(_, b)| b.range.map_or(b.predicted, |(lo, _)| lo * b.now));
-            format!("at least {}{COLD_FLOOR}", rate(low).replacen('≈', "", 1))
+            gain.as_ref()
+                .map_or(after.capacity().throughput(), |(_, b)| b.range.map_or(b.predicted, |(lo, _)| lo * b.now))
         } else {
-            format!("{}{}", rate(after.capacity().throughput()), self.fed_note(false))
+            after.capacity().throughput()
         };
-        Some(Advice {
-            action: format!("copy the data set off the {} mount ({}) to a local disk", fs.kind, fs.fs_type),
+        // Blocked time after read, where it is worth a word: on a slow mount, a decoder that
+        // reads the file as it decodes (PIL) waits there too.
+        let lazy_ms = self.p.stage(Stage::Decode).map(|d| d.storage_wait_ms()).filter(|l| *l >= LAZY_READ_MS);
+        Some(Proposal {
             change: Change::CopyLocal,
-            command: None,
             predicted_speedup: gain.map(|g| g.0),
             basis: gain.map(|g| g.1),
-            reason: format!(
-                "each read is blocked {} off-CPU on {}{}; a local disk answers in about {} or less: {then}",
-                ms(r.blocked_ms()),
-                fs.fs_type,
-                self.lazy_reads_note(),
-                ms(LOCAL_READ_MS),
-            ),
+            why: Why::CopyLocal {
+                kind: fs.kind.to_string(),
+                fs_type: fs.fs_type.clone(),
+                blocked_ms: r.blocked_ms(),
+                lazy_ms,
+                then,
+                fed: self.fed(false),
+            },
         })
-    }
-
-    /// The blocked time of the stages after read, where it is worth a word: on a slow mount,
-    /// a decoder that reads the file as it decodes (PIL) waits there too.
-    fn lazy_reads_note(&self) -> String {
-        let lazy = self.p.stage(Stage::Decode).map_or(0.0, |d| d.storage_wait_ms());
-        if lazy < LAZY_READ_MS {
-            return String::new();
-        }
-        format!(" and {} more in decode, reading the rest of each file as it decodes", ms(lazy))
     }
 
     /// A PyTorch or Keras program whose reads are blocked [`COLD_READ_SHARE`] or more of its
@@ -356,29 +295,23 @@ impl Facts<'_> {
         self.reads_cold() && self.s.settings.cold_cpu.is_none()
     }
 
-    /// Where the hook measured the loader's work fed ([`crate::aggregate::settings::ColdCpu`]):
-    /// "; …" saying what it measured (`packed`: the transform on packed images too), else empty.
-    fn fed_note(&self, packed: bool) -> String {
-        let Some(c) = self.s.settings.cold_cpu else { return String::new() };
-        let alone = match c.packed_ms.filter(|_| packed) {
-            Some(p) => format!(", the transform alone on packed images {}", ms(p)),
-            None => String::new(),
+    /// What is known of the loader's CPU work fed where the reads ran cold: a floor where the
+    /// hook did not measure it ([`Facts::cold_unmeasured`]), its measurement where it did
+    /// ([`crate::aggregate::settings::ColdCpu`]; `packed`: the transform on packed images too).
+    fn fed(&self, packed: bool) -> Fed {
+        if self.cold_unmeasured() {
+            return Fed::Floor;
+        }
+        let Some(cpu) = self.s.settings.cold_cpu else { return Fed::Warm };
+        let parts = match (self.p.loop_waits, self.cpu_device) {
+            (true, true) => FedParts::LoaderLoopAndStep,
+            (true, false) => FedParts::LoaderAndLoop,
+            (false, _) => FedParts::Loader,
         };
-        format!(
-            "; CPU work counted fed, as the program's own data measured at its end: decoded and transformed right after a {} read, {} of CPU an image, back to back {} (÷{:.2}: the loader's{} work between the reads){alone}",
-            ms(c.after_wait_ms),
-            ms(c.cold_ms),
-            ms(c.fed_ms),
-            c.factor(),
-            match (self.p.loop_waits, self.cpu_device) {
-                (true, true) => ", the loop's and the step's",
-                (true, false) => " and the loop's",
-                (false, _) => "",
-            }
-        )
+        Fed::Measured { cpu, parts, packed }
     }
 
-    fn cache_advice(&self) -> Option<Advice> {
+    fn cache_advice(&self) -> Option<Proposal> {
         // Nothing to pack when the samples are already in memory.
         if !self.samples_from_files() {
             return None;
@@ -390,73 +323,48 @@ impl Facts<'_> {
         // program (its own Dataset, a Rust or Python loop of its own) the same idea for its own
         // loader, with no command to copy.
         let framework = super::frameworks::Framework::of(&st.framework);
-        let (action, change) = match (st.model.cnn_toml(), framework) {
-            (Some(model), _) => (
-                "pack the decoded, resized images into one local memory-mapped cache",
-                Change::Cache { model: model.display().to_string(), data: st.data.clone() },
-            ),
+        let change = match (st.model.cnn_toml(), framework) {
+            (Some(model), _) => Change::Cache { model: model.display().to_string(), data: st.data.clone() },
             (None, Some(fw)) if fw == super::frameworks::Framework::Keras || st.folder_dataset => {
                 let keras = fw == super::frameworks::Framework::Keras;
-                (
-                    if keras {
-                        "pack the image folder once into one memory-mapped file and read it with pipeprof.keras.packed_dataset (the same batches, labels and class_names)"
-                    } else {
-                        "pack the image folder once into one memory-mapped file and read it with PackedImageFolder (ImageFolder's classes and order; your transforms still apply)"
-                    },
-                    Change::PackFolder { keras, data: st.data.clone(), size: pack_size(keras, st) },
-                )
+                Change::PackFolder { keras, data: st.data.clone(), size: pack_size(keras, st) }
             }
-            _ => (
-                "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it",
-                Change::PackOwnLoader,
-            ),
+            _ => Change::PackOwnLoader,
         };
         let keeps_resize = matches!(change, Change::PackFolder { size: PackSize::AsStored, .. });
         let after = if keeps_resize { self.p.packed_as_stored() } else { self.p.cached() };
         let (gain, basis) = self.gain_without_reads(&after)?;
         let removed: &[Stage] =
             if keeps_resize { &[Stage::Read, Stage::Decode] } else { &[Stage::Read, Stage::Decode, Stage::Resize] };
-        let gone: f64 = self.p.loader.iter().filter(|x| removed.contains(&x.stage)).map(|x| x.wall_ms).sum();
-        let (what, still) = if keeps_resize {
-            ("removes read and decode", "; your transforms still resize the images, stored as they are")
-        } else {
-            ("removes read, decode and resize", "")
-        };
-        let floor = if basis.floor { COLD_FLOOR.to_string() } else { self.fed_note(true) };
-        let reason = format!(
-            "{what} ({} per image) for a memory copy{still}: the loader could supply {}, training takes {}{floor}",
-            ms(gone),
-            rate(after.capacity().loader()),
-            self.training_takes(&after),
-        );
-        Some(Advice {
-            action: action.into(),
+        let gone_ms: f64 = self.p.loader.iter().filter(|x| removed.contains(&x.stage)).map(|x| x.wall_ms).sum();
+        Some(Proposal {
             change,
-            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
-            reason,
+            why: Why::Pack {
+                keeps_resize,
+                gone_ms,
+                loader: after.capacity().loader(),
+                training: self.training(&after),
+                fed: self.fed(true),
+            },
         })
     }
 
     /// What the training loop takes after a change to the loader: today's, or, where its
     /// compute threads shared the cores with the workers' CPU ([`Pipeline::compute_beside_ms`]),
-    /// what it takes beside the lighter loader, and why.
-    fn training_takes(&self, after: &Pipeline) -> String {
+    /// what it takes beside the lighter loader.
+    fn training(&self, after: &Pipeline) -> Training {
         let now = self.cap.compute;
         let then = after.capacity().compute;
         if then > now * 1.02 {
-            format!(
-                "{} (now {}: its compute threads wait less behind the workers for the cores)",
-                rate(then),
-                rate(now)
-            )
+            Training::Faster { then, now }
         } else {
-            rate(now)
+            Training::Same(now)
         }
     }
 
-    fn pre_resize_advice(&self) -> Option<Advice> {
+    fn pre_resize_advice(&self) -> Option<Proposal> {
         let resize = self.p.stage(Stage::Resize)?;
         // Images in memory are not resized offline: they are not stored as files.
         if !self.samples_from_files() {
@@ -466,64 +374,48 @@ impl Facts<'_> {
         if self.s.settings.input[1] == 0 || self.s.settings.input[2] == 0 {
             return None;
         }
-        let after = self.p.pre_resized();
-        let (gain, basis) = self.gain(&after)?;
-        let decode = self.p.stage(Stage::Decode).map_or(0.0, |d| d.wall_ms);
+        let (gain, basis) = self.gain(&self.p.pre_resized())?;
+        let decode_ms = self.p.stage(Stage::Decode).map_or(0.0, |d| d.wall_ms);
         let [_, height, width] = self.s.settings.input;
-        Some(Advice {
-            action: format!("pre-resize the images offline to {width}×{height} (e.g. JPEG quality 90)"),
+        Some(Proposal {
             change: Change::PreResize { width, height },
-            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
-            reason: format!(
-                "resize costs {} and decode {} per image; at the input size resize nearly vanishes and decode is assumed to halve (it follows the pixel count, unknown here). PNG→JPEG alone decodes about as fast at the same size: the gain is the smaller images",
-                ms(resize.wall_ms),
-                ms(decode)
-            ),
+            why: Why::PreResize { resize_ms: resize.wall_ms, decode_ms },
         })
     }
 
-    fn augment_advice(&self) -> Option<Advice> {
+    fn augment_advice(&self) -> Option<Proposal> {
         let aug = self.p.stage(Stage::Augment)?;
         let after = self.p.without_augment();
         let (gain, basis) = self.gain(&after)?;
-        Some(Advice {
-            action: "make augmentation cheaper (fewer or simpler transforms: flips cost far less than rotation/zoom/shear) or run it on the device on whole batches".into(),
+        Some(Proposal {
             change: Change::CheaperAugment,
-            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
-            reason: format!(
-                "augment costs {} per image ({} on-CPU) in the loader; without it the loader could supply {}, training takes {}",
-                ms(aug.wall_ms),
-                ms(aug.on_cpu_ms),
-                rate(after.capacity().loader()),
-                self.training_takes(&after)
-            ),
+            why: Why::Augment {
+                wall_ms: aug.wall_ms,
+                on_cpu_ms: aug.on_cpu_ms,
+                loader: after.capacity().loader(),
+                training: self.training(&after),
+            },
         })
     }
 
-    fn u8_advice(&self) -> Option<Advice> {
+    fn u8_advice(&self) -> Option<Proposal> {
         let after = self.p.u8_transfer();
         let (gain, basis) = self.gain(&after)?;
-        Some(Advice {
-            action: "send batches as u8 and convert to f32 on the device".into(),
+        Some(Proposal {
             change: Change::U8Batches,
-            command: None,
             predicted_speedup: Some(gain),
             basis: Some(basis),
-            reason: format!(
-                "f32 pixels are 4× the bytes of u8: transfer {} → about {} per step if copy time follows bytes",
-                ms(self.p.transfer_ms),
-                ms(after.transfer_ms)
-            ),
+            why: Why::U8Batches { transfer_ms: self.p.transfer_ms, after_ms: after.transfer_ms },
         })
     }
 
     /// A larger batch for a loop that batches in-memory samples itself: the step's parts that
     /// do not grow with the batch are spread over more images.
-    fn serial_batch_advice(&self, b: usize, nb: usize) -> Option<Advice> {
+    fn serial_batch_advice(&self, b: usize, nb: usize) -> Option<Proposal> {
         let st = self.serial_step()?;
         let (low, high) = st.batch_gain(nb as f64 / b as f64)?;
         let now = self.now?;
@@ -542,35 +434,27 @@ impl Facts<'_> {
             compute_split_unknown: self.cpu_device,
             floor: false,
         };
+        let compute_ms = st.compute_rest_ms;
         let rest = if self.cpu_device {
-            format!(
-                "forward+backward ({}) grows with the batch on the CPU by up to ×{}: the range",
-                ms(st.compute_rest_ms),
-                nb / b
-            )
+            SerialRest::Cpu { compute_ms, factor: nb / b }
         } else {
-            format!(
-                "a tiny model's kernels ({}) take about as long for {nb} images as for {b} on a GPU",
-                ms(st.compute_rest_ms)
-            )
+            SerialRest::Gpu { compute_ms, from: b, to: nb }
         };
-        Some(Advice {
-            action: format!("raise the batch size {b} → {nb}"),
+        Some(Proposal {
             change: Change::BatchSize(nb),
-            command: None,
             predicted_speedup: Some(point),
             basis: Some(basis),
-            reason: format!(
-                "{} of each {} step does not grow with the batch (the DataLoader's own work per step{}); fetching and collating ({}) does; {rest}. Scale the learning rate with the batch",
-                ms(st.fixed_ms()),
-                ms(self.s.split.mean_step_ms),
-                if st.compute_fixed_ms > 0.0 { format!(", the optimizer step {}", ms(st.compute_fixed_ms)) } else { String::new() },
-                ms(st.loader_per_batch_ms)
-            ),
+            why: Why::SerialBatch {
+                fixed_ms: st.fixed_ms(),
+                step_ms: self.s.split.mean_step_ms,
+                optimizer_ms: (st.compute_fixed_ms > 0.0).then_some(st.compute_fixed_ms),
+                per_batch_ms: st.loader_per_batch_ms,
+                rest,
+            },
         })
     }
 
-    fn batch_advice(&self) -> Option<Advice> {
+    fn batch_advice(&self) -> Option<Proposal> {
         let b = self.s.settings.batch_size.max(1);
         let nb = b * BATCH_GROWTH;
         if matches!(self.overhead, Some(OverheadWhy::InMemoryLoader(_))) {
@@ -584,85 +468,59 @@ impl Facts<'_> {
         if after.is_some() && gain.is_none() {
             return None;
         }
-        let reason = match (&after, self.p.fixed_step_ms()) {
-            (Some(a), _) if launch_bound => format!(
-                "a tiny model's kernels ({} a step) take about as long for {nb} images as for {b} on a GPU; the copy grows with the batch: {} instead of {}. Scale the learning rate with the batch",
-                ms(self.p.compute_ms),
-                rate(a.capacity().throughput()),
-                rate(self.cap.throughput()),
-            ),
-            (Some(a), Some(fixed)) => format!(
-                "the optimizer step ({}) does not grow with the batch; forward+backward ({} per image) does: {} instead of {}{}. Scale the learning rate with the batch",
-                ms(fixed),
-                ms((self.p.compute_ms - fixed) / self.p.batch),
-                rate(a.capacity().throughput()),
-                rate(self.cap.throughput()),
-                if self.cpu_device { "" } else { " (a lower bound on a GPU, where launch overhead does not grow either)" }
-            ),
-            _ => format!(
-                "{}: more images per step spread the fixed per-step cost (no prediction: the optimizer step, the batch-independent part, was not measured)",
-                match self.overhead {
-                    Some(OverheadWhy::LowGpu(u)) => format!("the GPU is busy only {u:.0}%"),
-                    _ => format!("compute is {} per step", ms(self.p.compute_ms)),
-                }
-            ),
+        let now = self.cap.throughput();
+        let why = match (&after, self.p.fixed_step_ms()) {
+            (Some(a), _) if launch_bound => Why::BatchLaunchBound {
+                kernels_ms: self.p.compute_ms,
+                from: b,
+                to: nb,
+                then: a.capacity().throughput(),
+                now,
+            },
+            (Some(a), Some(fixed_ms)) => Why::BatchFixedStep {
+                fixed_ms,
+                per_image_ms: (self.p.compute_ms - fixed_ms) / self.p.batch,
+                then: a.capacity().throughput(),
+                now,
+                on_cpu: self.cpu_device,
+            },
+            _ => Why::BatchUnmeasured {
+                low_gpu_pct: match self.overhead {
+                    Some(OverheadWhy::LowGpu(u)) => Some(u),
+                    _ => None,
+                },
+                compute_ms: self.p.compute_ms,
+            },
         };
-        Some(Advice {
-            action: format!("raise the batch size {b} → {nb}"),
-            change: Change::BatchSize(nb),
-            command: None,
-            predicted_speedup: gain,
-            basis,
-            reason,
-        })
+        Some(Proposal { change: Change::BatchSize(nb), predicted_speedup: gain, basis, why })
     }
 
     /// A model too small for its GPU: the per-step launch and synchronisation cost does not
     /// shrink on a faster device, and the CPU has none of it. No prediction: the CPU's speed on
     /// this model was not measured (`--check-advice` measures it).
-    fn cpu_device_advice(&self) -> Option<Advice> {
+    fn cpu_device_advice(&self) -> Option<Proposal> {
         if self.cpu_device {
             return None;
         }
-        Some(Advice {
-            action: "or stay on the CPU".into(),
+        Some(Proposal {
             change: Change::UseDevice("cpu".into()),
-            command: None,
             predicted_speedup: None,
             basis: None,
-            reason: format!(
-                "per-step overhead dominates ({} of compute per step): kernel launches and device syncs cost the same for a tiny model, and a CPU step has none",
-                ms(self.p.compute_ms)
-            ),
+            why: Why::CpuDevice { compute_ms: self.p.compute_ms },
         })
     }
 
-    fn gpu_advice(&self, limiter: &Limiter) -> Advice {
-        let names: Vec<&str> = self.s.machine.devices.iter().map(|d| d.name.as_str()).collect();
-        let gpus = if names.is_empty() { "a GPU".to_string() } else { names.join(", ") };
-        let why = match limiter {
-            Limiter::Overhead => "the model is tiny: per-step overhead dominates, and a GPU may be no faster".to_string(),
-            Limiter::Io | Limiter::Preprocess | Limiter::Contention => {
-                "the loader limits now: the GPU frees the CPU cores compute takes from the loader".to_string()
-            }
-            _ => format!(
-                "compute takes {} of each step on the CPU; the gain depends on the model and cannot be predicted from a CPU run",
-                pct(self.s.split.compute_share)
-            ),
+    fn gpu_advice(&self, limiter: &Limiter) -> Proposal {
+        let case = match limiter {
+            Limiter::Overhead => GpuCase::Tiny,
+            Limiter::Io | Limiter::Preprocess | Limiter::Contention => GpuCase::LoaderLimits,
+            _ => GpuCase::Compute { share: self.s.split.compute_share },
         };
-        Advice {
-            action: format!("train on the GPU ({gpus})"),
+        Proposal {
             change: Change::UseDevice("cuda".into()),
-            command: None,
             predicted_speedup: None,
             basis: None,
-            // pipeprof's own loop trains on a GPU only when built for it; a program's build
-            // flags are its own.
-            reason: if self.s.settings.framework.is_empty() {
-                format!("{why} (needs a build with --features cuda)")
-            } else {
-                why
-            },
+            why: Why::Gpu { case, own_loop: self.s.settings.framework.is_empty() },
         }
     }
 }

@@ -2,9 +2,10 @@
 //! ([`in_user_terms`]): for a PyTorch or Keras program (`pipeprof run`, `attach`), each typed
 //! change is said with that framework's knob — `DataLoader(num_workers=6)`, never a pipeprof
 //! flag the script does not have — from one [`knobs`], which `run --check-advice` sets too;
-//! for pipeprof's own loop, its flags. The change stays typed, the prediction and the reason
-//! are the model's, unchanged.
+//! for pipeprof's own loop, its flags. The change stays typed, the prediction is the model's,
+//! and the reason is its [`Why`]'s words.
 
+use super::why::{Proposal, Why};
 use super::{Advice, Change, LoaderKnobs};
 use crate::aggregate::{RunSettings, Summary};
 
@@ -156,31 +157,43 @@ fn knobs_torch(change: &Change, st: &RunSettings) -> Option<LoaderKnobs> {
     })
 }
 
-/// The advice's last words, once for each piece: what to type or edit for its typed change
-/// ([`Advice::command`]), and for a framework's program the action in that framework's terms
-/// (PyTorch's also gets its own advice, [`persistent_workers`]). The change stays as it is.
-pub fn in_user_terms(mut advice: Vec<Advice>, s: &Summary) -> Vec<Advice> {
+/// The advice's words, made last and once for each piece the rules decided: the action and
+/// what to type or edit for its typed change ([`Advice::command`]) in a framework's program's
+/// terms where it has them (PyTorch's also gets its own advice, [`persistent_workers`]), else
+/// pipeprof's ([`super::words::action`], [`Change::command`]); the reason from its [`Why`].
+/// The change stays as it is.
+pub fn in_user_terms(mut decided: Vec<Proposal>, s: &Summary) -> Vec<Advice> {
     let fw = Framework::of(&s.settings.framework);
     if fw == Some(Framework::PyTorch) {
-        advice.extend(persistent_workers(s));
+        decided.extend(persistent_workers(s));
     }
-    for a in &mut advice {
-        // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
-        if fw.is_some() && s.settings.tf_data && matches!(a.change, Change::Workers(_)) {
-            (a.predicted_speedup, a.basis) = (None, None);
-        }
-        match fw.and_then(|fw| say(fw, &a.change, s, a.predicted_speedup.is_some())) {
-            Some((action, code)) => (a.action, a.command) = (action, Some(code)),
-            None => a.command = a.change.command(),
-        }
-    }
-    advice
+    decided
+        .into_iter()
+        .map(|mut p| {
+            // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
+            if fw.is_some() && s.settings.tf_data && matches!(p.change, Change::Workers(_)) {
+                (p.predicted_speedup, p.basis) = (None, None);
+            }
+            let (action, command) = match fw.and_then(|fw| say(fw, &p.change, s, p.predicted_speedup.is_some())) {
+                Some((action, code)) => (action, Some(code)),
+                None => (super::words::action(&p.change, &p.why, s), p.change.command()),
+            };
+            Advice {
+                action,
+                command,
+                reason: p.why.words(),
+                change: p.change,
+                predicted_speedup: p.predicted_speedup,
+                basis: p.basis,
+            }
+        })
+        .collect()
 }
 
 /// PyTorch starts a loader's workers anew at every epoch unless they persist: when the run's
 /// first wait (workers starting, the queue filling) is long against a step, every epoch after
 /// the first pays it again.
-fn persistent_workers(s: &Summary) -> Option<Advice> {
+fn persistent_workers(s: &Summary) -> Option<Proposal> {
     let st = &s.settings;
     let sp = &s.split;
     let epochs = s.epochs.len() as f64;
@@ -209,17 +222,11 @@ fn persistent_workers(s: &Summary) -> Option<Advice> {
         compute_split_unknown: false,
         floor: false,
     });
-    Some(Advice {
-        // Worded with the others, in `in_user_terms`.
-        action: String::new(),
+    Some(Proposal {
         change: Change::PersistentWorkers,
-        command: None,
         predicted_speedup: (gain >= super::thresholds::MIN_GAIN).then_some(gain),
         basis,
-        reason: format!(
-            "the first batch waited {:.0} ms while {} workers started; without persistent workers each of the {} epochs starts them again",
-            sp.startup_wait_ms, st.workers, epochs
-        ),
+        why: Why::PersistentWorkers { startup_wait_ms: sp.startup_wait_ms, workers: st.workers, epochs },
     })
 }
 
@@ -242,14 +249,12 @@ mod tests {
         }
     }
 
-    fn advice(change: Change) -> Advice {
-        Advice {
-            action: "pipeprof's words".into(),
+    fn advice(change: Change) -> Proposal {
+        Proposal {
             change,
-            command: None,
             predicted_speedup: Some(2.0),
-            reason: "why".into(),
             basis: None,
+            why: Why::U8Batches { transfer_ms: 4.0, after_ms: 1.0 },
         }
     }
 
@@ -282,13 +287,18 @@ mod tests {
             assert_eq!(out[0].change, change, "the change stays typed: {fw} {change:?}");
             assert_eq!(knobs(&change, &s.settings), set, "{fw} {change:?}");
             assert_eq!(out[0].command.as_deref(), Some(code), "{fw} {change:?}");
-            assert_ne!(out[0].action, "pipeprof's words");
+            let p = advice(change.clone());
+            assert_ne!(out[0].action, crate::diagnose::words::action(&change, &p.why, &s), "{fw} {change:?}");
+            assert_eq!(out[0].reason, p.why.words(), "the reason is the rule's: {fw} {change:?}");
             assert_eq!(out[0].predicted_speedup, Some(2.0), "the prediction is the model's");
         }
         // A change with no framework form keeps its words (a cache of its own, contention).
         let s = summary("pytorch", 2, Some(true));
         let out = in_user_terms(vec![advice(Change::PackOwnLoader)], &s);
-        assert_eq!((out[0].change.clone(), out[0].action.as_str()), (Change::PackOwnLoader, "pipeprof's words"));
+        assert_eq!(
+            (out[0].change.clone(), out[0].action.as_str()),
+            (Change::PackOwnLoader, "decode and resize every image once into one local memory-mapped file (e.g. a numpy memmap) and have your loader read from it")
+        );
         assert_eq!(out[0].command, None, "nothing to copy");
         // A tf.data pipeline has no workers to set: its parallel map, no number, nothing re-run.
         let mut tf = summary("keras", 0, None);
@@ -301,7 +311,10 @@ mod tests {
         // pipeprof's own runs keep their words, with their flag to copy; nothing for the hook.
         let own = summary("", 2, None);
         let out = in_user_terms(vec![advice(Change::Workers(6))], &own);
-        assert_eq!((out[0].action.as_str(), out[0].command.as_deref()), ("pipeprof's words", Some("--workers 6")));
+        assert_eq!(
+            (out[0].action.as_str(), out[0].command.as_deref()),
+            ("raise loader workers 2 → 6", Some("--workers 6"))
+        );
         assert_eq!(knobs(&Change::Workers(6), &own.settings), None);
     }
 

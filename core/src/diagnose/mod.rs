@@ -2,7 +2,9 @@
 //! out, no clocks, no I/O, no threads.
 //!
 //! `classify` decides (limiter, severity, flags) from the [`model`]'s capacities and the
-//! [`thresholds`]; `evidence` and `advice` put the decision into words and typed [`Change`]s.
+//! [`thresholds`]; `findings` lists the evidence typed and `evidence` words it; `advice` decides
+//! typed [`Change`]s with a typed reason (`why`), which `frameworks::in_user_terms` words last,
+//! once, in the run's own terms.
 //! Rendering a verdict belongs to the views (`report`, `tui`).
 //!
 //! # Severity
@@ -94,6 +96,7 @@ pub mod readings;
 mod tests;
 pub mod thresholds;
 mod types;
+mod why;
 mod words;
 
 pub use advice::{gain_against_measured, widen_for_slow_steps};
