@@ -87,6 +87,34 @@ const KEEP_BYTES: usize = 16 << 20;
 
 /// read → decode → resize (→ augment) into `out`; the decoded pixels' buffer, when there is
 /// one, is returned for reuse.
+/// The delay `--simulate` adds to `stage`, if any.
+fn slow_down(cfg: &LoaderConfig, stage: Stage) {
+    if let Some(s) = extra_for(&cfg.slow, stage) {
+        s.apply();
+    }
+}
+
+/// The `read` span of [`load_pixels`]: `path`'s bytes into `bytes`, through the simulated link
+/// and slowdown where the run has them.
+fn read_file(
+    link: Option<&SlowLink>,
+    path: &std::path::Path,
+    (step, sample): (u64, u32),
+    cfg: &LoaderConfig,
+    bytes: &mut Vec<u8>,
+) -> Result<(), String> {
+    at(Stage::Read);
+    let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
+    let _g = span.enter();
+    read_capped_into(path, MAX_IMAGE_BYTES, bytes)?;
+    span.record("bytes", bytes.len() as u64);
+    if let Some(link) = link {
+        link.read(bytes.len());
+    }
+    slow_down(cfg, Stage::Read);
+    Ok(())
+}
+
 fn load_pixels(
     link: Option<&SlowLink>,
     path: &std::path::Path,
@@ -97,21 +125,8 @@ fn load_pixels(
 ) -> Result<Option<Vec<u8>>, String> {
     let aug = cfg.augment.is_on().then_some(&mut scratch.augment);
     let resizer = &mut scratch.resizer;
-    let bytes = {
-        at(Stage::Read);
-        let span = info_span!("read", step, sample, bytes = tracing::field::Empty);
-        let _g = span.enter();
-        let bytes = &mut scratch.file;
-        read_capped_into(path, MAX_IMAGE_BYTES, bytes)?;
-        span.record("bytes", bytes.len() as u64);
-        if let Some(link) = link {
-            link.read(bytes.len());
-        }
-        if let Some(s) = extra_for(&cfg.slow, Stage::Read) {
-            s.apply();
-        }
-        bytes
-    };
+    read_file(link, path, (step, sample), cfg, &mut scratch.file)?;
+    let bytes = &scratch.file;
     let px = {
         at(Stage::Decode);
         let _g = info_span!("decode", step, sample).entered();
@@ -119,9 +134,7 @@ fn load_pixels(
         if panic_injected_at(step) {
             panic!("--panic-in-loader-at-step {step}: injected panic (testing hook)");
         }
-        if let Some(s) = extra_for(&cfg.slow, Stage::Decode) {
-            s.apply();
-        }
+        slow_down(cfg, Stage::Decode);
         let reuse = std::mem::take(&mut scratch.pixels);
         // A grayscale JPEG stays one channel through the resize (no augmentation: that
         // works on the channels the model gets).
@@ -135,26 +148,20 @@ fn load_pixels(
     let Some(buf) = aug else {
         at(Stage::Resize);
         let _g = info_span!("resize", step, sample).entered();
-        if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
-            s.apply();
-        }
+        slow_down(cfg, Stage::Resize);
         resizer.resize_into_rgb(&px, cfg.width, cfg.height, out).map_err(|e| e.to_string())?;
         return Ok(Some(px.data));
     };
     let hwc = {
         at(Stage::Resize);
         let _g = info_span!("resize", step, sample).entered();
-        if let Some(s) = extra_for(&cfg.slow, Stage::Resize) {
-            s.apply();
-        }
+        slow_down(cfg, Stage::Resize);
         resizer.resize_u8(&px, cfg.width, cfg.height).map_err(|e| e.to_string())?
     };
     // The f32 conversion resize does otherwise happens here, on the augmented pixels.
     at(Stage::Augment);
     let _g = info_span!("augment", step, sample).entered();
-    if let Some(s) = extra_for(&cfg.slow, Stage::Augment) {
-        s.apply();
-    }
+    slow_down(cfg, Stage::Augment);
     let (w, h, c) = (cfg.width as usize, cfg.height as usize, px.channels);
     buf.resize(hwc.len(), 0);
     let p = augment::sample(&cfg.augment, cfg.seed, epoch, sample);
