@@ -224,6 +224,21 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
+/// The files `run` and `attach` write of what they saw.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Outputs {
+    /// Write the summary JSON of the run (with `failed` when the program failed).
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of every span of every process of the run seen.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Write the report as one self-contained HTML page when the run (or the attachment) ends,
+    /// charts included.
+    #[arg(long = flags::HTML, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  pipeprof run -- python train.py --epochs 2\n  pipeprof run --once --summary s.json -- python -m mypkg.train\n  pipeprof run --once --check-advice --steps 30 -- python train.py   # runs train.py again, once per advice\n\n\
@@ -235,15 +250,8 @@ pub struct RunArgs {
     /// No live view: the program keeps the terminal; the report is printed when it ends.
     #[arg(long)]
     pub once: bool,
-    /// Write the summary JSON of the run (with `failed` when the program failed).
-    #[arg(long, value_name = "FILE")]
-    pub summary: Option<PathBuf>,
-    /// Write a Chrome/Perfetto trace of every span of every process of the run.
-    #[arg(long, value_name = "FILE")]
-    pub trace: Option<PathBuf>,
-    /// Write the report as one self-contained HTML page when the program ends (charts included).
-    #[arg(long = flags::HTML, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: Outputs,
     /// Host and GPU samples per second.
     #[arg(long, default_value_t = probes::sampler::DEFAULT_HZ, value_name = "HZ")]
     pub sample_hz: f64,
@@ -304,15 +312,8 @@ pub struct AttachArgs {
     /// Detach after this many seconds (more than 0, up to 30 days).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
-    /// Write the summary JSON of what was seen.
-    #[arg(long, value_name = "FILE")]
-    pub summary: Option<PathBuf>,
-    /// Write a Chrome/Perfetto trace of what was seen.
-    #[arg(long, value_name = "FILE")]
-    pub trace: Option<PathBuf>,
-    /// Write the report as one self-contained HTML page when the attachment ends (charts included).
-    #[arg(long = flags::HTML, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: Outputs,
     /// List the instrumented runs that can be attached to, and exit.
     #[arg(long)]
     pub list: bool,

@@ -128,13 +128,19 @@ def _put_back(owner, before):
         old = before.get(key, _MISSING)
         if value is old or not (owned(value) or (isinstance(key, str) and key.startswith("_pipeprof"))):
             continue
-        try:
-            if old is _MISSING:
-                delattr(owner, key)
-            else:
-                setattr(owner, key, old)
-        except (AttributeError, TypeError):
-            pass  # an entry the owner will not let go: it stays
+        _restore(owner, key, old)
+
+
+def _restore(owner, key, old):
+    """``owner.key`` set to ``old`` again, or deleted where ``old`` is ``_MISSING``; an entry
+    the owner will not let go stays."""
+    try:
+        if old is _MISSING:
+            delattr(owner, key)
+        else:
+            setattr(owner, key, old)
+    except (AttributeError, TypeError):
+        pass
 
 
 def _drop_owned_entries(namespace):
@@ -156,13 +162,7 @@ def _unwrap(cls):
         if inner is _MISSING:
             continue
         inherited = next((vars(b)[key] for b in cls.__mro__[1:] if key in vars(b)), _MISSING)
-        try:
-            if inner is inherited:
-                delattr(cls, key)
-            else:
-                setattr(cls, key, inner)
-        except (AttributeError, TypeError):
-            pass
+        _restore(cls, key, _MISSING if inner is inherited else inner)
 
 
 # ---------------------------------------------------------------- pipeprof's hook state

@@ -243,15 +243,8 @@ def install(dataloader_mod):
     Base = dataloader_mod._BaseDataLoaderIter
     orig_iter = DataLoader.__iter__
     orig_next = Base.__next__
-    is_grad_enabled = _grad_enabled[0] = torch.is_grad_enabled
-    loop = _TORCH.loop = _native.Loop(
-        is_grad_enabled=is_grad_enabled,
-        tensor=torch.Tensor,
-        on_first_batch=_first_batch,
-        on_device=_device,
-        distributed=_distributed,
-        modules=sys.modules,
-    )
+    _grad_enabled[0] = torch.is_grad_enabled
+    loop = _TORCH.loop = _native.Loop(torch=torch, on_first_batch=_first_batch, on_device=_device, distributed=_distributed)
     _give_hooks()
 
     def __iter__(self):

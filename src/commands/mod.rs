@@ -56,7 +56,7 @@ pub fn with_node(command: Command) -> Command {
         host: host.as_deref(),
     };
     let node = probes::NodeId::detect(&src, |k| std::env::var(k).ok());
-    for p in [&mut a.summary, &mut a.trace, &mut a.html] {
+    for p in [&mut a.out.summary, &mut a.out.trace, &mut a.out.html] {
         if let Some(path) = p.as_mut() {
             *path = node.fill(path);
         }
@@ -136,9 +136,9 @@ fn json_conflict(command: &Command) -> Option<String> {
 /// The files a command will write, by flag (`report`'s `-`, stdout, is no file).
 fn outputs(command: &Command) -> Vec<(&'static str, &Path)> {
     let (summary, trace, out, html, fragment) = match command {
-        Command::Run(a) => (&a.summary, &a.trace, None, &a.html, &None),
+        Command::Run(a) => (&a.out.summary, &a.out.trace, None, &a.out.html, &None),
         Command::Profile(a) => (&a.summary, &a.trace, None, &a.html, &None),
-        Command::Attach(a) => (&a.summary, &a.trace, None, &a.html, &None),
+        Command::Attach(a) => (&a.out.summary, &a.out.trace, None, &a.out.html, &None),
         Command::Report(a) => (&a.summary, &None, None, &a.html, &a.html_fragment),
         Command::Compare(_) | Command::Mcp => (&None, &None, None, &None, &None),
         Command::Cache(a) => (&None, &None, Some(a.out.as_path()), &None, &None),
@@ -205,9 +205,9 @@ fn folder_of(path: &Path) -> &Path {
 /// `--html -` where stdout is the program's and the report's own (`run`, `profile`, `attach`).
 fn html_to_stdout(command: &Command) -> Option<String> {
     let html = match command {
-        Command::Run(a) => &a.html,
+        Command::Run(a) => &a.out.html,
         Command::Profile(a) => &a.html,
-        Command::Attach(a) => &a.html,
+        Command::Attach(a) => &a.out.html,
         _ => return None,
     };
     (html.as_deref() == Some(Path::new("-"))).then(|| {
@@ -239,9 +239,9 @@ fn run_options(a: RunArgs) -> run::Options {
     run::Options {
         command: a.command,
         once: a.once,
-        summary: a.summary,
-        trace: a.trace,
-        html: a.html,
+        summary: a.out.summary,
+        trace: a.out.trace,
+        html: a.out.html,
         sample_hz: a.sample_hz,
         no_gpu: a.no_gpu,
         stop_timeout: std::time::Duration::from_secs_f64(a.stop_timeout),
@@ -287,9 +287,9 @@ fn attach_options(a: AttachArgs) -> attach::Options {
         also: a.targets.iter().skip(1).cloned().collect(),
         once: a.once,
         duration: a.duration,
-        summary: a.summary,
-        trace: a.trace,
-        html: a.html,
+        summary: a.out.summary,
+        trace: a.out.trace,
+        html: a.out.html,
         list: a.list,
         no_tui: a.no_tui,
         metrics_listen: a.metrics.metrics_listen,

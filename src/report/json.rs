@@ -9,7 +9,7 @@
 
 use pipeprof_core::diagnose::measures::Measure;
 use pipeprof_core::diagnose::ranks::{Cause, RanksVerdict};
-use pipeprof_core::diagnose::{Advice, Change, Diagnosed, Flag, Limiter, Severity};
+use pipeprof_core::diagnose::{Advice, Change, Diagnosed, Flag, Limiter, LimiterKind, Severity};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -67,26 +67,6 @@ pub enum Status {
     /// The ranks of a distributed run read one file each (`pipeprof report` on rank traces):
     /// their straggler verdict alone, in `straggler`; no run-wide limiter.
     Ranks,
-}
-
-/// [`Limiter`] as a program reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum LimiterKind {
-    /// Storage: the loader waits on reads.
-    Io,
-    /// The loader's threads wait for cores other programs hold.
-    Contention,
-    /// CPU decode / resize / augment in the loader.
-    Preprocess,
-    /// Host → device copies.
-    Transfer,
-    /// The model's own computation.
-    Compute,
-    /// Per-step fixed cost of a tiny model.
-    Overhead,
-    /// Nothing stands out.
-    Balanced,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
@@ -302,7 +282,7 @@ impl VerdictJson {
         let (limiter, steps_needed) = match v.limiter {
             Limiter::NotEnoughData { .. } if ranks_only => (None, None),
             Limiter::NotEnoughData { steps_needed } => (None, Some(steps_needed).filter(|n| *n > 0)),
-            ref l => (Some(limiter_kind(l)), None),
+            ref l => (Some(l.kind().unwrap_or(LimiterKind::Balanced)), None),
         };
         let status = match (limiter, ranks_only) {
             (Some(_), _) => Status::Verdict,
@@ -368,18 +348,6 @@ fn numbers(s: &pipeprof_core::aggregate::Summary) -> Numbers {
         framework: st.framework.clone(),
         gpu_util_pct: s.machine.devices.iter().filter_map(|d| d.util_mean_pct.map(f64::from)).reduce(f64::max),
         cpu_busy_pct: s.machine.global_cpu_mean_pct.map(f64::from).and_then(finite),
-    }
-}
-
-fn limiter_kind(l: &Limiter) -> LimiterKind {
-    match l {
-        Limiter::Io => LimiterKind::Io,
-        Limiter::Contention => LimiterKind::Contention,
-        Limiter::Preprocess => LimiterKind::Preprocess,
-        Limiter::Transfer => LimiterKind::Transfer,
-        Limiter::Compute => LimiterKind::Compute,
-        Limiter::Overhead => LimiterKind::Overhead,
-        Limiter::Balanced | Limiter::NotEnoughData { .. } => LimiterKind::Balanced,
     }
 }
 

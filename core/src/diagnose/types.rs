@@ -4,9 +4,39 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What limits the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub enum Limiter {
+/// Declares [`Limiter`] and [`LimiterKind`] from one list, each limiter's name and meaning
+/// written once, and [`Limiter::kind`] between them.
+macro_rules! limiters {
+    ($($(#[doc = $doc:literal])+ $name:ident,)+) => {
+        /// What limits the run.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+        pub enum Limiter {
+            $($(#[doc = $doc])+ $name,)+
+            /// Too few steps measured yet.
+            NotEnoughData { steps_needed: u64 },
+        }
+
+        /// [`Limiter`] as a program reads it (`--json`): the same limiters in snake case,
+        /// without `NotEnoughData` (the document's `status` says that).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum LimiterKind {
+            $($(#[doc = $doc])+ $name,)+
+        }
+
+        impl Limiter {
+            /// The limiter as a program reads it; `None` for `NotEnoughData`.
+            pub fn kind(&self) -> Option<LimiterKind> {
+                match self {
+                    $(Limiter::$name => Some(LimiterKind::$name),)+
+                    Limiter::NotEnoughData { .. } => None,
+                }
+            }
+        }
+    };
+}
+
+limiters! {
     /// Storage: the loader waits on reads.
     Io,
     /// The loader's threads wait for a core that other programs hold.
@@ -21,8 +51,6 @@ pub enum Limiter {
     Overhead,
     /// Nothing stands out.
     Balanced,
-    /// Too few steps measured yet.
-    NotEnoughData { steps_needed: u64 },
 }
 
 /// How input-bound the run is, from the share of step time spent waiting for data

@@ -6,23 +6,24 @@ use super::*;
 
 #[pymethods]
 impl Loop {
+    /// The loop over `torch` (its `is_grad_enabled` and `Tensor` read here, `sys.modules` too)
+    /// with the Python side's callbacks.
     #[new]
-    #[pyo3(signature = (*, is_grad_enabled, tensor, on_first_batch, on_device, distributed, modules))]
+    #[pyo3(signature = (*, torch, on_first_batch, on_device, distributed))]
     fn new(
-        is_grad_enabled: Py<PyAny>,
-        tensor: Py<PyAny>,
+        torch: &Bound<'_, PyAny>,
         on_first_batch: Py<PyAny>,
         on_device: Py<PyAny>,
         distributed: Py<PyAny>,
-        modules: Py<PyDict>,
-    ) -> Self {
-        Loop {
-            is_grad_enabled,
-            tensor,
+    ) -> PyResult<Self> {
+        let py = torch.py();
+        Ok(Loop {
+            is_grad_enabled: torch.getattr(intern!(py, "is_grad_enabled"))?.unbind(),
+            tensor: torch.getattr(intern!(py, "Tensor"))?.unbind(),
             on_first_batch,
             on_device,
             distributed,
-            modules,
+            modules: py.import(intern!(py, "sys"))?.getattr(intern!(py, "modules"))?.cast_into::<PyDict>()?.unbind(),
             hooks: Mutex::new(Hooks::default()),
             counters: Mutex::new(Counters {
                 step: 0,
@@ -42,7 +43,7 @@ impl Loop {
                 distributed: None,
                 dist_countdown: 0,
             }),
-        }
+        })
     }
 
     /// `_BaseDataLoaderIter.__next__` is about to call torch's own on `it` (the Python hook
