@@ -5,7 +5,7 @@ pub mod json;
 mod machine;
 
 use pipeprof_core::aggregate::ranks::RankLine;
-use pipeprof_core::aggregate::Summary;
+use pipeprof_core::aggregate::{Framework, Summary};
 use pipeprof_core::diagnose::compare::{Comparison, Pair};
 use pipeprof_core::diagnose::ranks::RanksVerdict;
 use pipeprof_core::diagnose::{Diagnosed, Limiter, Verdict};
@@ -39,7 +39,7 @@ fn render_header(o: &mut String, s: &Summary) {
     if let Some(why) = &s.failed {
         let _ = writeln!(o, "RUN FAILED: {why}");
     }
-    if !st.framework.is_empty() {
+    if !st.framework.is_own() {
         render_framework_header(o, s);
     } else {
         render_own_header(o, s);
@@ -60,7 +60,7 @@ fn render_own_header(o: &mut String, s: &Summary) {
     let _ = writeln!(
         o,
         "device {} · {} loader worker{} on {} cores · batch {} · prefetch {}",
-        or_dash(&st.device),
+        or_dash(st.device.name()),
         st.workers,
         if st.workers == 1 { "" } else { "s" },
         st.cores,
@@ -88,7 +88,7 @@ pub fn known(n: usize) -> String {
 }
 
 /// "42,500 params, input 3×150×150", with `-` for what the run did not say.
-pub fn model_facts(st: &pipeprof_core::aggregate::RunSettings) -> String {
+fn model_facts(st: &pipeprof_core::aggregate::RunSettings) -> String {
     let input = if st.input.contains(&0) {
         "-".to_string()
     } else {
@@ -130,8 +130,8 @@ fn render_framework_header(o: &mut String, s: &Summary) {
     if let Some(f) = st.prefetch_factor {
         knobs.push(format!("prefetch_factor={f}"));
     }
-    let device = if st.device.is_empty() { "not seen" } else { st.device.as_str() };
-    let loader = if st.framework == "keras" { "fit" } else { "DataLoader" };
+    let device = if st.device.is_unseen() { "not seen" } else { st.device.name() };
+    let loader = if st.framework == Framework::Keras { "fit" } else { "DataLoader" };
     let _ = writeln!(o, "device {device} · {loader}({}) on {} cores", knobs.join(", "), st.cores);
 }
 
@@ -484,8 +484,11 @@ fn render_loader_threads(o: &mut String, s: &Summary) {
     // Workers started again and again: each start is a new process that imports, forks and
     // fills its first batch before the loop gets one.
     if let Some(most) = s.loader_threads.iter().map(|t| t.starts).max().filter(|n| *n > 1) {
-        let keep =
-            if s.settings.framework == "pytorch" { " (DataLoader(persistent_workers=True) keeps them)" } else { "" };
+        let keep = if s.settings.framework == Framework::PyTorch {
+            " (DataLoader(persistent_workers=True) keeps them)"
+        } else {
+            ""
+        };
         let _ = writeln!(o, "  the workers were started up to {most} times: once per pass over a loader{keep}");
     }
     let rest = &s.loader_threads[s.loader_threads.len().min(LOADER_THREADS_LISTED)..];

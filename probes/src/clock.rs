@@ -40,7 +40,7 @@ pub fn parse_schedstat(text: &[u8]) -> Option<(u64, u64)> {
 }
 
 /// The run-queue wait (second field) of a `schedstat` line.
-pub fn parse_schedstat_wait(text: &[u8]) -> Option<u64> {
+fn parse_schedstat_wait(text: &[u8]) -> Option<u64> {
     parse_schedstat(text).map(|(_, wait)| wait)
 }
 

@@ -107,7 +107,7 @@ impl Rank {
     /// The rank `get` describes: `RANK` and `WORLD_SIZE` must both read as numbers with
     /// `RANK < WORLD_SIZE ≤` [`MAX_WORLD_SIZE`]; `LOCAL_RANK` defaults to `RANK`. Anything else
     /// is no rank (a process outside a distributed run, or a launcher's own process).
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Option<Rank> {
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Option<Rank> {
         let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u32>().ok());
         let (rank, world_size) = (num("RANK")?, num("WORLD_SIZE")?);
         if world_size == 0 || world_size > MAX_WORLD_SIZE || rank >= world_size {

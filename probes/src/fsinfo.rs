@@ -159,7 +159,7 @@ pub fn classify(magic: u32, fs_type: &str) -> FsKind {
 }
 
 /// The name of a magic number, when it is in the table.
-pub fn magic_name(magic: u32) -> Option<&'static str> {
+fn magic_name(magic: u32) -> Option<&'static str> {
     MAGICS.iter().find(|(m, _, _)| *m == magic).map(|(_, n, _)| *n)
 }
 
@@ -178,7 +178,7 @@ pub struct MountEntry {
 ///
 /// Format (proc(5)): `id parent major:minor root mount_point options [optional...] - type
 /// source super_options`.
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
@@ -218,7 +218,7 @@ fn unescape(s: &str) -> String {
 /// The mount holding `path` (absolute, canonical): the longest mount point that is `path`
 /// or one of its ancestors. Among equal mount points the last one wins: a later mount hides
 /// an earlier one on the same directory.
-pub fn find_mount<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
+fn find_mount<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
     let mut best: Option<&MountEntry> = None;
     for m in mounts {
         // Path::starts_with compares whole components: /data does not contain /database.

@@ -188,7 +188,7 @@ pub fn set_thread_role(role: ThreadRole) {
 }
 
 /// The calling thread's role ([`ThreadRole::Other`] unless [`set_thread_role`] gave one).
-pub fn thread_role() -> ThreadRole {
+fn thread_role() -> ThreadRole {
     ROLE.try_with(std::cell::Cell::get).unwrap_or_default()
 }
 

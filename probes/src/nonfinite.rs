@@ -71,7 +71,7 @@ pub fn word(x: f64) -> Option<&'static str> {
 
 /// The value a word stands for: `NaN`, `inf`, `-inf` (and the spellings Python and
 /// JavaScript print: `nan`, `Infinity`, `-Infinity`, `+inf`).
-pub fn from_word(s: &str) -> Option<f64> {
+fn from_word(s: &str) -> Option<f64> {
     match s.trim() {
         "NaN" | "nan" | "NAN" => Some(f64::NAN),
         "inf" | "+inf" | "Infinity" | "+Infinity" | "INF" => Some(f64::INFINITY),

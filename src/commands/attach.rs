@@ -50,7 +50,7 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Runs with a live socket in `dir`.
-pub fn discover(dir: &Path) -> Vec<Found> {
+fn discover(dir: &Path) -> Vec<Found> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut found: Vec<Found> = entries
         .flatten()
@@ -258,7 +258,7 @@ fn open(target: Option<&str>) -> anyhow::Result<Opened> {
 
 /// The ranks each connection stands for: the rank its process said (its `RANK`), else its
 /// place in the list; two connections of one rank are refused.
-pub fn ranks_of(said: &[Option<probes::Rank>]) -> Result<Vec<probes::Rank>, String> {
+fn ranks_of(said: &[Option<probes::Rank>]) -> Result<Vec<probes::Rank>, String> {
     let n = said.len() as u32;
     let ranks: Vec<probes::Rank> = said
         .iter()

@@ -167,7 +167,7 @@ fn invalid(msg: String) -> McpError {
 }
 
 /// The child run of `run_training` (`check`: `check_advice`), its bounds checked. Pure.
-pub fn plan_run(a: &RunArgs, check: bool) -> Result<Plan, McpError> {
+fn plan_run(a: &RunArgs, check: bool) -> Result<Plan, McpError> {
     if a.command.is_empty() || a.command[0].is_empty() {
         return Err(invalid(
             "command is empty: give the program and its arguments, e.g. [\"python\", \"train.py\"]".into(),
@@ -200,7 +200,7 @@ pub fn plan_run(a: &RunArgs, check: bool) -> Result<Plan, McpError> {
 }
 
 /// The child run of `compare_runs`. Pure.
-pub fn plan_compare(a: CompareArgs) -> Result<Plan, McpError> {
+fn plan_compare(a: CompareArgs) -> Result<Plan, McpError> {
     let mut args: Vec<String> = vec!["compare".into(), "--json".into()];
     if let Some(p) = a.max_slowdown_pct {
         if !(p.is_finite() && p >= 0.0) {

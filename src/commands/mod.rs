@@ -45,7 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// `run`'s node found (flags, the launcher's environment, the command, the host name) and
 /// `{node}` in its output paths replaced by its name; other commands as they are.
-pub fn with_node(command: Command) -> Command {
+fn with_node(command: Command) -> Command {
     let Command::Run(mut a) = command else { return command };
     let program: Vec<String> = a.command.iter().map(|w| w.to_string_lossy().into_owned()).collect();
     let host = probes::NodeId::host_name();
@@ -219,7 +219,7 @@ fn html_to_stdout(command: &Command) -> Option<String> {
 
 /// Refuses an output file whose folder does not exist (or that names a folder) before anything
 /// starts: found at the end, it cost the run's summary, and `run` its program's exit code.
-pub fn check_output(flag: &str, path: &Path) -> Result<(), String> {
+fn check_output(flag: &str, path: &Path) -> Result<(), String> {
     let dir = folder_of(path);
     if path.is_dir() {
         return Err(format!("{flag} {}: is a folder; name a file in it", path.display()));

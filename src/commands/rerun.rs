@@ -336,7 +336,7 @@ pub(crate) static SCRATCH: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::ne
 
 /// A second interrupt while the re-runs are made (`run --check-advice`, whose run ends its
 /// own way): the scratch folders removed, exit now with 128 + the first signal.
-pub fn exit_at_once() -> ! {
+fn exit_at_once() -> ! {
     pipeprof_trainer::progress::say("check-advice: second interrupt: exiting now");
     for d in SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         let _ = std::fs::remove_dir_all(d);
@@ -545,7 +545,7 @@ impl Elsewhere {
 /// Why a run's measurement is not the change's alone: other programs kept cores busy
 /// ([`pipeprof_core::diagnose::OTHER_CORES`] or more, the median sampled) or the hypervisor took them
 /// (steal [`pipeprof_core::diagnose::STEAL_PCT`]% or more); `None` on a quiet machine. Pure.
-pub fn busy_elsewhere(s: &Summary) -> Option<String> {
+fn busy_elsewhere(s: &Summary) -> Option<String> {
     let m = &s.machine;
     let mut why = Vec::new();
     if let Some(c) = m.other_cores_median.map(f64::from).filter(|c| *c >= pipeprof_core::diagnose::OTHER_CORES) {

@@ -12,7 +12,7 @@ pub const COPY_HEADROOM: f64 = 1.2;
 
 /// Whether a copy of `needed` bytes fits in `free` bytes, with [`COPY_HEADROOM`]; the message
 /// says how much either way. Pure.
-pub fn copy_fits(needed: u64, free: Option<u64>, dir: &Path) -> Result<String, String> {
+fn copy_fits(needed: u64, free: Option<u64>, dir: &Path) -> Result<String, String> {
     let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
     room_for("copy the data set", needed, free, dir)?;
     match free {
@@ -212,7 +212,7 @@ const SCRATCH_PREFIX: &str = "pipeprof-check-";
 
 /// The pid in a scratch folder's name (`pipeprof-check-PID-XXXXXX`,
 /// `pipeprof-check-run-PID-XXXXXX`), or `None`: not a name [`TempDir::private`] makes. Pure.
-pub fn scratch_pid(name: &str) -> Option<u32> {
+fn scratch_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(SCRATCH_PREFIX)?;
     let rest = rest.strip_prefix("run-").unwrap_or(rest);
     let (pid, random) = rest.split_once('-')?;
@@ -225,7 +225,7 @@ pub fn scratch_pid(name: &str) -> Option<u32> {
 /// a link) owned by this user, named as [`TempDir::private`] names them, whose pid is dead
 /// and not this process. One of another user's is named, never touched. Returns what it did,
 /// a line each.
-pub fn sweep(within: &Path) -> Vec<String> {
+fn sweep(within: &Path) -> Vec<String> {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(within) else { return Vec::new() };
     // SAFETY: geteuid cannot fail.

@@ -31,7 +31,7 @@ pub fn rank_path(base: &Path, rank: u32) -> PathBuf {
 }
 
 /// Wall clock minus `CLOCK_MONOTONIC` now, ns: what turns a trace timestamp into wall time.
-pub fn clock_offset_ns() -> i128 {
+fn clock_offset_ns() -> i128 {
     let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
     wall - probes::clock::now_ns() as i128
 }

@@ -32,7 +32,7 @@ pub fn check_settings(s: &RunSettings) -> Result<(), String> {
 }
 
 /// A summary read back: its settings and machine in range.
-pub fn check_summary(s: &Summary) -> Result<(), String> {
+fn check_summary(s: &Summary) -> Result<(), String> {
     check_settings(&s.settings)?;
     pipeprof_core::limits::in_range("ranks (lines)", s.ranks.len(), 0, pipeprof_core::aggregate::ranks::MAX_RANKS)?;
     pipeprof_core::limits::in_range("machine.cores", s.machine.cores, 0, MAX_CORES)
@@ -61,7 +61,7 @@ fn num(v: &Value, k: &str) -> u64 {
 
 /// Parses trace text; a trace cut short is read up to its last complete event line.
 /// Returns the events and whether the text was complete.
-pub fn parse_trace_text(text: &str) -> (Vec<Value>, bool) {
+fn parse_trace_text(text: &str) -> (Vec<Value>, bool) {
     if let Ok(v) = serde_json::from_str::<Value>(text) {
         let arr = match v {
             Value::Array(a) => a,
@@ -212,7 +212,7 @@ impl TraceSummary {
 /// stream: memory stays flat in the trace's length. `None` when the text is not laid out
 /// that way (a trace from another tool, a summary JSON): read it whole instead.
 /// Returns the summary, the events read, whether the trace was closed, and whether capped.
-pub fn stream_trace(mut r: impl std::io::BufRead) -> std::io::Result<Option<(Summary, usize, bool, bool)>> {
+fn stream_trace(mut r: impl std::io::BufRead) -> std::io::Result<Option<(Summary, usize, bool, bool)>> {
     // Lines as bytes: a trace cut inside a multi-byte character is still read (the cut line
     // does not parse and is left out, like any cut line).
     let mut buf = Vec::new();
@@ -484,7 +484,7 @@ mod tests {
         let (s, ..) = stream_trace(text.as_bytes()).unwrap().unwrap();
         let st = &s.settings;
         assert_eq!(
-            (&*st.model.name(), st.cores, st.framework.as_str(), st.batch_size, st.workers),
+            (&*st.model.name(), st.cores, st.framework.name(), st.batch_size, st.workers),
             ("train.py", 16, "pytorch", 64, 4)
         );
     }

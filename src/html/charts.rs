@@ -146,7 +146,7 @@ impl Row {
 /// Each stage's share of what it is part of: the step's parts of a step (the text report's
 /// split), forward / backward / optimizer of compute, the loader stages of the loader's work,
 /// validation of the run's wall time. Pure.
-pub fn stage_rows(s: &Summary) -> Vec<Row> {
+fn stage_rows(s: &Summary) -> Vec<Row> {
     let mut rows = Vec::new();
     let stage = |st: Stage| s.stages.iter().find(|x| x.is(st) && x.count > 0);
     let sp = &s.split;
@@ -186,7 +186,7 @@ pub fn stage_rows(s: &Summary) -> Vec<Row> {
 
 /// Each loader worker's busy time as a share of the run, on-CPU and off-CPU apart; the
 /// workers past the text report's list summed in one row. Pure.
-pub fn worker_rows(s: &Summary) -> Vec<Row> {
+fn worker_rows(s: &Summary) -> Vec<Row> {
     let run_ms = s.elapsed_s * 1000.0;
     let scale = if run_ms > 0.0 { run_ms } else { s.loader_threads.iter().map(|t| t.busy_ms).fold(0.0, f64::max) };
     let listed = crate::report::LOADER_THREADS_LISTED;

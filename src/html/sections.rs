@@ -88,11 +88,11 @@ pub fn run_line(o: &mut String, s: &Summary) {
     stat(o, &s.steps.to_string(), "steps");
     stat(o, &s.images.to_string(), "images");
     stat(o, &format!("{:.1} s", s.elapsed_s), "run time");
-    stat(o, if st.device.trim().is_empty() { "not seen" } else { &st.device }, "device");
+    stat(o, if st.device.is_unseen() { "not seen" } else { st.device.name() }, "device");
     o.push_str("</dl>");
     let mut facts = vec![];
-    let program = if st.framework.is_empty() { "model" } else { "program" };
-    let framework = if st.framework.is_empty() { String::new() } else { format!(" ({})", st.framework) };
+    let program = if st.framework.is_own() { "model" } else { "program" };
+    let framework = if st.framework.is_own() { String::new() } else { format!(" ({})", st.framework) };
     facts.push(format!("{program} {}{framework}", report::or_dash(&st.model.name())));
     facts.push(format!("data {}", report::data_facts(st)));
     facts.push(format!("{} loader worker{}", st.workers, if st.workers == 1 { "" } else { "s" }));

@@ -19,7 +19,7 @@ impl Frame {
     pub fn plot_w(&self) -> f64 {
         (self.width - self.left - self.right).max(1.0)
     }
-    pub fn plot_h(&self) -> f64 {
+    fn plot_h(&self) -> f64 {
         (self.height - self.top - self.bottom).max(1.0)
     }
     /// The x of `v` on a scale from 0 to `max`.

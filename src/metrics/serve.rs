@@ -103,7 +103,7 @@ impl Listener {
     }
 
     /// [`Listener::serve`] within `limits`.
-    pub fn serve_with(self, source: Source, limits: Limits) -> std::io::Result<Serving> {
+    fn serve_with(self, source: Source, limits: Limits) -> std::io::Result<Serving> {
         let (work_tx, work_rx): (Sender<Job>, Receiver<Job>) = crossbeam_channel::bounded(QUEUE);
         for i in 0..WORKERS {
             let (rx, source) = (work_rx.clone(), source.clone());
@@ -241,7 +241,7 @@ fn read_heads(new: &Receiver<TcpStream>, mut wake: &UnixStream, work: &Sender<Jo
 }
 
 /// What the request head read so far says. Pure.
-pub fn parse_head(head: &[u8]) -> Head {
+fn parse_head(head: &[u8]) -> Head {
     let end = head.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| head.windows(2).position(|w| w == b"\n\n"));
     let text = match std::str::from_utf8(&head[..end.unwrap_or(head.len())]) {
         Ok(t) => t,

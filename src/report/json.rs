@@ -344,8 +344,8 @@ fn numbers(s: &pipeprof_core::aggregate::Summary) -> Numbers {
         compute_ms: sp.compute_ms,
         batch_size: st.batch_size,
         workers: st.workers,
-        device: st.device.clone(),
-        framework: st.framework.clone(),
+        device: st.device.to_string(),
+        framework: st.framework.to_string(),
         gpu_util_pct: s.machine.devices.iter().filter_map(|d| d.util_mean_pct.map(f64::from)).reduce(f64::max),
         cpu_busy_pct: s.machine.global_cpu_mean_pct.map(f64::from).and_then(finite),
     }

@@ -64,7 +64,7 @@ pub struct Out {
 
 impl Out {
     /// Whether the live view holds the terminal now.
-    pub fn view_holds_terminal(&self) -> bool {
+    fn view_holds_terminal(&self) -> bool {
         crate::tui::is_active()
     }
 

@@ -31,7 +31,7 @@ pub fn clean(text: &str) -> String {
 
 /// Writes `text` to stderr; a closed terminal or pipe is not worth a panic (the run's files
 /// are written whatever happens to its output).
-pub fn err_out(text: &str) {
+fn err_out(text: &str) {
     let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
 }
 

@@ -102,7 +102,7 @@ mod tests {
         a.push(&Event::Failed("a later failure".into()));
         let s = a.summary();
         assert_eq!(
-            (&*s.settings.model.name(), s.settings.framework.as_str(), s.settings.batch_size),
+            (&*s.settings.model.name(), s.settings.framework.name(), s.settings.batch_size),
             ("train.py", "keras", 16)
         );
         assert_eq!(

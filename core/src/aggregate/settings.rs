@@ -8,6 +8,7 @@
 //! read: listed in [`RunSettings::unreadable`], the others kept. A name (a 900 KB program name
 //! became 533 MB of report) is cut to [`MAX_NAME`] characters before anything formats it.
 
+use super::{Device, Framework};
 use crate::limits::{in_range, MAX_BATCH_SIZE, MAX_EPOCHS, MAX_PREFETCH, MAX_WORKERS};
 use crate::model_source::ModelSource;
 use serde::{Deserialize, Serialize};
@@ -42,7 +43,9 @@ pub struct RunSettings {
     pub data: String,
     pub images: usize,
     pub classes: Vec<String>,
-    pub device: String,
+    /// The device the run trains on, as it named it (`"cuda:0"`, `"cpu"`); `""` unseen.
+    #[schemars(with = "String")]
+    pub device: Device,
     pub workers: usize,
     pub cores: usize,
     pub batch_size: usize,
@@ -63,8 +66,9 @@ pub struct RunSettings {
     pub ignored: String,
     /// The framework of an attached or `pipeprof run` program ("pytorch", "keras"); empty for
     /// pipeprof's own training. Advice names that framework's knobs.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub framework: String,
+    #[serde(skip_serializing_if = "Framework::is_own")]
+    #[schemars(with = "String")]
+    pub framework: Framework,
     /// PyTorch `DataLoader(pin_memory=…)`, when the run said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pin_memory: Option<bool>,
@@ -289,11 +293,18 @@ impl RunSettings {
         if name.len() > MAX_NAME || !name.chars().all(printable) {
             self.model = std::mem::take(&mut self.model).map_name(|n| clean_name(n, MAX_NAME));
         }
-        for s in [&mut self.data, &mut self.device, &mut self.framework, &mut self.ignored] {
+        let clean = |s: &str| {
             if s.len() > MAX_NAME || !s.chars().all(printable) {
-                *s = clean_name(s, MAX_NAME);
+                clean_name(s, MAX_NAME)
+            } else {
+                s.to_string()
             }
+        };
+        for s in [&mut self.data, &mut self.ignored] {
+            *s = clean(s);
         }
+        self.device = Device::from(clean(self.device.name()));
+        self.framework = Framework::from(clean(self.framework.name()));
         if let Some(n) = &mut self.node {
             n.name = probes::node::clean(&n.name).unwrap_or_else(|| "?".into());
             n.job = n.job.as_deref().and_then(probes::node::clean);
@@ -394,7 +405,7 @@ mod tests {
             "framework": "pytorch",
         }));
         assert_eq!((s.cores, s.workers, s.batch_size, s.prefetch_factor), (0, 4, 0, None));
-        assert_eq!((s.input, s.framework.as_str()), ([3, 150, 150], "pytorch"));
+        assert_eq!((s.input, &s.framework), ([3, 150, 150], &Framework::PyTorch));
         assert_eq!(refused.len(), 3, "{refused:?}");
         assert!(
             refused.iter().any(|r| r.starts_with("cores = 100000000000: out of range (settings.cores")),
@@ -451,7 +462,7 @@ mod tests {
         let mut st2 = RunSettings::default();
         st2.merge_json(&json!({"input": "3x1", "workers": 1}));
         st2.merge_json(&json!({"workers": 3, "framework": "pytorch", "pin_memory": true}));
-        assert_eq!((st2.workers, st2.framework.as_str(), st2.pin_memory), (3, "pytorch", Some(true)));
+        assert_eq!((st2.workers, &st2.framework, st2.pin_memory), (3, &Framework::PyTorch, Some(true)));
         assert_eq!(st2.unreadable.len(), 1);
     }
 

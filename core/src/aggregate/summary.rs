@@ -158,14 +158,9 @@ impl Summary {
     /// not list any of its processes on a GPU. A program that never moved a batch to a device
     /// in a way pipeprof sees (JAX, Keras) but has a compute context on a GPU trains there.
     pub fn trains_on_cpu(&self) -> bool {
-        let d = self.settings.device.trim();
-        (d.is_empty() || is_cpu_device(d)) && self.machine.this_process_on_gpu != Some(true)
+        let d = &self.settings.device;
+        (d.is_unseen() || d.is_cpu()) && self.machine.this_process_on_gpu != Some(true)
     }
-}
-
-/// Whether a device string means the CPU (`cpu`, `CPU`).
-fn is_cpu_device(device: &str) -> bool {
-    device.trim().to_ascii_lowercase().starts_with("cpu")
 }
 
 /// One rank's part of the run, in the numbers the report's per-rank table shows (made from

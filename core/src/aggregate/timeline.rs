@@ -81,7 +81,7 @@ impl Acc {
 
 /// Buckets `2i` and `2i + 1` summed into bucket `i` (an odd last one stays alone): the same
 /// run in buckets twice as wide. Pure.
-pub fn merge_pairs(buckets: &[Acc]) -> Vec<Acc> {
+fn merge_pairs(buckets: &[Acc]) -> Vec<Acc> {
     buckets.chunks(2).map(|p| p.iter().fold(Acc::default(), |a, b| a.add(b))).collect()
 }
 

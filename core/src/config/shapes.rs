@@ -129,7 +129,7 @@ fn collapse(n: usize, spec: &LayerSpec, shape: &[usize]) -> String {
 }
 
 /// Keras output size: valid = floor((in - k) / s) + 1, same = ceil(in / s).
-pub fn conv_out(input: usize, kernel: usize, stride: usize, padding: Padding) -> usize {
+fn conv_out(input: usize, kernel: usize, stride: usize, padding: Padding) -> usize {
     match padding {
         Padding::Valid if input < kernel => 0,
         Padding::Valid => (input - kernel) / stride + 1,

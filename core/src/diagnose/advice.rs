@@ -9,6 +9,7 @@ use super::model::{per_s, Pipeline};
 use super::thresholds::*;
 use super::why::{Fed, FedParts, GpuCase, NowRate, Proposal, SerialRest, Training, Why};
 use super::{Basis, Change, Flag, Limiter, PackSize};
+use crate::aggregate::Framework;
 use probes::stage::Stage;
 
 /// The gain of a change from the model's rates before (`model_now`) and after (`after`) and
@@ -132,7 +133,9 @@ impl Facts<'_> {
     /// own loop, or when the data's size is unknown.
     fn batches_per_epoch(&self) -> Option<usize> {
         let st = &self.s.settings;
-        super::frameworks::Framework::of(&st.framework)?;
+        if !matches!(st.framework, Framework::PyTorch | Framework::Keras) {
+            return None;
+        }
         (st.images > 0).then(|| st.images.div_ceil(st.batch_size.max(1)))
     }
 
@@ -277,7 +280,7 @@ impl Facts<'_> {
     /// loader's time ([`Pipeline::cold_read_wait_ms`]): the CPU work it measured between them
     /// ran cold.
     fn reads_cold(&self) -> bool {
-        !self.s.settings.framework.is_empty() && self.p.cold_read_wait_ms().is_some()
+        !self.s.settings.framework.is_own() && self.p.cold_read_wait_ms().is_some()
     }
 
     /// The gain of taking the reads away (a local copy, a pack): where they ran cold
@@ -322,12 +325,13 @@ impl Facts<'_> {
         // is torchvision's folder reader: PackedImageFolder replaces nothing else); another
         // program (its own Dataset, a Rust or Python loop of its own) the same idea for its own
         // loader, with no command to copy.
-        let framework = super::frameworks::Framework::of(&st.framework);
-        let change = match (st.model.cnn_toml(), framework) {
+        let change = match (st.model.cnn_toml(), &st.framework) {
             (Some(model), _) => Change::Cache { model: model.display().to_string(), data: st.data.clone() },
-            (None, Some(fw)) if fw == super::frameworks::Framework::Keras || st.folder_dataset => {
-                let keras = fw == super::frameworks::Framework::Keras;
-                Change::PackFolder { keras, data: st.data.clone(), size: pack_size(keras, st) }
+            (None, Framework::Keras) => {
+                Change::PackFolder { keras: true, data: st.data.clone(), size: pack_size(true, st) }
+            }
+            (None, Framework::PyTorch) if st.folder_dataset => {
+                Change::PackFolder { keras: false, data: st.data.clone(), size: pack_size(false, st) }
             }
             _ => Change::PackOwnLoader,
         };
@@ -520,7 +524,7 @@ impl Facts<'_> {
             change: Change::UseDevice("cuda".into()),
             predicted_speedup: None,
             basis: None,
-            why: Why::Gpu { case, own_loop: self.s.settings.framework.is_empty() },
+            why: Why::Gpu { case, own_loop: self.s.settings.framework.is_own() },
         }
     }
 }

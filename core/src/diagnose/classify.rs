@@ -65,7 +65,7 @@ impl<'a> Facts<'a> {
         // none was the run's, or the run knows its own device (pipeprof's loop, a Rust program:
         // `device` is what it trains on, not a guess from a batch). NVML unable to tell (a
         // container hiding processes) about a framework's program is unknown.
-        let knows_device = s.settings.framework.is_empty() && !s.settings.device.trim().is_empty();
+        let knows_device = s.settings.framework.is_own() && !s.settings.device.is_unseen();
         let gpu_unused = gpu_present && cpu_device && (knows_device || m.this_process_on_gpu == Some(false));
         let used: Vec<f64> = m
             .devices
@@ -126,7 +126,7 @@ impl<'a> Facts<'a> {
     /// The loader's cost per image, ms, when all it does is take samples already in memory:
     /// every loader stage measured is `fetch` or `collate`, together under
     /// [`IN_MEMORY_IMAGE_MS`] per image.
-    pub fn in_memory_loader(&self) -> Option<f64> {
+    fn in_memory_loader(&self) -> Option<f64> {
         let loader = &self.p.loader;
         let only = !loader.is_empty()
             && loader.iter().all(|x| matches!(x.stage, Stage::Fetch | Stage::Convert | Stage::Collate));
@@ -170,7 +170,7 @@ impl<'a> Facts<'a> {
 
     /// The model has at least [`SMALL_MODEL_PARAMS`] parameters (unknown for a program of the
     /// user's own: then not large).
-    pub fn large_model(&self) -> bool {
+    fn large_model(&self) -> bool {
         self.s.settings.params >= SMALL_MODEL_PARAMS
     }
 
@@ -228,7 +228,7 @@ impl<'a> Facts<'a> {
     }
 
     /// Read's blocked time per image (off-CPU, not waiting for a core), ms.
-    pub fn read_blocked_ms(&self) -> f64 {
+    fn read_blocked_ms(&self) -> f64 {
         self.p.stage(Stage::Read).map_or(0.0, |r| r.blocked_ms())
     }
 
@@ -251,7 +251,7 @@ impl<'a> Facts<'a> {
 
     /// Share of the loader stages' wall time runnable without a core (run-queue wait inside
     /// their spans).
-    pub fn loader_core_wait_share(&self) -> f64 {
+    fn loader_core_wait_share(&self) -> f64 {
         let wall = self.p.loader_wall_ms();
         if wall > 0.0 {
             self.p.loader_core_wait_ms() / wall

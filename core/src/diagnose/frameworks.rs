@@ -7,33 +7,17 @@
 
 use super::why::{Proposal, Why};
 use super::{Advice, Change, LoaderKnobs};
-use crate::aggregate::{RunSettings, Summary};
+use crate::aggregate::{Framework, RunSettings, Summary};
 
-/// The frameworks whose knobs advice can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framework {
-    PyTorch,
-    Keras,
-}
-
-impl Framework {
-    /// The framework a run's settings name, if advice should speak it.
-    pub fn of(name: &str) -> Option<Framework> {
-        match name {
-            "pytorch" | "torch" => Some(Framework::PyTorch),
-            "keras" | "tensorflow" | "tf.keras" => Some(Framework::Keras),
-            _ => None,
-        }
-    }
-}
-
-/// The action and the code for `change` in `fw`'s terms, or None to keep the advice as it is;
+/// The action and the code for `change` in the terms of the run's framework, or None where
+/// it has none (pipeprof's own loop, another framework, a change with no knob of its own);
 /// `predicted`: the advice has a number (without one, more workers are something to try, not
 /// a promise).
-fn say(fw: Framework, change: &Change, s: &Summary, predicted: bool) -> Option<(String, String)> {
-    match fw {
+fn say(change: &Change, s: &Summary, predicted: bool) -> Option<(String, String)> {
+    match s.settings.framework {
         Framework::PyTorch => say_torch(change, &s.settings, predicted),
         Framework::Keras => say_keras(change, &s.settings, predicted),
+        Framework::Own | Framework::Other(_) => None,
     }
 }
 
@@ -129,7 +113,7 @@ fn say_keras(change: &Change, st: &RunSettings, predicted: bool) -> Option<(Stri
 /// --check-advice` re-runs the program with them. None for pipeprof's own loop (its flags are
 /// `profile --check-advice`'s). Pure.
 pub fn knobs(change: &Change, st: &RunSettings) -> Option<LoaderKnobs> {
-    match (Framework::of(&st.framework)?, change) {
+    match (&st.framework, change) {
         (Framework::PyTorch, _) => knobs_torch(change, st),
         (Framework::Keras, Change::Workers(n)) if !st.tf_data => {
             Some(LoaderKnobs { num_workers: Some(*n), ..LoaderKnobs::default() })
@@ -163,18 +147,19 @@ fn knobs_torch(change: &Change, st: &RunSettings) -> Option<LoaderKnobs> {
 /// pipeprof's ([`super::words::action`], [`Change::command`]); the reason from its [`Why`].
 /// The change stays as it is.
 pub fn in_user_terms(mut decided: Vec<Proposal>, s: &Summary) -> Vec<Advice> {
-    let fw = Framework::of(&s.settings.framework);
-    if fw == Some(Framework::PyTorch) {
+    let fw = &s.settings.framework;
+    if *fw == Framework::PyTorch {
         decided.extend(persistent_workers(s));
     }
+    let knobs = matches!(fw, Framework::PyTorch | Framework::Keras);
     decided
         .into_iter()
         .map(|mut p| {
             // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
-            if fw.is_some() && s.settings.tf_data && matches!(p.change, Change::Workers(_)) {
+            if knobs && s.settings.tf_data && matches!(p.change, Change::Workers(_)) {
                 (p.predicted_speedup, p.basis) = (None, None);
             }
-            let (action, command) = match fw.and_then(|fw| say(fw, &p.change, s, p.predicted_speedup.is_some())) {
+            let (action, command) = match say(&p.change, s, p.predicted_speedup.is_some()) {
                 Some((action, code)) => (action, Some(code)),
                 None => (super::words::action(&p.change, &p.why, s), p.change.command()),
             };

@@ -437,7 +437,7 @@ impl Pipeline {
     /// Batches between two starts of the workers: the run's (`run_batches`), or an epoch's
     /// when they do not persist and an epoch is shorter; `None` for a loader in the process or
     /// where neither is known.
-    pub fn batches_per_start(&self) -> Option<f64> {
+    fn batches_per_start(&self) -> Option<f64> {
         if self.in_process {
             return None;
         }

@@ -19,7 +19,7 @@ pub fn measured(s: &Summary, stage: Stage) -> Option<&StageSummary> {
 
 /// A stage's typical cost per span, ms: the trimmed mean where the summary has one, else the
 /// mean.
-pub fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
+fn robust_ms(x: &crate::aggregate::StageSummary) -> f64 {
     x.trimmed_mean_ms.filter(|t| t.is_finite()).unwrap_or(x.mean_ms).max(0.0)
 }
 
@@ -37,7 +37,7 @@ pub const POOL_OVERLAP: f64 = 1.25;
 /// stay on the calling thread), the training thread's, less its transfer (`transfer_ms`). A
 /// step measured between waits for data is longer (threads wake, caches refill). `None`
 /// without those threads, or with fewer than [`MIN_WORK_SAMPLES`] samples of them.
-pub fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
+fn compute_work_ms(s: &Summary, transfer_ms: f64) -> Option<f64> {
     let threads: Vec<_> = s.machine.threads.iter().filter(|t| t.role.runs_the_model()).collect();
     if threads.is_empty() || s.steps == 0 || threads.iter().any(|t| t.samples < MIN_WORK_SAMPLES) {
         return None;
@@ -110,7 +110,7 @@ pub fn compute_core_wait(s: &Summary, p: &Pipeline, compute_ms: f64) -> f64 {
 /// the rest is the training loop's. A PyTorch script at one compute thread keeps one core busy
 /// in its loop body, not every free one (`docs/calibration-notes.md`).
 /// `None` without a process sample, images or time, or when the loader's CPU is all of it.
-pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
+fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
     let tree_ms = tree_cpu_ms(s)?;
     let loader_ms: f64 = loader.iter().map(|x| x.on_cpu_ms).sum();
     finite_pos(tree_ms - loader_ms)
@@ -118,12 +118,12 @@ pub fn tree_compute_cpu_ms(s: &Summary, loader: &[StageCost]) -> Option<f64> {
 
 /// The program's process tree's CPU per image while it trained, ms (see
 /// [`tree_compute_cpu_ms`]); `None` without a process sample, images or time.
-pub fn tree_cpu_ms(s: &Summary) -> Option<f64> {
+fn tree_cpu_ms(s: &Summary) -> Option<f64> {
     tree_cpu_ms_at(s, s.images_per_s)
 }
 
 /// The same at a training rate of `rate` images/s.
-pub fn tree_cpu_ms_at(s: &Summary, rate: f64) -> Option<f64> {
+fn tree_cpu_ms_at(s: &Summary, rate: f64) -> Option<f64> {
     let m = &s.machine;
     match m.process_cpu_training_pct.map(f64::from) {
         // While it trained, at its training rate: the start-up's CPU (imports, a framework's
@@ -147,7 +147,7 @@ fn traced_images(s: &Summary) -> Option<f64> {
 /// those; all of them when not read), and the cores this process could use: what it uses plus
 /// what nobody uses, capped by its limit: the cores less the other programs' typical (median)
 /// load, so one busy moment does not move every prediction; the means where no series was kept.
-pub fn cores_of(s: &Summary) -> (f64, f64, f64) {
+fn cores_of(s: &Summary) -> (f64, f64, f64) {
     let m = &s.machine;
     let cores = if s.settings.cores > 0 { s.settings.cores } else { m.cores.max(1) } as f64;
     let free = match (m.other_cores_median, m.process_cpu_mean_pct, m.global_cpu_mean_pct) {
@@ -205,7 +205,7 @@ pub fn loader_costs(s: &Summary) -> Vec<StageCost> {
 /// Images per step as trained: the batch size, or fewer where the data set (or each epoch's
 /// last batch) is smaller: 24 images at batch 32 train 24 a step, and the compute's rate is
 /// 24 over the step, not 32.
-pub fn trained_batch(s: &Summary) -> f64 {
+fn trained_batch(s: &Summary) -> f64 {
     let nominal = s.settings.batch_size.max(1) as f64;
     if s.steps > 0 && s.images > 0 {
         (s.images as f64 / s.steps as f64).min(nominal)
@@ -217,7 +217,7 @@ pub fn trained_batch(s: &Summary) -> f64 {
 /// A part of the step (`stage`, `split_ms` in the split), ms: the steady state's; over the
 /// whole run (no change of workers), its trimmed mean, which leaves a one-off first step and
 /// the odd preempted one out.
-pub fn step_part(s: &Summary, stage: Stage, split_ms: f64) -> f64 {
+fn step_part(s: &Summary, stage: Stage, split_ms: f64) -> f64 {
     match (s.split.from_step, measured(s, stage)) {
         (None, Some(x)) => robust_ms(x).min(split_ms.max(0.0)),
         _ => split_ms.max(0.0),
@@ -246,7 +246,7 @@ pub fn compute_step(s: &Summary, cpu_device: bool, others_cores: f64, transfer_m
 
 /// CPU device, other programs holding [`OTHER_CORES`]: the compute's slow steps (its p95), ms,
 /// when slower than `compute_ms` (see [`Pipeline::compute_slow_ms`]).
-pub fn slow_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, compute_ms: f64) -> Option<f64> {
+fn slow_compute_ms(s: &Summary, cpu_device: bool, others_cores: f64, compute_ms: f64) -> Option<f64> {
     measured(s, Stage::Compute)
         .map(|x| x.p95_ms)
         .filter(|&slow| cpu_device && others_cores >= OTHER_CORES && slow.is_finite() && slow > compute_ms)
@@ -288,7 +288,7 @@ pub fn compute_cpu_ms(s: &Summary, loader: &[StageCost], batch: f64, free_cores:
 /// is not counted: its workers are threads beside a rayon pool, whose waits for a core the
 /// sampler measures ([`compute_core_wait`]).
 pub fn oversubscribed(s: &Summary, cpu_device: bool, cores: f64, n: usize) -> bool {
-    cpu_device && !s.settings.framework.is_empty() && compute_threads(s, cores) + n > cores as usize
+    cpu_device && !s.settings.framework.is_own() && compute_threads(s, cores) + n > cores as usize
 }
 
 /// The training process's serial work per batch ([`main_per_batch_ms`]) where it receives its
@@ -296,9 +296,9 @@ pub fn oversubscribed(s: &Summary, cpu_device: bool, cores: f64, n: usize) -> bo
 /// framework's workers are processes whose batches the training process receives; tf.data
 /// hands its batches over inside the step's own graph, from its own threads. `busy_ms`: the
 /// step's transfer and compute.
-pub fn serial_main_ms(s: &Summary, loader_wall_ms: f64, batch: f64, busy_ms: f64) -> f64 {
+fn serial_main_ms(s: &Summary, loader_wall_ms: f64, batch: f64, busy_ms: f64) -> f64 {
     let st = &s.settings;
-    let receives = (st.workers == 0 || !st.framework.is_empty()) && !st.tf_data;
+    let receives = (st.workers == 0 || !st.framework.is_own()) && !st.tf_data;
     if !receives {
         return 0.0;
     }

@@ -1637,7 +1637,7 @@ fn a_pytorch_run_without_workers_names_the_work_its_training_process_keeps_and_t
     assert!(cpu.contains("on 4 cores (2 physical"), "{cpu}");
     // pipeprof's own loader (no framework) hands batches over in the process: no such work.
     let mut own = b.clone();
-    own.0.settings.framework = String::new();
+    own.0.settings.framework = crate::aggregate::Framework::Own;
     own.0.settings.workers = 2;
     let line = own.verdict().evidence.into_iter().find(|e| e.starts_with("model: ")).unwrap_or_default();
     assert!(!line.contains("the training process's own work"), "{line}");
@@ -1757,7 +1757,7 @@ fn workers_beside_compute_threads_on_every_core_get_no_prediction() {
     };
     let own_loop = {
         let mut b = folder_on_training_thread();
-        b.0.settings.framework = String::new();
+        b.0.settings.framework = crate::aggregate::Framework::Own;
         b
     };
     let cases: [(&str, B, bool, bool); 5] = [
@@ -1809,7 +1809,7 @@ fn only_worker_processes_beside_compute_threads_on_every_core_have_their_cpu_in_
     let mut four_cores = beside();
     four_cores.0.settings.cores = 4;
     let mut own_loop = beside();
-    own_loop.0.settings.framework = String::new();
+    own_loop.0.settings.framework = crate::aggregate::Framework::Own;
     let cases: [(&str, B, bool); 5] = [
         ("2 workers beside 2 compute threads on 2 cores", beside(), true),
         ("no workers: loading takes turns with the step", folder_on_training_thread(), false),

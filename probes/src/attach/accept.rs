@@ -20,7 +20,7 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The pause after the `failures`-th failed accept in a row (1-based): 10 ms, 20 ms, … 1 s.
-pub fn backoff(failures: u32) -> Duration {
+fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     FIRST_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
 }

@@ -42,7 +42,7 @@ pub const PARENT_ENV: &str = "PIPEPROF_PARENT";
 pub const PARENT_PID_ENV: &str = "PIPEPROF_PARENT_PID";
 
 /// The run this process was started in (`pipeprof run`), from the environment, if any.
-pub fn parent_run() -> Option<String> {
+fn parent_run() -> Option<String> {
     let addr = std::env::var(PARENT_ENV).ok().filter(|a| !a.is_empty())?;
     let pid = std::env::var(PARENT_PID_ENV).ok();
     (pid.as_deref() != Some(std::process::id().to_string().as_str())).then_some(addr)

@@ -61,7 +61,7 @@ pub enum GpuInitError {
 
 impl GpuInitError {
     /// Classifies an error from `Nvml::init` for library `lib` (`None` = the default one).
-    pub fn from_init(lib: Option<&Path>, err: NvmlError) -> Self {
+    fn from_init(lib: Option<&Path>, err: NvmlError) -> Self {
         let name = lib.map_or_else(|| DEFAULT_LIB.to_string(), |p| p.display().to_string());
         match err {
             NvmlError::LibloadingError(e) => {

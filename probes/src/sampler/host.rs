@@ -40,7 +40,7 @@ pub fn physical_cores(sibling_lists: &[String]) -> Option<u32> {
 }
 
 /// A kernel CPU list (`0-3,8,10-11`), sorted; `None` when empty or malformed. Pure.
-pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut out = Vec::new();
     for part in text.trim().split(',') {
         let (a, b) = match part.split_once('-') {
@@ -63,7 +63,7 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
 
 /// This machine's physical cores, read from `/sys/devices/system/cpu/cpuN/topology` of every
 /// online logical core; `None` where sysfs does not say.
-pub fn read_physical_cores() -> Option<u32> {
+fn read_physical_cores() -> Option<u32> {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
     let lists: Vec<String> = parse_cpu_list(&online)?
         .into_iter()
@@ -134,7 +134,7 @@ pub fn descendants(root: u32, procs: impl Iterator<Item = (u32, u32)>) -> HashSe
 
 /// CPU ticks a process used, its own and those of its children it has reaped
 /// (`/proc/<pid>/stat` fields 14–17): a worker that exited stays counted in its parent.
-pub fn parse_tree_ticks(text: &str) -> Option<u64> {
+fn parse_tree_ticks(text: &str) -> Option<u64> {
     let close = text.rfind(')')?;
     let mut rest = text.get(close + 1..)?.split_whitespace().skip(11);
     let mut ticks = 0u64;

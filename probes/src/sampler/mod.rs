@@ -248,7 +248,7 @@ fn run_ticks(period: Duration, stop: &Receiver<()>, mut tick: impl FnMut()) -> S
 
 /// After tick `k` (due at `start + k·period`) finished at `now`: the next tick to wait for
 /// (the first one still in the future) and how many were skipped on the way.
-pub fn next_tick(start_ns: u64, period_ns: u64, k: u64, now_ns: u64) -> (u64, u64) {
+fn next_tick(start_ns: u64, period_ns: u64, k: u64, now_ns: u64) -> (u64, u64) {
     let period_ns = period_ns.max(1);
     let elapsed = now_ns.saturating_sub(start_ns) / period_ns;
     let next = (elapsed + 1).max(k + 1);

@@ -53,7 +53,7 @@ pub fn plan(v: &Verdict) -> Vec<FollowUp> {
 /// simulate: the packed cache and the local copy are local files (see docs/data-and-cache.md,
 /// "Simulated slow storage and the cache"), so their follow-up runs read without the simulated
 /// delay, as the prediction assumes.
-pub fn moves_off_slow_storage(change: Option<&Change>) -> bool {
+fn moves_off_slow_storage(change: Option<&Change>) -> bool {
     matches!(change, Some(Change::Cache { .. } | Change::CopyLocal))
 }
 
@@ -61,7 +61,7 @@ pub fn moves_off_slow_storage(change: Option<&Change>) -> bool {
 /// for the packed cache or the local copy), `steps` steps, no live view, its own summary
 /// file; never the parent's `--check-advice` (it would check advice itself), trace or HTML
 /// page (it would overwrite them) or metrics port (taken). Pure.
-pub fn child_options(
+fn child_options(
     parent: &ProfileOptions,
     change: Option<&Change>,
     steps: u64,

@@ -129,7 +129,7 @@ impl Default for Options {
 }
 
 /// `--workers`: "auto" or a number of workers in range.
-pub fn parse_workers(s: &str) -> Result<Workers, String> {
+fn parse_workers(s: &str) -> Result<Workers, String> {
     let w: Workers = s.parse()?;
     pipeprof_core::config::validate::workers_in_range(&flags::long(flags::WORKERS), w)?;
     Ok(w)

@@ -133,7 +133,7 @@ fn validation_set(opts: &Options, cfg: &ModelConfig, ds: Dataset) -> anyhow::Res
 /// The validation set with the training set's labels. Both folders need the same class
 /// sub-folders; a validation class with no image is left out (warned at the scan), a class
 /// with validation images but no training image is refused (the model has no output for it).
-pub fn relabel_validation(mut v: Dataset, train: &Dataset) -> anyhow::Result<Dataset> {
+fn relabel_validation(mut v: Dataset, train: &Dataset) -> anyhow::Result<Dataset> {
     let folders = |d: &Dataset| {
         let mut f: Vec<String> = d.classes.iter().chain(&d.empty_classes).cloned().collect();
         f.sort();
@@ -179,7 +179,7 @@ pub fn settings(
         data: data.dir.display().to_string(),
         images: samples.len(),
         classes: samples.classes().to_vec(),
-        device: opts.device.clone(),
+        device: opts.device.as_str().into(),
         workers,
         cores,
         batch_size: cfg.train.batch_size,

@@ -164,7 +164,7 @@ pub fn env_value(set: Option<&LoaderKnobs>, steps: u64, redirect: Option<&Redire
 
 /// The images a re-run's processes read from the copy or the pack: the counts the hook wrote
 /// in `dir`, a file per process (a count in decimal).
-pub fn reads_in(dir: &Path) -> u64 {
+fn reads_in(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries
         .flatten()
@@ -177,7 +177,7 @@ pub fn reads_in(dir: &Path) -> u64 {
 /// (`reads`, counted by the hook) and its program saw as many images and classes as the main
 /// run's (`main`, `ran`: the two runs' settings). The note that says so, or why not
 /// ([`NoRate::Skipped`]). Pure.
-pub fn proven(what: &str, reads: u64, main: &RunSettings, ran: &RunSettings) -> Result<String, NoRate> {
+fn proven(what: &str, reads: u64, main: &RunSettings, ran: &RunSettings) -> Result<String, NoRate> {
     if reads == 0 {
         return Err(NoRate::Skipped(format!(
             "the re-run read no image from {what}: the program trained on data it did not open through the folder reader the hook redirects (a dataset of its own, one loaded back from a cache)"
@@ -228,7 +228,7 @@ pub fn stdin_refusal() -> Option<String> {
 /// Epochs after which a one-off cost of `cost_s` seconds has paid for itself, when an epoch
 /// of `images` takes `images / before` seconds now and `images / after` after the change;
 /// `None` where it never does (not faster, or nothing known). Pure.
-pub fn break_even_epochs(cost_s: f64, images: usize, before: f64, after: f64) -> Option<u64> {
+fn break_even_epochs(cost_s: f64, images: usize, before: f64, after: f64) -> Option<u64> {
     let ok = |x: f64| x.is_finite() && x > 0.0;
     if !(ok(before) && ok(after)) || images == 0 || !cost_s.is_finite() || cost_s < 0.0 {
         return None;
@@ -239,7 +239,7 @@ pub fn break_even_epochs(cost_s: f64, images: usize, before: f64, after: f64) ->
 
 /// The line under the table saying what making the copy or the pack cost (`what`: "the
 /// copy"), and when it pays: "the copy took 41.0 s: worth it after 2 epochs (…)". Pure.
-pub fn cost_line(what: &str, cost_s: f64, images: usize, before: f64, after: f64) -> String {
+fn cost_line(what: &str, cost_s: f64, images: usize, before: f64, after: f64) -> String {
     let epoch = |rate: f64| images as f64 / rate;
     match break_even_epochs(cost_s, images, before, after) {
         Some(n) => format!(
@@ -263,7 +263,7 @@ const SIZED_AT_MOST: usize = 256;
 /// ImageFolder's), each at the size it is stored at (`--size`: known; `--as-stored`,
 /// `--shorter`: from the image's header, up to [`SIZED_AT_MOST`] of them, their mean for the
 /// rest). Stops at an interrupt.
-pub fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, NoRate> {
+fn pack_bytes(data: &Path, size: PackSize, keras: bool) -> Result<u64, NoRate> {
     use pipeprof_trainer::data::scan::{scan_with, Rules};
     let rules = if keras { Rules::Keras } else { Rules::ImageFolder };
     let ds = scan_with(data, rules).map_err(|e| e.to_string())?;
@@ -306,7 +306,7 @@ fn image_size(path: &Path) -> Option<(u32, u32)> {
 }
 
 /// (width, height) from the start of a PNG (IHDR) or a JPEG (its first SOF marker). Pure.
-pub fn header_size(b: &[u8]) -> Option<(u32, u32)> {
+fn header_size(b: &[u8]) -> Option<(u32, u32)> {
     let be32 = |i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
     let be16 = |i: usize| Some(u32::from(u16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?)));
     if b.starts_with(b"\x89PNG\r\n\x1a\n") && b.get(12..16) == Some(b"IHDR") {

@@ -168,7 +168,7 @@ fn python_path(first: &Path, existing: Option<OsString>) -> OsString {
 }
 
 /// The program's name for messages: `python train.py` → "train.py", else the command's first word.
-pub fn program_name(command: &[OsString]) -> String {
+fn program_name(command: &[OsString]) -> String {
     let words: Vec<String> = command.iter().map(|w| w.to_string_lossy().into_owned()).collect();
     let base = |w: &str| Path::new(w).file_name().map_or_else(|| w.to_string(), |n| n.to_string_lossy().into_owned());
     let Some(first) = words.first() else { return "program".into() };

@@ -37,7 +37,7 @@ fn title_bar(st: &State, w: usize) -> Vec<Span<'static>> {
     }
     right.push(Span::styled(format!(" {} ", fmt_elapsed(s.elapsed_s)), bar.add_modifier(Modifier::BOLD)));
     right.push(Span::styled(" ? help ", bar));
-    let device = if set.device.is_empty() { "-" } else { set.device.as_str() };
+    let device = if set.device.is_unseen() { "-" } else { set.device.name() };
     let plural = if set.workers == 1 { "" } else { "s" };
     let mut tail =
         format!(" · {device} · {} worker{plural}/{} cores · batch {} ", set.workers, set.cores, set.batch_size);

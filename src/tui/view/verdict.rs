@@ -42,7 +42,7 @@ fn severity_color(s: Severity) -> Color {
     }
 }
 
-pub fn flag_label(f: &Flag) -> String {
+fn flag_label(f: &Flag) -> String {
     match f {
         Flag::GpuUnused => "a GPU is present but unused".into(),
         Flag::NetworkStorage { fs_type } => format!("data on network storage ({fs_type})"),

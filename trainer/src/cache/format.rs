@@ -46,7 +46,7 @@ pub struct Header {
 
 impl Header {
     /// Bytes of one image when all have the header's size (0 when they vary).
-    pub fn image_len(&self) -> u64 {
+    fn image_len(&self) -> u64 {
         self.height as u64 * self.width as u64 * self.channels as u64
     }
 

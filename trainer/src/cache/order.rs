@@ -11,7 +11,7 @@ use std::path::{Component, Path};
 
 /// The code points of `os.fsdecode(b)` (UTF-8, undecodable bytes as U+DC00 + byte): Python
 /// orders `str` by them.
-pub fn py_key(b: &[u8]) -> Vec<u32> {
+fn py_key(b: &[u8]) -> Vec<u32> {
     let mut out = Vec::with_capacity(b.len());
     for chunk in b.utf8_chunks() {
         out.extend(chunk.valid().chars().map(u32::from));

@@ -221,7 +221,7 @@ pub const MAX_JPEG_SCANS: usize = 256;
 
 /// Start-of-scan markers (FF DA) in a JPEG: none can occur inside compressed data. An
 /// embedded thumbnail's count in too (a few at most).
-pub fn jpeg_scan_count(bytes: &[u8]) -> usize {
+fn jpeg_scan_count(bytes: &[u8]) -> usize {
     memchr::memmem::find_iter(bytes, &[0xFF, 0xDA]).count()
 }
 

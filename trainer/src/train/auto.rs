@@ -47,7 +47,7 @@ pub const IO_WORKERS_PER_CORE: usize = 4;
 pub const IO_MAX_WORKERS: usize = 32;
 
 /// The most workers tried for I/O on `cores` cores.
-pub fn io_cap(cores: usize) -> usize {
+fn io_cap(cores: usize) -> usize {
     (cores.max(1) * IO_WORKERS_PER_CORE).min(IO_MAX_WORKERS).max(cores.max(1))
 }
 
@@ -93,7 +93,7 @@ fn mean(xs: &[(f64, f64)]) -> (f64, f64) {
 
 /// The most a change from `before` to `workers` can speed the step up: by the workers'
 /// ratio, and never past the step without its wait. Pure.
-pub fn possible_gain(before_workers: usize, before_step: f64, before_wait: f64, workers: usize) -> f64 {
+fn possible_gain(before_workers: usize, before_step: f64, before_wait: f64, workers: usize) -> f64 {
     let by_workers = workers as f64 / before_workers.max(1) as f64;
     let floor = (before_step - before_wait).max(before_step * 0.01);
     by_workers.min(before_step / floor).max(1.0)

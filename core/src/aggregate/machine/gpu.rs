@@ -64,7 +64,7 @@ pub struct DeviceSummary {
 /// One-way PCIe bandwidth of a link, bytes/s, after line encoding (8b/10b for generations
 /// 1–2, 128b/130b for 3–5, 242B/256B FLIT for 6): `None` for a generation it does not know.
 /// Protocol overhead takes another 10–20% in practice.
-pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
     let giga_transfers = match gen {
         1 => 2.5,
         2 => 5.0,
