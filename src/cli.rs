@@ -118,7 +118,7 @@ pub const MAX_SIDE: u32 = 16384;
 
 /// `pack --size`: `S` (S×S) or `WxH` (as `demo-data --size`), each side 1 to [`MAX_SIDE`];
 /// returns (height, width).
-pub fn parse_pack_size(text: &str) -> Result<(u32, u32), String> {
+fn parse_pack_size(text: &str) -> Result<(u32, u32), String> {
     if text.contains(['x', 'X', '×']) {
         return parse_size(text).map(|(w, h)| (h, w));
     }
@@ -227,14 +227,13 @@ pub struct ReportArgs {
 /// The files `run` and `attach` write of what they saw.
 #[derive(Args, Debug, Clone, Default)]
 pub struct Outputs {
-    /// Write the summary JSON of the run (with `failed` when the program failed).
+    /// Write the summary JSON of what was measured (with `failed` when the program failed).
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
-    /// Write a Chrome/Perfetto trace of every span of every process of the run seen.
+    /// Write a Chrome/Perfetto trace of every span seen, of every process of the run.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Write the report as one self-contained HTML page when the run (or the attachment) ends,
-    /// charts included.
+    /// Write the report as one self-contained HTML page at the end (charts included).
     #[arg(long = flags::HTML, value_name = "FILE")]
     pub html: Option<PathBuf>,
 }
@@ -369,7 +368,7 @@ pub struct DemoArgs {
     pub seed: u64,
 }
 
-pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
     let (w, h) = s.split_once(['x', 'X', '×']).ok_or_else(|| format!("size must be WxH, e.g. 150x150, got {s:?}"))?;
     let p = |v: &str| v.trim().parse::<u32>().ok().filter(|n| *n > 0 && *n <= 16384);
     match (p(w), p(h)) {
@@ -394,7 +393,7 @@ fn parse_node_name(s: &str) -> Result<String, String> {
 }
 
 /// A positive, finite number of seconds up to [`MAX_DURATION_S`].
-pub fn parse_seconds(s: &str) -> Result<f64, String> {
+fn parse_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
     if !(v.is_finite() && v > 0.0 && v <= MAX_DURATION_S) {
         return Err(format!("must be more than 0 and at most {MAX_DURATION_S} seconds (30 days), got {s:?}"));

@@ -182,7 +182,7 @@ impl<'a> Visit<'a> for FileFacts {
             let mut uses = Vec::new();
             expand_use(&u.tree, &mut Vec::new(), &mut uses);
             for (path, name) in uses {
-                if matches!(u.vis, syn::Visibility::Public(_)) && name != "*" {
+                if !matches!(u.vis, syn::Visibility::Inherited) && name != "*" {
                     self.reexports.push((name, path.clone()));
                 }
                 self.paths.push(path);
@@ -236,14 +236,20 @@ impl FileFacts {
     }
 }
 
+/// What `main.rs` is called beside `lib.rs` (the root, ``): a crate root of its own, in no layer.
+const MAIN: &str = "<main>";
+
 /// A file's module path below its crate's `src` (`commands/profile/mod.rs` is
-/// `commands::profile`; `lib.rs` and `main.rs` are the root, ``).
+/// `commands::profile`; `lib.rs` is the root, ``, and `main.rs` [`MAIN`]).
 fn module_of(rel: &Path) -> String {
     let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string()).collect();
     if parts.last().is_some_and(|f| f == "mod") {
         parts.pop();
     }
-    if parts == ["lib"] || parts == ["main"] {
+    if parts == ["main"] {
+        return MAIN.to_string();
+    }
+    if parts == ["lib"] {
         parts.clear();
     }
     parts.join("::")
@@ -317,9 +323,13 @@ fn resolve(modules: &[String], reexports: &Reexports, from: &str, path: &[String
     Some(cur)
 }
 
-/// Each module's uses of other modules (not of its ancestors: its parent declared it), with
-/// one path that makes each.
-fn graph_of(modules: &BTreeMap<String, (PathBuf, FileFacts)>) -> BTreeMap<String, BTreeMap<String, String>> {
+/// Each module's uses of other modules, with one path that makes each: of its ancestors too
+/// (but the root) with `ancestors`, for the layers; without, for circles (a module may always
+/// use its parent, which declared it).
+fn graph_of(
+    modules: &BTreeMap<String, (PathBuf, FileFacts)>,
+    ancestors: bool,
+) -> BTreeMap<String, BTreeMap<String, String>> {
     let names: Vec<String> = modules.keys().cloned().collect();
     let reexports: Reexports = modules
         .iter()
@@ -329,7 +339,7 @@ fn graph_of(modules: &BTreeMap<String, (PathBuf, FileFacts)>) -> BTreeMap<String
     for (m, (_, facts)) in modules {
         for p in &facts.paths {
             let Some(t) = resolve(&names, &reexports, m, p, 0) else { continue };
-            let ancestor = t.is_empty() || m.starts_with(&format!("{t}::"));
+            let ancestor = t.is_empty() || (m.starts_with(&format!("{t}::")) && !ancestors);
             if t != *m && !ancestor {
                 graph.entry(m.clone()).or_default().entry(t).or_insert_with(|| p.join("::"));
             }
@@ -385,8 +395,8 @@ fn circles(graph: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String
 /// A layered crate's uses that look up: each module's (file, what it uses).
 fn uses_looking_up(modules: &BTreeMap<String, (PathBuf, FileFacts)>, layers: Layers) -> Vec<(String, String)> {
     let mut wrong = Vec::new();
-    let mut graph = graph_of(modules);
-    for (m, (file, _)) in modules.iter().filter(|(m, _)| !m.is_empty()) {
+    let mut graph = graph_of(modules, true);
+    for (m, (file, _)) in modules.iter().filter(|(m, _)| !m.is_empty() && *m != MAIN) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let file = file.strip_prefix(root).unwrap_or(file).display().to_string();
         let Some((own, layer)) = entry_of(layers, m) else {
@@ -415,7 +425,7 @@ fn every_module_has_a_layer_and_uses_only_lower_layers_and_no_module_uses_one_th
             wrong.extend(uses_looking_up(&modules, layers));
         }
         // One graph per crate: a circle between crates cannot build.
-        let graph = graph_of(&modules);
+        let graph = graph_of(&modules, false);
         for group in circles(&graph) {
             let how: Vec<String> = group
                 .iter()
@@ -464,29 +474,36 @@ fn the_reader_follows_uses_groups_reexports_and_macros_and_skips_tests() {
         ("b", "// use crate::c::C;\nconst S: &str = \"crate::c::C\";\npub fn f() -> crate::a::Thing { super::a::inner::Thing }"),
         ("c", "#[cfg(test)]\nmod tests { use crate::a::Thing; }\npub struct C;\nfn h() { assert!(crate::b::f() == 1); }"),
         ("tests", "use crate::c::C;"),
+        ("b::low", "pub fn g() { super::f(); }"),
     ];
     let mut modules: BTreeMap<String, (PathBuf, FileFacts)> =
         files.into_iter().map(|(m, code)| (m.to_string(), (PathBuf::from(m), FileFacts::of(code)))).collect();
     assert_eq!(modules[""].1.test_mods, ["tests"]);
     modules.remove("tests");
-    let graph = graph_of(&modules);
+    let graph = graph_of(&modules, false);
     let edges: Vec<(String, String)> =
         graph.iter().flat_map(|(m, ts)| ts.keys().map(move |t| (m.clone(), t.clone()))).collect();
     let want = [("a", "a::inner"), ("a", "b"), ("a::inner", "c"), ("b", "a::inner"), ("c", "b")];
     assert_eq!(edges, want.map(|(m, t)| (m.to_string(), t.to_string())));
     assert_eq!(circles(&graph), [["a::inner", "b", "c"]]);
     // Layers: `c` below `b` may not use it; `a` and `b`, two entries of one layer, may not use
-    // each other; `a::inner` is `a`'s entry, and uses `c` below.
-    let layers: Layers = &[&["c"], &["a", "b"]];
+    // each other; `a::inner` is `a`'s entry, and uses `c` below; `b::low`, an entry below its
+    // parent's, may not use its parent's items either.
+    let layers: Layers = &[&["c"], &["b::low"], &["a", "b"]];
     let wrong = uses_looking_up(&modules, layers);
-    let want =
-        [("a", "a uses b (crate::b)"), ("b", "b uses a::inner (crate::a::Thing)"), ("c", "c uses b (crate::b::f)")];
+    let want = [
+        ("a", "a uses b (crate::b)"),
+        ("b", "b uses a::inner (crate::a::Thing)"),
+        ("b::low", "b::low uses b (super::f)"),
+        ("c", "c uses b (crate::b::f)"),
+    ];
     assert_eq!(wrong, want.map(|(f, w)| (f.to_string(), w.to_string())));
     assert_eq!(entry_of(BINARY, "commands::profile::check::run"), Some(("commands::profile::check", 7)));
     assert_eq!(entry_of(BINARY, "commands::profile::options"), Some(("commands::profile", 3)));
     assert_eq!(entry_of(BINARY, "commandsx"), None);
     assert_eq!(module_of(Path::new("commands/profile/mod.rs")), "commands::profile");
     assert_eq!(module_of(Path::new("lib.rs")), "");
+    assert_eq!(module_of(Path::new("main.rs")), MAIN);
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub fn read_capped(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> 
 
 /// As [`read_capped`], into `bytes` (cleared first; its capacity is reused from one file to
 /// the next, so a worker does not allocate and fault in a new buffer per image).
-pub fn read_capped_into(path: &std::path::Path, max: u64, bytes: &mut Vec<u8>) -> Result<(), String> {
+fn read_capped_into(path: &std::path::Path, max: u64, bytes: &mut Vec<u8>) -> Result<(), String> {
     use std::io::Read;
     bytes.clear();
     let f = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
@@ -85,8 +85,6 @@ fn load_one(
 /// Largest read or decode buffer a worker keeps for the next image.
 const KEEP_BYTES: usize = 16 << 20;
 
-/// read → decode → resize (→ augment) into `out`; the decoded pixels' buffer, when there is
-/// one, is returned for reuse.
 /// The delay `--simulate` adds to `stage`, if any.
 fn slow_down(cfg: &LoaderConfig, stage: Stage) {
     if let Some(s) = extra_for(&cfg.slow, stage) {
@@ -115,6 +113,8 @@ fn read_file(
     Ok(())
 }
 
+/// read → decode → resize (→ augment) into `out`; the decoded pixels' buffer, when there is
+/// one, is returned for reuse.
 fn load_pixels(
     link: Option<&SlowLink>,
     path: &std::path::Path,
