@@ -26,6 +26,11 @@ impl Framework {
         *self == Framework::Own
     }
 
+    /// A framework whose loader advice can name (PyTorch's `DataLoader`, Keras's loaders).
+    pub fn has_knobs(&self) -> bool {
+        matches!(self, Framework::PyTorch | Framework::Keras)
+    }
+
     /// Written as: `""`, `"pytorch"`, `"keras"`, or the name given.
     pub fn name(&self) -> &str {
         match self {

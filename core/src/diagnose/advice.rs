@@ -133,7 +133,7 @@ impl Facts<'_> {
     /// own loop, or when the data's size is unknown.
     fn batches_per_epoch(&self) -> Option<usize> {
         let st = &self.s.settings;
-        if !matches!(st.framework, Framework::PyTorch | Framework::Keras) {
+        if !st.framework.has_knobs() {
             return None;
         }
         (st.images > 0).then(|| st.images.div_ceil(st.batch_size.max(1)))

@@ -151,12 +151,11 @@ pub fn in_user_terms(mut decided: Vec<Proposal>, s: &Summary) -> Vec<Advice> {
     if *fw == Framework::PyTorch {
         decided.extend(persistent_workers(s));
     }
-    let knobs = matches!(fw, Framework::PyTorch | Framework::Keras);
     decided
         .into_iter()
         .map(|mut p| {
             // A count of workers is no knob of a tf.data pipeline: its gain is not this one's.
-            if knobs && s.settings.tf_data && matches!(p.change, Change::Workers(_)) {
+            if fw.has_knobs() && s.settings.tf_data && matches!(p.change, Change::Workers(_)) {
                 (p.predicted_speedup, p.basis) = (None, None);
             }
             let (action, command) = match say(&p.change, s, p.predicted_speedup.is_some()) {
